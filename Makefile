@@ -1,0 +1,41 @@
+# Everything a fresh machine needs is installed from here (no hand steps).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SPECMODEL := $(VENV)/bin/specmodel
+# CPU build of torch available on this kind of machine; a GPU box installs its own CUDA torch first.
+TORCH_SPEC ?= torch==2.13.0
+TP ?= 8
+NAME ?= cpu-demo
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed"; \
+	  else $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(PY) -m pip install -q -e '.[profile,dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# The main job, end to end on the embedded default: CPU, gloo, a scaled-down model.
+demo: $(VENV)/.installed
+	$(SPECMODEL) profile --tp $(TP) --name $(NAME)
+	$(SPECMODEL) predict --profile profiles/$(NAME) --accept-len 3.2
+	$(SPECMODEL) report --profile profiles/$(NAME) --accept-len 3.2 -o reports/$(NAME).pdf
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check specmodel tests benchmarks scripts
+	$(VENV)/bin/mypy specmodel
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

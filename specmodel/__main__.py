@@ -1,0 +1,3 @@
+from specmodel.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per CLI command; each parses flags, calls the library, prints."""

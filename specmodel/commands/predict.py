@@ -1,0 +1,72 @@
+"""``specmodel predict``: the first thing a user runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from specmodel.commands.scenario import Scenario, with_scenario
+from specmodel.model.predict import Prediction, predict
+
+
+def run_prediction(sc: Scenario) -> Prediction:
+    return predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
+                   observation=sc.observation)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms"
+
+
+def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
+    """Human-readable block; SI values converted only here."""
+    lines: list[str] = []
+    for n in notes:
+        lines.append(f"note: {n}")
+    lines.append(f"profile      {p.profile_name} ({p.profile_source_kind}) {p.profile_path}")
+    lines.append(f"config       TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
+                 f"draft tokens {p.num_draft_tokens}")
+    lines.append(f"accept len   {p.accept_mean_tokens:.2f} tokens/step incl. bonus "
+                 f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
+                 f"source: {p.accept_source}")
+    lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s  (decode step {_ms(p.baseline_step_s)}, "
+                 f"all-reduce {_ms(p.baseline_allreduce_s)})")
+    lines.append(f"cycle        {_ms(p.cycle_s)}")
+    lines.append(f"  verify     {_ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {_ms(p.verify_allreduce_s)}, "
+                 f"compute {_ms(p.verify_compute_s)}, other {_ms(p.verify_other_s)}")
+    lines.append(f"  draft      {_ms(p.draft_s):>10}  ({p.steps} steps x {_ms(p.draft_step_s)})  "
+                 f"all-reduce {_ms(p.draft_allreduce_s)}")
+    cal = f"  (calibration added {_ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
+    lines.append(f"  overhead   {_ms(p.overhead_s):>10}{cal}")
+    lines.append(f"  all-reduce {_ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
+    lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s  (95% band over {p.generation_tokens} tokens: "
+                 f"{p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})  speedup {p.speedup:.2f}x")
+    be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
+    p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
+    lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
+                 f"({p.break_even_accept_tokens - 1:.2f} drafts){be_note}")
+    lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
+    lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1) = {p.p_speedup_gt_1:.2f}")
+    for w in p.warnings:
+        lines.append(f"warning: {w}")
+    lines.append(f"verdict      {p.verdict}: {p.verdict_reason}")
+    return "\n".join(lines)
+
+
+@click.command("predict")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@with_scenario
+def predict_cmd(scenario: Scenario, as_json: bool, **_: Any) -> None:
+    """Predict tok/s, speedup, break-even accept length and a GO/NO-GO verdict.
+
+    Example: specmodel predict --accept-len 3.2
+    """
+    pred = run_prediction(scenario)
+    if as_json:
+        d = pred.to_dict()
+        d["notes"] = list(scenario.notes)
+        click.echo(json.dumps(d, indent=2, allow_nan=False))
+    else:
+        click.echo(format_prediction(pred, scenario.notes))

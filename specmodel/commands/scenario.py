@@ -1,0 +1,396 @@
+"""Flags shared by ``predict``, ``report`` and ``validate``: which profile, which accept-length
+source, which operating point. Turns them into (Profile, AcceptDist, SpecConfig, batch, …)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specmodel.errors import SpecmodelError, require_finite
+from specmodel.model import accept as acc
+from specmodel.model.calibrate import Observation, parse_observation
+from specmodel.model.costs import forward_cost
+from specmodel.schema.profile import CostRow, Profile, SpecConfig, load_profile, resolve_profile_path
+
+REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
+PROFILES_DIR = Path("profiles")
+
+
+def reference_profile_path() -> Path:
+    """The shipped reference profile (package data; ``profiles/`` links to it in the repo)."""
+    return Path(__file__).resolve().parent.parent / "reference" / REFERENCE_PROFILE / "profile.json"
+
+
+def find_default_profile() -> tuple[Path, str]:
+    """The newest measured/ingested profile under ./profiles, else the shipped reference.
+
+    Returns (path, note) where the note tells the user which one and why.
+    """
+    candidates: list[tuple[float, Path]] = []
+    if PROFILES_DIR.is_dir():
+        for pj in PROFILES_DIR.glob("*/profile.json"):
+            try:
+                with pj.open() as fh:
+                    kind = (json.load(fh).get("source") or {}).get("kind")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if kind in ("measured", "ingested"):
+                candidates.append((pj.stat().st_mtime, pj))
+    if candidates:
+        path = max(candidates)[1]
+        return path, f"using your newest measured profile {path.parent} (pass --profile to choose)"
+    return reference_profile_path(), (
+        "using the shipped reference profile (derived from a published write-up, not measured by this tool); "
+        "run `specmodel profile --tp N` to measure your own"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """Everything the model needs for one prediction, resolved from flags."""
+
+    profile: Profile
+    dist: acc.AcceptDist
+    spec: SpecConfig
+    batch: int
+    generation_tokens: int
+    observation: Observation | None
+    notes: tuple[str, ...]
+    per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
+
+
+def _parse_float_list(text: str, flag: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.replace(" ", "").strip("[]").split(",") if x]
+    except ValueError:
+        raise SpecmodelError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise SpecmodelError(f"{flag}: expected at least one number")
+    for v in vals:
+        if not math.isfinite(v):
+            raise SpecmodelError(f"{flag}: numbers must be finite, got {text!r}")
+    return vals
+
+
+def parse_histogram(text: str) -> dict[int, float]:
+    """``1:10,2:30,3:40`` or a file: JSON ``{"1": 10, ...}``, or CSV with value,count rows."""
+    p = Path(text)
+    if p.exists():
+        raw = p.read_text()
+        where = str(p)
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            items = list(obj.items())
+        elif isinstance(obj, list):
+            items = [(i, c) for i, c in enumerate(obj)]
+            raise SpecmodelError(f"{where}: a JSON histogram must be an object {{value: count}}, not a list")
+        else:
+            items = []
+            for i, row in enumerate(csv.reader(raw.splitlines())):
+                if not row or row[0].strip().startswith("#"):
+                    continue
+                if len(row) < 2:
+                    raise SpecmodelError(f"{where}: line {i + 1}: expected value,count")
+                if i == 0 and not row[0].strip().lstrip("-").isdigit():
+                    continue  # header
+                items.append((row[0].strip(), row[1].strip()))
+    else:
+        where = "--accept-hist"
+        items = []
+        for part in text.split(","):
+            if not part.strip():
+                continue
+            if ":" not in part:
+                raise SpecmodelError(f"--accept-hist: expected VALUE:COUNT pairs like 1:10,2:30 or a file, got {part!r}")
+            k, v = part.split(":", 1)
+            items.append((k.strip(), v.strip()))
+    out: dict[int, float] = {}
+    for k, v in items:
+        try:
+            key = int(str(k))
+            val = float(v)
+        except ValueError:
+            raise SpecmodelError(f"{where}: bad histogram entry {k!r}: {v!r} (value must be an integer, count a number)") from None
+        out[key] = out.get(key, 0.0) + val
+    if not out:
+        raise SpecmodelError(f"{where}: empty histogram")
+    return out
+
+
+def parse_sweep_csv(path: str, tp: int) -> Profile:
+    """A baseline concurrency sweep CSV (batch → tok/s) as a profile with decode rows only.
+
+    T_fwd(n) ≈ decode step time at batch n = n / tok/s(n). Columns by header name:
+    batch|concurrency|bs and tokens_per_s|tok_s|throughput|output_throughput.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise SpecmodelError(f"{p}: file not found")
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f.strip().lower() for f in (reader.fieldnames or [])]
+        bcol = next((f for f in fields if f in ("batch", "concurrency", "bs", "batch_size", "max_concurrency")), None)
+        tcol = next((f for f in fields if f in ("tokens_per_s", "tok_s", "throughput", "output_throughput",
+                                                "output_tokens_per_s", "tok/s")), None)
+        if bcol is None or tcol is None:
+            raise SpecmodelError(f"{p}: header must name a batch column (batch/concurrency) and a throughput column "
+                                 f"(tokens_per_s/output_throughput), got {reader.fieldnames}")
+        rows: dict[int, float] = {}
+        for i, raw in enumerate(reader, start=2):
+            row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+            try:
+                b = int(float(row[bcol]))
+                t = float(row[tcol])
+            except (ValueError, KeyError):
+                raise SpecmodelError(f"{p}: line {i}: {bcol}/{tcol} must be numbers") from None
+            if b < 1 or not math.isfinite(t) or t <= 0:
+                raise SpecmodelError(f"{p}: line {i}: batch must be >= 1 and throughput > 0")
+            rows[b] = t
+    if not rows:
+        raise SpecmodelError(f"{p}: no data rows")
+    costs = tuple(CostRow(kind="decode", batch=b, tokens=b, total_s=b / t, allreduce_s=0.0, compute_s=0.0,
+                          other_s=b / t) for b, t in sorted(rows.items()))
+    return Profile(name=p.stem, source={"kind": "sweep", "description": f"baseline concurrency sweep {p.name} "
+                                        "(decode step only; no all-reduce split)", "path": str(p)},
+                   tp=tp, costs=costs, path=str(p))
+
+
+def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: float | None,
+                like: Profile | None) -> CostRow:
+    """One cost row from a plain number; split by --allreduce-frac, else the profile's split there."""
+    if ar_frac is None and like is not None and (like.has(kind) or kind == "verify"):
+        fc = forward_cost(like, kind, tokens)
+        ar_frac = fc.allreduce_s / fc.total_s if fc.total_s > 0 else 0.0
+        comp_frac = fc.compute_s / fc.total_s if fc.total_s > 0 else 0.0
+    else:
+        comp_frac = 0.0
+    ar = total_s * (ar_frac or 0.0)
+    comp = total_s * comp_frac
+    return CostRow(kind=kind, batch=batch, tokens=tokens, total_s=total_s, allreduce_s=ar, compute_s=comp,
+                   other_s=max(total_s - ar - comp, 0.0))
+
+
+def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: int | None,
+                  baseline_tps: float | None, verify_ms: float | None, draft_ms: float | None,
+                  overhead_ms: float | None, allreduce_frac: float | None) -> Profile:
+    """Plain numbers from the command line. Each replaces that kind's curve with one point.
+
+    ``--baseline-tps`` is the total throughput at ``--batch`` (decode step = batch / tps);
+    ``--verify-ms`` one verify forward; ``--draft-ms`` one drafter forward (run ``--steps``
+    times per cycle); ``--overhead-ms`` the per-cycle overhead.
+    """
+    if profile is None:
+        if baseline_tps is None:
+            raise SpecmodelError("--baseline-tps: required when no --profile is given with plain numbers")
+        if verify_ms is None:
+            raise SpecmodelError("--verify-ms: required when no --profile is given with plain numbers")
+    rows = list(profile.costs) if profile is not None else []
+    like = profile
+
+    def put(kind: str, tokens: int, total_s: float, frac: float | None) -> None:
+        nonlocal rows
+        new = _number_row(kind, batch, tokens, total_s, frac, like)
+        rows = [r for r in rows if r.kind != kind] + [new]
+
+    # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
+    if baseline_tps is not None:
+        put("decode", batch, batch / baseline_tps, allreduce_frac)
+    if verify_ms is not None:
+        put("verify", batch * spec.num_draft_tokens, verify_ms / 1e3, allreduce_frac)
+    if draft_ms is not None:
+        put("draft", batch * spec.topk, draft_ms / 1e3, None)
+        rows = [r for r in rows if r.kind != "draft_extend"]
+    if profile is None:
+        return Profile(name="command-line", source={"kind": "numbers", "description": "plain numbers from the command line"},
+                       tp=tp or 1, costs=tuple(rows), spec=spec,
+                       overhead_s=(overhead_ms or 0.0) / 1e3, path="(command line)")
+    new = profile.with_costs(rows)
+    if overhead_ms is not None:
+        new = replace(new, overhead_s=overhead_ms / 1e3)
+    if any(v is not None for v in (baseline_tps, verify_ms, draft_ms, overhead_ms)):
+        src = dict(new.source)
+        src["description"] = f"{profile.label}; with command-line overrides"
+        new = replace(new, source=src)
+    return new
+
+
+def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Attach the shared flags (profile, accept-length source, operating point) to a command."""
+    opts = [
+        click.option("--profile", "profile_path", type=click.Path(), default=None,
+                     help="profile.json or its directory (default: newest measured under ./profiles, else the shipped reference)."),
+        click.option("--accept-len", type=float, default=None,
+                     help="Mean accept length per verify step (see --accept-convention)."),
+        click.option("--accept-convention", type=click.Choice(["tokens", "drafts"]), default="tokens", show_default=True,
+                     help="tokens: tokens per step incl. the bonus token (SGLang 'accept len', vLLM 'Mean acceptance length'); "
+                          "drafts: accepted drafts only (0.58 = 1.58 tokens/step)."),
+        click.option("--accept-shape", type=click.Choice(["geometric", "point"]), default="geometric", show_default=True,
+                     help="Shape assumed around a bare --accept-len (geometric = constant per-draft acceptance)."),
+        click.option("--accept-hist", default=None,
+                     help="Histogram of per-step counts: '1:10,2:30,3:40,4:20' or a JSON/CSV file (in --accept-convention)."),
+        click.option("--per-position", default=None,
+                     help="vLLM per-position acceptance rates 'r1,r2,...' (E = 1 + sum r_i)."),
+        click.option("--alpha", type=float, default=None,
+                     help="Chain acceptance rate per draft (Leviathan et al. 2023); k = --steps drafts."),
+        click.option("--accept-log", "accept_logs", multiple=True, type=click.Path(),
+                     help="SGLang/vLLM server log or bench_speculative JSONL to take the accept length from (repeatable)."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Concurrent requests (batch size)."),
+        click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default: the profile's."),
+        click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default: the profile's."),
+        click.option("--num-draft-tokens", type=int, default=None,
+                     help="Tokens verified per request (--speculative-num-draft-tokens); default: steps+1 with topk 1, else the profile's."),
+        click.option("--baseline-tps", type=float, default=None, help="Baseline (non-speculative) tok/s at --batch."),
+        click.option("--verify-ms", type=float, default=None, help="One verify forward, ms."),
+        click.option("--draft-ms", type=float, default=None, help="One draft step (one drafter forward), ms; run --steps times per cycle."),
+        click.option("--overhead-ms", type=float, default=None, help="Per-cycle overhead outside any forward, ms."),
+        click.option("--allreduce-frac", type=float, default=None, help="Share of --verify-ms / baseline step spent in all-reduce (0..1)."),
+        click.option("--tp", type=int, default=None, help="TP degree, for profiles built from plain numbers."),
+        click.option("--baseline-sweep", type=click.Path(), default=None,
+                     help="CSV of a baseline concurrency sweep (batch,tokens_per_s) used as T_fwd(n)."),
+        click.option("--calibrate", default=None,
+                     help="One observed speculative point BATCH,ACCEPT_LEN,TOKENS_PER_S (accept in tokens incl. bonus); "
+                          "the unseen cost (draft + overhead) is carried into the prediction."),
+        click.option("--gen-tokens", type=int, default=256, show_default=True,
+                     help="Generation length per request for the tok/s band and P(speedup > 1)."),
+    ]
+    for o in reversed(opts):
+        func = o(func)
+    return func
+
+
+SCENARIO_KEYS = ("profile_path", "accept_len", "accept_convention", "accept_shape", "accept_hist", "per_position",
+                 "alpha", "accept_logs", "batch", "steps", "topk", "num_draft_tokens", "baseline_tps", "verify_ms",
+                 "draft_ms", "overhead_ms", "allreduce_frac", "tp", "baseline_sweep", "calibrate", "gen_tokens")
+
+
+def pop_scenario(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
+
+
+def _resolve_spec(base: SpecConfig, steps: int | None, topk: int | None, ndt: int | None) -> SpecConfig:
+    for name, v in (("--steps", steps), ("--topk", topk), ("--num-draft-tokens", ndt)):
+        if v is not None and v < 1:
+            raise SpecmodelError(f"{name}: must be >= 1, got {v}")
+    s = steps if steps is not None else base.steps
+    k = topk if topk is not None else base.topk
+    if ndt is None:
+        ndt = s + 1 if k == 1 else min(base.num_draft_tokens, s * k + 1)
+        if steps is None and topk is None:
+            ndt = base.num_draft_tokens
+    return SpecConfig(algorithm=base.algorithm, steps=s, topk=k, num_draft_tokens=ndt)
+
+
+def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
+    """Flags → :class:`Scenario`. All validation errors are :class:`SpecmodelError`."""
+    notes: list[str] = []
+    for name in ("accept_len", "alpha", "baseline_tps", "verify_ms", "draft_ms", "overhead_ms", "allreduce_frac"):
+        v = kw.get(name)
+        if v is not None:
+            flag = "--" + name.replace("_", "-")
+            if name in ("baseline_tps", "verify_ms", "draft_ms"):
+                require_finite(flag, v, minimum=0.0, strict_min=True)
+            elif name == "allreduce_frac":
+                require_finite(flag, v, minimum=0.0, maximum=1.0)
+            elif name == "alpha":
+                require_finite(flag, v, minimum=0.0, maximum=1.0)
+            else:
+                require_finite(flag, v, minimum=0.0)
+    batch = int(kw.get("batch") or 1)
+    if batch < 1:
+        raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
+    gen = int(kw.get("gen_tokens") or 256)
+    if gen < 1:
+        raise SpecmodelError(f"--gen-tokens: must be >= 1, got {gen}")
+    tp = kw.get("tp")
+    if tp is not None and tp < 1:
+        raise SpecmodelError(f"--tp: must be >= 1, got {tp}")
+
+    plain = any(kw.get(k) is not None for k in ("baseline_tps", "verify_ms", "draft_ms", "overhead_ms"))
+    profile: Profile | None
+    if kw.get("profile_path"):
+        path = resolve_profile_path(kw["profile_path"])
+        profile = load_profile(path)
+        notes.append(f"profile {profile.name}: {profile.label}")
+    elif kw.get("baseline_sweep"):
+        profile = parse_sweep_csv(kw["baseline_sweep"], tp or 1)
+        notes.append(f"profile from baseline sweep {kw['baseline_sweep']}")
+    elif plain and kw.get("baseline_tps") is not None and kw.get("verify_ms") is not None:
+        profile = None
+        notes.append("profile from plain numbers on the command line")
+    else:
+        path, note = find_default_profile()
+        profile = load_profile(path)
+        notes.append(note)
+    if profile is not None and tp is not None and tp != profile.tp:
+        raise SpecmodelError(f"--tp: profile {profile.name} was measured at TP {profile.tp}; "
+                             "predicting another TP degree is a what-if (see `specmodel report`)")
+    base_spec = profile.spec if profile is not None else SpecConfig()
+    spec = _resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
+    if plain:
+        profile = apply_numbers(profile, batch=batch, spec=spec, tp=tp, baseline_tps=kw.get("baseline_tps"),
+                                verify_ms=kw.get("verify_ms"), draft_ms=kw.get("draft_ms"),
+                                overhead_ms=kw.get("overhead_ms"), allreduce_frac=kw.get("allreduce_frac"))
+    assert profile is not None
+    if profile.spec != spec:
+        profile = replace(profile, spec=spec)
+
+    dist, per_pos = resolve_accept(spec=spec, require=require_accept, **kw)
+    obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
+    return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
+                    notes=tuple(notes), per_position=per_pos)
+
+
+def resolve_accept(*, spec: SpecConfig, require: bool = True, **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+    """Exactly one accept-length source → AcceptDist on 1..steps+1."""
+    conv = kw.get("accept_convention") or "tokens"
+    given = [n for n in ("accept_len", "accept_hist", "per_position", "alpha", "accept_logs") if kw.get(n)
+             not in (None, (), [])]
+    if len(given) > 1:
+        flags = ", ".join("--" + g.replace("_", "-").replace("accept-logs", "accept-log") for g in given)
+        raise SpecmodelError(f"give one accept-length source, got {flags}")
+    k = spec.max_accept_tokens
+    if not given:
+        if require:
+            raise SpecmodelError("an accept-length source is required: --accept-len, --accept-hist, --per-position, "
+                                 "--alpha or --accept-log")
+        return acc.from_mean(1.0, k, source="none"), None
+    src = given[0]
+    if src == "accept_len":
+        return acc.from_mean(kw["accept_len"], k, convention=conv, shape=kw.get("accept_shape") or "geometric",
+                             source=f"mean {kw['accept_len']:g} ({conv})"), None
+    if src == "accept_hist":
+        return acc.from_histogram(parse_histogram(kw["accept_hist"]), convention=conv, max_tokens=k), None
+    if src == "per_position":
+        rates = _parse_float_list(kw["per_position"], "--per-position")
+        if len(rates) > spec.steps:
+            raise SpecmodelError(f"--per-position: {len(rates)} rates but --steps is {spec.steps}")
+        return acc.from_per_position(rates, max_tokens=k), tuple(rates)
+    if src == "alpha":
+        return acc.from_chain(kw["alpha"], spec.steps, source=f"chain alpha {kw['alpha']:g}"), None
+    # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
+    from specmodel.trace.logs import accept_dist_from_logs
+
+    dist, rates = accept_dist_from_logs(list(kw["accept_logs"]), max_tokens=k)
+    return dist, rates
+
+
+def with_scenario(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: add the flags and pass a resolved Scenario as ``scenario``."""
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        sc = resolve_scenario(**pop_scenario(kwargs))
+        return func(scenario=sc, **kwargs)
+
+    return scenario_options(wrapper)

@@ -1,0 +1,1 @@
+"""The analytical model: pure functions, no I/O, no plotting."""

@@ -1,0 +1,110 @@
+"""All-reduce cost: α-β (latency-bandwidth) models per message size and TP degree.
+
+Used for what-ifs (TP 4 vs 8, a faster interconnect, a custom all-reduce) when no
+measurement exists, and fitted from nccl-tests or ``specmodel profile`` sweeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specmodel.errors import SpecmodelError
+from specmodel.schema.profile import AllReduceFit
+
+
+def ring_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """Ring all-reduce time: T = 2(p−1)·α + 2(p−1)/p · n/β.
+
+    A reduce-scatter then an all-gather, each p−1 steps moving n/p bytes per step.
+    Source: Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective Communication
+    Operations in MPICH", Table 1 (ring / Rabenseifner terms); NCCL docs (busbw factor 2(p−1)/p).
+    For p = 1 there is nothing to reduce: T = 0.
+    """
+    if tp < 1:
+        raise SpecmodelError(f"tp must be >= 1, got {tp}")
+    if tp == 1:
+        return 0.0
+    return 2 * (tp - 1) * alpha_s + 2 * (tp - 1) / tp * msg_bytes / beta_bytes_per_s
+
+
+def oneshot_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """One-shot (custom, peer-to-peer) all-reduce: T = α + (p−1)·n/β.
+
+    Every rank reads the other p−1 buffers directly and reduces locally (SGLang/vLLM
+    ``cross_device_reduce_1stage``, TensorRT-LLM one-shot): one latency term, p−1 full
+    messages over the link. Wins for small messages, loses for large ones.
+    """
+    if tp <= 1:
+        return 0.0
+    return alpha_s + (tp - 1) * msg_bytes / beta_bytes_per_s
+
+
+def twoshot_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """Two-shot (reduce-scatter + all-gather, peer-to-peer): T = 2α + 2(p−1)/p · n/β."""
+    if tp <= 1:
+        return 0.0
+    return 2 * alpha_s + 2 * (tp - 1) / tp * msg_bytes / beta_bytes_per_s
+
+
+_ALGOS = {"ring": ring_allreduce_s, "oneshot": oneshot_allreduce_s, "twoshot": twoshot_allreduce_s}
+
+
+def allreduce_s(msg_bytes: float, tp: int, fit: AllReduceFit, algorithm: str | None = None) -> float:
+    """T_allreduce(bytes, p) under ``fit`` (α, β), by the fit's or the named algorithm."""
+    algo = algorithm or fit.algorithm
+    try:
+        f = _ALGOS[algo]
+    except KeyError:
+        raise SpecmodelError(f"all-reduce algorithm: unknown {algo!r} (ring, oneshot, twoshot)") from None
+    return f(msg_bytes, tp, fit.alpha_s, fit.beta_bytes_per_s)
+
+
+def fit_alpha_beta(msg_bytes: Sequence[float], latency_s: Sequence[float], tp: int,
+                   algorithm: str = "ring") -> AllReduceFit:
+    """Least-squares fit of α, β from (bytes, latency) points at one TP degree.
+
+    The models are affine in n: T = a + b·n. Ring: a = 2(p−1)α, b = 2(p−1)/(p·β).
+    Fit (a, b) by least squares weighted by 1/T (relative error, so the latency-bound small
+    messages that matter for decode are not drowned by the large ones), clamped to a ≥ 0,
+    b > 0, then map back to (α, β).
+    """
+    x = np.asarray(msg_bytes, dtype=float)
+    y = np.asarray(latency_s, dtype=float)
+    if x.shape != y.shape or x.size < 2:
+        raise SpecmodelError("all-reduce fit: needs at least two (msg_bytes, latency_s) points")
+    if tp < 2:
+        raise SpecmodelError("all-reduce fit: tp must be >= 2 (a single rank does not communicate)")
+    if np.any(~np.isfinite(y)) or np.any(y <= 0) or np.any(x < 0):
+        raise SpecmodelError("all-reduce fit: latencies must be > 0 and sizes >= 0")
+    if np.ptp(x) == 0:
+        raise SpecmodelError("all-reduce fit: needs at least two distinct message sizes")
+    w = 1.0 / y
+    A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (a, b), *_ = np.linalg.lstsq(A, y * w, rcond=None)
+    if b <= 0:  # pure latency regime: fit slope from the largest message alone
+        b = max(float(np.max(y) - np.min(y)) / max(float(np.ptp(x)), 1.0), 1e-18)
+    if a < 0:
+        a = 0.0
+        b = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+    if algorithm == "ring":
+        alpha = a / (2 * (tp - 1))
+        beta = 2 * (tp - 1) / (tp * b)
+    elif algorithm == "oneshot":
+        alpha = a
+        beta = (tp - 1) / b
+    elif algorithm == "twoshot":
+        alpha = a / 2
+        beta = 2 * (tp - 1) / (tp * b)
+    else:
+        raise SpecmodelError(f"all-reduce algorithm: unknown {algorithm!r} (ring, oneshot, twoshot)")
+    return AllReduceFit(alpha_s=float(alpha), beta_bytes_per_s=float(beta), tp=tp, algorithm=algorithm)
+
+
+def tp_scale_factor(msg_bytes: float, tp_from: int, tp_to: int, fit: AllReduceFit) -> float:
+    """Ratio T_ar(n, tp_to) / T_ar(n, tp_from) under the same α, β (for TP what-ifs)."""
+    t_from = allreduce_s(msg_bytes, tp_from, fit)
+    if t_from <= 0:
+        raise SpecmodelError(f"cannot scale all-reduce from tp {tp_from}: no communication there")
+    return allreduce_s(msg_bytes, tp_to, fit) / t_from

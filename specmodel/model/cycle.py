@@ -1,0 +1,96 @@
+"""The speculative cycle: one equation per function.
+
+Notation: B = batch (concurrent requests), E[A] = expected tokens per request per verify
+step (bonus included), T_base(B) = non-speculative decode step at batch B.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specmodel.errors import SpecmodelError
+
+
+def draft_s(step_s: float, steps: int, extend_s: float | None = None) -> float:
+    """T_draft = steps × T_draft_step(B·topk), or with a measured draft-extend:
+    T_draft = T_draft_extend + (steps − 1) × T_draft_step.
+
+    SGLang's EAGLE worker runs ``num_steps`` drafter forwards per cycle; the first consumes
+    the verified tokens (draft extend), the rest are ``num_steps − 1`` DECODE forwards on
+    the draft runner over B × topk tokens (sglang/srt/speculative/eagle_worker.py).
+    """
+    if steps < 1:
+        raise SpecmodelError(f"--steps: must be >= 1, got {steps}")
+    if extend_s is None:
+        return steps * step_s
+    return extend_s + (steps - 1) * step_s
+
+
+def cycle_s(draft_total_s: float, verify_s: float, overhead_s: float) -> float:
+    """T_cycle = T_draft(steps, topk) + T_verify(B × num_draft_tokens) + overhead."""
+    return draft_total_s + verify_s + overhead_s
+
+
+def baseline_tokens_per_s(batch: int, base_step_s: float) -> float:
+    """Non-speculative throughput: B tokens per decode step, tok/s = B / T_base(B)."""
+    return batch / base_step_s
+
+
+def spec_tokens_per_s(batch: int, accept_tokens: float, cycle_time_s: float) -> float:
+    """Speculative throughput: tok/s = B × E[A] / T_cycle."""
+    return batch * accept_tokens / cycle_time_s
+
+
+def speedup(accept_tokens: float, base_step_s: float, cycle_time_s: float) -> float:
+    """Speedup = (B·E[A]/T_cycle) / (B/T_base) = E[A] × T_base / T_cycle."""
+    return accept_tokens * base_step_s / cycle_time_s
+
+
+def break_even_accept(base_step_s: float, cycle_time_s: float) -> float:
+    """E[A]* = T_cycle / T_base: the accept length at which speculation merely pays for itself.
+
+    For B = 1 this is T_cycle × baseline tok/s: 30 ms × 82 tok/s = 2.46 in the published
+    Kimi-K2.5 TP8 PCIe case.
+    """
+    return cycle_time_s / base_step_s
+
+
+def accept_for_speedup(target_speedup: float, base_step_s: float, cycle_time_s: float) -> float:
+    """E[A] needed for a given speedup: target × T_cycle / T_base (e.g. 1.2 for +20 %)."""
+    return target_speedup * cycle_time_s / base_step_s
+
+
+def tokens_per_s_band(batch: int, accept_tokens: float, accept_std_tokens: float, cycle_time_s: float,
+                      generation_tokens: int, z: float = 1.96) -> tuple[float, float]:
+    """Band on tok/s over one generation of N tokens per request.
+
+    A generation of N tokens takes C ≈ N / E[A] cycles; the mean tokens per cycle over C
+    i.i.d. cycles has standard error σ_A/√C (central limit theorem), so
+    tok/s ∈ B·(E[A] ± z·σ_A/√C)/T_cycle (z = 1.96 → 95 %). Clamped to the [1, …] floor.
+    """
+    if generation_tokens < 1:
+        raise SpecmodelError(f"--gen-tokens: must be >= 1, got {generation_tokens}")
+    cycles = max(generation_tokens / accept_tokens, 1.0)
+    half = z * accept_std_tokens / math.sqrt(cycles)
+    lo = max(accept_tokens - half, 1.0)
+    hi = accept_tokens + half
+    return spec_tokens_per_s(batch, lo, cycle_time_s), spec_tokens_per_s(batch, hi, cycle_time_s)
+
+
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def p_speedup_gt_1(accept_tokens: float, break_even_tokens: float, accept_std_tokens: float, n: float) -> float:
+    """P(speedup > 1) = P(mean accept > E[A]*) ≈ Φ((E[A] − E[A]*) / (σ_A/√n)).
+
+    ``n`` is the number of observed verify steps when the distribution comes from samples
+    (uncertainty of the measured mean), else the number of cycles in one generation.
+    A zero-variance distribution gives 0 or 1.
+    """
+    if n <= 0:
+        raise SpecmodelError("p_speedup_gt_1: n must be > 0")
+    se = accept_std_tokens / math.sqrt(n)
+    if se <= 0:
+        return 1.0 if accept_tokens > break_even_tokens else 0.0
+    return normal_cdf((accept_tokens - break_even_tokens) / se)

@@ -1,0 +1,227 @@
+"""Compose the equations into one :class:`Prediction` (everything the CLI, JSON and PDF show)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.model import cycle as eq
+from specmodel.model.accept import AcceptDist, resize
+from specmodel.model.calibrate import Observation, unseen_cycle_s
+from specmodel.model.costs import ZERO_COST, ForwardCost, forward_cost
+from specmodel.schema.profile import Profile, SpecConfig
+
+#: Verdict thresholds. GO needs a real margin (measurement noise on a PCIe box is a few %)
+#: and, when known, confidence that the speedup is > 1; below 1.0 speculation loses.
+GO_MIN_SPEEDUP = 1.10
+GO_MIN_P = 0.90
+DEFAULT_GENERATION_TOKENS = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleCosts:
+    """Per-cycle costs at one (batch, spec) operating point, before acceptance enters."""
+
+    batch: int
+    spec: SpecConfig
+    base: ForwardCost
+    verify: ForwardCost
+    draft_step: ForwardCost
+    draft_extend: ForwardCost | None
+    draft_total_s: float
+    draft_allreduce_s: float
+    overhead_s: float
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def cycle_s(self) -> float:
+        return eq.cycle_s(self.draft_total_s, self.verify.total_s, self.overhead_s)
+
+    @property
+    def cycle_allreduce_s(self) -> float:
+        return self.verify.allreduce_s + self.draft_allreduce_s
+
+    @property
+    def break_even_tokens(self) -> float:
+        return eq.break_even_accept(self.base.total_s, self.cycle_s)
+
+
+def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None = None) -> CycleCosts:
+    """Look up T_base(B), T_verify(B·ndt), T_draft(B·topk) in the profile and sum a cycle."""
+    if batch < 1:
+        raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
+    warnings: list[str] = []
+    base = forward_cost(profile, "decode", batch)
+    verify = forward_cost(profile, "verify", batch * spec.num_draft_tokens)
+    if verify.from_kind:
+        warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
+    draft_extend: ForwardCost | None = None
+    if profile.has("draft"):
+        draft_step = forward_cost(profile, "draft", batch * spec.topk)
+        if profile.has("draft_extend"):
+            draft_extend = forward_cost(profile, "draft_extend", batch * spec.num_draft_tokens)
+        total = eq.draft_s(draft_step.total_s, spec.steps, draft_extend.total_s if draft_extend else None)
+        ar = eq.draft_s(draft_step.allreduce_s, spec.steps, draft_extend.allreduce_s if draft_extend else None)
+    else:
+        draft_step = ZERO_COST
+        total = ar = 0.0
+        warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
+                        "(pass --draft-ms or --calibrate)")
+    for fc in (base, verify, draft_step):
+        if fc.extrapolated:
+            warnings.append(f"{fc.kind} cost at {fc.tokens:g} tokens is extrapolated beyond the measured range")
+    return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=draft_step,
+                      draft_extend=draft_extend, draft_total_s=total, draft_allreduce_s=ar,
+                      overhead_s=profile.overhead_s if overhead_s is None else overhead_s,
+                      warnings=tuple(warnings))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    observation: Observation
+    modelled_cycle_s: float
+    observed_cycle_s: float
+    added_overhead_s: float
+
+
+def calibrate(profile: Profile, obs: Observation, spec: SpecConfig) -> tuple[Profile, Calibration, list[str]]:
+    """Fold the unseen cost of one observed point into the profile's per-cycle overhead."""
+    cc = cycle_costs(profile, batch=obs.batch, spec=spec)
+    extra = unseen_cycle_s(obs, cc.cycle_s)
+    warnings = []
+    if extra < 0:
+        warnings.append(f"calibration: observed cycle {obs.cycle_s * 1e3:.2f} ms is shorter than the modelled "
+                        f"{cc.cycle_s * 1e3:.2f} ms; the profile over-estimates this server (overhead left at "
+                        f"{profile.overhead_s * 1e3:.2f} ms)")
+    new_overhead = max(profile.overhead_s + extra, 0.0)
+    cal = Calibration(observation=obs, modelled_cycle_s=cc.cycle_s, observed_cycle_s=obs.cycle_s,
+                      added_overhead_s=new_overhead - profile.overhead_s)
+    return dataclasses.replace(profile, overhead_s=new_overhead), cal, warnings
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """Every figure a user sees. The report draws from this and never recomputes."""
+
+    profile_name: str
+    profile_label: str
+    profile_source_kind: str
+    profile_path: str
+    tp: int
+    batch: int
+    steps: int
+    topk: int
+    num_draft_tokens: int
+    generation_tokens: int
+    accept_source: str
+    accept_convention: str
+    accept_mean_tokens: float
+    accept_mean_drafts: float
+    accept_std_tokens: float
+    accept_samples: int
+    accept_probs: tuple[float, ...]
+    baseline_step_s: float
+    baseline_allreduce_s: float
+    baseline_tokens_per_s: float
+    verify_tokens: int
+    verify_s: float
+    verify_allreduce_s: float
+    verify_compute_s: float
+    verify_other_s: float
+    draft_step_s: float
+    draft_s: float
+    draft_allreduce_s: float
+    overhead_s: float
+    cycle_s: float
+    cycle_allreduce_s: float
+    cycle_allreduce_frac: float
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    speedup: float
+    break_even_accept_tokens: float
+    accept_for_plus20_tokens: float
+    break_even_reachable: bool
+    plus20_reachable: bool
+    margin_tokens: float
+    p_speedup_gt_1: float
+    verdict: str
+    verdict_reason: str
+    calibrated_overhead_s: float | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["accept_probs"] = list(self.accept_probs)
+        d["warnings"] = list(self.warnings)
+        return d
+
+
+def verdict_for(speedup: float, p_gt_1: float) -> tuple[str, str]:
+    """GO / NO-GO / MARGINAL from the predicted speedup and P(speedup > 1)."""
+    if speedup < 1.0:
+        return "NO-GO", f"predicted speedup {speedup:.2f}x < 1: speculation is slower than the baseline"
+    if speedup >= GO_MIN_SPEEDUP and p_gt_1 >= GO_MIN_P:
+        return "GO", f"predicted speedup {speedup:.2f}x >= {GO_MIN_SPEEDUP:.2f}x with P(speedup>1) = {p_gt_1:.2f}"
+    return "MARGINAL", (f"predicted speedup {speedup:.2f}x is within {GO_MIN_SPEEDUP - 1:.0%} of break-even "
+                        f"or uncertain (P(speedup>1) = {p_gt_1:.2f})")
+
+
+def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
+            generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None) -> Prediction:
+    """Predict tok/s, speedup and the break-even accept length for one operating point."""
+    spec = spec or profile.spec
+    if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
+        raise SpecmodelError(
+            f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at most "
+            f"{spec.max_accept_tokens}; raise --steps"
+        )
+    if dist.max_tokens != spec.max_accept_tokens:
+        dist = dataclasses.replace(resize(dist, spec.max_accept_tokens), convention=dist.convention,
+                                   samples=dist.samples)
+    warnings: list[str] = []
+    cal: Calibration | None = None
+    if observation is not None:
+        profile, cal, w = calibrate(profile, observation, spec)
+        warnings += w
+    cc = cycle_costs(profile, batch=batch, spec=spec)
+    if cal is not None:
+        # the unseen cost covers the draft the profile lacked: no "draft assumed free" caveat
+        warnings += [w for w in cc.warnings if not w.startswith("no draft cost")]
+    else:
+        warnings += list(cc.warnings)
+    t_base = cc.base.total_s
+    t_cyc = cc.cycle_s
+    e = dist.mean_tokens
+    tps = eq.spec_tokens_per_s(batch, e, t_cyc)
+    lo, hi = eq.tokens_per_s_band(batch, e, dist.std_tokens, t_cyc, generation_tokens)
+    be = eq.break_even_accept(t_base, t_cyc)
+    p20 = eq.accept_for_speedup(1.2, t_base, t_cyc)
+    n = dist.samples if dist.samples > 0 else max(generation_tokens / e, 1.0)
+    p_gt_1 = eq.p_speedup_gt_1(e, be, dist.std_tokens, n)
+    sp = eq.speedup(e, t_base, t_cyc)
+    verdict, reason = verdict_for(sp, p_gt_1)
+    if be > spec.max_accept_tokens:
+        reason += f"; break-even {be:.2f} exceeds the maximum {spec.max_accept_tokens} tokens/step for steps = {spec.steps}"
+    return Prediction(
+        profile_name=profile.name, profile_label=profile.label, profile_source_kind=profile.source_kind,
+        profile_path=profile.path, tp=profile.tp, batch=batch, steps=spec.steps, topk=spec.topk,
+        num_draft_tokens=spec.num_draft_tokens, generation_tokens=generation_tokens,
+        accept_source=dist.source, accept_convention=dist.convention, accept_mean_tokens=e,
+        accept_mean_drafts=e - 1.0, accept_std_tokens=dist.std_tokens, accept_samples=dist.samples,
+        accept_probs=dist.probs,
+        baseline_step_s=t_base, baseline_allreduce_s=cc.base.allreduce_s,
+        baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, t_base),
+        verify_tokens=batch * spec.num_draft_tokens, verify_s=cc.verify.total_s,
+        verify_allreduce_s=cc.verify.allreduce_s, verify_compute_s=cc.verify.compute_s,
+        verify_other_s=cc.verify.other_s, draft_step_s=cc.draft_step.total_s, draft_s=cc.draft_total_s,
+        draft_allreduce_s=cc.draft_allreduce_s, overhead_s=cc.overhead_s, cycle_s=t_cyc,
+        cycle_allreduce_s=cc.cycle_allreduce_s, cycle_allreduce_frac=cc.cycle_allreduce_s / t_cyc,
+        tokens_per_s=tps, tokens_per_s_low=lo, tokens_per_s_high=hi, speedup=sp,
+        break_even_accept_tokens=be, accept_for_plus20_tokens=p20,
+        break_even_reachable=be <= spec.max_accept_tokens, plus20_reachable=p20 <= spec.max_accept_tokens,
+        margin_tokens=e - be, p_speedup_gt_1=p_gt_1, verdict=verdict, verdict_reason=reason,
+        calibrated_overhead_s=cal.added_overhead_s if cal else None, warnings=tuple(warnings),
+    )

@@ -1,0 +1,451 @@
+"""The profile: the contract between every measuring front end and the model.
+
+A profile is one JSON file (``profile.json``, usually in ``profiles/<name>/``) holding:
+
+* provenance (``source``, ``hardware``, ``model``) — free-form but typed dicts;
+* the speculative configuration it was measured for (``spec``);
+* a cost table: one :class:`CostRow` per measured forward kind × batch × tokens, each
+  split into all-reduce / compute / other seconds;
+* optional all-reduce latency points (bytes → seconds) and a fitted α-β model;
+* ``overhead_s``: per speculative cycle cost that lives in no forward (scheduler,
+  tree building, sampling); calibration fills it.
+
+All quantities are SI (seconds, bytes). Everything is validated on load; any
+problem raises :class:`~specmodel.errors.SpecmodelError` naming the file and field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.io import atomic_write_json, read_json
+
+PROFILE_SCHEMA = "specmodel.profile"
+PROFILE_SCHEMA_VERSION = 1
+
+#: Forward kinds a cost row can describe.
+#: decode: one token per request (the non-speculative baseline step);
+#: verify: target forward over batch × num_draft_tokens;
+#: draft: one drafter forward (batch × topk tokens);
+#: draft_extend: drafter forward over the accepted tokens after a verify;
+#: extend: prefill (kept for completeness; not used by the cycle model).
+KINDS = ("decode", "verify", "draft", "draft_extend", "extend")
+
+#: |total - (allreduce + compute + other)| allowed, relative to total.
+_SUM_TOLERANCE = 0.02
+
+
+def _ctx(where: str, fld: str) -> str:
+    return f"{where}: {fld}" if where else fld
+
+
+def _num(d: Mapping[str, Any], key: str, where: str, *, minimum: float = 0.0,
+         optional: bool = False, default: float | None = None, strict: bool = False) -> float:
+    if key not in d or d[key] is None:
+        if optional:
+            return default if default is not None else 0.0
+        raise SpecmodelError(f"{_ctx(where, key)}: missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecmodelError(f"{_ctx(where, key)}: expected a number, got {v!r}")
+    fv = float(v)
+    if math.isnan(fv) or math.isinf(fv):
+        raise SpecmodelError(f"{_ctx(where, key)}: must be finite, got {v!r}")
+    if strict and fv <= minimum:
+        raise SpecmodelError(f"{_ctx(where, key)}: must be > {minimum:g}, got {fv:g}")
+    if fv < minimum:
+        raise SpecmodelError(f"{_ctx(where, key)}: must be >= {minimum:g}, got {fv:g}")
+    return fv
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, *, minimum: int = 0,
+         optional: bool = False, default: int = 0) -> int:
+    if key not in d or d[key] is None:
+        if optional:
+            return default
+        raise SpecmodelError(f"{_ctx(where, key)}: missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise SpecmodelError(f"{_ctx(where, key)}: expected an integer, got {v!r}")
+    if v < minimum:
+        raise SpecmodelError(f"{_ctx(where, key)}: must be >= {minimum}, got {v}")
+    return int(v)
+
+
+def _dict(d: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = d.get(key, {})
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise SpecmodelError(f"{_ctx(where, key)}: expected an object, got {type(v).__name__}")
+    return dict(v)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostRow:
+    """Cost of one forward pass of ``kind`` over ``tokens`` tokens for ``batch`` requests.
+
+    ``total_s = allreduce_s + compute_s + other_s``; ``allreduce_s`` is the time ranks
+    spend in all-reduce (transfer + waiting), ``skew_s`` the part of it that is waiting
+    for the slowest rank. ``allreduce_msg_bytes`` is the size of one all-reduce message.
+    """
+
+    kind: str
+    batch: int
+    tokens: int
+    total_s: float
+    allreduce_s: float
+    compute_s: float
+    other_s: float = 0.0
+    n_allreduce: int = 0
+    allreduce_msg_bytes: int = 0
+    spread_s: float = 0.0
+    skew_s: float = 0.0
+    samples: int = 1
+
+    def __post_init__(self) -> None:
+        where = f"cost row {self.kind}(batch={self.batch}, tokens={self.tokens})"
+        if self.kind not in KINDS:
+            raise SpecmodelError(f"cost row: kind: unknown {self.kind!r} (expected one of {', '.join(KINDS)})")
+        if self.batch < 1:
+            raise SpecmodelError(f"{where}: batch must be >= 1")
+        if self.tokens < self.batch:
+            raise SpecmodelError(f"{where}: tokens must be >= batch")
+        for name in ("total_s", "allreduce_s", "compute_s", "other_s", "spread_s", "skew_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or math.isnan(v) or math.isinf(v) or v < 0:
+                raise SpecmodelError(f"{where}: {name} must be a finite number >= 0, got {v!r}")
+        if self.total_s <= 0:
+            raise SpecmodelError(f"{where}: total_s must be > 0")
+        parts = self.allreduce_s + self.compute_s + self.other_s
+        if abs(parts - self.total_s) > _SUM_TOLERANCE * self.total_s + 1e-12:
+            raise SpecmodelError(
+                f"{where}: allreduce_s + compute_s + other_s = {parts:.6g} s does not add up to total_s = {self.total_s:.6g} s"
+            )
+        if self.skew_s > self.allreduce_s * (1 + _SUM_TOLERANCE) + 1e-12:
+            raise SpecmodelError(f"{where}: skew_s must not exceed allreduce_s")
+        if self.n_allreduce < 0 or self.allreduce_msg_bytes < 0 or self.samples < 1:
+            raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
+
+    @property
+    def allreduce_frac(self) -> float:
+        return self.allreduce_s / self.total_s
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> CostRow:
+        if not isinstance(d, Mapping):
+            raise SpecmodelError(f"{where}: expected an object")
+        kind = d.get("kind")
+        if not isinstance(kind, str):
+            raise SpecmodelError(f"{where}: kind: missing or not a string")
+        return cls(
+            kind=kind,
+            batch=_int(d, "batch", where, minimum=1),
+            tokens=_int(d, "tokens", where, minimum=1),
+            total_s=_num(d, "total_s", where, strict=True),
+            allreduce_s=_num(d, "allreduce_s", where),
+            compute_s=_num(d, "compute_s", where),
+            other_s=_num(d, "other_s", where, optional=True),
+            n_allreduce=_int(d, "n_allreduce", where, optional=True),
+            allreduce_msg_bytes=_int(d, "allreduce_msg_bytes", where, optional=True),
+            spread_s=_num(d, "spread_s", where, optional=True),
+            skew_s=_num(d, "skew_s", where, optional=True),
+            samples=_int(d, "samples", where, minimum=1, optional=True, default=1),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "batch": self.batch,
+            "tokens": self.tokens,
+            "total_s": self.total_s,
+            "allreduce_s": self.allreduce_s,
+            "compute_s": self.compute_s,
+            "other_s": self.other_s,
+            "n_allreduce": self.n_allreduce,
+            "allreduce_msg_bytes": self.allreduce_msg_bytes,
+            "spread_s": self.spread_s,
+            "skew_s": self.skew_s,
+            "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReducePoint:
+    """One measured all-reduce: message size, TP degree, latency (median)."""
+
+    msg_bytes: int
+    tp: int
+    latency_s: float
+    spread_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.msg_bytes < 0 or self.tp < 1:
+            raise SpecmodelError("allreduce point: msg_bytes must be >= 0 and tp >= 1")
+        if not math.isfinite(self.latency_s) or self.latency_s <= 0:
+            raise SpecmodelError(f"allreduce point ({self.msg_bytes} B): latency_s must be finite and > 0")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> AllReducePoint:
+        if not isinstance(d, Mapping):
+            raise SpecmodelError(f"{where}: expected an object")
+        return cls(
+            msg_bytes=_int(d, "msg_bytes", where),
+            tp=_int(d, "tp", where, minimum=1),
+            latency_s=_num(d, "latency_s", where, strict=True),
+            spread_s=_num(d, "spread_s", where, optional=True),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"msg_bytes": self.msg_bytes, "tp": self.tp, "latency_s": self.latency_s, "spread_s": self.spread_s}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduceFit:
+    """α-β all-reduce model fitted at TP degree ``tp`` (see :mod:`specmodel.model.allreduce`)."""
+
+    alpha_s: float
+    beta_bytes_per_s: float
+    tp: int
+    algorithm: str = "ring"
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.alpha_s) or self.alpha_s < 0:
+            raise SpecmodelError("allreduce_fit: alpha_s must be finite and >= 0")
+        if not math.isfinite(self.beta_bytes_per_s) or self.beta_bytes_per_s <= 0:
+            raise SpecmodelError("allreduce_fit: beta_bytes_per_s must be finite and > 0")
+        if self.tp < 1:
+            raise SpecmodelError("allreduce_fit: tp must be >= 1")
+        if self.algorithm not in ("ring", "oneshot", "twoshot"):
+            raise SpecmodelError(f"allreduce_fit: algorithm: unknown {self.algorithm!r} (ring, oneshot, twoshot)")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> AllReduceFit:
+        if not isinstance(d, Mapping):
+            raise SpecmodelError(f"{where}: expected an object")
+        algo = d.get("algorithm", "ring")
+        if not isinstance(algo, str):
+            raise SpecmodelError(f"{where}: algorithm: expected a string")
+        return cls(
+            alpha_s=_num(d, "alpha_s", where),
+            beta_bytes_per_s=_num(d, "beta_bytes_per_s", where, strict=True),
+            tp=_int(d, "tp", where, minimum=1),
+            algorithm=algo,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"alpha_s": self.alpha_s, "beta_bytes_per_s": self.beta_bytes_per_s, "tp": self.tp,
+                "algorithm": self.algorithm}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecConfig:
+    """Speculative-decoding shape (SGLang names).
+
+    ``steps`` = ``--speculative-num-steps`` (draft depth), ``topk`` =
+    ``--speculative-eagle-topk`` (branching), ``num_draft_tokens`` =
+    ``--speculative-num-draft-tokens`` (tokens verified per request, root included).
+    At most ``steps + 1`` tokens are emitted per verify step (bonus token included).
+    """
+
+    algorithm: str = "EAGLE3"
+    steps: int = 3
+    topk: int = 1
+    num_draft_tokens: int = 4
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise SpecmodelError(f"spec.steps: must be >= 1, got {self.steps}")
+        if self.topk < 1:
+            raise SpecmodelError(f"spec.topk: must be >= 1, got {self.topk}")
+        if self.num_draft_tokens < 2:
+            raise SpecmodelError(f"spec.num_draft_tokens: must be >= 2, got {self.num_draft_tokens}")
+        if self.topk == 1 and self.num_draft_tokens > self.steps + 1:
+            raise SpecmodelError(
+                f"spec.num_draft_tokens: with topk 1 at most steps + 1 = {self.steps + 1}, got {self.num_draft_tokens}"
+            )
+        if self.num_draft_tokens > self.steps * self.topk + 1:
+            raise SpecmodelError(
+                f"spec.num_draft_tokens: at most steps*topk + 1 = {self.steps * self.topk + 1}, got {self.num_draft_tokens}"
+            )
+
+    @property
+    def max_accept_tokens(self) -> int:
+        """Largest tokens/step a verify can emit: every draft accepted, plus the bonus."""
+        return self.steps + 1
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> SpecConfig:
+        algo = d.get("algorithm", "EAGLE3")
+        if not isinstance(algo, str):
+            raise SpecmodelError(f"{where}: algorithm: expected a string")
+        return cls(
+            algorithm=algo,
+            steps=_int(d, "steps", where, minimum=1, optional=True, default=3),
+            topk=_int(d, "topk", where, minimum=1, optional=True, default=1),
+            num_draft_tokens=_int(d, "num_draft_tokens", where, minimum=2, optional=True, default=4),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "steps": self.steps, "topk": self.topk,
+                "num_draft_tokens": self.num_draft_tokens}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A validated profile. Construct via :func:`load_profile` / :func:`profile_from_dict`."""
+
+    name: str
+    source: dict[str, Any]
+    tp: int
+    costs: tuple[CostRow, ...]
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    backend: str = ""
+    overhead_s: float = 0.0
+    allreduce_points: tuple[AllReducePoint, ...] = ()
+    allreduce_fit: AllReduceFit | None = None
+    notes: tuple[str, ...] = ()
+    path: str = ""  # where it was loaded from; not serialised
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecmodelError("profile: name: must not be empty")
+        if self.tp < 1:
+            raise SpecmodelError(f"profile: tp: must be >= 1, got {self.tp}")
+        if not math.isfinite(self.overhead_s) or self.overhead_s < 0:
+            raise SpecmodelError(f"profile: overhead_s: must be finite and >= 0, got {self.overhead_s}")
+        if not any(r.kind == "decode" for r in self.costs):
+            raise SpecmodelError("profile: costs: needs at least one 'decode' row (the baseline step)")
+        seen: set[tuple[str, int, int]] = set()
+        for r in self.costs:
+            key = (r.kind, r.batch, r.tokens)
+            if key in seen:
+                raise SpecmodelError(f"profile: costs: duplicate row {r.kind}(batch={r.batch}, tokens={r.tokens})")
+            seen.add(key)
+
+    @property
+    def source_kind(self) -> str:
+        return str(self.source.get("kind", "unknown"))
+
+    @property
+    def label(self) -> str:
+        """One line saying what this profile is and how far to trust it."""
+        desc = self.source.get("description")
+        return str(desc) if desc else f"{self.source_kind} profile"
+
+    def rows(self, kind: str) -> tuple[CostRow, ...]:
+        return tuple(r for r in self.costs if r.kind == kind)
+
+    def has(self, kind: str) -> bool:
+        return any(r.kind == kind for r in self.costs)
+
+    def with_costs(self, costs: tuple[CostRow, ...] | list[CostRow]) -> Profile:
+        return replace(self, costs=tuple(costs))
+
+
+def profile_to_dict(p: Profile) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": PROFILE_SCHEMA,
+        "schema_version": PROFILE_SCHEMA_VERSION,
+        "name": p.name,
+        "source": p.source,
+        "hardware": p.hardware,
+        "model": p.model,
+        "tp": p.tp,
+        "backend": p.backend,
+        "spec": p.spec.to_dict(),
+        "overhead_s": p.overhead_s,
+        "costs": [r.to_dict() for r in p.costs],
+        "allreduce_points": [a.to_dict() for a in p.allreduce_points],
+        "allreduce_fit": p.allreduce_fit.to_dict() if p.allreduce_fit else None,
+        "notes": list(p.notes),
+    }
+    return out
+
+
+def profile_from_dict(d: Any, where: str = "profile") -> Profile:
+    """Validate a decoded JSON object and build a :class:`Profile`. ``where`` names the file."""
+    if not isinstance(d, dict):
+        raise SpecmodelError(f"{where}: expected a JSON object at top level")
+    if d.get("schema") != PROFILE_SCHEMA:
+        raise SpecmodelError(f"{where}: schema: expected {PROFILE_SCHEMA!r}, got {d.get('schema')!r} (not a specmodel profile)")
+    ver = d.get("schema_version")
+    if ver != PROFILE_SCHEMA_VERSION:
+        raise SpecmodelError(
+            f"{where}: schema_version: this specmodel reads version {PROFILE_SCHEMA_VERSION}, file has {ver!r}"
+        )
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecmodelError(f"{where}: name: missing or not a string")
+    costs_raw = d.get("costs")
+    if not isinstance(costs_raw, list) or not costs_raw:
+        raise SpecmodelError(f"{where}: costs: missing or empty list")
+    costs = tuple(CostRow.from_dict(c, f"{where}: costs[{i}]") for i, c in enumerate(costs_raw))
+    pts_raw = d.get("allreduce_points") or []
+    if not isinstance(pts_raw, list):
+        raise SpecmodelError(f"{where}: allreduce_points: expected a list")
+    pts = tuple(AllReducePoint.from_dict(x, f"{where}: allreduce_points[{i}]") for i, x in enumerate(pts_raw))
+    fit_raw = d.get("allreduce_fit")
+    fit = AllReduceFit.from_dict(fit_raw, f"{where}: allreduce_fit") if fit_raw else None
+    spec_raw = d.get("spec") or {}
+    if not isinstance(spec_raw, dict):
+        raise SpecmodelError(f"{where}: spec: expected an object")
+    notes = d.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise SpecmodelError(f"{where}: notes: expected a list of strings")
+    backend = d.get("backend", "")
+    if not isinstance(backend, str):
+        raise SpecmodelError(f"{where}: backend: expected a string")
+    try:
+        return Profile(
+            name=name,
+            source=_dict(d, "source", where),
+            hardware=_dict(d, "hardware", where),
+            model=_dict(d, "model", where),
+            tp=_int(d, "tp", where, minimum=1),
+            backend=backend,
+            spec=SpecConfig.from_dict(spec_raw, f"{where}: spec"),
+            overhead_s=_num(d, "overhead_s", where, optional=True),
+            costs=costs,
+            allreduce_points=pts,
+            allreduce_fit=fit,
+            notes=tuple(notes),
+            path=where,
+        )
+    except SpecmodelError as exc:
+        msg = str(exc)
+        raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def resolve_profile_path(path: str | Path) -> Path:
+    """A profile argument may name ``profile.json`` or the directory holding it."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "profile.json"
+    return p
+
+
+def load_profile(path: str | Path) -> Profile:
+    p = resolve_profile_path(path)
+    return profile_from_dict(read_json(p), str(p))
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    """Atomically write ``profile`` (to ``path``/profile.json when ``path`` is a directory)."""
+    p = Path(path)
+    if p.suffix != ".json":
+        p = p / "profile.json"
+    # Round-trip validation: never write something we could not read back.
+    d = profile_to_dict(profile)
+    profile_from_dict(d, str(p))
+    return atomic_write_json(p, d)

@@ -1,0 +1,40 @@
+"""Shared test helpers: run the installed ``specmodel`` command in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+REFERENCE = REPO / "specmodel" / "reference" / "kimi-k2.5-int4-tp8-pcie"
+
+
+def specmodel_exe() -> list[str]:
+    exe = Path(sys.executable).parent / "specmodel"
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-m", "specmodel.cli"]
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ)
+    e.setdefault("PYTHONUNBUFFERED", "1")
+    if env:
+        e.update(env)
+    return subprocess.run(specmodel_exe() + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def reference_profile() -> Path:
+    return REFERENCE
