@@ -1,0 +1,1 @@
+"""Measuring: the TP profiler, the annotation seam, the SGLang hook."""

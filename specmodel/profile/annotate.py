@@ -1,0 +1,124 @@
+"""The one annotation seam: an NVTX range + a torch.profiler ``record_function`` span per phase,
+and a stopwatch that uses CUDA events on a GPU and ``perf_counter`` on the CPU.
+
+Used by ``specmodel profile`` (the TP runner) and the SGLang hook alike, so a phase looks the
+same in Nsight Systems, in a Kineto trace and in our own JSONL. GPU-only calls live here and
+nowhere else; everything degrades to no-ops / CPU timing without CUDA.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+#: Phase kinds (same vocabulary as the profile's cost rows).
+PHASES = ("decode", "verify", "draft", "draft_extend", "extend", "allreduce", "idle")
+
+_LABEL_RE = re.compile(r"^specmodel\.(?P<kind>[a-z_]+)\[bs=(?P<batch>\d+),toks=(?P<tokens>\d+)\]$")
+
+
+def phase_label(kind: str, batch: int, tokens: int) -> str:
+    """``specmodel.verify[bs=1,toks=4]``: parseable back by :func:`parse_phase_label`."""
+    return f"specmodel.{kind}[bs={batch},toks={tokens}]"
+
+
+def parse_phase_label(name: str) -> tuple[str, int, int] | None:
+    m = _LABEL_RE.match(name)
+    if not m:
+        return None
+    return m.group("kind"), int(m.group("batch")), int(m.group("tokens"))
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # the seam must work (as a no-op) without torch
+        return None
+    return torch
+
+
+def cuda_available() -> bool:
+    t = _torch()
+    return bool(t is not None and t.cuda.is_available())
+
+
+@contextmanager
+def phase(label: str, *, nvtx: bool = True, record: bool = True) -> Iterator[None]:
+    """Annotate a span: NVTX range (GPU only; visible in Nsight Systems) + record_function
+    (visible in torch.profiler/Kineto traces as a ``user_annotation``)."""
+    t = _torch()
+    pushed = False
+    rf = None
+    if t is not None:
+        if nvtx and t.cuda.is_available():
+            t.cuda.nvtx.range_push(label)
+            pushed = True
+        if record:
+            rf = t.autograd.profiler.record_function(label)
+            rf.__enter__()
+    try:
+        yield
+    finally:
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        if pushed:
+            t.cuda.nvtx.range_pop()
+
+
+@dataclass
+class Stopwatch:
+    """Times a span on the device that runs it.
+
+    On CUDA, two events on the current stream (asynchronous work such as CUDA-graph replays
+    is timed correctly; ``elapsed_s`` synchronises on the end event). On the CPU,
+    ``perf_counter`` (gloo collectives are synchronous from the caller's view).
+    """
+
+    use_cuda: bool = False
+    _start: Any = None
+    _end: Any = None
+    _t0: float = 0.0
+    _t1: float = 0.0
+
+    @classmethod
+    def for_device(cls, device: Any = None) -> Stopwatch:
+        dev_type = getattr(device, "type", str(device) if device is not None else "")
+        return cls(use_cuda=dev_type.startswith("cuda") and cuda_available())
+
+    def start(self) -> None:
+        if self.use_cuda:
+            t = _torch()
+            self._start = t.cuda.Event(enable_timing=True)
+            self._end = t.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.use_cuda:
+            self._end.record()
+        else:
+            self._t1 = time.perf_counter()
+
+    @property
+    def elapsed_s(self) -> float:
+        if self.use_cuda:
+            self._end.synchronize()
+            return float(self._start.elapsed_time(self._end)) / 1e3  # CUDA events report ms
+        return self._t1 - self._t0
+
+
+@contextmanager
+def timed_phase(label: str, device: Any = None, *, nvtx: bool = True, record: bool = True) -> Iterator[Stopwatch]:
+    """``phase`` + ``Stopwatch`` in one: ``with timed_phase(lbl, dev) as sw: ...; sw.elapsed_s``."""
+    sw = Stopwatch.for_device(device)
+    with phase(label, nvtx=nvtx, record=record):
+        sw.start()
+        try:
+            yield sw
+        finally:
+            sw.stop()
