@@ -1,0 +1,1 @@
+"""Reading the real world: Kineto traces, server logs, nccl-tests output."""
