@@ -306,10 +306,10 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
                 require_finite(flag, v, minimum=0.0, maximum=1.0)
             else:
                 require_finite(flag, v, minimum=0.0)
-    batch = int(kw.get("batch") or 1)
+    batch = int(kw["batch"]) if kw.get("batch") is not None else 1
     if batch < 1:
         raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
-    gen = int(kw.get("gen_tokens") or 256)
+    gen = int(kw["gen_tokens"]) if kw.get("gen_tokens") is not None else 256
     if gen < 1:
         raise SpecmodelError(f"--gen-tokens: must be >= 1, got {gen}")
     tp = kw.get("tp")

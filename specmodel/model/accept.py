@@ -13,8 +13,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from specmodel.errors import SpecmodelError
 
 CONVENTIONS = ("tokens", "drafts")
@@ -52,10 +50,9 @@ class AcceptDist:
     def __post_init__(self) -> None:
         if len(self.probs) < 1:
             raise SpecmodelError("accept distribution: needs at least one probability")
-        arr = np.asarray(self.probs, dtype=float)
-        if not np.all(np.isfinite(arr)) or np.any(arr < -1e-12):
+        if not all(math.isfinite(p) and p >= -1e-12 for p in self.probs):
             raise SpecmodelError("accept distribution: probabilities must be finite and >= 0")
-        total = float(arr.sum())
+        total = math.fsum(self.probs)
         if abs(total - 1.0) > 1e-6:
             raise SpecmodelError(f"accept distribution: probabilities sum to {total:.6g}, expected 1")
         if self.convention not in CONVENTIONS:
@@ -68,18 +65,18 @@ class AcceptDist:
         return len(self.probs)
 
     @property
-    def support(self) -> np.ndarray:
-        return np.arange(1, len(self.probs) + 1, dtype=float)
+    def support(self) -> tuple[int, ...]:
+        return tuple(range(1, len(self.probs) + 1))
 
     @property
     def mean_tokens(self) -> float:
         """E[A] = Σ j·P(A=j)."""
-        return float(np.dot(self.support, self.probs))
+        return math.fsum(j * p for j, p in zip(self.support, self.probs))
 
     @property
     def var_tokens(self) -> float:
         m = self.mean_tokens
-        return float(np.dot((self.support - m) ** 2, self.probs))
+        return math.fsum((j - m) ** 2 * p for j, p in zip(self.support, self.probs))
 
     @property
     def std_tokens(self) -> float:
@@ -90,8 +87,8 @@ class AcceptDist:
 
     def per_position_rates(self) -> tuple[float, ...]:
         """Unconditional P(draft i accepted) = P(A >= i+1), i = 1..K-1 (vLLM's per-position rates)."""
-        tail = np.cumsum(np.asarray(self.probs)[::-1])[::-1]  # tail[j-1] = P(A >= j)
-        return tuple(float(x) for x in tail[1:])
+        tail = [math.fsum(self.probs[j:]) for j in range(len(self.probs))]  # tail[j-1] = P(A >= j)
+        return tuple(tail[1:])
 
 
 def _check_max_tokens(max_tokens: int) -> None:

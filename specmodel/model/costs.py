@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import CostRow, Profile
 
@@ -38,26 +36,34 @@ class ForwardCost:
 ZERO_COST = ForwardCost(kind="none", tokens=0, total_s=0.0, allreduce_s=0.0, compute_s=0.0, other_s=0.0)
 
 
-def _aggregate(rows: tuple[CostRow, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Collapse rows to one point per token count (mean over batch splits); components (ar, comp, other)."""
+Components = tuple[float, float, float]  # (allreduce_s, compute_s, other_s)
+
+
+def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components]]:
+    """Collapse rows to one point per token count (mean over batch splits)."""
     by_tok: dict[int, list[CostRow]] = {}
     for r in rows:
         by_tok.setdefault(r.tokens, []).append(r)
-    toks = np.array(sorted(by_tok), dtype=float)
-    comps = np.array([[np.mean([getattr(r, c) for r in by_tok[int(t)]]) for c in ("allreduce_s", "compute_s", "other_s")]
-                      for t in toks])
-    return toks, comps
+    toks = sorted(by_tok)
+    comps: list[Components] = []
+    for t in toks:
+        rs = by_tok[t]
+        comps.append((sum(r.allreduce_s for r in rs) / len(rs), sum(r.compute_s for r in rs) / len(rs),
+                      sum(r.other_s for r in rs) / len(rs)))
+    return [float(t) for t in toks], comps
 
 
-def _monotone(values: np.ndarray) -> np.ndarray:
-    """Running maximum down the token axis: a forward over more tokens never costs less.
-
-    Measured medians can dip from noise; the model must not reward verifying more tokens.
+def _monotone(values: list[Components]) -> list[Components]:
+    """Running maximum down the token axis, per component: a forward over more tokens never
+    costs less. Measured medians can dip from noise; the model must not reward verifying more.
     """
-    return np.maximum.accumulate(values, axis=0)
+    out: list[Components] = []
+    for v in values:
+        out.append(v if not out else (max(out[-1][0], v[0]), max(out[-1][1], v[1]), max(out[-1][2], v[2])))
+    return out
 
 
-def interpolate(toks: np.ndarray, comps: np.ndarray, n: float) -> tuple[np.ndarray, bool]:
+def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[Components, bool]:
     """Piecewise-linear interpolation of each component at ``n`` tokens.
 
     Below the first point: the first point (a forward has a fixed floor: kernel launches,
@@ -66,11 +72,18 @@ def interpolate(toks: np.ndarray, comps: np.ndarray, n: float) -> tuple[np.ndarr
     """
     comps = _monotone(comps)
     if len(toks) == 1 or n <= toks[0]:
-        return comps[0].copy(), bool(n > toks[-1])
-    if n <= toks[-1]:
-        return np.array([np.interp(n, toks, comps[:, c]) for c in range(comps.shape[1])]), False
-    slope = np.maximum((comps[-1] - comps[-2]) / (toks[-1] - toks[-2]), 0.0)
-    return comps[-1] + slope * (n - toks[-1]), True
+        return comps[0], n > toks[-1]
+    if n > toks[-1]:
+        x0, x1 = toks[-2], toks[-1]
+        c0, c1 = comps[-2], comps[-1]
+        ext = tuple(c1[i] + max((c1[i] - c0[i]) / (x1 - x0), 0.0) * (n - x1) for i in range(3))
+        return (ext[0], ext[1], ext[2]), True
+    hi = next(i for i, t in enumerate(toks) if t >= n)
+    x0, x1 = toks[hi - 1], toks[hi]
+    c0, c1 = comps[hi - 1], comps[hi]
+    w = (n - x0) / (x1 - x0)
+    lin = tuple(c0[i] + w * (c1[i] - c0[i]) for i in range(3))
+    return (lin[0], lin[1], lin[2]), False
 
 
 def forward_cost(profile: Profile, kind: str, tokens: float) -> ForwardCost:

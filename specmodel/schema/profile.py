@@ -146,6 +146,14 @@ class CostRow:
         kind = d.get("kind")
         if not isinstance(kind, str):
             raise SpecmodelError(f"{where}: kind: missing or not a string")
+        try:
+            return cls._build(d, kind, where)
+        except SpecmodelError as exc:
+            msg = str(exc)
+            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+    @classmethod
+    def _build(cls, d: Mapping[str, Any], kind: str, where: str) -> CostRow:
         return cls(
             kind=kind,
             batch=_int(d, "batch", where, minimum=1),

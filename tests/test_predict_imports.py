@@ -1,0 +1,17 @@
+"""`predict` runs on a laptop without torch: its import path must stay free of heavy modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_predict_path_imports_no_torch_matplotlib_pandas():
+    code = (
+        "import sys\nfrom specmodel.cli import main\n"
+        "sys.argv=['specmodel','predict','--accept-len','3.2']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in ('torch','matplotlib','pandas','scipy') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specmodel.errors import SpecmodelError
+from specmodel.schema import load_profile, profile_from_dict, profile_to_dict, save_profile
+
+from .conftest import REFERENCE
+
+
+@pytest.fixture
+def ref_dict():
+    return json.loads((REFERENCE / "profile.json").read_text())
+
+
+def test_round_trip(tmp_path):
+    p = load_profile(REFERENCE)
+    out = save_profile(p, tmp_path / "x")
+    assert out == tmp_path / "x" / "profile.json"
+    q = load_profile(tmp_path / "x")
+    assert profile_to_dict(q) == profile_to_dict(p)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(schema="something.else"), "schema"),
+    (lambda d: d.update(schema_version=99), "schema_version"),
+    (lambda d: d.pop("costs"), "costs"),
+    (lambda d: d["costs"][0].update(total_s=-1.0), r"costs\[0\].*total_s"),
+    (lambda d: d["costs"][0].update(allreduce_s="fast"), r"costs\[0\].*allreduce_s"),
+    (lambda d: d["costs"][0].update(kind="prefill"), "kind"),
+    (lambda d: d["costs"][0].update(compute_s=1.0), "does not add up"),
+    (lambda d: d.update(tp=0), "tp"),
+    (lambda d: d["spec"].update(num_draft_tokens=9), "num_draft_tokens"),
+    (lambda d: d.update(costs=[c for c in d["costs"] if c["kind"] != "decode"]), "decode"),
+    (lambda d: d["costs"].append(dict(d["costs"][0])), "duplicate"),
+    (lambda d: d.update(overhead_s=math.inf), "overhead_s"),
+])
+def test_validation_names_the_field(ref_dict, mutate, match):
+    mutate(ref_dict)
+    with pytest.raises(SpecmodelError, match=match) as ei:
+        profile_from_dict(ref_dict, "some/profile.json")
+    assert str(ei.value).startswith("some/profile.json")
+    assert "\n" not in str(ei.value)
+
+
+def test_failed_save_leaves_previous_file_untouched(tmp_path, ref_dict):
+    p = load_profile(REFERENCE)
+    path = save_profile(p, tmp_path)
+    before = path.read_bytes()
+    bad = p.with_costs(list(p.costs))
+    object.__setattr__(bad, "overhead_s", float("nan"))  # corrupt after validation
+    with pytest.raises((SpecmodelError, ValueError)):
+        save_profile(bad, tmp_path)
+    assert path.read_bytes() == before
+    assert [f.name for f in tmp_path.iterdir()] == ["profile.json"]  # no temp files left behind
+
+
+def test_load_errors_are_one_line(tmp_path):
+    (tmp_path / "profile.json").write_text("{not json")
+    with pytest.raises(SpecmodelError, match="invalid JSON"):
+        load_profile(tmp_path)
+    with pytest.raises(SpecmodelError, match="not found"):
+        load_profile(tmp_path / "nope")
