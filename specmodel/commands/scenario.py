@@ -92,9 +92,8 @@ def parse_histogram(text: str) -> dict[int, float]:
             obj = None
         if isinstance(obj, dict):
             items = list(obj.items())
-        elif isinstance(obj, list):
-            items = [(i, c) for i, c in enumerate(obj)]
-            raise SpecmodelError(f"{where}: a JSON histogram must be an object {{value: count}}, not a list")
+        elif obj is not None:
+            raise SpecmodelError(f"{where}: a JSON histogram must be an object {{value: count}}")
         else:
             items = []
             for i, row in enumerate(csv.reader(raw.splitlines())):

@@ -71,12 +71,12 @@ class AcceptDist:
     @property
     def mean_tokens(self) -> float:
         """E[A] = Σ j·P(A=j)."""
-        return math.fsum(j * p for j, p in zip(self.support, self.probs))
+        return math.fsum(j * p for j, p in zip(self.support, self.probs, strict=True))
 
     @property
     def var_tokens(self) -> float:
         m = self.mean_tokens
-        return math.fsum((j - m) ** 2 * p for j, p in zip(self.support, self.probs))
+        return math.fsum((j - m) ** 2 * p for j, p in zip(self.support, self.probs, strict=True))
 
     @property
     def std_tokens(self) -> float:
