@@ -1,0 +1,160 @@
+"""Read safetensors *headers* and single small tensors, never a whole checkpoint.
+
+Format (https://github.com/huggingface/safetensors, "Format"): 8 bytes little-endian u64 N,
+then N bytes of UTF-8 JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+"__metadata__": {...}}``, then the raw byte buffer; offsets are relative to the buffer.
+The header is parsed here (not by the library) so a broken file gets a precise one-line
+error, and a multi-GB shard costs one small read. Tensors (``d2t``, ``t2d``) are then read
+with ``safetensors.safe_open(..., framework="numpy")``, which maps only that tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specmodel.errors import SpecmodelError
+
+#: bytes per element of each safetensors dtype (the spec's list; F4/F6 packed types omitted).
+DTYPE_BYTES: dict[str, int] = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+INT_DTYPES = frozenset({"U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"})
+FLOAT_DTYPES = frozenset({"F8_E5M2", "F8_E4M3", "F8_E8M0", "F16", "BF16", "F32", "F64"})
+
+#: A header larger than this is not a real header (the spec caps it at 100 MB).
+MAX_HEADER_BYTES = 100_000_000
+INDEX_NAME = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorInfo:
+    """One tensor as its file's header describes it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def read_header(path: str | Path) -> dict[str, TensorInfo]:
+    """Parse one file's header; any defect raises SpecmodelError naming the file and tensor."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise SpecmodelError(f"{p}: unreadable safetensors header (file is {size} bytes, shorter than the 8-byte length)")
+            (n,) = struct.unpack("<Q", head)
+            if n == 0 or n > MAX_HEADER_BYTES or n > size - 8:
+                raise SpecmodelError(f"{p}: unreadable safetensors header (declared length {n} bytes, file is {size} bytes)")
+            raw = fh.read(n)
+    except OSError as exc:
+        raise SpecmodelError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecmodelError(f"{p}: unreadable safetensors header (not JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise SpecmodelError(f"{p}: unreadable safetensors header (expected a JSON object)")
+    buffer_len = size - 8 - n
+    out: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        out[name] = _tensor_info(p, name, entry, buffer_len)
+    return out
+
+
+def _tensor_info(p: Path, name: str, entry: Any, buffer_len: int) -> TensorInfo:
+    where = f"{p}: unreadable safetensors header: tensor {name!r}"
+    if not isinstance(entry, dict):
+        raise SpecmodelError(f"{where}: expected an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_BYTES:
+        raise SpecmodelError(f"{where}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise SpecmodelError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+        raise SpecmodelError(f"{where}: data_offsets must be [begin, end], got {offsets!r}")
+    begin, end = offsets
+    want = math.prod(shape) * DTYPE_BYTES[dtype]
+    if not 0 <= begin <= end <= buffer_len:
+        raise SpecmodelError(f"{where}: data_offsets {offsets} outside the {buffer_len}-byte data section (truncated file?)")
+    if end - begin != want:
+        raise SpecmodelError(f"{where}: data_offsets span {end - begin} bytes, {dtype}{shape} needs {want}")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), file=p)
+
+
+def read_checkpoint_headers(directory: str | Path) -> dict[str, TensorInfo]:
+    """All tensors of a checkpoint directory, from headers only.
+
+    Sharded checkpoints: ``model.safetensors.index.json``'s ``weight_map`` says which file
+    holds each tensor (the index is authoritative, stray files are ignored). Otherwise every
+    ``*.safetensors`` file in the directory.
+    """
+    d = Path(directory)
+    index = d / INDEX_NAME
+    if not index.exists():
+        candidates = sorted(d.glob("*.safetensors.index.json"))
+        index = candidates[0] if len(candidates) == 1 else index
+    if index.exists():
+        return _from_index(d, index)
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise SpecmodelError(f"{d}: no *.safetensors files (only safetensors checkpoints are supported)")
+    out: dict[str, TensorInfo] = {}
+    for f in files:
+        for name, info in read_header(f).items():
+            if name in out:
+                raise SpecmodelError(f"{d}: tensor {name!r} is in both {out[name].file.name} and {f.name}")
+            out[name] = info
+    return out
+
+
+def _from_index(d: Path, index: Path) -> dict[str, TensorInfo]:
+    from specmodel.io import read_json
+
+    doc = read_json(index)
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not wm or not all(isinstance(v, str) for v in wm.values()):
+        raise SpecmodelError(f"{index}: weight_map must be a non-empty object of tensor name -> file name")
+    headers: dict[str, dict[str, TensorInfo]] = {}
+    out: dict[str, TensorInfo] = {}
+    for name, fname in wm.items():
+        if fname not in headers:
+            f = d / fname
+            if not f.is_file():
+                raise SpecmodelError(f"{index}: weight_map names {fname!r}, which is not in {d}")
+            headers[fname] = read_header(f)
+        info = headers[fname].get(name)
+        if info is None:
+            raise SpecmodelError(f"{index}: weight_map puts {name!r} in {fname}, but that file's header has no such tensor")
+        out[name] = info
+    return out
+
+
+def load_tensor(info: TensorInfo) -> np.ndarray:
+    """Read one tensor (only its bytes) as numpy; BF16/F8 are not needed here and not supported."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(info.file), framework="numpy") as fh:
+            return np.asarray(fh.get_tensor(info.name))
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise SpecmodelError(f"{info.file}: cannot read tensor {info.name!r} ({exc})") from None
