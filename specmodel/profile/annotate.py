@@ -104,6 +104,13 @@ class Stopwatch:
         else:
             self._t1 = time.perf_counter()
 
+    def ready(self) -> bool:
+        """True once :attr:`elapsed_s` can be read without waiting (CUDA: the end event has
+        completed; never synchronises, so a hook can resolve timings off the hot path)."""
+        if self.use_cuda:
+            return bool(self._end is not None and self._end.query())
+        return True
+
     @property
     def elapsed_s(self) -> float:
         if self.use_cuda:

@@ -1,0 +1,728 @@
+"""The SGLang forward-pass hook: every forward a TP worker runs, annotated and timed per phase.
+
+``install()`` wraps, by name and only where found:
+
+* ``ModelRunner.forward`` (target and drafter runners; eager forwards and the target's
+  CUDA-graph replays go through it);
+* ``EAGLEDraftCudaGraphRunner.execute`` (0.5.23) or ``.replay`` (0.5.5), and the same on
+  ``EAGLEDraftExtendCudaGraphRunner``: the drafter's CUDA-graph replays bypass
+  ``ModelRunner.forward``.
+
+Each call is wrapped in the annotation seam (:func:`specmodel.profile.annotate.phase`: NVTX
+range + ``record_function`` span ``specmodel.<phase>[bs=..,toks=..]``) and timed with a
+:class:`~specmodel.profile.annotate.Stopwatch` (CUDA events on a GPU, recorded on the stream
+and resolved later by a background thread, so the hot path never synchronises;
+``perf_counter`` on the CPU). One JSON line per forward goes to ``<dir>/rank<k>.jsonl``
+(appended, one ``write`` per line), preceded by one ``meta`` line per process.
+
+Phases come from ``forward_batch.forward_mode.name`` (member values shift between versions):
+TARGET_VERIFY → verify; DECODE → draft on the drafter's runner (``is_draft_worker``), decode
+on the target; DRAFT_EXTEND/DRAFT_EXTEND_V2 → draft_extend; EXTEND/MIXED/SPLIT_PREFILL →
+extend; IDLE → not recorded; anything else → one warning, not recorded.
+
+Never crashes the server: a class or method that is not there gives one warning line naming
+the SGLang version and the member, and that member stays unpatched; a failure inside the hook
+disables recording for that call and is logged once. The original method's own exceptions
+propagate untouched.
+
+Modules not yet imported when ``install()`` runs are patched when they are imported (a
+``sys.meta_path`` finder), which is how ``specmodel sglang`` patches TP workers spawned by
+the server: its ``sitecustomize`` shim calls ``install()`` in every Python process.
+
+Reading back: :func:`read_forward_log` (validated; a truncated last line is ignored with a
+warning) and :func:`summarize` (median per phase × batch × tokens → a :class:`Profile`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+
+log = logging.getLogger("specmodel.sglang")
+
+#: Environment variable naming the output directory (set by ``specmodel sglang --out``).
+ENV_DIR = "SPECMODEL_SGLANG_DIR"
+DEFAULT_DIR = "sglang-forward"
+LINE_SCHEMA = "specmodel.sglang_forward"
+LINE_SCHEMA_VERSION = 1
+
+MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+DRAFT_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
+DRAFT_EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One member to wrap: ``module.cls`` and the first of ``methods`` that the class has."""
+
+    module: str
+    cls: str
+    methods: tuple[str, ...]
+    role: str  # "model_runner" | "draft" | "draft_extend"
+    what: str  # what the user loses when it is missing
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.cls}"
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(module=MODEL_RUNNER_MODULE, cls="ModelRunner", methods=("forward",), role="model_runner",
+           what="no forward will be timed"),
+    # 0.5.23 (eagle_worker_v2) calls .execute; 0.5.5 calls .replay. execute first: where a
+    # version has both, replay may wrap execute and would be counted twice.
+    Target(module=DRAFT_RUNNER_MODULE, cls="EAGLEDraftCudaGraphRunner", methods=("execute", "replay"),
+           role="draft", what="draft CUDA-graph replays will not be timed"),
+    Target(module=DRAFT_EXTEND_RUNNER_MODULE, cls="EAGLEDraftExtendCudaGraphRunner", methods=("execute", "replay"),
+           role="draft_extend", what="draft-extend CUDA-graph replays will not be timed"),
+)
+
+#: ForwardMode name -> phase (``None``: deliberately not recorded). "DECODE" depends on the runner.
+MODE_PHASES: dict[str, str | None] = {
+    "TARGET_VERIFY": "verify",
+    "DRAFT_EXTEND": "draft_extend",
+    "DRAFT_EXTEND_V2": "draft_extend",
+    "EXTEND": "extend",
+    "MIXED": "extend",
+    "SPLIT_PREFILL": "extend",
+    "DLLM_EXTEND": "extend",  # 0.5.23, diffusion LLMs
+    "IDLE": None,
+    "PREBUILT": None,  # 0.5.23, disaggregated decode: KV arrived, no model forward of its own
+}
+
+
+def phase_for_mode(mode_name: str, *, is_draft: bool) -> str | None:
+    """Phase of a ``ModelRunner.forward`` call; raises ``KeyError`` for a mode we do not know."""
+    if mode_name == "DECODE":
+        return "draft" if is_draft else "decode"
+    return MODE_PHASES[mode_name]
+
+
+# --------------------------------------------------------------------------- state
+
+
+class _State:
+    """Per-process hook state: output file, pending timings, patched members, warnings."""
+
+    def __init__(self) -> None:
+        self.out_dir: Path | None = None
+        self.fd: int | None = None
+        self.path: Path | None = None
+        self.pending: deque[tuple[dict[str, Any], Any]] = deque()
+        self.lock = threading.Lock()
+        self.patched: dict[tuple[str, str], tuple[type, str, Any]] = {}  # (module, cls) -> (cls, method, original)
+        self.warned: set[str] = set()
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.finder: _PatchOnImport | None = None
+        self.atexit = False
+        self.tls = threading.local()
+
+
+_STATE = _State()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key in _STATE.warned:
+        return
+    _STATE.warned.add(key)
+    # stderr directly, not logging: the server's logging config must not hide it
+    print(f"specmodel sglang hook: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def sglang_version() -> str:
+    mod = sys.modules.get("sglang")
+    v = getattr(mod, "__version__", None) if mod is not None else None
+    if isinstance(v, str) and v:
+        return v
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:  # noqa: BLE001 - any failure means "unknown", never a crash
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _rank_of(runner: Any) -> str:
+    r = getattr(runner, "tp_rank", None)
+    if isinstance(r, int):
+        return str(r)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return str(dist.get_rank())
+    except Exception:  # noqa: BLE001
+        pass
+    for env in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(env, "").isdigit():
+            return os.environ[env]
+    return f"pid{os.getpid()}"
+
+
+def _attr(obj: Any, *names: str) -> Any:
+    for n in names:
+        obj = getattr(obj, n, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _meta(runner: Any, rank: str) -> dict[str, Any]:
+    sa = getattr(runner, "server_args", None)
+
+    def sa_get(name: str) -> Any:
+        v = getattr(sa, name, None)
+        return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+
+    spec = None
+    if sa_get("speculative_algorithm"):
+        spec = {"algorithm": sa_get("speculative_algorithm"), "steps": sa_get("speculative_num_steps"),
+                "topk": sa_get("speculative_eagle_topk"), "num_draft_tokens": sa_get("speculative_num_draft_tokens")}
+    tp_size = getattr(runner, "tp_size", None)
+    if not isinstance(tp_size, int):
+        tp_size = sa_get("tp_size")
+    device = str(getattr(runner, "device", "") or "")
+    device_name = ""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            device_name = torch.cuda.get_device_name()
+        except Exception:  # noqa: BLE001
+            pass
+    return {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "meta",
+            "sglang_version": sglang_version(), "pid": os.getpid(), "rank": rank,
+            "tp_size": tp_size if isinstance(tp_size, int) else None, "device": device,
+            "device_name": device_name, "model_path": sa_get("model_path"),
+            "draft_model_path": sa_get("speculative_draft_model_path"), "spec": spec,
+            "started_unix_s": time.time()}
+
+
+def _open(runner: Any) -> None:
+    """Open ``rank<k>.jsonl`` on the first recorded forward of this process."""
+    out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    rank = _rank_of(runner)
+    path = out / f"rank{rank}.jsonl"
+    _STATE.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _STATE.path = path
+    _write_line(_meta(runner, rank))
+    if _STATE.thread is None:
+        _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-sglang-flush", daemon=True)
+        _STATE.thread.start()
+    if not _STATE.atexit:
+        atexit.register(flush, wait=True)
+        _STATE.atexit = True
+
+
+def _write_line(obj: dict[str, Any]) -> None:
+    # one os.write per line on an O_APPEND fd: a crash loses at most the line in flight,
+    # and two processes sharing a file never interleave inside a line
+    if _STATE.fd is not None:
+        os.write(_STATE.fd, (json.dumps(obj, allow_nan=False) + "\n").encode())
+
+
+def flush(wait: bool = False) -> int:
+    """Write every finished timing (``wait``: wait for unfinished CUDA events too). Returns lines written."""
+    n = 0
+    with _STATE.lock:
+        while _STATE.pending:
+            rec, sw = _STATE.pending[0]
+            if not wait and not sw.ready():
+                break  # FIFO on one stream: later ones are not done either
+            _STATE.pending.popleft()
+            try:
+                secs = float(sw.elapsed_s)
+                rec["gpu_s" if sw.use_cuda else "cpu_s"] = secs
+                _write_line(rec)
+                n += 1
+            except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
+                _warn_once("write", f"could not write a timing to {_STATE.path}: {exc}")
+    return n
+
+
+def _flush_loop() -> None:
+    while not _STATE.stop.wait(0.2):
+        flush()
+
+
+# --------------------------------------------------------------------------- wrapping
+
+
+def _tokens(fb: Any, batch: int) -> int:
+    for name in ("input_ids", "positions"):
+        t = getattr(fb, name, None)
+        if t is None:
+            continue
+        numel = getattr(t, "numel", None)
+        if callable(numel):
+            return int(numel())
+        try:
+            return len(t)
+        except TypeError:
+            continue
+    return batch
+
+
+def _capturing(sw_cuda: bool) -> bool:
+    if not sw_cuda:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_current_stream_capturing())
+
+
+def _describe(role: str, member: str, runner_self: Any, fb: Any) -> tuple[str, int, int, int, str, Any] | None:
+    """(phase, batch, tokens, forwards, forward_mode, model_runner) for a call, None = do not record."""
+    batch = int(fb.batch_size)
+    if role == "model_runner":
+        mode = getattr(getattr(fb, "forward_mode", None), "name", None)
+        if not isinstance(mode, str):
+            raise AttributeError("forward_batch.forward_mode has no .name")
+        is_draft = bool(getattr(runner_self, "is_draft_worker", False))
+        try:
+            ph = phase_for_mode(mode, is_draft=is_draft)
+        except KeyError:
+            _warn_once(f"mode:{mode}", f"SGLang {sglang_version()}: ForwardMode.{mode} is not known to specmodel; "
+                                       "those forwards are not recorded")
+            return None
+        if ph is None:
+            return None
+        return ph, batch, _tokens(fb, batch), 1, mode, runner_self
+    mr = getattr(runner_self, "model_runner", None)
+    if role == "draft":
+        # one replay = the whole multi-step draft: steps - 1 drafter forwards of batch × topk tokens
+        topk = getattr(runner_self, "topk", None)
+        steps = getattr(runner_self, "speculative_num_steps", None)
+        topk = topk if isinstance(topk, int) and topk > 0 else 1
+        fwd = steps - 1 if isinstance(steps, int) and steps > 1 else 1
+        return "draft", batch, batch * topk, fwd, "DECODE", mr
+    return "draft_extend", batch, _tokens(fb, batch), 1, "DRAFT_EXTEND", mr
+
+
+def _make_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+    member = f"{target.cls}.{method}"
+    runner_kind = "target" if target.role == "model_runner" else "draft"
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tls = _STATE.tls
+        if getattr(tls, "active", False):  # nested (a replay that calls a wrapped forward): outer wins
+            return orig(self, *args, **kwargs)
+        started = None
+        try:
+            started = _begin(target, member, runner_kind, self, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the hook must never break a forward
+            _warn_once(f"begin:{member}", f"SGLang {sglang_version()}: cannot annotate {member} ({exc!r}); "
+                                          "those calls run unannotated")
+        if started is None:
+            return orig(self, *args, **kwargs)
+        tls.active = True
+        ok = False
+        try:
+            out = orig(self, *args, **kwargs)
+            ok = True
+            return out
+        finally:
+            tls.active = False
+            try:
+                _end(*started, keep=ok)  # a forward that raised is not a timing
+            except Exception as exc:  # noqa: BLE001
+                _warn_once(f"end:{member}", f"SGLang {sglang_version()}: timing {member} failed ({exc!r})")
+
+    wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(orig, "__name__", method)
+    wrapper.__qualname__ = getattr(orig, "__qualname__", member)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]  # inspect.signature sees the original
+    return wrapper
+
+
+def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple[Any, ...],
+           kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
+    from specmodel.profile.annotate import Stopwatch, phase, phase_label
+
+    fb = args[0] if args else kwargs.get("forward_batch")
+    if fb is None:
+        return None
+    desc = _describe(target.role, member, self, fb)
+    if desc is None:
+        return None
+    ph, batch, tokens, forwards, mode, runner = desc
+    sw = Stopwatch.for_device(getattr(runner, "device", None))
+    if _capturing(sw.use_cuda):
+        return None  # events cannot be recorded while a CUDA graph is being captured
+    if _STATE.fd is None:
+        with _STATE.lock:
+            if _STATE.fd is None:
+                _open(runner if runner is not None else self)
+    if target.role == "model_runner" and getattr(self, "is_draft_worker", False):
+        runner_kind = "draft"
+    rec = {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "forward",
+           "phase": ph, "batch": batch, "tokens": tokens, "forwards": forwards,
+           "forward_mode": mode, "runner": runner_kind, "member": member,
+           "t_start_unix_s": time.time()}
+    cm = phase(phase_label(ph, batch, tokens))
+    cm.__enter__()
+    try:
+        sw.start()
+    except BaseException:
+        cm.__exit__(None, None, None)
+        raise
+    return cm, sw, rec
+
+
+def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
+    sw.stop()
+    cm.__exit__(None, None, None)
+    if not keep:
+        return
+    _STATE.pending.append((rec, sw))
+    if not sw.use_cuda and len(_STATE.pending) > 64:
+        flush()  # CPU timings are final at once; keep the queue short without a thread wake-up
+
+
+def _patch_module(mod: ModuleType, target: Target) -> bool:
+    """Wrap ``target`` in ``mod``; warn (once) and leave it alone when it is not there."""
+    key = (target.module, target.cls)
+    if key in _STATE.patched:
+        return True
+    cls = getattr(mod, target.cls, None)
+    if not isinstance(cls, type):
+        _warn_once(f"missing:{target.qualname}",
+                   f"SGLang {sglang_version()}: class {target.qualname} not found; {target.what} (server runs unpatched there)")
+        return False
+    for method in target.methods:
+        orig = getattr(cls, method, None)
+        if callable(orig):
+            if getattr(orig, "__specmodel_wrapped__", None) is not None:
+                return True
+            setattr(cls, method, _make_wrapper(target, method, orig))
+            _STATE.patched[key] = (cls, method, orig)
+            return True
+    _warn_once(f"missing:{target.qualname}.{target.methods}",
+               f"SGLang {sglang_version()}: {target.qualname} has no {' / '.join(target.methods)} method; "
+               f"{target.what} (server runs unpatched there)")
+    return False
+
+
+def _on_import(name: str, mod: ModuleType) -> None:
+    if name == MODEL_RUNNER_MODULE:
+        _warn_spec_v2_bypass()
+    for t in TARGETS:
+        if t.module == name:
+            try:
+                _patch_module(mod, t)
+            except Exception as exc:  # noqa: BLE001
+                _warn_once(f"patch:{t.qualname}", f"SGLang {sglang_version()}: patching {t.qualname} failed ({exc!r})")
+
+
+def _warn_spec_v2_bypass() -> None:
+    """0.5.5's experimental overlap worker (SGLANG_ENABLE_SPEC_V2) runs eager draft steps and the
+    draft-extend through ``model.forward`` directly; nothing we can wrap by name sees them."""
+    fbi = sys.modules.get("sglang.srt.model_executor.forward_batch_info")
+    members = getattr(getattr(fbi, "ForwardMode", None), "__members__", {})
+    if "DRAFT_EXTEND" in members and os.environ.get("SGLANG_ENABLE_SPEC_V2", "").lower() in ("1", "true", "yes"):
+        _warn_once("specv2", f"SGLang {sglang_version()} with SGLANG_ENABLE_SPEC_V2: eager draft steps and "
+                             "draft-extend bypass ModelRunner.forward and are not timed (CUDA-graph replays are)")
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, name: str) -> None:
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _on_import(self._name, module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches a target module right after it is first imported (TP workers import it late)."""
+
+    names = frozenset(t.module for t in TARGETS)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, fullname)
+                return spec
+        return None
+
+
+def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Patch SGLang now (modules already imported) and on import (the rest). Idempotent.
+
+    ``out_dir`` (else ``$SPECMODEL_SGLANG_DIR``, else ``./sglang-forward``) receives
+    ``rank<k>.jsonl``. Returns the members patched so far (``Class.method``).
+    """
+    if out_dir is not None:
+        _STATE.out_dir = Path(out_dir)
+    elif os.environ.get(ENV_DIR):
+        _STATE.out_dir = Path(os.environ[ENV_DIR])
+    for t in TARGETS:
+        mod = sys.modules.get(t.module)
+        if mod is not None:
+            _on_import(t.module, mod)
+    if _STATE.finder is None:
+        _STATE.finder = _PatchOnImport()
+        sys.meta_path.insert(0, _STATE.finder)
+    return patched_members()
+
+
+def patched_members() -> list[str]:
+    return [f"{cls.__name__}.{method}" for cls, method, _ in _STATE.patched.values()]
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (restore originals, flush, close the file). For tests and notebooks."""
+    flush(wait=True)
+    _STATE.stop.set()
+    if _STATE.thread is not None:
+        _STATE.thread.join(timeout=2)
+    for cls, method, orig in _STATE.patched.values():
+        setattr(cls, method, orig)
+    if _STATE.finder is not None and _STATE.finder in sys.meta_path:
+        sys.meta_path.remove(_STATE.finder)
+    if _STATE.fd is not None:
+        os.close(_STATE.fd)
+    if _STATE.atexit:
+        atexit.unregister(flush)
+    _STATE.__init__()  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardLog:
+    """One rank file, validated."""
+
+    path: str
+    meta: tuple[dict[str, Any], ...]
+    forwards: tuple[dict[str, Any], ...]
+    truncated: bool = False
+
+
+_PHASES = ("decode", "verify", "draft", "draft_extend", "extend")
+
+
+def _check_forward(rec: dict[str, Any], where: str) -> None:
+    if rec.get("phase") not in _PHASES:
+        raise SpecmodelError(f"{where}: phase: expected one of {', '.join(_PHASES)}, got {rec.get('phase')!r}")
+    for k in ("batch", "tokens", "forwards"):
+        v = rec.get(k, 1 if k == "forwards" else None)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecmodelError(f"{where}: {k}: expected an integer >= 1, got {v!r}")
+    secs = [k for k in ("gpu_s", "cpu_s") if k in rec]
+    if len(secs) != 1:
+        raise SpecmodelError(f"{where}: expected exactly one of gpu_s / cpu_s")
+    v = rec[secs[0]]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number >= 0, got {v!r}")
+    if rec.get("runner") not in ("target", "draft"):
+        raise SpecmodelError(f"{where}: runner: expected 'target' or 'draft', got {rec.get('runner')!r}")
+
+
+def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
+    """Read one ``rank<k>.jsonl``. A truncated (unterminated, undecodable) last line is ignored
+    with a warning (the process died mid-write); anything else malformed raises
+    :class:`SpecmodelError` naming the file and line."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SpecmodelError(f"{p}: file not found") from None
+    except OSError as exc:
+        raise SpecmodelError(f"{p}: cannot read ({exc.strerror})") from None
+    lines = raw.split(b"\n")
+    metas: list[dict[str, Any]] = []
+    fwds: list[dict[str, Any]] = []
+    truncated = False
+    for i, bline in enumerate(lines, start=1):
+        if not bline.strip():
+            continue
+        where = f"{p}: line {i}"
+        last_unterminated = i == len(lines) and not raw.endswith(b"\n")
+        try:
+            rec = json.loads(bline.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            if last_unterminated:
+                log.warning("%s: truncated last line ignored (the process stopped mid-write)", where)
+                truncated = True
+                continue
+            raise SpecmodelError(f"{where}: not valid JSON") from None
+        if not isinstance(rec, dict):
+            raise SpecmodelError(f"{where}: expected a JSON object")
+        if rec.get("schema") != LINE_SCHEMA:
+            raise SpecmodelError(f"{where}: schema: expected {LINE_SCHEMA!r}, got {rec.get('schema')!r} "
+                                 "(not a specmodel sglang forward log)")
+        if rec.get("schema_version") != LINE_SCHEMA_VERSION:
+            raise SpecmodelError(f"{where}: schema_version: this specmodel reads {LINE_SCHEMA_VERSION}, "
+                                 f"got {rec.get('schema_version')!r}")
+        kind = rec.get("type")
+        if kind == "meta":
+            metas.append(rec)
+        elif kind == "forward":
+            _check_forward(rec, where)
+            fwds.append(rec)
+        else:
+            raise SpecmodelError(f"{where}: type: expected 'meta' or 'forward', got {kind!r}")
+    return ForwardLog(path=str(p), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated)
+
+
+def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    files: list[Path] = []
+    for d in dirs:
+        dp = Path(d)
+        if not dp.is_dir():
+            raise SpecmodelError(f"{dp}: not a directory (expected the --out directory of `specmodel sglang`)")
+        found = sorted(dp.glob("rank*.jsonl"))
+        if not found:
+            raise SpecmodelError(f"{dp}: no rank*.jsonl files (was the server run under `specmodel sglang`?)")
+        files.extend(found)
+    return files
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None) -> Any:
+    """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`.
+
+    Per phase × batch × tokens: ``total_s`` = median over every recorded forward of every rank
+    (a replay covering ``forwards`` drafter forwards counts as ``seconds / forwards`` each),
+    ``spread_s`` = interquartile range. CUDA events time the whole forward, so the all-reduce
+    share is unknown: it is put in ``other_s`` and the notes say so. ``decode`` and ``extend``
+    rows come from the target runner only. Several directories may be combined (e.g. a
+    baseline run for ``decode`` rows and a speculative run for the rest).
+    """
+    from specmodel.schema.profile import CostRow, Profile
+
+    files = log_files(dirs)
+    logs = [read_forward_log(f) for f in files]
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    clocks: set[str] = set()
+    versions: set[str] = set()
+    spec_meta: dict[str, Any] = {}
+    tp_sizes: set[int] = set()
+    ranks: set[str] = set()
+    devices: set[str] = set()
+    models: set[str] = set()
+    draft_fwds: list[int] = []
+    for lg in logs:
+        for m in lg.meta:
+            versions.add(str(m.get("sglang_version")))
+            if isinstance(m.get("tp_size"), int):
+                tp_sizes.add(m["tp_size"])
+            ranks.add(str(m.get("rank")))
+            if m.get("device_name"):
+                devices.add(str(m["device_name"]))
+            if m.get("model_path"):
+                models.add(str(m["model_path"]))
+            if isinstance(m.get("spec"), dict) and not spec_meta:
+                spec_meta = m["spec"]
+        for r in lg.forwards:
+            if r["phase"] in ("decode", "extend") and r["runner"] != "target":
+                continue
+            clock = "gpu_s" if "gpu_s" in r else "cpu_s"
+            clocks.add(clock)
+            n = int(r.get("forwards", 1))
+            if r["phase"] == "draft":
+                draft_fwds.append(n)
+            groups.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
+    where = ", ".join(str(d) for d in dirs)
+    if not groups:
+        raise SpecmodelError(f"{where}: no forwards recorded (the logs hold only meta lines)")
+    if not any(k[0] == "decode" for k in groups):
+        raise SpecmodelError(f"{where}: no target decode forwards recorded; a profile needs the baseline decode "
+                             "step: also run the server without speculative decoding under `specmodel sglang` "
+                             "and pass both directories to --summarize")
+    rows = []
+    for (ph, b, t), xs in sorted(groups.items()):
+        if t < b:
+            continue  # cannot be a cost row (tokens < batch): idle padding artefacts
+        med = _quantile(xs, 0.5)
+        if med <= 0:
+            continue
+        rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=med, allreduce_s=0.0, compute_s=0.0, other_s=med,
+                            spread_s=_quantile(xs, 0.75) - _quantile(xs, 0.25), samples=len(xs)))
+    tp_val = tp if tp is not None else (max(tp_sizes) if tp_sizes else max(1, len(ranks)))
+    spec = _spec_from(spec_meta, groups, draft_fwds)
+    notes = ["Timed with CUDA events around each forward: the all-reduce share is not separable, so all "
+             "time is in other_s (allreduce_s = compute_s = 0); ingest a Kineto trace for the split."
+             if clocks == {"gpu_s"} else
+             "Timed with perf_counter (CPU stand-in or CPU device), not CUDA events: not GPU figures."]
+    if draft_fwds and max(draft_fwds) > 1:
+        notes.append("draft rows: a CUDA-graph replay covers several drafter forwards; each counts as "
+                     "replay seconds / forwards.")
+    if len(versions) > 1:
+        notes.append(f"logs come from several SGLang versions: {', '.join(sorted(versions))}")
+    source = {"kind": "ingested", "tool": "specmodel sglang", "engine": "sglang",
+              "engine_version": ", ".join(sorted(versions)), "files": [str(f) for f in files],
+              "clock": "cuda_event" if clocks == {"gpu_s"} else "perf_counter",
+              "description": f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} forwards "
+                             f"from {len(files)} rank file(s)"}
+    return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
+                   hardware={"gpu": sorted(devices)[0]} if devices else {},
+                   model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))
+
+
+def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:
+    """Spec shape from the server args when logged, else inferred from what ran
+    (verify tokens per request, draft tokens per request = topk, draft forwards + 1 = steps)."""
+    from specmodel.schema.profile import SpecConfig
+
+    def ratio(kind: str) -> int | None:
+        rs = {t // b for (k, b, t) in groups if k == kind and t % b == 0}
+        return max(rs) if rs else None
+
+    steps = meta.get("steps") if isinstance(meta.get("steps"), int) else None
+    topk = meta.get("topk") if isinstance(meta.get("topk"), int) else None
+    ndt = meta.get("num_draft_tokens") if isinstance(meta.get("num_draft_tokens"), int) else None
+    topk = topk or ratio("draft") or 1
+    ndt = ndt or ratio("verify")
+    steps = steps or ((max(draft_fwds) + 1) if draft_fwds else (ndt - 1 if ndt and topk == 1 else None))
+    if ndt is None or steps is None:
+        return SpecConfig()
+    algo = str(meta["algorithm"]) if isinstance(meta.get("algorithm"), str) else "EAGLE3"
+    try:
+        return SpecConfig(algorithm=algo, steps=steps, topk=topk, num_draft_tokens=ndt)
+    except SpecmodelError as exc:
+        raise SpecmodelError(f"forward logs: inconsistent speculative shape: {exc}") from None

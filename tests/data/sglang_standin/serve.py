@@ -1,0 +1,70 @@
+"""Stand-in SGLang "server": spawns TP workers (like SGLang does) that run a few speculative
+decode iterations through the stand-in classes, then exits with status ``argv[1]``.
+
+    python serve.py EXIT_CODE [TP]
+"""
+
+import multiprocessing as mp
+import sys
+
+
+def call_runner(runner, fb):
+    """Call the draft runner's replay (0.5.5) / execute (0.5.23); None when it has neither."""
+    for name in ("execute", "replay"):
+        fn = getattr(runner, name, None)
+        if fn is not None:
+            return fn(fb, None) if name == "execute" and "extend" in type(runner).__name__.lower() else fn(fb)
+    return None
+
+
+def run(tp_rank=0, iterations=3, batch=2):
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import FLAVOR, ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+    target = ModelRunner(tp_rank=tp_rank)
+    draft = ModelRunner(tp_rank=tp_rank, is_draft_worker=True)
+
+    class Worker:
+        model_runner = draft
+
+    draft_graph = EAGLEDraftCudaGraphRunner(Worker())
+    extend_graph = EAGLEDraftExtendCudaGraphRunner(Worker())
+    sa = target.server_args
+    steps, topk, ndt = sa.speculative_num_steps, sa.speculative_eagle_topk, sa.speculative_num_draft_tokens
+    modes = ForwardMode.__members__
+    draft_extend = modes["DRAFT_EXTEND"] if "DRAFT_EXTEND" in modes else modes.get("DRAFT_EXTEND_V2")
+
+    def fb(mode, n_tokens):
+        return ForwardBatch(mode, batch, torch.zeros(n_tokens, dtype=torch.long))
+
+    target.forward(fb(ForwardMode.EXTEND, batch * 17))  # prefill
+    for _ in range(iterations):
+        target.forward(fb(ForwardMode.DECODE, batch))  # baseline decode step
+        call_runner(draft_graph, fb(ForwardMode.DECODE, batch * topk))  # graph replay: steps - 1 forwards
+        draft.forward(fb(ForwardMode.DECODE, batch * topk))  # an eager draft step
+        target.forward(fb(ForwardMode.TARGET_VERIFY, batch * ndt))
+        if draft_extend is not None:
+            call_runner(extend_graph, fb(draft_extend, batch * (steps + 1)))
+            draft.forward(fb(draft_extend, batch * (steps + 1)))
+        target.forward(fb(ForwardMode.IDLE, 0))
+        if FLAVOR == "broken":
+            target.forward(fb(ForwardMode.QUANTUM_EXTEND, batch * 3))
+    return FLAVOR
+
+
+if __name__ == "__main__":
+    code = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    tp = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    ctx = mp.get_context("spawn")  # SGLang spawns its TP workers: fresh interpreters
+    procs = [ctx.Process(target=run, args=(k,)) for k in range(tp)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        sys.exit(99)
+    print("standin server done", flush=True)
+    sys.exit(code)

@@ -1,0 +1,323 @@
+"""The SGLang hook against CPU stand-ins shaped like SGLang 0.5.5 / 0.5.23 / a broken version
+(tests/data/sglang_standin), in this process: patching on import, JSONL lines, torch.profiler
+spans, version mismatch handling, and reading the logs back into a profile."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from specmodel.errors import SpecmodelError
+from specmodel.profile import sglang as hook
+from specmodel.profile.annotate import parse_phase_label
+
+STANDIN = Path(__file__).parent / "data" / "sglang_standin"
+
+
+def _drop_sglang_modules() -> dict[str, ModuleType]:
+    gone = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.") or k == "serve"}
+    for k in gone:
+        del sys.modules[k]
+    return gone
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """Returns ``load(flavor) -> serve module``; the hook is installed (into tmp_path/logs)
+    before the stand-in modules are imported, so they are patched by the import hook."""
+    saved = _drop_sglang_modules()
+    monkeypatch.syspath_prepend(str(STANDIN))
+
+    def load(flavor: str = "0.5.5") -> Any:
+        monkeypatch.setenv("SGLANG_STANDIN_FLAVOR", flavor)
+        hook.install(tmp_path / "logs")
+        import serve
+
+        # what a TP worker imports at start-up (each is patched as it is imported)
+        import sglang.srt.model_executor.model_runner  # noqa: F401
+        import sglang.srt.speculative.eagle_draft_cuda_graph_runner  # noqa: F401
+        import sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner  # noqa: F401
+
+        return serve
+
+    try:
+        yield load
+    finally:
+        hook.uninstall()
+        _drop_sglang_modules()
+        sys.modules.update(saved)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _forwards(tmp_path: Path) -> list[dict[str, Any]]:
+    hook.flush(wait=True)
+    return [r for r in _lines(tmp_path / "logs" / "rank0.jsonl") if r["type"] == "forward"]
+
+
+def test_phase_mapping_by_name() -> None:
+    assert hook.phase_for_mode("TARGET_VERIFY", is_draft=False) == "verify"
+    assert hook.phase_for_mode("DECODE", is_draft=True) == "draft"
+    assert hook.phase_for_mode("DECODE", is_draft=False) == "decode"
+    assert hook.phase_for_mode("DRAFT_EXTEND", is_draft=True) == "draft_extend"
+    assert hook.phase_for_mode("DRAFT_EXTEND_V2", is_draft=True) == "draft_extend"
+    for m in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
+        assert hook.phase_for_mode(m, is_draft=False) == "extend"
+    assert hook.phase_for_mode("IDLE", is_draft=False) is None
+    with pytest.raises(KeyError):
+        hook.phase_for_mode("SOMETHING_NEW", is_draft=False)
+
+
+def test_055_standin_every_phase_recorded(standin: Any, tmp_path: Path) -> None:
+    serve = standin("0.5.5")
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    assert sorted(hook.patched_members()) == ["EAGLEDraftCudaGraphRunner.replay",
+                                              "EAGLEDraftExtendCudaGraphRunner.replay", "ModelRunner.forward"]
+    assert hasattr(EAGLEDraftCudaGraphRunner.replay, "__specmodel_wrapped__")
+    serve.run(tp_rank=0, iterations=3, batch=2)
+    lines = _lines(tmp_path / "logs" / "rank0.jsonl")
+    meta = [r for r in lines if r["type"] == "meta"]
+    assert len(meta) == 1 and meta[0]["sglang_version"] == "0.0.0+standin-0.5.5"
+    assert meta[0]["spec"] == {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}
+    fw = _forwards(tmp_path)
+    got = Counter((r["phase"], r["batch"], r["tokens"], r["runner"], r["member"], r["forwards"]) for r in fw)
+    assert got == Counter({
+        ("extend", 2, 34, "target", "ModelRunner.forward", 1): 1,
+        ("decode", 2, 2, "target", "ModelRunner.forward", 1): 3,
+        ("draft", 2, 2, "draft", "EAGLEDraftCudaGraphRunner.replay", 2): 3,  # steps - 1 forwards per replay
+        ("draft", 2, 2, "draft", "ModelRunner.forward", 1): 3,
+        ("verify", 2, 8, "target", "ModelRunner.forward", 1): 3,
+        ("draft_extend", 2, 8, "draft", "EAGLEDraftExtendCudaGraphRunner.replay", 1): 3,
+        ("draft_extend", 2, 8, "draft", "ModelRunner.forward", 1): 3,
+    })  # IDLE forwards are not recorded
+    for r in fw:
+        assert r["schema"] == hook.LINE_SCHEMA and r["schema_version"] == hook.LINE_SCHEMA_VERSION
+        assert r["cpu_s"] > 0 and "gpu_s" not in r  # CPU stand-in: perf_counter
+    starts = [r["t_start_unix_s"] for r in fw]
+    assert starts == sorted(starts)
+
+
+def test_0523_standin_execute_and_return_values(standin: Any, tmp_path: Path) -> None:
+    serve = standin("0.5.23")
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner, ModelRunnerOutput
+
+    assert sorted(hook.patched_members()) == ["EAGLEDraftCudaGraphRunner.execute",
+                                              "EAGLEDraftExtendCudaGraphRunner.execute", "ModelRunner.forward"]
+    # the wrapper keeps the signature and passes the return value through untouched
+    params = list(inspect.signature(ModelRunner.forward).parameters)
+    assert params[:3] == ["self", "forward_batch", "skip_attn_backend_init"]
+    import torch
+
+    out = ModelRunner().forward(forward_batch=ForwardBatch(ForwardMode.TARGET_VERIFY, 3, torch.zeros(12)))
+    assert isinstance(out, ModelRunnerOutput) and out.logits_output.shape == (12, 64)
+    serve.run(tp_rank=0, iterations=2, batch=2)
+    fw = _forwards(tmp_path)
+    assert fw[0]["phase"] == "verify" and fw[0]["batch"] == 3 and fw[0]["tokens"] == 12  # keyword call seen
+    ext = [r for r in fw if r["phase"] == "draft_extend"]
+    assert {r["forward_mode"] for r in ext} == {"DRAFT_EXTEND", "DRAFT_EXTEND_V2"}
+    assert {r["member"] for r in ext} == {"EAGLEDraftExtendCudaGraphRunner.execute", "ModelRunner.forward"}
+
+
+def test_unsupported_version_warns_and_never_breaks(standin: Any, tmp_path: Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    serve = standin("broken")
+    assert serve.run(tp_rank=0, iterations=3, batch=2) == "broken"  # the "server" ran to the end
+    err = capfd.readouterr().err
+    assert ("specmodel sglang hook: warning: SGLang 0.0.0+standin-broken: "
+            "sglang.srt.speculative.eagle_draft_cuda_graph_runner.EAGLEDraftCudaGraphRunner has no execute / "
+            "replay method; draft CUDA-graph replays will not be timed") in err
+    assert "EAGLEDraftExtendCudaGraphRunner has no execute / replay method" in err
+    # an unknown ForwardMode member: one warning, however many forwards
+    assert err.count("ForwardMode.QUANTUM_EXTEND is not known to specmodel") == 1
+    assert hook.patched_members() == ["ModelRunner.forward"]
+    phases = Counter(r["phase"] for r in _forwards(tmp_path))
+    assert phases == Counter({"decode": 3, "verify": 3, "draft": 3, "extend": 1})
+
+
+def test_missing_class_warns(capfd: pytest.CaptureFixture[str]) -> None:
+    mod = ModuleType(hook.DRAFT_RUNNER_MODULE)  # a version that renamed the class
+    try:
+        assert hook._patch_module(mod, hook.TARGETS[1]) is False
+        err = capfd.readouterr().err
+        assert "class sglang.srt.speculative.eagle_draft_cuda_graph_runner.EAGLEDraftCudaGraphRunner not found" in err
+        assert "server runs unpatched there" in err
+    finally:
+        hook.uninstall()
+
+
+def test_hook_failure_never_breaks_a_forward(standin: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    standin("0.5.5")
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    class OddBatch:  # a future ForwardBatch without .forward_mode
+        batch_size = 1
+        input_ids = __import__("torch").zeros(5)
+
+    out, graph = ModelRunner().forward(OddBatch())
+    assert out.shape == (5, 64) and graph is False
+    ModelRunner().forward(OddBatch())
+    err = capfd.readouterr().err
+    assert err.count("cannot annotate ModelRunner.forward") == 1
+    assert not (tmp_path / "logs" / "rank0.jsonl").exists()  # nothing recorded, nothing crashed
+
+
+def test_exception_in_forward_propagates_unrecorded(standin: Any, tmp_path: Path) -> None:
+    serve = standin("0.5.5")
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    runner = ModelRunner()
+    runner.weight = None  # the original forward raises
+    with pytest.raises(AttributeError, match="shape"):
+        runner.forward(ForwardBatch(ForwardMode.DECODE, 2, torch.zeros(2)))
+    serve.run(iterations=1)
+    fw = _forwards(tmp_path)
+    assert fw[0]["phase"] == "extend"  # the failed decode left no line
+
+
+def test_nested_wrapped_call_counted_once(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    serve = standin("0.5.5")
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    def run_via_forward(self: Any, fb: Any) -> Any:  # a version whose replay calls ModelRunner.forward
+        return self.model_runner.forward(ForwardBatch(ForwardMode.DECODE, fb.batch_size, torch.zeros(fb.batch_size)))
+
+    monkeypatch.setattr(EAGLEDraftCudaGraphRunner, "_run", run_via_forward)
+    serve.run(iterations=2)
+    members = Counter(r["member"] for r in _forwards(tmp_path) if r["phase"] == "draft")
+    assert members == Counter({"EAGLEDraftCudaGraphRunner.replay": 2, "ModelRunner.forward": 2})
+
+
+def test_torch_profiler_sees_phase_spans(standin: Any, tmp_path: Path) -> None:
+    serve = standin("0.5.5")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        serve.run(iterations=2, batch=2)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = Counter(e["name"] for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("specmodel."))
+    assert spans == Counter({"specmodel.verify[bs=2,toks=8]": 2, "specmodel.draft[bs=2,toks=2]": 4,
+                             "specmodel.draft_extend[bs=2,toks=8]": 4, "specmodel.decode[bs=2,toks=2]": 2,
+                             "specmodel.extend[bs=2,toks=34]": 1})
+    assert parse_phase_label("specmodel.verify[bs=2,toks=8]") == ("verify", 2, 8)
+    # the span wraps the forward's own work (the matmul runs inside it)
+    verify = next(e for e in events if e["name"] == "specmodel.verify[bs=2,toks=8]")
+    inner = [e for e in events if e.get("cat") == "cpu_op" and "mm" in e["name"]
+             and verify["ts"] <= e["ts"] <= verify["ts"] + verify["dur"]]
+    assert inner
+
+
+# ----------------------------------------------------------------------------- reading back
+
+
+def _standin_logs(standin: Any, tmp_path: Path) -> Path:
+    serve = standin("0.5.5")
+    serve.run(tp_rank=0, iterations=5, batch=2)
+    serve.run(tp_rank=0, iterations=1, batch=4)
+    hook.flush(wait=True)
+    return tmp_path / "logs"
+
+
+def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
+    logs = _standin_logs(standin, tmp_path)
+    lg = hook.read_forward_log(logs / "rank0.jsonl")
+    assert len(lg.meta) == 1 and not lg.truncated
+    prof = hook.summarize([logs], name="standin")
+    assert prof.source_kind == "ingested" and prof.tp == 2
+    assert (prof.spec.steps, prof.spec.topk, prof.spec.num_draft_tokens) == (3, 1, 4)
+    keys = {(r.kind, r.batch, r.tokens) for r in prof.costs}
+    assert keys == {("extend", 2, 34), ("extend", 4, 68), ("decode", 2, 2), ("decode", 4, 4), ("draft", 2, 2),
+                    ("draft", 4, 4), ("verify", 2, 8), ("verify", 4, 16), ("draft_extend", 2, 8),
+                    ("draft_extend", 4, 8 * 2)}
+    # draft(2, 2): 5 replays (each / 2 forwards) + 5 eager forwards -> median of those 10 figures
+    fw = [r for r in lg.forwards if (r["phase"], r["batch"]) == ("draft", 2)]
+    per_forward = sorted(r["cpu_s"] / r["forwards"] for r in fw)
+    row = next(r for r in prof.costs if (r.kind, r.batch) == ("draft", 2))
+    assert row.samples == 10
+    assert row.total_s == pytest.approx((per_forward[4] + per_forward[5]) / 2)
+    assert row.other_s == row.total_s and row.allreduce_s == 0.0
+    assert any("perf_counter" in n for n in prof.notes)
+
+
+def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    logs = _standin_logs(standin, tmp_path)
+    f = logs / "rank0.jsonl"
+    n_before = len(hook.read_forward_log(f).forwards)
+    with f.open("a") as fh:
+        fh.write('{"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "forw')  # died mid-write
+    lg = hook.read_forward_log(f)
+    assert lg.truncated and len(lg.forwards) == n_before
+    assert "truncated last line ignored" in caplog.text
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda ls: ls.insert(3, "{not json"), "line 4: not valid JSON"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"phase": "decode"', '"phase": "warp"')), "line 3: phase: expected one of"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"batch": 2', '"batch": 0')), "line 3: batch: expected an integer >= 1"),
+    (lambda ls: ls.__setitem__(1, ls[1].replace('"schema_version": 1', '"schema_version": 9')), "line 2: schema_version"),
+    (lambda ls: ls.__setitem__(1, ls[1].replace('"cpu_s"', '"wall_s"')), "line 2: expected exactly one of gpu_s / cpu_s"),
+])
+def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: Any, message: str) -> None:
+    logs = _standin_logs(standin, tmp_path)
+    f = logs / "rank0.jsonl"
+    ls = f.read_text().splitlines()
+    edit(ls)
+    f.write_text("\n".join(ls) + "\n")
+    with pytest.raises(SpecmodelError) as ei:
+        hook.read_forward_log(f)
+    assert str(ei.value).startswith(f"{f}: ") and message in str(ei.value)
+
+
+def test_summarize_needs_a_decode_row(tmp_path: Path) -> None:
+    d = tmp_path / "spec-only"
+    d.mkdir()
+    line = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
+            "tokens": 4, "forwards": 1, "runner": "target", "gpu_s": 0.02}
+    (d / "rank0.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(SpecmodelError, match="no target decode forwards recorded"):
+        hook.summarize([d], name="x")
+
+
+def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -> None:
+    """CUDA timings are resolved lazily: an unfinished end event holds back it and every later
+    timing (same stream, FIFO) until it completes; flush(wait=True) (at exit) takes all."""
+    serve = standin("0.5.5")
+    serve.run(iterations=1)
+    hook.flush(wait=True)
+    before = len(_forwards(tmp_path))
+
+    class Pending:  # a Stopwatch whose CUDA end event has not completed yet
+        use_cuda = True
+        done = False
+        elapsed_s = 0.004
+
+        def ready(self) -> bool:
+            return self.done
+
+    sw1, sw2 = Pending(), Pending()
+    sw2.done = True
+    rec = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
+           "tokens": 4, "forwards": 1, "runner": "target"}
+    hook._STATE.pending.extend([(dict(rec), sw1), (dict(rec), sw2)])
+    assert hook.flush() == 0 and len(_lines(tmp_path / "logs" / "rank0.jsonl")) == before + 1
+    sw1.done = True
+    assert hook.flush() == 2
+    fw = _forwards(tmp_path)
+    assert [r.get("gpu_s") for r in fw[-2:]] == [0.004, 0.004]

@@ -1,0 +1,95 @@
+"""The hook's by-name lookups checked against the real SGLang source (installed without its
+dependencies, so nothing is imported: the files are parsed with ``ast``).
+
+CI installs it with ``pip install --no-deps sglang==0.5.5``. Without it these tests fail (a
+missing package must not pass as a skipped test). ``SPECMODEL_SGLANG_SRC=<dir holding
+sglang/>`` checks another unpacked version instead (e.g. 0.5.23).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from specmodel.profile import sglang as hook
+
+INSTALL = "pip install --no-deps sglang==0.5.5"
+
+
+def _root() -> Path:
+    if os.environ.get("SPECMODEL_SGLANG_SRC"):
+        return Path(os.environ["SPECMODEL_SGLANG_SRC"]) / "sglang"
+    spec = importlib.util.find_spec("sglang")  # top-level find_spec imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail(f"the real sglang package is not installed; run: {INSTALL}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _module(name: str) -> ast.Module:
+    path = _root().joinpath(*name.split(".")[1:]).with_suffix(".py")
+    assert path.is_file(), f"{path} missing: the hook looks up {name}"
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _class(tree: ast.Module, name: str) -> ast.ClassDef:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    raise AssertionError(f"class {name} not found")
+
+
+def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+
+
+def _self_attrs(fn: ast.FunctionDef) -> set[str]:
+    return {t.attr for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+
+def _reads(fn: ast.FunctionDef, var: str) -> set[str]:
+    return {n.attr for n in ast.walk(fn)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == var}
+
+
+def test_forward_mode_members_all_mapped() -> None:
+    cls = _class(_module("sglang.srt.model_executor.forward_batch_info"), "ForwardMode")
+    members = [t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    assert {"DECODE", "TARGET_VERIFY", "EXTEND", "IDLE"} <= set(members)
+    unknown = [m for m in members if m != "DECODE" and m not in hook.MODE_PHASES]
+    assert unknown == [], f"ForwardMode members the hook does not map: {unknown}"
+
+
+def test_model_runner_forward_signature() -> None:
+    cls = _class(_module(hook.MODEL_RUNNER_MODULE), "ModelRunner")
+    fwd = _methods(cls)["forward"]
+    names = [a.arg for a in fwd.args.args]
+    # the wrapper reads the batch as the first positional argument or the keyword forward_batch
+    assert names[:2] == ["self", "forward_batch"]
+    assert "is_draft_worker" in _self_attrs(_methods(cls)["__init__"])
+
+
+@pytest.mark.parametrize("target", hook.TARGETS[1:], ids=lambda t: t.cls)
+def test_draft_runner_members(target: hook.Target) -> None:
+    cls = _class(_module(target.module), target.cls)
+    methods = _methods(cls)
+    chosen = next((m for m in target.methods if m in methods), None)
+    assert chosen is not None, f"{target.cls} defines none of {target.methods}"
+    fn = methods[chosen]
+    assert [a.arg for a in fn.args.args][:2] == ["self", "forward_batch"]
+    read = _reads(fn, "forward_batch")
+    assert "batch_size" in read  # the hook's batch
+    if target.role == "draft_extend":
+        assert "input_ids" in read  # the hook's token count
+    else:  # batch × topk tokens, steps - 1 forwards per replay
+        assert {"topk", "speculative_num_steps"} <= _self_attrs(methods["__init__"])
+    # the speculative workers call exactly the method the hook wraps
+    calls = {n.func.attr for f in (_root() / "srt" / "speculative").glob("*worker*.py")
+             for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Attribute) and "cuda_graph_runner" in n.func.value.attr}
+    assert chosen in calls
