@@ -6,16 +6,18 @@ SPECMODEL := $(VENV)/bin/specmodel
 # CPU build of torch available on this kind of machine; a GPU box installs its own CUDA torch first.
 TORCH_SPEC ?= torch==2.13.0
 TP ?= 8
+SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
 .PHONY: demo test lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	@if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed"; \
 	  else $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
 	$(PY) -m pip install -q -e '.[profile,dev]'
+	# the real SGLang source (pure-Python wheel, no deps): tests check the hook against its classes
+	$(PY) -m pip install -q --no-deps "$(SGLANG_SPEC)"
 	touch $@
 
 install: $(VENV)/.installed
