@@ -380,8 +380,8 @@ def resolve_accept(*, spec: SpecConfig, require: bool = True, **kw: Any) -> tupl
     # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
     from specmodel.trace.logs import accept_dist_from_logs
 
-    dist, rates = accept_dist_from_logs(list(kw["accept_logs"]), max_tokens=k)
-    return dist, rates
+    dist, log_rates = accept_dist_from_logs(list(kw["accept_logs"]), max_tokens=k)
+    return dist, log_rates
 
 
 def with_scenario(func: Callable[..., Any]) -> Callable[..., Any]:

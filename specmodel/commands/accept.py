@@ -1,0 +1,81 @@
+"""``specmodel accept``: the accept-length distribution and observed tok/s from server logs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from specmodel.errors import SpecmodelError
+from specmodel.trace.logs import (
+    DEFAULT_DECODE_LOG_INTERVAL,
+    AcceptSummary,
+    accept_document,
+    summarize,
+    throughput_series,
+    write_accept_json,
+)
+
+
+def format_summary(s: AcceptSummary) -> str:
+    lines: list[str] = []
+    for f in s.files:
+        skipped = "".join(f", {n} skipped ({why})" for why, n in sorted(f.skipped.items()))
+        lines.append(f"file         {f.path}: {f.description}, {f.lines_matched} of {f.lines_read} lines matched{skipped}")
+    d = s.dist
+    lines.append(f"accept len   {d.mean_tokens:.3f} tokens/step incl. bonus (= {d.mean_tokens - 1:.3f} accepted drafts), "
+                 f"std {d.std_tokens:.2f}, steps {d.max_tokens - 1}, samples {d.samples}, windows {s.windows_used}")
+    lines.append("distribution tokens/step  P")
+    for j, prob in enumerate(d.probs, start=1):
+        lines.append(f"             {j:>11}  {prob:.4f}")
+    if s.rates is not None:
+        lines.append("per-position " + ", ".join(f"{r:.3f}" for r in s.rates) + "  (P(draft i accepted))")
+    series = throughput_series(s.windows)
+    if series:
+        lines.append("observed     batch  windows  accept len  tok/s median (min-max)")
+        for p in series:
+            a = f"{p.accept_len_mean:.2f}" if p.accept_len_mean is not None else "-"
+            lines.append(f"             {p.batch:>5}  {p.windows:>7}  {a:>10}  {p.tokens_per_s_median:.1f} "
+                         f"({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})")
+    for n in s.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+@click.command("accept")
+@click.argument("files", nargs=-1, type=click.Path())
+@click.option("--steps", type=int, default=None,
+              help="Draft depth the server ran with (--speculative-num-steps / num_speculative_tokens); "
+                   "inferred from vLLM per-position rates and bench_speculative rows, required for SGLang logs.")
+@click.option("--num-spec-tokens", type=int, default=None,
+              help="vLLM num_speculative_tokens, needed for old vLLM logs that print only the acceptance rate.")
+@click.option("--decode-log-interval", type=int, default=DEFAULT_DECODE_LOG_INTERVAL, show_default=True,
+              help="SGLang --decode-log-interval (decode batches per logged window), for the sample count.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Write the distribution as schema-versioned JSON (feed it back with predict --accept-log FILE).")
+def accept_cmd(files: tuple[str, ...], steps: int | None, num_spec_tokens: int | None, decode_log_interval: int,
+               as_json: bool, output: str | None, **_: Any) -> None:
+    """Accept-length distribution and observed tok/s from SGLang/vLLM logs or bench_speculative JSONL.
+
+    Example: specmodel accept server.log --steps 3 -o accept.json
+    """
+    if not files:
+        raise SpecmodelError("give at least one log file (SGLang/vLLM server log or bench_speculative JSONL)")
+    if steps is not None and steps < 1:
+        raise SpecmodelError(f"--steps: must be >= 1, got {steps}")
+    s = summarize(list(files), steps + 1 if steps is not None else None, num_spec_tokens=num_spec_tokens,
+                  decode_log_interval=decode_log_interval)
+    if output:
+        write_accept_json(s, output)
+    if as_json:
+        doc = accept_document(s)
+        doc["windows"] = [w.to_dict() for w in s.windows]
+        if output:
+            doc["written"] = output
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        click.echo(format_summary(s))
+        if output:
+            click.echo(f"wrote        {output}  (use: specmodel predict --accept-log {output})")

@@ -1,0 +1,81 @@
+"""`specmodel validate`: predicted vs observed tok/s per log window."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from specmodel.model.accept import from_mean
+from specmodel.model.predict import predict
+from specmodel.schema.profile import load_profile
+
+DATA = Path(__file__).resolve().parent / "data"
+SG055 = str(DATA / "logs_sglang_055" / "server.log")
+BENCH = str(DATA / "logs_bench_speculative" / "output.jsonl")
+UNRELATED = str(DATA / "logs_malformed" / "unrelated.log")
+
+
+def test_sglang_windows_against_the_model(cli, reference_profile):
+    r = cli("validate", "--profile", str(reference_profile), SG055, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    ws = doc["windows"]
+    assert len(ws) == 14 and doc["skipped"] == {"throughput 0": 1}
+    prof = load_profile(reference_profile)
+    for w in ws:
+        p = predict(prof, from_mean(w["accept_len"], 4), batch=w["batch"], spec=prof.spec)
+        assert w["predicted_tokens_per_s"] == pytest.approx(p.tokens_per_s)
+        assert w["error"] == pytest.approx((w["predicted_tokens_per_s"] - w["observed_tokens_per_s"]) / w["observed_tokens_per_s"])
+    assert doc["summary"]["median_abs_error"] == pytest.approx(statistics.median(abs(w["error"]) for w in ws))
+    assert doc["summary"]["windows_compared"] == 14
+
+
+def test_text_table_and_summary(cli, reference_profile):
+    r = cli("validate", "--profile", str(reference_profile), SG055)
+    assert r.returncode == 0, r.stderr
+    assert "server.log:5 2025-11-30 04:32:01" in r.stdout
+    assert "summary      14 windows compared: median |error|" in r.stdout and "1 (throughput 0)" in r.stdout
+
+
+def test_calibrate_first_matches_the_first_window_exactly(cli, reference_profile):
+    r = cli("validate", "--profile", str(reference_profile), SG055, "--calibrate-first", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    first = doc["windows"][0]
+    assert first["calibration"] and first["error"] == pytest.approx(0.0, abs=1e-9)
+    assert doc["summary"]["windows_compared"] == 13
+    assert not any(w["calibration"] for w in doc["windows"][1:])
+
+
+def test_bench_rows_use_their_own_spec_and_baseline(cli, reference_profile):
+    r = cli("validate", "--profile", str(reference_profile), BENCH, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    prof = load_profile(reference_profile)
+    base = [w for w in doc["windows"] if w["steps"] == 0]
+    assert len(base) == 3 and all(w["spec"] is None for w in base)
+    for w in base:
+        p = predict(prof, from_mean(1.0, 4), batch=w["batch"])
+        assert w["predicted_tokens_per_s"] == pytest.approx(p.baseline_tokens_per_s)
+    deep = [w for w in doc["windows"] if w["steps"] == 5]
+    assert deep and all(w["spec"]["num_draft_tokens"] == 6 for w in deep)
+
+
+def test_bad_inputs(cli, reference_profile, tmp_path):
+    for args, msg in (
+        ((UNRELATED,), "unrelated.log: no SGLang 'Decode batch' lines"),
+        ((SG055, "--steps", "1"), "exceeds steps + 1 = 2"),
+        ((str(tmp_path / "none.log"),), "none.log: file not found"),
+        ((), "give at least one server log"),
+    ):
+        r = cli("validate", "--profile", str(reference_profile), *args)
+        assert r.returncode == 2, (args, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and msg in lines[0], lines
+    saved = tmp_path / "a.json"
+    assert cli("accept", SG055, "--steps", "3", "-o", str(saved)).returncode == 0
+    r = cli("validate", "--profile", str(reference_profile), str(saved))
+    assert r.returncode == 2 and "has no throughput windows" in r.stderr
