@@ -1,0 +1,108 @@
+"""``specmodel ingest``: Kineto / torch.profiler traces -> a profile + a per-phase table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+import click
+
+from specmodel.errors import SpecmodelError
+from specmodel.io import atomic_write_text
+from specmodel.schema.profile import KINDS, save_profile
+from specmodel.trace.kineto import IngestOptions, IngestResult, build_profile, ingest
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f}"
+
+
+_COLUMNS = ("phase", "batch", "tokens", "samples", "ranks", "span_ms", "busy_ms", "comm_ms", "exposed_ms",
+            "compute_ms", "other_ms", "skew_ms", "n_coll", "n_ar", "ar_msg_B")
+
+
+def phase_rows(result: IngestResult) -> list[list[str]]:
+    return [[p.kind, str(p.batch), str(p.tokens), str(p.samples), str(p.ranks), _ms(p.span_s), _ms(p.busy_s),
+             _ms(p.allreduce_s), _ms(p.exposed_s), _ms(p.compute_s), _ms(p.other_s), _ms(p.skew_s),
+             str(p.n_collectives), str(p.n_allreduce), str(p.allreduce_msg_bytes)] for p in result.phases]
+
+
+def format_table(result: IngestResult) -> str:
+    rows = [list(_COLUMNS)] + phase_rows(result)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in rows]
+    lines.append("")
+    lines.append("rank  passes  busy_ms  comm_ms  skew_ms  file")
+    for r in result.ranks:
+        lines.append(f"{r.rank:>4}  {r.passes:>6}  {_ms(r.busy_s):>7}  {_ms(r.comm_s):>7}  {_ms(r.skew_s):>7}  "
+                     f"{Path(r.path).name}")
+    return "\n".join(lines)
+
+
+def format_csv(result: IngestResult) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(_COLUMNS)
+    w.writerows(phase_rows(result))
+    return buf.getvalue()
+
+
+@click.command("ingest")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Profile directory to write (default: profiles/<name>).")
+@click.option("--name", default=None, help="Profile name (default: the input directory's name).")
+@click.option("--num-draft-tokens", type=int, default=4, show_default=True,
+              help="Tokens per request in a verify forward (SGLang --speculative-num-draft-tokens); "
+                   "used when a span has no toks=.")
+@click.option("--topk", type=int, default=1, show_default=True,
+              help="Tokens per request in one draft step (--speculative-eagle-topk).")
+@click.option("--steps", type=int, default=None,
+              help="Draft depth recorded in the profile's spec (default: from draft tokens and topk).")
+@click.option("--step-kind", type=click.Choice(KINDS), default="decode", show_default=True,
+              help="What a ProfilerStep#N span is (only used when a trace has no other labels).")
+@click.option("--batch", "step_batch", type=int, default=1, show_default=True,
+              help="Batch of a ProfilerStep#N span.")
+@click.option("-j", "--jobs", type=int, default=None, help="Worker processes (default: every core).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the per-phase table as CSV.")
+@click.option("--no-save", is_flag=True, help="Print the table only; write no profile.")
+def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, num_draft_tokens: int, topk: int,
+               steps: int | None, step_kind: str, step_batch: int, jobs: int | None, as_json: bool,
+               csv_path: Path | None, no_save: bool) -> None:
+    """Build a profile from Kineto / torch.profiler traces (one file per rank).
+
+    INPUTS are trace files (.json, .json.gz) or directories holding them, e.g. the
+    output_dir of SGLang's /start_profile ({id}-TP-{rank}.trace.json.gz).
+
+    Example: specmodel ingest /tmp/sglang_traces -o profiles/my-box --num-draft-tokens 4
+    """
+    if jobs is not None and jobs < 1:
+        raise SpecmodelError(f"--jobs: must be >= 1, got {jobs}")
+    opts = IngestOptions(num_draft_tokens=num_draft_tokens, topk=topk, step_kind=step_kind, step_batch=step_batch)
+    if name is None:
+        name = output.name if output is not None else (
+            inputs[0].resolve().name if len(inputs) == 1 and inputs[0].is_dir() else "ingested")
+    if output is None:
+        output = Path("profiles") / name
+    result = ingest(inputs, opts, jobs=jobs or os.cpu_count())
+    profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps)
+    written = save_profile(profile, output) if profile is not None else None
+    if csv_path is not None:
+        atomic_write_text(csv_path, format_csv(result))
+    if as_json:
+        d = result.to_dict()
+        d["profile"] = str(written) if written else None
+        click.echo(json.dumps(d, indent=2, allow_nan=False))
+        return
+    click.echo(f"{result.mode.upper()} trace, TP{result.world_size}, {len(result.traces)} rank file(s)")
+    click.echo(format_table(result))
+    for n in result.notes:
+        click.echo(f"note: {n}")
+    if written:
+        click.echo(f"wrote {written}")

@@ -1,0 +1,819 @@
+"""Kineto / torch.profiler traces -> per-forward-pass costs -> a :class:`Profile`.
+
+Reads one trace per rank (``.json`` or ``.json.gz``: SGLang's ``/start_profile``,
+``specmodel profile``, any ``torch.profiler`` run), streaming each file with bounded memory
+(:mod:`specmodel.trace._jsonstream`) in a process pool (one file per worker).
+
+A *forward pass* is a span named ``step[VERIFY bs=4]`` / ``step[DECODE bs=8]`` /
+``step[EXTEND bs=2 toks=300]`` / ``step[DRAFT bs=N]`` (SGLang 0.5.23), the stage span
+``draft_extend``, our own ``specmodel.<kind>[bs=B,toks=T]``, or — only when a file has none of
+those — ``ProfilerStep#N``. For each pass on each rank:
+
+* GPU traces: the pass window is its ``gpu_user_annotation`` span (kernels starting inside it
+  on the same device), or, without one, the kernels launched (``correlation``) from inside the
+  CPU span. ``busy`` = union of kernel/memcpy/memset time; ``comm`` = union of collective-kernel
+  time (:mod:`specmodel.trace.collectives`); ``exposed`` = comm not overlapped by any
+  non-collective GPU activity (other streams); ``compute = busy - comm``; ``other = span - busy``.
+* CPU (gloo) traces have no kernels: ``comm`` = the gloo collective ops inside the span (they run
+  on gloo's own threads; the caller blocks on them), ``busy`` = the whole span, all comm exposed.
+* ``skew`` (per rank) = Σ over the pass's collectives of (its duration - the shortest duration of
+  the same collective on any rank); collectives are matched by ``Seq`` (record_param_comms) or
+  by order. A rank that arrives early waits inside the collective, so this is its wait.
+
+Per phase (kind, batch, tokens) every figure is the median over passes × ranks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.profile.annotate import parse_phase_label
+from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
+from specmodel.trace import _intervals as iv
+from specmodel.trace._jsonstream import scan_trace
+from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+#: Traces of one run start within seconds of each other; further apart = different runs.
+MAX_BASE_TIME_APART_S = 600.0
+
+_SGLANG_STEP = re.compile(r"^step\[(?P<mode>[A-Z_0-9]+) bs=(?P<bs>\d+)(?: toks=(?P<toks>\d+))?[^\]]*\]$")
+_SGLANG_MODES = {
+    "VERIFY": "verify", "TARGET_VERIFY": "verify", "DECODE": "decode", "EXTEND": "extend",
+    "DRAFT": "draft", "DRAFT_EXTEND": "draft_extend", "DRAFT_EXTEND_V2": "draft_extend",
+}
+_STAGE_SPANS = {"draft_extend": "draft_extend"}
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+_SGLANG_FILE = re.compile(r"(?:^|-)(?P<pid>[^-]+)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?"
+                          r"(?:-EP-(?P<ep>\d+))?(?:-(?:EXTEND|DECODE))?\.trace\.json(?:\.gz)?$")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_EPS_US = 1e-3
+_MISSING = object()  # ts are printed with 3 decimals (ns) in µs
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestOptions:
+    """How to read spans that do not carry their own token count."""
+
+    num_draft_tokens: int = 4  # tokens per request in a verify (SGLang --speculative-num-draft-tokens)
+    topk: int = 1  # tokens per request in one draft step (--speculative-eagle-topk)
+    step_kind: str = "decode"  # what a ProfilerStep# span is, when a file has no other labels
+    step_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_draft_tokens < 1:
+            raise SpecmodelError(f"--num-draft-tokens: must be >= 1, got {self.num_draft_tokens}")
+        if self.topk < 1:
+            raise SpecmodelError(f"--topk: must be >= 1, got {self.topk}")
+        if self.step_kind not in KINDS:
+            raise SpecmodelError(f"--step-kind: expected one of {', '.join(KINDS)}, got {self.step_kind!r}")
+        if self.step_batch < 1:
+            raise SpecmodelError(f"--batch: must be >= 1, got {self.step_batch}")
+
+    def tokens(self, kind: str, batch: int) -> int:
+        if kind in ("verify", "draft_extend"):
+            return batch * self.num_draft_tokens
+        if kind == "draft":
+            return batch * self.topk
+        return batch
+
+
+def phase_of(name: str, opts: IngestOptions, last_batch: int | None = None) -> tuple[str, int, int] | None:
+    """(kind, batch, tokens) of a forward-pass span name, or ``None`` when it is not one."""
+    ours = parse_phase_label(name)
+    if ours is not None:
+        return ours if ours[0] in KINDS else None
+    m = _SGLANG_STEP.match(name)
+    if m:
+        kind = _SGLANG_MODES.get(m.group("mode"))
+        if kind is None:
+            return None
+        bs = int(m.group("bs"))
+        if bs < 1:
+            return None
+        toks = int(m.group("toks")) if m.group("toks") else opts.tokens(kind, bs)
+        return kind, bs, max(toks, bs)
+    if name in _STAGE_SPANS:
+        kind = _STAGE_SPANS[name]
+        bs = last_batch or opts.step_batch
+        return kind, bs, opts.tokens(kind, bs)
+    if _PROFILER_STEP.match(name):
+        return opts.step_kind, opts.step_batch, opts.tokens(opts.step_kind, opts.step_batch)
+    return None
+
+
+def _is_span_name(name: str) -> bool:
+    return name.startswith(("step[", "specmodel.", "ProfilerStep#")) or name in _STAGE_SPANS
+
+
+def _label_key(name: str) -> str:
+    return "ProfilerStep" if _PROFILER_STEP.match(name) else name
+
+
+# ------------------------------------------------------------------------------------------------
+# per-file results (picklable; returned by the worker processes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassRecord:
+    """One forward pass on one rank (seconds)."""
+
+    label: str
+    occurrence: int  # n-th pass with this label on this rank (matches passes across ranks)
+    kind: str
+    batch: int
+    tokens: int
+    span_s: float
+    busy_s: float
+    comm_s: float
+    exposed_s: float
+    n_collectives: int
+    n_allreduce: int
+    msg_bytes: tuple[int, ...] = ()
+    coll_keys: tuple[Any, ...] = ()
+    coll_durs_s: tuple[float, ...] = ()
+    comm_by_impl_s: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceMeta:
+    """What a trace's header and file name say about where it came from."""
+
+    path: str
+    rank: int
+    rank_source: str  # "distributedInfo" | "file name" | "single file"
+    world_size: int | None
+    backend: str
+    base_time_ns: int | None
+    profile_id: str | None
+    nccl_version: str
+    device_name: str
+    device_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankTrace:
+    meta: TraceMeta
+    mode: str  # "gpu" | "cpu"
+    attribution: str  # "gpu_user_annotation" | "correlation" | "cpu span"
+    n_events: int
+    n_kernels: int
+    passes: tuple[PassRecord, ...]
+
+
+# ------------------------------------------------------------------------------------------------
+# header / identity
+
+
+def _sglang_name(path: Path) -> re.Match[str] | None:
+    return _SGLANG_FILE.search(path.name)
+
+
+def meta_from_header(path: Path, header: dict[str, Any], *, single: bool) -> TraceMeta:
+    dist = header.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    rank: int | None = None
+    source = ""
+    r = dist.get("rank")
+    if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+        rank, source = r, "distributedInfo"
+    m = _sglang_name(path)
+    if rank is None and m:
+        rank, source = int(m.group("tp")), "file name"
+    if rank is None:
+        mr = _RANK_IN_NAME.search(path.name)
+        if mr:
+            rank, source = int(mr.group(1)), "file name"
+    if rank is None:
+        if not single:
+            raise SpecmodelError(f"{path}: cannot tell which rank this trace is (no distributedInfo.rank in it, "
+                                 "no -TP-<n> or rank<n> in its name)")
+        rank, source = 0, "single file"
+    ws = dist.get("world_size")
+    world = ws if isinstance(ws, int) and not isinstance(ws, bool) and ws >= 1 else None
+    base = header.get("baseTimeNanoseconds")
+    devs = header.get("deviceProperties")
+    devs = devs if isinstance(devs, list) else []
+    dev_name = ""
+    if devs and isinstance(devs[0], dict):
+        dev_name = str(devs[0].get("name", ""))
+    return TraceMeta(
+        path=str(path), rank=rank, rank_source=source, world_size=world,
+        backend=str(dist.get("backend", "") or ""),
+        base_time_ns=base if isinstance(base, int) and not isinstance(base, bool) else None,
+        profile_id=m.group("pid") if m else None,
+        nccl_version=str(dist.get("nccl_version", "") or ""),
+        device_name=dev_name, device_count=len(devs),
+    )
+
+
+def read_meta(path: str | Path, *, single: bool) -> TraceMeta:
+    """Identity of a trace from its header only (stops at ``traceEvents``: cheap on big files)."""
+    p = Path(path)
+    header = scan_trace(p, None)
+    if "traceEvents" not in header:
+        raise SpecmodelError(f"{p}: no traceEvents array (not a Kineto / torch.profiler trace)")
+    return meta_from_header(p, header, single=single)
+
+
+def check_same_run(metas: Sequence[TraceMeta]) -> None:
+    """Duplicate ranks or traces from different runs: one error naming both files."""
+    by_rank: dict[int, TraceMeta] = {}
+    for m in metas:
+        other = by_rank.get(m.rank)
+        if other is not None:
+            raise SpecmodelError(f"{other.path} and {m.path} are both rank {m.rank} (duplicate rank; "
+                                 "pass one trace per rank from one run)")
+        by_rank[m.rank] = m
+    first = metas[0]
+    def diff(m: TraceMeta, what: str, a: object, b: object) -> SpecmodelError:
+        return SpecmodelError(f"{first.path} and {m.path} come from different runs ({what} {a} vs {b})")
+
+    for m in metas[1:]:
+        if first.world_size and m.world_size and first.world_size != m.world_size:
+            raise diff(m, "world_size", first.world_size, m.world_size)
+        if first.backend and m.backend and first.backend != m.backend:
+            raise diff(m, "backend", first.backend, m.backend)
+        if first.profile_id and m.profile_id and first.profile_id != m.profile_id:
+            raise diff(m, "SGLang profile id", first.profile_id, m.profile_id)
+        if first.nccl_version and m.nccl_version and first.nccl_version != m.nccl_version:
+            raise diff(m, "nccl_version", first.nccl_version, m.nccl_version)
+        if first.base_time_ns is not None and m.base_time_ns is not None:
+            apart = abs(first.base_time_ns - m.base_time_ns) / 1e9
+            if apart > MAX_BASE_TIME_APART_S:
+                raise SpecmodelError(f"{first.path} and {m.path} come from different runs (their traces start "
+                                     f"{apart:.0f} s apart, baseTimeNanoseconds)")
+    for m in metas:
+        if m.world_size is not None and m.rank >= m.world_size:
+            raise SpecmodelError(f"{m.path}: rank {m.rank} is outside world_size {m.world_size}")
+
+
+# ------------------------------------------------------------------------------------------------
+# one file
+
+
+@dataclass
+class _Span:
+    name: str
+    ts: float
+    end: float
+    pid: Any
+    ext: Any
+
+
+@dataclass
+class _Collector:
+    """Keeps only what the analysis needs from the event stream (bounded by kernels, not bytes)."""
+
+    path: str
+    n_events: int = 0
+    # (start, end, pid, correlation, collective, implementation, msg_bytes, seq_key)
+    kernels: list[tuple[float, float, Any, Any, str | None, str, int, Any]] = field(default_factory=list)
+    n_kernels: int = 0
+    launches: list[tuple[float, Any, Any]] = field(default_factory=list)  # (ts, pid, correlation)
+    cpu_spans: list[_Span] = field(default_factory=list)
+    gpu_spans: list[_Span] = field(default_factory=list)
+    cpu_colls: list[tuple[float, float, Any, str, str]] = field(default_factory=list)  # ts, end, pid, coll, impl
+    _cpu_rules: dict[str, Any] = field(default_factory=dict)  # cpu_op name -> classification by name
+
+    def _times(self, e: dict[str, Any]) -> tuple[float, float]:
+        ts, dur = e.get("ts"), e.get("dur", 0.0)
+        try:
+            t0 = float(ts)  # type: ignore[arg-type]
+            d = float(dur)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} ({e.get('cat')}) has no numeric "
+                                 f"ts/dur (ts={ts!r}, dur={dur!r})") from None
+        if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
+            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} has invalid ts/dur ({ts!r}, {dur!r})")
+        return t0, t0 + d
+
+    def on_event(self, e: Any) -> None:
+        # hot path: most events are cpu_ops / runtime calls we drop after two dict lookups
+        self.n_events += 1
+        if type(e) is not dict or e.get("ph") != "X":
+            return
+        cat = e.get("cat")
+        if cat == "cpu_op":
+            name = e.get("name")
+            if not isinstance(name, str):
+                return
+            rule = self._cpu_rules.get(name, _MISSING)
+            if rule is _MISSING:
+                rule = self._cpu_rules[name] = classify_cpu_op(name)
+            args = e.get("args")
+            if rule is None and not (type(args) is dict and "Collective name" in args):
+                return
+            self._cpu_coll(e, name, args)
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            name = e.get("name", "")
+            if isinstance(name, str) and ("aunch" in name or "emcpy" in name or "emset" in name):
+                args = e.get("args")
+                if type(args) is dict and "correlation" in args:
+                    self.launches.append((self._times(e)[0], e.get("pid"), args["correlation"]))
+        elif cat in _GPU_BUSY_CATS:
+            t0, t1 = self._times(e)
+            args = e.get("args")
+            args = args if type(args) is dict else {}
+            coll = None
+            impl = ""
+            nbytes = 0
+            seq = None
+            if cat == "kernel":
+                self.n_kernels += 1
+                c = classify_kernel(str(e.get("name", "")), args)
+                if c is not None:
+                    coll, impl = c.collective, c.implementation
+                    nbytes = message_bytes(args)
+                    if "Seq" in args:
+                        seq = (args.get("Process Group Name"), args.get("Seq"))
+            self.kernels.append((t0, t1, e.get("pid"), args.get("correlation"), coll, impl, nbytes, seq))
+        elif cat == "user_annotation" or cat == "gpu_user_annotation":
+            name = e.get("name", "")
+            if not isinstance(name, str):
+                return
+            if _is_span_name(name):
+                t0, t1 = self._times(e)
+                args = e.get("args")
+                ext = args.get("External id") if type(args) is dict else None
+                span = _Span(name=name, ts=t0, end=t1, pid=e.get("pid"), ext=ext)
+                (self.gpu_spans if cat == "gpu_user_annotation" else self.cpu_spans).append(span)
+            elif cat == "user_annotation":  # gloo:all_reduce is recorded as a user_annotation
+                self._cpu_coll(e, name, e.get("args"))
+
+    def _cpu_coll(self, e: dict[str, Any], name: str, args: Any) -> None:
+        c = classify_cpu_op(name, args)
+        if c is not None:
+            t0, t1 = self._times(e)
+            self.cpu_colls.append((t0, t1, e.get("pid"), c.collective, c.implementation))
+
+
+def _merge_gpu_spans(spans: list[_Span]) -> list[_Span]:
+    """Kineto may emit one gpu_user_annotation per stream for one CPU range: one window each."""
+    out: list[_Span] = []
+    groups: dict[tuple[str, Any], _Span] = {}
+    for s in sorted(spans, key=lambda s: (s.name, s.ts)):
+        if s.ext is not None:
+            g = groups.get((s.name, s.ext))
+            if g is not None:
+                g.ts, g.end = min(g.ts, s.ts), max(g.end, s.end)
+                continue
+            groups[(s.name, s.ext)] = s
+            out.append(s)
+        elif out and out[-1].name == s.name and out[-1].ext is None and s.ts <= out[-1].end:
+            out[-1].end = max(out[-1].end, s.end)
+        else:
+            out.append(s)
+    return sorted(out, key=lambda s: s.ts)
+
+
+def _phase_spans(spans: list[_Span], opts: IngestOptions) -> list[tuple[_Span, tuple[str, int, int]]]:
+    """Spans that are forward passes, in time order, with (kind, batch, tokens)."""
+    spans = sorted(spans, key=lambda s: s.ts)
+    labelled = [s for s in spans if not _PROFILER_STEP.match(s.name)]
+    use = labelled or spans  # ProfilerStep# only when nothing better is there
+    out: list[tuple[_Span, tuple[str, int, int]]] = []
+    last_batch: int | None = None
+    for s in use:
+        ph = phase_of(s.name, opts, last_batch)
+        if ph is None:
+            continue
+        if s.name not in _STAGE_SPANS:
+            last_batch = ph[1]
+        out.append((s, ph))
+    return out
+
+
+def _record(label: str, occ: int, ph: tuple[str, int, int], span_us: float, busy_us: float,
+            comm: list[iv.Interval], comp: list[iv.Interval],
+            colls: Sequence[tuple[float, float, str | None, str, int, Any]], cpu: bool) -> PassRecord:
+    comm_m = iv.merge(comm)
+    comm_us = iv.length(comm_m)
+    exposed_us = comm_us if cpu else comm_us - iv.overlap(comm_m, iv.merge(comp))
+    colls = sorted(colls, key=lambda c: c[0])
+    keyed = all(c[5] is not None for c in colls)
+    keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
+    by_impl: dict[str, float] = defaultdict(float)
+    for c in colls:
+        by_impl[c[3] or "unknown"] += (c[1] - c[0]) * 1e-6
+    kind, batch, tokens = ph
+    return PassRecord(
+        label=label, occurrence=occ, kind=kind, batch=batch, tokens=tokens,
+        span_s=span_us * 1e-6, busy_s=min(busy_us, span_us) * 1e-6, comm_s=min(comm_us, busy_us) * 1e-6,
+        exposed_s=max(exposed_us, 0.0) * 1e-6, n_collectives=len(colls),
+        n_allreduce=sum(1 for c in colls if c[2] == ALL_REDUCE),
+        msg_bytes=tuple(c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0),
+        coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
+        comm_by_impl_s=tuple(sorted(by_impl.items())),
+    )
+
+
+def _gpu_passes(col: _Collector, opts: IngestOptions) -> tuple[str, list[PassRecord]]:
+    kernels = sorted(col.kernels, key=lambda k: k[0])
+    starts = [k[0] for k in kernels]
+    pids_with_kernels = {k[2] for k in kernels}
+    occ: dict[str, int] = defaultdict(int)
+    records: list[PassRecord] = []
+    gpu_phases = _phase_spans(_merge_gpu_spans(col.gpu_spans), opts)
+    if gpu_phases:
+        attribution = "gpu_user_annotation"
+        for span, ph in gpu_phases:
+            lo, hi = span.ts, span.end
+            i0 = bisect.bisect_left(starts, lo - _EPS_US)
+            i1 = bisect.bisect_left(starts, hi)
+            ks = [k for k in kernels[i0:i1] if span.pid not in pids_with_kernels or k[2] == span.pid]
+            records.append(_pass_from_kernels(span.name, occ, ph, lo, hi, ks))
+        return attribution, records
+    cpu_phases = _phase_spans(col.cpu_spans, opts)
+    if not cpu_phases:
+        raise SpecmodelError(f"{col.path}: {col.n_kernels} GPU kernels but no forward-pass spans "
+                             "(step[...], specmodel.<kind>[...], ProfilerStep#N): cannot tell passes apart")
+    by_corr: dict[Any, list[int]] = defaultdict(list)
+    for i, k in enumerate(kernels):
+        if k[3] is not None:
+            by_corr[k[3]].append(i)
+    launches = sorted(col.launches, key=lambda x: x[0])
+    lts = [x[0] for x in launches]
+    for span, ph in cpu_phases:
+        j0 = bisect.bisect_left(lts, span.ts)
+        j1 = bisect.bisect_right(lts, span.end)
+        idx = sorted({i for x in launches[j0:j1] if x[1] == span.pid or span.pid is None
+                      for i in by_corr.get(x[2], ())})
+        ks = [kernels[i] for i in idx]
+        if not ks:
+            continue  # no GPU work launched from this span (e.g. a CPU-only step)
+        lo, hi = min(k[0] for k in ks), max(k[1] for k in ks)
+        records.append(_pass_from_kernels(span.name, occ, ph, lo, hi, ks))
+    if not records:
+        raise SpecmodelError(f"{col.path}: no GPU kernel is linked (correlation) to any forward-pass span")
+    return "correlation", records
+
+
+def _pass_from_kernels(name: str, occ: dict[str, int], ph: tuple[str, int, int], lo: float, hi: float,
+                       ks: Iterable[tuple[float, float, Any, Any, str | None, str, int, Any]]) -> PassRecord:
+    comm: list[iv.Interval] = []
+    comp: list[iv.Interval] = []
+    colls: list[tuple[float, float, str | None, str, int, Any]] = []
+    for k in ks:
+        s, e = max(k[0], lo), min(k[1], hi)
+        if e <= s:
+            continue
+        if k[4] is not None:
+            comm.append((s, e))
+            colls.append((k[0], k[1], k[4], k[5], k[6], k[7]))
+        else:
+            comp.append((s, e))
+    busy = iv.length(iv.merge(comm + comp))
+    label = _label_key(name)
+    rec = _record(label, occ[label], ph, hi - lo, busy, comm, comp, colls, cpu=False)
+    occ[label] += 1
+    return rec
+
+
+def _cpu_passes(col: _Collector, opts: IngestOptions) -> list[PassRecord]:
+    phases = _phase_spans(col.cpu_spans, opts)
+    if not phases:
+        raise SpecmodelError(f"{col.path}: CPU collectives but no forward-pass spans "
+                             "(step[...], specmodel.<kind>[...], ProfilerStep#N)")
+    # The caller (c10d::allreduce_ / record_param_comms on the span's thread) enqueues; the
+    # gloo:* op on gloo's thread is the work, and the caller blocks until it ends. So a
+    # collective's interval is [caller start, end of the gloo work it enqueued].
+    colls_sorted = sorted(col.cpu_colls, key=lambda c: c[0])
+    work = [c for c in colls_sorted if c[4] == "gloo"]
+    callers = [c for c in colls_sorted if c[4] != "gloo"]
+    outer: list[tuple[float, float, Any, str, str]] = []
+    for c in callers:  # nested ops (record_param_comms > c10d::allreduce_) count once
+        if outer and c[1] <= outer[-1][1] and c[2] == outer[-1][2] and c[0] >= outer[-1][0]:
+            continue
+        outer.append(c)
+    if not outer:
+        outer = work
+    elif work:
+        wstarts = [w[0] for w in work]
+        used = [False] * len(work)
+        joined = []
+        for ts, te, pid, coll, _impl in outer:
+            j = bisect.bisect_left(wstarts, ts - 1.0)
+            while j < len(work) and (used[j] or work[j][3] != coll):
+                j += 1
+            end = te
+            if j < len(work):
+                used[j] = True
+                end = max(te, work[j][1])
+            joined.append((ts, end, pid, coll, "gloo"))
+        outer = joined
+    starts = [c[0] for c in outer]
+    occ: dict[str, int] = defaultdict(int)
+    records = []
+    for span, ph in phases:
+        i0 = bisect.bisect_left(starts, span.ts)
+        i1 = bisect.bisect_left(starts, span.end)
+        cs = [c for c in outer[i0:i1] if c[2] == span.pid]  # (gloo work runs in the same process)
+        comm = iv.clip([(c[0], c[1]) for c in cs], span.ts, span.end)
+        colls = [(c[0], min(c[1], span.end), c[3], c[4], 0, None) for c in cs]
+        label = _label_key(span.name)
+        dur = span.end - span.ts
+        if dur <= 0:
+            continue
+        records.append(_record(label, occ[label], ph, dur, dur, comm, [], colls, cpu=True))
+        occ[label] += 1
+    return records
+
+
+def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> RankTrace:
+    """Stream one rank's trace and measure each forward pass in it (runs in a worker process)."""
+    col = _Collector(path=path)
+    header = scan_trace(path, col.on_event)
+    if "traceEvents" not in header:
+        raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
+    meta = meta_from_header(Path(path), header, single=single)
+    if col.n_kernels:
+        attribution, records = _gpu_passes(col, opts)
+        mode = "gpu"
+    elif col.cpu_colls:
+        records, attribution, mode = _cpu_passes(col, opts), "cpu span", "cpu"
+    elif col.n_events == 0:
+        raise SpecmodelError(f"{path}: traceEvents is empty")
+    else:
+        raise SpecmodelError(f"{path}: no GPU kernels and no CPU-side collectives (gloo:*, c10d::*) in "
+                             f"{col.n_events} events: nothing to measure (was the GPU activity recorded?)")
+    if not records:
+        raise SpecmodelError(f"{path}: no forward-pass spans with any duration")
+    return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
+                     n_kernels=col.n_kernels, passes=tuple(records))
+
+
+# ------------------------------------------------------------------------------------------------
+# many files
+
+
+def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
+    """Expand directories (their ``*.json`` / ``*.json.gz``); explicit files must be traces."""
+    if not inputs:
+        raise SpecmodelError("ingest: give at least one trace file or directory")
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for raw in inputs:
+        p = Path(raw)
+        if not p.exists():
+            raise SpecmodelError(f"{p}: no such file or directory")
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise SpecmodelError(f"{p}: no trace files (*.json, *.json.gz) in this directory")
+        else:
+            if not p.name.endswith(TRACE_SUFFIXES):
+                raise SpecmodelError(f"{p}: not a trace file (expected .json or .json.gz)")
+            found = [p]
+        for q in found:
+            key = q.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(q)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseStats:
+    """Medians over passes × ranks of one (kind, batch, tokens)."""
+
+    kind: str
+    batch: int
+    tokens: int
+    labels: tuple[str, ...]
+    samples: int
+    ranks: int
+    span_s: float
+    busy_s: float
+    allreduce_s: float
+    exposed_s: float
+    compute_s: float
+    other_s: float
+    skew_s: float
+    spread_s: float
+    n_collectives: int
+    n_allreduce: int
+    allreduce_msg_bytes: int
+    comm_by_impl_s: tuple[tuple[str, float], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["labels"] = list(self.labels)
+        d["comm_by_impl_s"] = dict(self.comm_by_impl_s)
+        return d
+
+    def cost_row(self) -> CostRow:
+        """The profile row: ``total_s`` = median span; the medians of the parts, which need not add
+        up to it (they may come from different passes), are scaled to sum to it."""
+        parts = self.allreduce_s + self.compute_s + self.other_s
+        f = self.span_s / parts if parts > 0 else 0.0
+        ar, comp, other = self.allreduce_s * f, self.compute_s * f, self.other_s * f
+        if parts <= 0:
+            other = self.span_s
+        return CostRow(kind=self.kind, batch=self.batch, tokens=self.tokens, total_s=self.span_s,
+                       allreduce_s=ar, compute_s=comp, other_s=other,
+                       n_allreduce=self.n_allreduce, allreduce_msg_bytes=self.allreduce_msg_bytes,
+                       spread_s=self.spread_s, skew_s=min(self.skew_s * f, ar), samples=self.samples)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankStats:
+    rank: int
+    path: str
+    passes: int
+    busy_s: float
+    comm_s: float
+    skew_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    traces: tuple[RankTrace, ...]
+    phases: tuple[PhaseStats, ...]
+    ranks: tuple[RankStats, ...]
+    mode: str
+    world_size: int
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "world_size": self.world_size,
+            "files": [t.meta.path for t in self.traces],
+            "phases": [p.to_dict() for p in self.phases],
+            "ranks": [r.__dict__ for r in self.ranks],
+            "notes": list(self.notes),
+        }
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def _spread(xs: Sequence[float]) -> float:
+    """Interquartile range (as ``specmodel profile``'s spread_s; 0 for fewer than 2 samples)."""
+    if len(xs) < 2:
+        return 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return float(q[2] - q[0])
+
+
+def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
+    """(rank, label, occurrence) -> seconds this rank waited in the pass's collectives."""
+    groups: dict[tuple[str, int], dict[int, PassRecord]] = defaultdict(dict)
+    for t in traces:
+        for p in t.passes:
+            groups[(p.label, p.occurrence)][t.meta.rank] = p
+    out: dict[tuple[int, str, int], float] = {}
+    for (label, occ), by_rank in groups.items():
+        durs = {r: dict(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()}
+        common = set.intersection(*(set(d) for d in durs.values())) if len(durs) > 1 else set()
+        fastest = {k: min(d[k] for d in durs.values()) for k in common}
+        for r, d in durs.items():
+            out[(r, label, occ)] = sum(d[k] - fastest[k] for k in common)
+    return out
+
+
+def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
+    modes = {t.mode for t in traces}
+    if len(modes) > 1:
+        gpu = next(t for t in traces if t.mode == "gpu")
+        cpu = next(t for t in traces if t.mode == "cpu")
+        raise SpecmodelError(f"{gpu.meta.path} and {cpu.meta.path} come from different runs "
+                             "(one has GPU kernels, the other none)")
+    mode = modes.pop()
+    sk = skews(traces)
+    by_phase: dict[tuple[str, int, int], list[tuple[int, PassRecord]]] = defaultdict(list)
+    for t in traces:
+        for p in t.passes:
+            by_phase[(p.kind, p.batch, p.tokens)].append((t.meta.rank, p))
+    phases = []
+    for (kind, batch, tokens), items in sorted(by_phase.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
+        recs = [p for _, p in items]
+        comm = _median([p.comm_s for p in recs])
+        compute = _median([p.busy_s - p.comm_s for p in recs])
+        other = _median([p.span_s - p.busy_s for p in recs])
+        impl: dict[str, list[float]] = defaultdict(list)
+        for p in recs:
+            for name, s in p.comm_by_impl_s:
+                impl[name].append(s)
+        msg = [b for p in recs for b in p.msg_bytes]
+        phases.append(PhaseStats(
+            kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
+            samples=len(recs), ranks=len({r for r, _ in items}),
+            span_s=_median([p.span_s for p in recs]), busy_s=_median([p.busy_s for p in recs]),
+            allreduce_s=comm, exposed_s=_median([p.exposed_s for p in recs]), compute_s=compute, other_s=other,
+            skew_s=_median([sk.get((r, p.label, p.occurrence), 0.0) for r, p in items]),
+            spread_s=_spread([p.span_s for p in recs]),
+            n_collectives=round(_median([p.n_collectives for p in recs])),
+            n_allreduce=round(_median([p.n_allreduce for p in recs])),
+            allreduce_msg_bytes=round(_median(msg)) if msg else 0,
+            comm_by_impl_s=tuple((k, _median(v + [0.0] * (len(recs) - len(v)))) for k, v in sorted(impl.items())),
+        ))
+    ranks = tuple(RankStats(
+        rank=t.meta.rank, path=t.meta.path, passes=len(t.passes),
+        busy_s=_median([p.busy_s for p in t.passes]), comm_s=_median([p.comm_s for p in t.passes]),
+        skew_s=_median([sk.get((t.meta.rank, p.label, p.occurrence), 0.0) for p in t.passes]),
+    ) for t in sorted(traces, key=lambda t: t.meta.rank))
+    world = max((t.meta.world_size or 0 for t in traces), default=0) or len(traces)
+    notes = [f"per-phase figures are medians over forward passes x ranks ({len(traces)} rank trace(s)); "
+             "a profile row's total is the median span, its parts the medians scaled to add up to it"]
+    if mode == "cpu":
+        notes.append("CPU trace (no GPU kernels): communication = gloo collective ops inside each span; "
+                     "busy = the whole span; all communication counted as exposed")
+    else:
+        attrs = sorted({t.attribution for t in traces})
+        notes.append(f"GPU kernels attributed to forward passes by {', '.join(attrs)}; "
+                     "allreduce_s = all collective-kernel time (all-reduce, all-gather, ...) in the pass")
+    if any(p.kind in ("verify", "draft_extend") and not any(_SGLANG_STEP.match(lbl) and "toks=" in lbl
+                                                              or lbl.startswith("specmodel.") for lbl in p.labels)
+           for p in phases):
+        notes.append(f"verify / draft_extend tokens = batch x --num-draft-tokens ({opts.num_draft_tokens})")
+    if any(p.kind == "draft" for p in phases) and opts.topk != 1:
+        notes.append(f"draft tokens = batch x --topk ({opts.topk})")
+    if any("ProfilerStep" in p.labels for p in phases):
+        notes.append(f"ProfilerStep# spans read as {opts.step_kind} forwards at batch {opts.step_batch} "
+                     "(--step-kind/--batch)")
+    if len(traces) < world:
+        notes.append(f"only {len(traces)} of {world} ranks' traces were given")
+    return IngestResult(traces=tuple(sorted(traces, key=lambda t: t.meta.rank)), phases=tuple(phases),
+                        ranks=ranks, mode=mode, world_size=world, notes=tuple(notes))
+
+
+def _parse_one(args: tuple[str, IngestOptions, bool]) -> RankTrace:
+    return parse_rank_file(*args)
+
+
+def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
+           progress: Callable[[str], None] | None = None) -> IngestResult:
+    """Read every rank's trace (in parallel), check they are one run, aggregate per phase."""
+    opts = opts or IngestOptions()
+    paths = find_traces(inputs)
+    single = len(paths) == 1
+    check_same_run([read_meta(p, single=single) for p in paths])  # fail fast, before the heavy pass
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    work = [(str(p), opts, single) for p in paths]
+    if jobs == 1:
+        traces = [_parse_one(w) for w in work]
+    else:
+        ctx = get_context("fork") if "fork" in _start_methods() else None
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            traces = list(pool.map(_parse_one, work))
+    if progress:
+        for t in traces:
+            progress(f"{t.meta.path}: rank {t.meta.rank}, {len(t.passes)} passes, {t.n_kernels} kernels")
+    check_same_run([t.meta for t in traces])
+    return aggregate(traces, opts)
+
+
+def _start_methods() -> list[str]:
+    import multiprocessing
+
+    return multiprocessing.get_all_start_methods()
+
+
+def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps: int | None = None) -> Profile:
+    """The :class:`Profile` (``source.kind = "ingested"``) for an ingest result."""
+    rows = tuple(p.cost_row() for p in result.phases)
+    if not any(r.kind == "decode" for r in rows):
+        found = ", ".join(sorted({r.kind for r in rows}))
+        raise SpecmodelError(f"no decode forward passes in the traces (found: {found}); a profile needs the "
+                             "baseline decode step: also trace a non-speculative run (or use `specmodel profile`)")
+    first = result.traces[0].meta
+    tp = result.world_size
+    backend = first.backend or ("gloo" if result.mode == "cpu" else "nccl")
+    hardware: dict[str, Any] = {"gpu_count": tp} if result.mode == "gpu" else {"device": "cpu"}
+    if first.device_name:
+        hardware["gpu_name"] = first.device_name
+    if first.nccl_version:
+        hardware["nccl_version"] = first.nccl_version
+    if steps is None:
+        steps = max(1, math.ceil((opts.num_draft_tokens - 1) / opts.topk))
+    spec = SpecConfig(steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
+    files = [Path(t.meta.path).name for t in result.traces]
+    source = {
+        "kind": "ingested",
+        "tool": "specmodel ingest",
+        "description": f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
+                       f", TP{tp})",
+        "mode": result.mode,
+        "files": files,
+        "phases": [p.to_dict() for p in result.phases],
+        "ranks": [{"rank": r.rank, "file": Path(r.path).name, "passes": r.passes, "busy_s": r.busy_s,
+                   "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
+    }
+    return Profile(name=name, source=source, tp=tp, costs=rows, spec=spec, hardware=hardware, backend=backend,
+                   notes=result.notes)

@@ -1,0 +1,111 @@
+"""The collective classifier table and the interval arithmetic under it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specmodel.trace import _intervals as iv
+from specmodel.trace.collectives import (
+    CPU_RULES,
+    KERNEL_RULES,
+    classify_cpu_op,
+    classify_kernel,
+    message_bytes,
+    normalise_collective_name,
+)
+
+
+@pytest.mark.parametrize(("name", "collective", "impl"), [
+    # NCCL 2.18
+    ("ncclKernel_AllReduce_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce", "nccl"),
+    # NCCL 2.19-2.27
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_reduce", "nccl"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather", "nccl"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce_scatter", "nccl"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv", "nccl"),
+    ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "unknown", "nccl"),
+    ("ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "broadcast", "nccl"),
+    ("ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce", "nccl"),
+    # NCCL 2.32: no op, no protocol
+    ("ncclDevKernel_AllReduce_bf16_RING", "all_reduce", "nccl"),
+    # SGLang custom all-reduce, 0.5.5 and 0.5.23
+    ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 2>(sglang::RankData*, ...)", "all_reduce", "sglang_custom"),
+    ("void sglang::cross_device_reduce_2stage<float, 8>(...)", "all_reduce", "sglang_custom"),
+    ("void all_reduce_2shot_pull_kernel<__nv_bfloat16, 4>(...)", "all_reduce", "sglang_custom"),
+    ("void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(...)", "all_reduce", "vllm_custom"),
+])
+def test_kernel_names_across_versions(name: str, collective: str, impl: str) -> None:
+    c = classify_kernel(name)
+    assert c is not None and (c.collective, c.implementation) == (collective, impl)
+
+
+@pytest.mark.parametrize("name", [
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_execute_kernel__5x_cublas",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)",
+    "flash_fwd_splitkv_kernel", "Memcpy DtoH (Device -> Pinned)", "reduce_kernel<512, 1>",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>",
+])
+def test_compute_kernels_are_not_collectives(name: str) -> None:
+    assert classify_kernel(name) is None
+
+
+def test_collective_name_arg_wins_over_kernel_name() -> None:
+    # a Generic NCCL kernel says nothing; record_param_comms' args say all-gather
+    c = classify_kernel("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", {"Collective name": "_allgather_base"})
+    assert c is not None and (c.collective, c.implementation) == ("all_gather", "nccl")
+    # any kernel carrying Collective name is communication, even with a name we do not know
+    c = classify_kernel("some_future_comm_kernel", {"Collective name": "allreduce"})
+    assert c is not None and (c.collective, c.implementation) == ("all_reduce", "unknown")
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("allreduce_coalesced", "all_reduce"),
+    ("_allgather_base", "all_gather"), ("all_gather_into_tensor", "all_gather"),
+    ("_reduce_scatter_base", "reduce_scatter"), ("reduce_scatter_tensor", "reduce_scatter"),
+    ("broadcast", "broadcast"), ("send", "send_recv"), ("recv", "send_recv"), ("all_to_all", "all_to_all"),
+    ("barrier", "barrier"), ("mystery", "unknown"),
+])
+def test_collective_names(value: str, expected: str) -> None:
+    assert normalise_collective_name(value) == expected
+
+
+def test_cpu_ops() -> None:
+    assert classify_cpu_op("gloo:all_reduce").collective == "all_reduce"  # type: ignore[union-attr]
+    assert classify_cpu_op("c10d::allreduce_").implementation == "c10d"  # type: ignore[union-attr]
+    assert classify_cpu_op("c10d::_allgather_base_").collective == "all_gather"  # type: ignore[union-attr]
+    rpc = classify_cpu_op("record_param_comms", {"Collective name": "allreduce"})
+    assert rpc is not None and rpc.collective == "all_reduce"
+    assert classify_cpu_op("aten::mm") is None
+    assert classify_cpu_op("aten::all") is None
+
+
+def test_table_rows_are_data() -> None:
+    # the classifier is a table: every row names a collective and an implementation
+    for rule in KERNEL_RULES + CPU_RULES:
+        assert rule.pattern and rule.collective and rule.implementation
+
+
+def test_message_bytes() -> None:
+    assert message_bytes({"In msg nelems": 7168, "dtype": "BFloat16"}) == 14336
+    assert message_bytes({"In msg nelems": 1000, "dtype": "Float"}) == 4000
+    assert message_bytes({"In msg nelems": 10, "dtype": "weird"}) == 0
+    assert message_bytes({"dtype": "Float"}) == 0
+    assert message_bytes(None) == 0
+
+
+intervals = st.lists(st.tuples(st.floats(0, 1000), st.floats(0, 100)).map(lambda t: (t[0], t[0] + t[1])),
+                     max_size=30)
+
+
+@given(intervals, intervals)
+def test_interval_invariants(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    ma, mb = iv.merge(a), iv.merge(b)
+    la, lb = iv.length(ma), iv.length(mb)
+    assert la <= sum(e - s for s, e in a) + 1e-9
+    assert all(x[1] < y[0] for x, y in zip(ma, ma[1:], strict=False))  # disjoint and sorted
+    ov = iv.overlap(ma, mb)
+    assert -1e-9 <= ov <= min(la, lb) + 1e-9
+    # inclusion-exclusion: |A ∪ B| = |A| + |B| - |A ∩ B|
+    assert abs(iv.length(iv.merge(ma + mb)) - (la + lb - ov)) < 1e-6
