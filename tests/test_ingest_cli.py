@@ -90,3 +90,22 @@ def test_not_a_trace_and_empty_dir(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a trace file" in r.stderr
     r = run_cli("ingest", str(tmp_path))
     assert r.returncode == 2 and "no trace files" in r.stderr
+
+
+def test_speculative_trace_takes_its_baseline_from_another_profile(tmp_path: Path) -> None:
+    src = json.loads((GPU / "1764000000-TP-0.trace.json").read_text())
+    src["traceEvents"] = [e for e in src["traceEvents"] if "DECODE" not in str(e.get("name"))]
+    (tmp_path / "rank0.trace.json").write_text(json.dumps(src))
+    base = tmp_path / "base"
+    r = run_cli("ingest", str(GPU), "-o", str(base))
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "spec"
+    r = run_cli("ingest", str(tmp_path / "rank0.trace.json"), "-o", str(out), "--baseline", str(base))
+    assert r.returncode == 0, r.stderr
+    prof = json.loads((out / "profile.json").read_text())
+    base_prof = json.loads((base / "profile.json").read_text())
+    decode = [c for c in prof["costs"] if c["kind"] == "decode"]
+    assert decode and decode == [c for c in base_prof["costs"] if c["kind"] == "decode"]
+    assert any("copied from profile" in n for n in prof["notes"])
+    r = run_cli("predict", "--profile", str(out), "--accept-len", "2.5", "--json")
+    assert r.returncode == 0, r.stderr

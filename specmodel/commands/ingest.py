@@ -12,7 +12,7 @@ import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text
-from specmodel.schema.profile import KINDS, save_profile
+from specmodel.schema.profile import KINDS, load_profile, save_profile
 from specmodel.trace.kineto import IngestOptions, IngestResult, build_profile, ingest
 
 
@@ -72,9 +72,12 @@ def format_csv(result: IngestResult) -> str:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
               help="Also write the per-phase table as CSV.")
 @click.option("--no-save", is_flag=True, help="Print the table only; write no profile.")
+@click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), default=None,
+              help="Profile of a non-speculative run whose decode rows supply the baseline step when the "
+                   "traces (a speculative server) have none.")
 def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, num_draft_tokens: int, topk: int,
                steps: int | None, step_kind: str, step_batch: int, jobs: int | None, as_json: bool,
-               csv_path: Path | None, no_save: bool) -> None:
+               csv_path: Path | None, no_save: bool, baseline_path: Path | None) -> None:
     """Build a profile from Kineto / torch.profiler traces (one file per rank).
 
     INPUTS are trace files (.json, .json.gz) or directories holding them, e.g. the
@@ -90,8 +93,9 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
             inputs[0].resolve().name if len(inputs) == 1 and inputs[0].is_dir() else "ingested")
     if output is None:
         output = Path("profiles") / name
+    baseline = load_profile(baseline_path) if baseline_path is not None else None
     result = ingest(inputs, opts, jobs=jobs or os.cpu_count())
-    profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps)
+    profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps, baseline=baseline)
     written = save_profile(profile, output) if profile is not None else None
     if csv_path is not None:
         atomic_write_text(csv_path, format_csv(result))

@@ -785,13 +785,24 @@ def _start_methods() -> list[str]:
     return multiprocessing.get_all_start_methods()
 
 
-def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps: int | None = None) -> Profile:
-    """The :class:`Profile` (``source.kind = "ingested"``) for an ingest result."""
+def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps: int | None = None,
+                  baseline: Profile | None = None) -> Profile:
+    """The :class:`Profile` (``source.kind = "ingested"``) for an ingest result.
+
+    A speculative server's trace holds verify/draft passes only; its baseline decode step
+    comes from ``baseline`` (a profile of a non-speculative run: its decode rows are copied
+    in when the traces have none).
+    """
     rows = tuple(p.cost_row() for p in result.phases)
+    notes = tuple(result.notes)
+    if not any(r.kind == "decode" for r in rows) and baseline is not None:
+        rows = rows + baseline.rows("decode")
+        notes += (f"decode rows (the baseline step) copied from profile {baseline.name} ({baseline.path})",)
     if not any(r.kind == "decode" for r in rows):
         found = ", ".join(sorted({r.kind for r in rows}))
         raise SpecmodelError(f"no decode forward passes in the traces (found: {found}); a profile needs the "
-                             "baseline decode step: also trace a non-speculative run (or use `specmodel profile`)")
+                             "baseline decode step: also trace a non-speculative run and pass its profile with "
+                             "--baseline (or use `specmodel profile`)")
     first = result.traces[0].meta
     tp = result.world_size
     backend = first.backend or ("gloo" if result.mode == "cpu" else "nccl")
@@ -816,4 +827,4 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
                    "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
     }
     return Profile(name=name, source=source, tp=tp, costs=rows, spec=spec, hardware=hardware, backend=backend,
-                   notes=result.notes)
+                   notes=notes)
