@@ -1,0 +1,312 @@
+"""What-if optimizer: the (steps, topk, num_draft_tokens[, batch limit]) with the best predicted tok/s.
+
+In the spirit of Sequoia's hardware-aware tree optimizer (Chen et al. 2024, "Sequoia:
+Scalable, Robust, and Hardware-aware Speculative Decoding", §3–4): combine a positional
+acceptance model with the measured cost of verifying n tokens and pick the tree that
+maximises tokens per second, not tokens per step.
+
+Objective, per configuration s = (steps, topk, ndt) at batch B:
+
+    tok/s(s) = B · E[A | s] / T_cycle(s),
+    T_cycle(s) = steps × T_draft(B·topk) + T_verify(B·ndt) + overhead
+
+(costs from the profile via :func:`specmodel.model.predict.cycle_costs`; a measured
+draft-extend replaces the first draft step there). Pure functions; no I/O, no plotting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from specmodel.errors import SpecmodelError
+from specmodel.model import cycle as eq
+from specmodel.model.accept import AcceptDist, resize
+from specmodel.model.predict import cycle_costs
+from specmodel.schema.profile import Profile, SpecConfig
+
+MAX_STEPS = 8
+TOPKS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptModel:
+    """Conditional acceptance of the drafter's top-1 token at each depth of a chain.
+
+    ``conditional[d-1]`` = c_d = P(draft d accepted | drafts 1..d−1 accepted) for
+    d = 1..len(conditional). ``measured_depth`` is how deep the input data went; deeper
+    values are extrapolated (:func:`specmodel.model.accept.resize`: the last conditional rate).
+    """
+
+    conditional: tuple[float, ...]
+    measured_depth: int
+    source: str
+    measured_topk: int = 1
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.conditional:
+            raise SpecmodelError("accept model: needs at least one depth")
+        for c in self.conditional:
+            if not (0.0 <= c <= 1.0) or math.isnan(c):
+                raise SpecmodelError(f"accept model: conditional rates must be in [0, 1], got {c}")
+        if self.measured_depth < 0:
+            raise SpecmodelError("accept model: measured_depth must be >= 0")
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.conditional)
+
+    @property
+    def chain_rates(self) -> tuple[float, ...]:
+        """Unconditional r_d = Π_{i≤d} c_i (vLLM's per-position rates for a chain)."""
+        out, cur = [], 1.0
+        for c in self.conditional:
+            cur *= c
+            out.append(cur)
+        return tuple(out)
+
+
+def accept_model(dist: AcceptDist, *, rates: Sequence[float] | None = None, measured_topk: int = 1,
+                 max_steps: int = MAX_STEPS) -> AcceptModel:
+    """Per-depth chain acceptance from the user's accept-length source.
+
+    * per-position rates r_i when given (vLLM, or a log that has them), else the rates
+      implied by the distribution, r_i = P(A ≥ i+1) (for a bare mean that is the
+      constant-α geometric chain of :func:`~specmodel.model.accept.from_mean`);
+    * extended to ``max_steps`` with the last conditional rate (:func:`resize`);
+    * c_d = r_d / r_{d−1}.
+    * If the data came from a tree (``measured_topk`` k > 1) its per-depth rate t_d is read
+      as a best-of-k rate and inverted under the independence model used below:
+      c_d = 1 − (1 − t_d)^(1/k). (Approximation: it ignores the draft-token budget.)
+    """
+    if max_steps < 1:
+        raise SpecmodelError(f"optimizer: max steps must be >= 1, got {max_steps}")
+    if measured_topk < 1:
+        raise SpecmodelError(f"optimizer: measured topk must be >= 1, got {measured_topk}")
+    pos = [float(r) for r in (rates if rates is not None else dist.per_position_rates())]
+    measured = len(pos)
+    ext = resize(dist, max(max_steps, measured) + 1, rates=pos).per_position_rates()[:max_steps]
+    cond: list[float] = []
+    prev = 1.0
+    for r in ext:
+        cond.append(min(max(r / prev, 0.0), 1.0) if prev > 0 else 0.0)
+        prev = r
+    notes = []
+    src = "per-position rates" if rates is not None else f"rates implied by the distribution ({dist.source})"
+    if measured < max_steps:
+        notes.append(f"depths {measured + 1}..{max_steps} extrapolated with the last conditional rate "
+                     f"({cond[measured - 1] if measured else 0.0:.2f})")
+    if measured_topk > 1:
+        cond = [1.0 - (1.0 - c) ** (1.0 / measured_topk) for c in cond]
+        notes.append(f"measured with topk {measured_topk}: per-depth rates read as best-of-{measured_topk}, "
+                     "inverted to top-1 chain rates")
+    return AcceptModel(conditional=tuple(cond), measured_depth=measured, source=src, measured_topk=measured_topk,
+                       notes=tuple(notes))
+
+
+def sibling_rates(c: float, topk: int) -> tuple[float, ...]:
+    """Sequoia's positional acceptance vector at one depth under independence.
+
+    The j-th ranked candidate is accepted iff the 1st..(j−1)-th were rejected and it is
+    accepted: q_j = c·(1 − c)^(j−1); Σ_{j≤k} q_j = 1 − (1 − c)^k, the best-of-k rate.
+    Independence is optimistic (siblings' rejections are correlated), so trees (topk > 1)
+    are an extrapolation unless the rates were measured with that topk.
+    """
+    return tuple(c * (1.0 - c) ** j for j in range(topk))
+
+
+def _tree_values(conditional: Sequence[float], steps: int, topk: int) -> list[float]:
+    """Values of every node the drafter generates, best first (see :func:`expected_tokens`)."""
+    if steps < 1 or topk < 1:
+        raise SpecmodelError("optimizer: needs steps >= 1 and topk >= 1")
+    if steps > len(conditional):
+        raise SpecmodelError(f"optimizer: steps {steps} exceeds the accept model's depth {len(conditional)}")
+    kept: list[float] = []
+    beam = [1.0]
+    for d in range(steps):
+        q = sibling_rates(float(conditional[d]), topk)
+        children = sorted((b * qj for b in beam for qj in q), reverse=True)
+        kept.extend(children)
+        beam = children[:topk]
+    kept.sort(reverse=True)
+    return kept
+
+
+def expected_tokens(conditional: Sequence[float], *, steps: int, topk: int, num_draft_tokens: int) -> float:
+    """E[A | steps, topk, ndt]: tokens per verify step (bonus included) for an EAGLE draft tree.
+
+    The drafter expands, at each of ``steps`` depths, the ``topk`` best nodes by path
+    probability into ``topk`` children each (SGLang ``select_top_k_tokens``); the verify
+    keeps the ``ndt − 1`` best of all generated nodes plus the root (``organize_draft_results``).
+    A node's value is the probability it is on the accepted path: the product of its
+    ancestors' :func:`sibling_rates`. The accepted path's expected length is the sum of the
+    kept nodes' values, so E[A] = 1 + Σ_{kept} value. For topk = 1 this is the chain,
+    1 + Σ_{d<ndt} r_d (Leviathan et al. 2023 with per-position rates).
+    """
+    if num_draft_tokens < 2:
+        raise SpecmodelError("optimizer: needs num_draft_tokens >= 2")
+    acc = _running_totals(_tree_values(conditional, steps, topk))
+    return acc[min(num_draft_tokens - 1, len(acc) - 1)]
+
+
+def _running_totals(values: Sequence[float]) -> list[float]:
+    """[1, 1+v1, 1+v1+v2, …] summed left to right (one summation order for every caller)."""
+    acc = [1.0]
+    for v in values:
+        acc.append(acc[-1] + v)
+    return acc
+
+
+def search_space(max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS) -> Iterator[tuple[int, int, int]]:
+    """(steps, topk, ndt) with steps ∈ 1..max, topk ∈ ``topks``, ndt ∈ [2, steps·topk + 1]."""
+    for s in range(1, max_steps + 1):
+        for k in topks:
+            for n in range(2, s * k + 2):
+                yield s, k, n
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One evaluated configuration (seconds and tokens/s, SI)."""
+
+    steps: int
+    topk: int
+    num_draft_tokens: int
+    batch: int
+    accept_tokens: float
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    cycle_s: float
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    speedup: float
+    cost_extrapolated: bool
+    accept_extrapolated: bool
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.steps, self.topk, self.num_draft_tokens
+
+    def sglang_flags(self) -> str:
+        return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+                f"--speculative-num-draft-tokens {self.num_draft_tokens}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"steps": self.steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens,
+                "batch": self.batch, "accept_tokens": self.accept_tokens, "draft_s": self.draft_s,
+                "verify_s": self.verify_s, "overhead_s": self.overhead_s, "cycle_s": self.cycle_s,
+                "baseline_tokens_per_s": self.baseline_tokens_per_s, "tokens_per_s": self.tokens_per_s,
+                "speedup": self.speedup, "cost_extrapolated": self.cost_extrapolated,
+                "accept_extrapolated": self.accept_extrapolated, "sglang_flags": self.sglang_flags()}
+
+
+def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, topk: int,
+             num_draft_tokens: int) -> Candidate:
+    """tok/s = B·E[A|s]/T_cycle(s) for one configuration (costs looked up in ``profile``)."""
+    spec = SpecConfig(algorithm=profile.spec.algorithm, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
+    cc = cycle_costs(profile, batch=batch, spec=spec)
+    e = expected_tokens(model.conditional, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
+    t = cc.cycle_s
+    extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
+    return Candidate(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, batch=batch, accept_tokens=e,
+                     draft_s=cc.draft_total_s, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
+                     baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
+                     tokens_per_s=eq.spec_tokens_per_s(batch, e, t), speedup=eq.speedup(e, cc.base.total_s, t),
+                     cost_extrapolated=extrap,
+                     accept_extrapolated=steps > model.measured_depth or topk != model.measured_topk)
+
+
+def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps: int = MAX_STEPS,
+                 topks: Sequence[int] = TOPKS) -> tuple[Candidate, ...]:
+    """Every configuration of :func:`search_space` at ``batch``; same figures as :func:`evaluate`.
+
+    Shares work across configurations: the profile lookups depend on (topk, ndt) only and
+    the draft total on steps through T_draft = steps × T_step (or extend + (steps−1)·T_step,
+    :func:`specmodel.model.cycle.draft_s`); the tree values on (steps, topk) only.
+    """
+    if max_steps > model.max_depth:
+        raise SpecmodelError(f"optimizer: max steps {max_steps} exceeds the accept model's depth {model.max_depth}")
+    out: list[Candidate] = []
+    for k in topks:
+        prefix: dict[int, list[float]] = {}
+        for s in range(1, max_steps + 1):
+            prefix[s] = _running_totals(_tree_values(model.conditional, s, k))
+        for n in range(2, max_steps * k + 2):
+            s0 = max(1, -(-(n - 1) // k))  # the shallowest tree that holds n - 1 drafts
+            cc = cycle_costs(profile, batch=batch, spec=SpecConfig(algorithm=profile.spec.algorithm, steps=s0,
+                                                                   topk=k, num_draft_tokens=n))
+            extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
+            ext = cc.draft_extend.total_s if cc.draft_extend is not None else None
+            for s in range(s0, max_steps + 1):
+                draft = eq.draft_s(cc.draft_step.total_s, s, ext) if profile.has("draft") else 0.0
+                t = eq.cycle_s(draft, cc.verify.total_s, cc.overhead_s)
+                e = prefix[s][min(n - 1, len(prefix[s]) - 1)]
+                out.append(Candidate(steps=s, topk=k, num_draft_tokens=n, batch=batch, accept_tokens=e,
+                                     draft_s=draft, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
+                                     baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
+                                     tokens_per_s=eq.spec_tokens_per_s(batch, e, t),
+                                     speedup=eq.speedup(e, cc.base.total_s, t), cost_extrapolated=extrap,
+                                     accept_extrapolated=s > model.measured_depth or k != model.measured_topk))
+    return tuple(out)
+
+
+def _rank_key(c: Candidate) -> tuple[float, int, int, int]:
+    # best tok/s first; on a tie the cheaper config (fewer verified tokens, shallower, narrower)
+    return (-c.tokens_per_s, c.num_draft_tokens, c.steps, c.topk)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Optimum:
+    """The optimizer's answer at one batch size."""
+
+    batch: int
+    best: Candidate
+    best_measured_topk: Candidate  # best with the topk the acceptance was measured at (least extrapolated)
+    default: Candidate
+    ranked: tuple[Candidate, ...]  # the top configurations, best first
+    evaluated: int
+
+    @property
+    def gain(self) -> float:
+        """best tok/s / default tok/s (≥ 1 by construction)."""
+        return self.best.tokens_per_s / self.default.tokens_per_s
+
+    @property
+    def pays(self) -> bool:
+        return self.best.speedup >= 1.0
+
+
+def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
+             max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS) -> Optimum:
+    """Rank every configuration by predicted tok/s; the default configuration is always evaluated."""
+    if top < 1:
+        raise SpecmodelError(f"optimizer: top must be >= 1, got {top}")
+    depth = max(max_steps, default.steps)
+    if depth > model.max_depth:
+        raise SpecmodelError(f"optimizer: steps {depth} exceeds the accept model's depth {model.max_depth}")
+    cands = list(evaluate_all(profile, model, batch=batch, max_steps=max_steps, topks=topks))
+    dflt = evaluate(profile, model, batch=batch, steps=default.steps, topk=default.topk,
+                    num_draft_tokens=default.num_draft_tokens)
+    if all(c.key != dflt.key for c in cands):
+        cands.append(dflt)
+    ranked = sorted(cands, key=_rank_key)
+    same = [c for c in ranked if c.topk == model.measured_topk] or ranked
+    return Optimum(batch=batch, best=ranked[0], best_measured_topk=same[0], default=dflt, ranked=tuple(ranked[:top]),
+                   evaluated=len(cands))
+
+
+def batch_limit(optima: Sequence[Optimum]) -> int | None:
+    """Largest batch up to which (from the smallest on) the best configuration still pays (speedup ≥ 1).
+
+    None when speculation does not pay even at the smallest batch. The engines' knob for
+    this is vLLM's ``speculative_disable_by_batch_size``-style switch-off above a batch size.
+    """
+    last = None
+    for o in sorted(optima, key=lambda o: o.batch):
+        if not o.pays:
+            break
+        last = o.batch
+    return last

@@ -1,0 +1,1 @@
+"""The go/no-go report: content assembly (no plotting) and its PDF / Markdown / JSON renderings."""

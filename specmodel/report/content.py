@@ -1,0 +1,432 @@
+"""Everything the report shows, assembled once into a frozen :class:`ReportContent`.
+
+No matplotlib here: the PDF (:mod:`specmodel.report.pdf`), the Markdown and the JSON all
+render this one object, so they cannot disagree. Page-1 figures are the :class:`Prediction`
+that ``specmodel predict --json`` prints for the same flags; nothing here recomputes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Protocol
+
+from specmodel import __version__
+from specmodel.model import cycle as eq
+from specmodel.model.accept import AcceptDist, chain_mean
+from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
+from specmodel.model.costs import FALLBACK
+from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
+from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
+from specmodel.model.whatif import (
+    FitChoice,
+    batch_sweep,
+    powers_of_two,
+    standard_whatifs,
+    stop_paying_batch,
+)
+from specmodel.schema.profile import Profile, SpecConfig
+
+REPORT_SCHEMA = "specmodel.report"
+REPORT_SCHEMA_VERSION = 1
+PAGES = ("verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation")
+
+
+class FindingLike(Protocol):
+    name: str
+    status: str
+    message: str
+
+
+class DrafterReportLike(Protocol):
+    """What :func:`specmodel.drafter.check.check_drafter` returns (duck-typed; imported lazily)."""
+
+    findings: Sequence[Any]
+    status: str
+    acceptance_ceiling: float | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptCurve:
+    """Page 2: tok/s = B·a/T_cycle over accept length a, with the drafter's distribution."""
+
+    accept_grid: tuple[float, ...]
+    tokens_per_s: tuple[float, ...]
+    baseline_tokens_per_s: float
+    break_even_tokens: float
+    plus20_tokens: float
+    accept_mean_tokens: float
+    accept_probs: tuple[float, ...]
+    predicted_tokens_per_s: float
+    max_tokens: int
+    ceiling_tokens: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    label: str
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Breakdown:
+    """Page 3: baseline decode step vs one speculative cycle, and both per emitted token."""
+
+    baseline: tuple[Segment, ...]
+    cycle: tuple[Segment, ...]
+    baseline_per_token_s: float
+    cycle_per_token_s: float
+    accept_mean_tokens: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageSize:
+    label: str
+    tokens: int
+    msg_bytes: float
+    per_call_s: float | None  # under the fit (None without one)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduceView:
+    """Page 4: measured all-reduce points, the α-β fit, and what the cycle actually sends."""
+
+    tp: int
+    points: tuple[tuple[int, int, float], ...]  # (tp, msg_bytes, latency_s)
+    row_calls: tuple[tuple[str, float, float], ...]  # (kind, msg_bytes, seconds per call incl. waiting)
+    fit_alpha_s: float
+    fit_beta_bytes_per_s: float
+    fit_algorithm: str
+    fit_origin: str
+    fit_curve: tuple[tuple[float, float], ...]  # (bytes, seconds) ring model at tp
+    oneshot_curve: tuple[tuple[float, float], ...]  # (bytes, seconds) one-shot model at tp
+    sizes: tuple[MessageSize, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatIfRow:
+    key: str
+    label: str
+    assumptions: tuple[str, ...]
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    speedup: float
+    break_even_accept_tokens: float
+    cycle_s: float
+    verdict: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchRow:
+    batch: int
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    speedup: float
+    break_even_accept_tokens: float
+    extrapolated: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerView:
+    """Page 6: the recommended configuration and how it was found."""
+
+    batch: int
+    accept_source: str
+    accept_notes: tuple[str, ...]
+    conditional_rates: tuple[float, ...]
+    default: Candidate
+    best: Candidate
+    best_measured_topk: Candidate
+    ranked: tuple[Candidate, ...]
+    evaluated: int
+    gain: float
+    per_batch: tuple[Candidate, ...]  # the best configuration at each swept batch
+    batch_limit: int | None
+    max_batch: int
+    grid: tuple[tuple[int, int, float], ...]  # (steps, topk, best tok/s over ndt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindingRow:
+    name: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrafterView:
+    status: str
+    findings: tuple[FindingRow, ...]
+    acceptance_ceiling: float | None
+    ceiling_tokens: float | None
+    warning: str | None
+    inputs: tuple[tuple[str, str], ...]
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportContent:
+    title: str
+    version: str
+    prediction: Prediction
+    notes: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    provenance: tuple[tuple[str, str], ...]
+    curve: AcceptCurve
+    breakdown: Breakdown
+    allreduce: AllReduceView
+    whatifs: tuple[WhatIfRow, ...]
+    batch_sweep: tuple[BatchRow, ...]
+    stop_paying_batch: int | None
+    optimizer: OptimizerView
+    drafter: DrafterView | None
+    warnings: tuple[str, ...]
+
+    @property
+    def pages(self) -> tuple[str, ...]:
+        return PAGES + (("drafter-check",) if self.drafter is not None else ())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON written beside the PDF; ``prediction`` equals ``predict --json`` (minus notes)."""
+        def cand(c: Candidate) -> dict[str, Any]:
+            return c.to_dict()
+
+        opt = self.optimizer
+        return {
+            "schema": REPORT_SCHEMA,
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "title": self.title,
+            "specmodel_version": self.version,
+            "pages": list(self.pages),
+            "verdict": self.prediction.verdict,
+            "prediction": self.prediction.to_dict(),
+            "notes": list(self.notes),
+            "assumptions": list(self.assumptions),
+            "provenance": dict(self.provenance),
+            "throughput_vs_accept": dataclasses.asdict(self.curve),
+            "cycle_breakdown": dataclasses.asdict(self.breakdown),
+            "allreduce": dataclasses.asdict(self.allreduce),
+            "whatifs": [dataclasses.asdict(w) for w in self.whatifs],
+            "batch_sweep": [dataclasses.asdict(b) for b in self.batch_sweep],
+            "stop_paying_batch": self.stop_paying_batch,
+            "optimizer": {
+                "batch": opt.batch, "accept_source": opt.accept_source, "accept_notes": list(opt.accept_notes),
+                "conditional_rates": list(opt.conditional_rates), "default": cand(opt.default),
+                "best": cand(opt.best), "best_measured_topk": cand(opt.best_measured_topk),
+                "ranked": [cand(c) for c in opt.ranked], "evaluated": opt.evaluated, "gain": opt.gain,
+                "per_batch": [cand(c) for c in opt.per_batch], "batch_limit": opt.batch_limit,
+                "max_batch": opt.max_batch,
+                "grid": [{"steps": s, "topk": k, "tokens_per_s": t} for s, k, t in opt.grid],
+            },
+            "drafter": None if self.drafter is None else {
+                "status": self.drafter.status,
+                "findings": [dataclasses.asdict(f) for f in self.drafter.findings],
+                "acceptance_ceiling": self.drafter.acceptance_ceiling,
+                "ceiling_tokens": self.drafter.ceiling_tokens, "warning": self.drafter.warning,
+                "inputs": dict(self.drafter.inputs), "report": self.drafter.raw,
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+# --- assembly -------------------------------------------------------------------------------------------------
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
+    hi = float(max(p.steps + 1, p.break_even_accept_tokens * 1.1, (ceiling_tokens or 0.0) * 1.05))
+    n = 60
+    grid = tuple(1.0 + (hi - 1.0) * i / (n - 1) for i in range(n))
+    return AcceptCurve(accept_grid=grid, tokens_per_s=tuple(eq.spec_tokens_per_s(p.batch, a, p.cycle_s) for a in grid),
+                       baseline_tokens_per_s=p.baseline_tokens_per_s, break_even_tokens=p.break_even_accept_tokens,
+                       plus20_tokens=p.accept_for_plus20_tokens, accept_mean_tokens=p.accept_mean_tokens,
+                       accept_probs=p.accept_probs, predicted_tokens_per_s=p.tokens_per_s, max_tokens=p.steps + 1,
+                       ceiling_tokens=ceiling_tokens)
+
+
+def _breakdown(p: Prediction) -> Breakdown:
+    return Breakdown(
+        baseline=(Segment(label="all-reduce", seconds=p.baseline_allreduce_s),
+                  Segment(label="compute + other", seconds=p.baseline_step_s - p.baseline_allreduce_s)),
+        cycle=(Segment(label="verify all-reduce", seconds=p.verify_allreduce_s),
+               Segment(label="verify compute", seconds=p.verify_compute_s),
+               Segment(label="verify other", seconds=p.verify_other_s),
+               Segment(label="draft", seconds=p.draft_s),
+               Segment(label="overhead", seconds=p.overhead_s)),
+        baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
+        accept_mean_tokens=p.accept_mean_tokens)
+
+
+def message_bytes(profile: Profile, kind: str, tokens: int) -> float | None:
+    """Size of one all-reduce message of a ``kind`` forward over ``tokens`` tokens.
+
+    Activations are tokens × hidden × bytes, so bytes per token is a constant per kind:
+    taken from the rows (or the fallback kind's), else from the model's hidden size and
+    activation width; None when the profile says neither.
+    """
+    for k in (kind, FALLBACK.get(kind, "")):
+        per_tok = [r.allreduce_msg_bytes / r.tokens for r in profile.rows(k) if r.allreduce_msg_bytes > 0] if k else []
+        if per_tok:
+            return sorted(per_tok)[len(per_tok) // 2] * tokens
+    hidden, width = profile.model.get("hidden_size"), profile.model.get("activation_bytes", 2)
+    if isinstance(hidden, (int, float)) and isinstance(width, (int, float)) and hidden > 0 and width > 0:
+        return float(hidden) * float(width) * tokens
+    return None
+
+
+def _allreduce(profile: Profile, p: Prediction, choice: FitChoice) -> AllReduceView:
+    fit = choice.fit
+    tp = max(profile.tp, 2)
+    sizes = []
+    for label, kind, toks in (("decode", "decode", p.batch), ("verify", "verify", p.verify_tokens),
+                              ("draft", "draft", p.batch * p.topk)):
+        b = message_bytes(profile, kind, toks)
+        if b is not None:
+            sizes.append(MessageSize(label=label, tokens=toks, msg_bytes=b, per_call_s=allreduce_s(b, tp, fit)))
+    xs = [float(pt.msg_bytes) for pt in profile.allreduce_points if pt.msg_bytes > 0]
+    xs += [float(r.allreduce_msg_bytes) for r in profile.costs if r.allreduce_msg_bytes > 0]
+    xs += [s.msg_bytes for s in sizes]
+    lo = max(min(xs) / 4, 1.0) if xs else 1024.0
+    hi = max(xs) * 4 if xs else 64 * 2**20
+    grid = [lo * (hi / lo) ** (i / 59) for i in range(60)]
+    calls = tuple((r.kind, float(r.allreduce_msg_bytes), r.allreduce_s / r.n_allreduce) for r in profile.costs
+                  if r.n_allreduce > 0 and r.allreduce_msg_bytes > 0 and r.allreduce_s > 0)
+    return AllReduceView(
+        tp=profile.tp, points=tuple((pt.tp, pt.msg_bytes, pt.latency_s) for pt in profile.allreduce_points),
+        row_calls=calls, fit_alpha_s=fit.alpha_s, fit_beta_bytes_per_s=fit.beta_bytes_per_s,
+        fit_algorithm=fit.algorithm, fit_origin=choice.origin,
+        fit_curve=tuple((x, allreduce_s(x, tp, fit)) for x in grid),
+        oneshot_curve=tuple((x, oneshot_allreduce_s(x, tp, fit.alpha_s, fit.beta_bytes_per_s)) for x in grid),
+        sizes=tuple(sizes))
+
+
+def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Prediction) -> WhatIfRow:
+    return WhatIfRow(key=key, label=label, assumptions=assumptions, baseline_tokens_per_s=w.baseline_tokens_per_s,
+                     tokens_per_s=w.tokens_per_s, speedup=w.speedup,
+                     break_even_accept_tokens=w.break_even_accept_tokens, cycle_s=w.cycle_s, verdict=w.verdict)
+
+
+def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
+                 per_position: Sequence[float] | None) -> tuple[str, ...]:
+    acc = f"accept length: {p.accept_source}"
+    if per_position:
+        acc += " rates " + ", ".join(f"{r:.2f}" for r in per_position)
+    elif p.accept_samples == 0 and p.accept_source.startswith("mean"):
+        acc += " (constant per-draft acceptance assumed around the mean)"
+    out = [acc]
+    out.append(f"costs from the {p.profile_source_kind} profile '{p.profile_name}', interpolated at "
+               f"batch {p.batch} ({p.verify_tokens} verify tokens)")
+    out.append(f"draft = {p.steps} drafter forwards ({p.draft_step_s * 1e3:.2f} ms each)" if p.draft_s > 0
+               else "draft cost not measured: assumed free (upper bound)")
+    over = f"per-cycle overhead {p.overhead_s * 1e3:.2f} ms"
+    if p.calibrated_overhead_s is not None:
+        over += f" (calibration added {p.calibrated_overhead_s * 1e3:.2f} ms)"
+    out.append(over)
+    n = f"{dist.samples} observed steps" if dist.samples > 0 else f"one {p.generation_tokens}-token generation"
+    out.append(f"P(speedup > 1) from the sampling error of the mean accept length over {n}")
+    out.append(f"GO needs speedup >= {GO_MIN_SPEEDUP:.2f}x and P(speedup > 1) >= {GO_MIN_P:.2f}; "
+               "NO-GO below 1.00x")
+    if profile.source_kind == "reference":
+        out.append("the reference profile is derived from a published write-up, not measured on your box")
+    return tuple(out)
+
+
+def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    hw = profile.hardware
+    hw_txt = ", ".join(f"{k} {hw[k]}" for k in ("gpu_name", "gpu_count", "interconnect", "device", "cpu") if k in hw)
+    rows = [("profile", f"{profile.name} ({profile.source_kind}) {profile.path}"),
+            ("profile source", profile.label),
+            ("hardware", hw_txt or "not recorded"),
+            ("model", str(profile.model.get("name", "not recorded"))),
+            ("backend / TP", f"{profile.backend or 'not recorded'} / TP {profile.tp}")]
+    versions = {k: v for k, v in profile.source.items() if "version" in k and isinstance(v, (str, int, float))}
+    if isinstance(profile.source.get("versions"), dict):
+        versions.update({k: v for k, v in profile.source["versions"].items() if isinstance(v, (str, int, float))})
+    if versions:
+        rows.append(("profile versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))))
+    rows.append(("specmodel", f"{__version__}; python {platform.python_version()}; numpy {_version('numpy')}; "
+                              f"matplotlib {_version('matplotlib')}"))
+    rows.append(("accept source", p.accept_source))
+    rows.extend(inputs)
+    return tuple(rows)
+
+
+def _drafter(report: DrafterReportLike, p: Prediction, inputs: Sequence[tuple[str, str]]) -> DrafterView:
+    findings = tuple(FindingRow(name=str(f.name), status=str(f.status), message=str(f.message))
+                     for f in report.findings)
+    ceiling = report.acceptance_ceiling
+    ceiling_tokens = None
+    warning = None
+    if ceiling is not None and math.isfinite(ceiling) and 0.0 <= ceiling <= 1.0:
+        ceiling_tokens = chain_mean(float(ceiling), p.steps)
+        if p.accept_mean_tokens > ceiling_tokens + 1e-9:
+            warning = (f"the accept length {p.accept_mean_tokens:.2f} exceeds the drafter's vocabulary ceiling "
+                       f"{ceiling_tokens:.2f} tokens/step (coverage {ceiling:.1%} at {p.steps} steps): "
+                       "the accept-length source does not describe this drafter")
+    return DrafterView(status=str(report.status), findings=findings, acceptance_ceiling=ceiling,
+                       ceiling_tokens=ceiling_tokens, warning=warning, inputs=tuple(inputs), raw=report.to_dict())
+
+
+def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, prediction: Prediction,
+                 notes: Sequence[str] = (), per_position: Sequence[float] | None = None,
+                 observation: Any = None, max_batch: int = 64, inputs: Sequence[tuple[str, str]] = (),
+                 drafter: DrafterReportLike | None = None,
+                 drafter_inputs: Sequence[tuple[str, str]] = ()) -> ReportContent:
+    """Assemble the report around ``prediction`` (the one ``predict`` prints for these inputs).
+
+    ``profile`` is the scenario's profile before calibration; when an ``observation`` was
+    given its unseen cost is folded in once here so every what-if carries it too.
+    """
+    p = prediction
+    base = calibrate(profile, observation, spec)[0] if observation is not None else profile
+    batches = powers_of_two(max_batch)
+
+    whatifs, choice = standard_whatifs(base)
+    rows = [WhatIfRow(key="as_is", label=f"as profiled (TP {profile.tp})", assumptions=(),
+                      baseline_tokens_per_s=p.baseline_tokens_per_s, tokens_per_s=p.tokens_per_s, speedup=p.speedup,
+                      break_even_accept_tokens=p.break_even_accept_tokens, cycle_s=p.cycle_s, verdict=p.verdict)]
+    for w in whatifs:
+        wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens)
+        rows.append(_whatif_row(w.key, w.label, w.assumptions, wp))
+
+    sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens)
+    brows = tuple(BatchRow(batch=s.batch, baseline_tokens_per_s=s.baseline_tokens_per_s, tokens_per_s=s.tokens_per_s,
+                           speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
+                           extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
+
+    model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(8, spec.steps))
+    opt = optimize(base, model, batch=p.batch, default=spec)
+    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec) for b in batches]
+    grid: dict[tuple[int, int], float] = {}
+    for c in evaluate_all(base, model, batch=p.batch):
+        grid[(c.steps, c.topk)] = max(grid.get((c.steps, c.topk), 0.0), c.tokens_per_s)
+    optv = OptimizerView(batch=p.batch, accept_source=model.source, accept_notes=model.notes,
+                         conditional_rates=model.conditional, default=opt.default, best=opt.best,
+                         best_measured_topk=opt.best_measured_topk, ranked=opt.ranked, evaluated=opt.evaluated,
+                         gain=opt.gain, per_batch=tuple(o.best for o in optima), batch_limit=batch_limit(optima),
+                         max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())))
+
+    dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
+    warnings = list(p.warnings)
+    if dview is not None and dview.warning:
+        warnings.append(dview.warning)
+    title = f"Speculative decoding go/no-go: {p.profile_name}"
+    return ReportContent(
+        title=title, version=__version__, prediction=p, notes=tuple(notes),
+        assumptions=_assumptions(p, dist, profile, per_position),
+        provenance=_provenance(profile, p, inputs),
+        curve=_curve(p, dview.ceiling_tokens if dview else None), breakdown=_breakdown(p),
+        allreduce=_allreduce(base, p, choice), whatifs=tuple(rows), batch_sweep=brows,
+        stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings))

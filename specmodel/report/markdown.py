@@ -1,0 +1,91 @@
+"""The report as Markdown (for PR comments, CI logs and diffs): the same content as the PDF."""
+
+from __future__ import annotations
+
+from specmodel.report.content import ReportContent
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
+    return out
+
+
+def render_markdown(c: ReportContent) -> str:
+    p = c.prediction
+    o = c.optimizer
+    lines = [f"# {c.title}", "", f"## Verdict: **{p.verdict}**", "", p.verdict_reason, ""]
+    lines += _table(["figure", "value"], [
+        ["configuration", f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
+        ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"],
+        ["baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"],
+        ["speedup", f"{p.speedup:.2f}x"],
+        ["break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"],
+        ["drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"],
+        ["margin", f"{p.margin_tokens:+.2f} tokens/step"],
+        ["P(speedup > 1)", f"{p.p_speedup_gt_1:.2f}"],
+        ["+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"],
+        ["cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"],
+    ])
+    lines += ["", "### Assumptions", ""] + [f"- {a}" for a in c.assumptions]
+    if c.warnings:
+        lines += ["", "### Warnings", ""] + [f"- {w}" for w in c.warnings]
+    lines += ["", "### Provenance", ""] + [f"- {k}: {v}" for k, v in c.provenance]
+
+    bd = c.breakdown
+    lines += ["", "## Where the cycle goes", ""]
+    lines += _table(["part", "baseline step", "speculative cycle"],
+                    [[s.label, "", _ms(s.seconds)] for s in bd.cycle]
+                    + [[s.label, _ms(s.seconds), ""] for s in bd.baseline]
+                    + [["per emitted token", _ms(bd.baseline_per_token_s), _ms(bd.cycle_per_token_s)]])
+
+    ar = c.allreduce
+    lines += ["", "## All-reduce", "",
+              f"alpha {ar.fit_alpha_s * 1e6:.2f} us, beta {ar.fit_beta_bytes_per_s / 1e9:.2f} GB/s "
+              f"({ar.fit_algorithm}, {ar.fit_origin}); {len(ar.points)} measured points.", ""]
+    lines += _table(["message", "tokens", "bytes", "model us/call"],
+                    [[s.label, str(s.tokens), f"{s.msg_bytes:.0f}",
+                      f"{s.per_call_s * 1e6:.1f}" if s.per_call_s is not None else "-"] for s in ar.sizes])
+
+    lines += ["", "## What if", ""]
+    lines += _table(["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"],
+                    [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
+                      f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] for w in c.whatifs])
+    lines += [""] + [f"- {w.label}: " + "; ".join(w.assumptions) for w in c.whatifs if w.assumptions]
+    stop = c.stop_paying_batch
+    lines += ["", "Batch sweep (same accept length): "
+              + (f"stops paying at batch {stop}." if stop is not None else "pays at every batch swept."), ""]
+    lines += _table(["batch", "baseline tok/s", "spec tok/s", "speedup", "break-even"],
+                    [[str(r.batch), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x",
+                      f"{r.break_even_accept_tokens:.2f}" + (" (extrapolated)" if r.extrapolated else "")]
+                     for r in c.batch_sweep])
+
+    b, d = o.best, o.default
+    lines += ["", "## Recommended configuration", "",
+              f"Best at batch {o.batch}: steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens}: "
+              f"{b.tokens_per_s:.1f} tok/s, speedup {b.speedup:.2f}x ({o.gain:.2f}x the default's "
+              f"{d.tokens_per_s:.1f} tok/s).", "", f"`{b.sglang_flags()}`", "",
+              f"Best with topk {o.best_measured_topk.topk}: steps {o.best_measured_topk.steps}, draft tokens "
+              f"{o.best_measured_topk.num_draft_tokens}: {o.best_measured_topk.tokens_per_s:.1f} tok/s.", "",
+              ("Batch limit: speculation pays up to batch " f"{o.batch_limit}." if o.batch_limit is not None
+               else "Batch limit: speculation does not pay at any batch swept."), "",
+              f"Acceptance model: {o.accept_source}. " + " ".join(o.accept_notes), ""]
+    lines += _table(["#", "steps", "topk", "ndt", "E[A]", "cycle", "tok/s", "speedup"],
+                    [[str(i), str(x.steps), str(x.topk), str(x.num_draft_tokens), f"{x.accept_tokens:.2f}",
+                      _ms(x.cycle_s), f"{x.tokens_per_s:.1f}", f"{x.speedup:.2f}x"]
+                     for i, x in enumerate(o.ranked, start=1)])
+    if c.drafter is not None:
+        dv = c.drafter
+        lines += ["", f"## Drafter check: {dv.status}", ""]
+        if dv.acceptance_ceiling is not None:
+            lines += [f"Acceptance ceiling {dv.acceptance_ceiling:.1%}"
+                      + (f" (at most {dv.ceiling_tokens:.2f} tokens/step)" if dv.ceiling_tokens is not None else ""), ""]
+        if dv.warning:
+            lines += [f"**Warning:** {dv.warning}", ""]
+        lines += _table(["status", "check", "message"], [[f.status, f.name, f.message] for f in dv.findings])
+    lines += ["", f"_specmodel {c.version}_", ""]
+    return "\n".join(lines)

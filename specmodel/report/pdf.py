@@ -1,0 +1,482 @@
+"""Draw a :class:`ReportContent` as a vector PDF (and optionally one PNG per page).
+
+Only this module imports matplotlib, and only when a report is rendered, so ``predict``
+never pays for it. Figures are built with the object API (no pyplot state); the Agg
+backend is selected here, nothing is ever shown on screen.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import textwrap
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from specmodel.io import atomic_write_bytes
+from specmodel.report.content import ReportContent
+
+PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
+VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00"}
+C_AR, C_COMP, C_OTHER, C_DRAFT, C_OVER = "#d62728", "#1f77b4", "#9e9e9e", "#ff7f0e", "#9467bd"
+
+
+def _mpl() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["pdf.fonttype"] = 42  # TrueType: the PDF's text is extractable (and searchable)
+    matplotlib.rcParams["ps.fonttype"] = 42
+    matplotlib.rcParams["font.size"] = 10
+    matplotlib.rcParams["axes.grid"] = True
+    matplotlib.rcParams["grid.alpha"] = 0.3
+    return matplotlib
+
+
+def _figure() -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=PAGE_SIZE_IN)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms"
+
+
+def _bytes(b: float) -> str:
+    for unit, f in (("MiB", 2**20), ("KiB", 2**10)):
+        if b >= f:
+            return f"{b / f:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def _wrap(text: str, width: int) -> str:
+    return "\n".join(textwrap.wrap(text, width=width, break_long_words=True, break_on_hyphens=False)) or text
+
+
+def _frame(fig: Any, c: ReportContent, n: int, title: str, when: str) -> None:
+    total = len(c.pages)
+    fig.text(0.04, 0.955, title, fontsize=16, weight="bold", va="top")
+    fig.text(0.96, 0.955, f"{c.prediction.verdict}", fontsize=14, weight="bold", ha="right", va="top",
+             color=VERDICT_COLORS.get(c.prediction.verdict, "black"))
+    fig.text(0.04, 0.02, f"specmodel {c.version} | {c.prediction.profile_name} | {when}", fontsize=7, color="#555555")
+    fig.text(0.96, 0.02, f"page {n}/{total}", fontsize=7, color="#555555", ha="right")
+
+
+# --- pages --------------------------------------------------------------------------------------------------
+
+
+def page_verdict(c: ReportContent) -> Any:
+    p = c.prediction
+    fig = _figure()
+    fig.text(0.04, 0.955, c.title, fontsize=14, weight="bold", va="top")
+    fig.text(0.04, 0.915, f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}",
+             fontsize=10, va="top", color="#333333")
+    fig.text(0.04, 0.88, p.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(p.verdict, "black"))
+    fig.text(0.04, 0.745, _wrap(p.verdict_reason, 95), fontsize=10, va="top")
+
+    figures = [
+        ("Predicted", f"{p.tokens_per_s:.1f} tok/s  (95% band {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"),
+        ("Baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"),
+        ("Speedup", f"{p.speedup:.2f}x"),
+        ("Break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"
+         + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
+        ("Drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"),
+        ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
+        ("P(speedup > 1)", f"{p.p_speedup_gt_1:.2f}"),
+        ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
+        ("Cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"),
+    ]
+    y = 0.70
+    fig.text(0.04, y, "Key figures", fontsize=12, weight="bold", va="top")
+    y -= 0.005
+    for label, value in figures:
+        y -= 0.032
+        fig.text(0.05, y, label, fontsize=10.5, va="top", color="#333333")
+        fig.text(0.25, y, value, fontsize=10.5, va="top", weight="bold")
+
+    opt = c.optimizer
+    y -= 0.05
+    fig.text(0.04, y, "Recommended configuration (model, page 6)", fontsize=12, weight="bold", va="top")
+    recs = [opt.best] + ([opt.best_measured_topk] if opt.best_measured_topk.key != opt.best.key else [])
+    for i, b in enumerate(recs):
+        y -= 0.032
+        tag = ("best" if i == 0 else f"best with topk {b.topk} (as measured)") + ": "
+        fig.text(0.05, y, tag + f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> "
+                 f"{b.tokens_per_s:.1f} tok/s, {b.speedup:.2f}x" + (" (tree acceptance extrapolated)"
+                                                                     if b.accept_extrapolated and b.topk > 1 else ""),
+                 fontsize=9, va="top")
+    y -= 0.032
+    lim = (f"speculation pays up to batch {opt.batch_limit} (best configuration per batch)"
+           if opt.batch_limit is not None else "speculation does not pay at any batch with any configuration")
+    fig.text(0.05, y, lim, fontsize=9, va="top")
+
+    ya = 0.70
+    fig.text(0.56, ya, "Assumptions", fontsize=12, weight="bold", va="top")
+    ya -= 0.03
+    for a in c.assumptions:
+        ya -= 0.008
+        t = _wrap(a, 62)
+        fig.text(0.565, ya, "- " + t.replace("\n", "\n  "), fontsize=8.5, va="top")
+        ya -= 0.026 * (t.count("\n") + 1)
+    if c.warnings or (c.drafter is not None):
+        ya -= 0.02
+        fig.text(0.56, ya, "Warnings", fontsize=12, weight="bold", va="top", color="#b26a00")
+        ya -= 0.03
+        items = list(c.warnings)
+        if c.drafter is not None:
+            items.insert(0, f"drafter check: {c.drafter.status} (page {len(c.pages)})")
+        for w in items[:6]:
+            ya -= 0.008
+            t = _wrap(w, 62)
+            fig.text(0.565, ya, "- " + t.replace("\n", "\n  "), fontsize=8.5, va="top")
+            ya -= 0.026 * (t.count("\n") + 1)
+
+    yp = 0.215
+    fig.text(0.04, yp, "Provenance", fontsize=10, weight="bold", va="top")
+    yp -= 0.004
+    for k, v in c.provenance[:10]:
+        yp -= 0.0165
+        fig.text(0.05, yp, f"{k}:", fontsize=7, va="top", color="#333333")
+        fig.text(0.17, yp, _wrap(str(v), 170).split("\n")[0], fontsize=7, va="top")
+    return fig
+
+
+def page_curve(c: ReportContent) -> Any:
+    cv = c.curve
+    p = c.prediction
+    fig = _figure()
+    ax = fig.add_axes((0.08, 0.12, 0.84, 0.72))
+    ax.plot(cv.accept_grid, cv.tokens_per_s, color="#1f77b4", lw=2.2,
+            label=f"speculative, TP{p.tp} B={p.batch} steps {p.steps} topk {p.topk} ndt {p.num_draft_tokens}")
+    ax.axhline(cv.baseline_tokens_per_s, color="black", lw=1.5, ls="--",
+               label=f"baseline {cv.baseline_tokens_per_s:.1f} tok/s")
+    ax.axvline(cv.break_even_tokens, color="#c62828", lw=1.5, label=f"break-even {cv.break_even_tokens:.2f}")
+    ax.axvline(cv.plus20_tokens, color="#c62828", lw=1, ls=":", label=f"+20% at {cv.plus20_tokens:.2f}")
+    ax.axvline(cv.max_tokens, color="#777777", lw=1, ls="-.", label=f"max tokens/step (steps+1) = {cv.max_tokens}")
+    if cv.ceiling_tokens is not None:
+        ax.axvline(cv.ceiling_tokens, color="#9467bd", lw=2, ls="--",
+                   label=f"drafter vocab ceiling {cv.ceiling_tokens:.2f}")
+    ax.fill_between(cv.accept_grid, cv.tokens_per_s, cv.baseline_tokens_per_s,
+                    where=[t < cv.baseline_tokens_per_s for t in cv.tokens_per_s], color="#c62828", alpha=0.08)
+    ax.fill_between(cv.accept_grid, cv.tokens_per_s, cv.baseline_tokens_per_s,
+                    where=[t >= cv.baseline_tokens_per_s for t in cv.tokens_per_s], color="#1a7f37", alpha=0.08)
+    ax.plot([cv.accept_mean_tokens], [cv.predicted_tokens_per_s], "o", color="black", ms=9, zorder=5,
+            label=f"this drafter: {cv.accept_mean_tokens:.2f} -> {cv.predicted_tokens_per_s:.1f} tok/s")
+    ax.set_xlabel("accept length (tokens per verify step, bonus included)")
+    ax.set_ylabel("tokens / s (all requests)")
+    ax.set_xlim(0.7, cv.accept_grid[-1] + 0.3)
+    ax.set_ylim(0, max(max(cv.tokens_per_s), cv.baseline_tokens_per_s) * 1.15)
+    ax2 = ax.twinx()
+    ks = list(range(1, len(cv.accept_probs) + 1))
+    ax2.bar(ks, cv.accept_probs, width=0.35, color="#ff7f0e", alpha=0.45, label="P(A = j): drafter distribution")
+    ax2.set_ylim(0, max(cv.accept_probs) * 3.2 if max(cv.accept_probs) > 0 else 1)
+    ax2.set_ylabel("P(accept length = j)", color="#ff7f0e")
+    ax2.grid(False)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8.5, framealpha=0.9)
+    return fig
+
+
+def page_breakdown(c: ReportContent) -> Any:
+    bd = c.breakdown
+    fig = _figure()
+    colors = {"all-reduce": C_AR, "compute + other": C_COMP, "verify all-reduce": C_AR, "verify compute": C_COMP,
+              "verify other": C_OTHER, "draft": C_DRAFT, "overhead": C_OVER}
+    hatch = {"all-reduce": "//", "compute + other": "//"}
+    ax = fig.add_axes((0.08, 0.12, 0.50, 0.72))
+    for x, segs in ((0, bd.baseline), (1, bd.cycle)):
+        bottom = 0.0
+        for s in segs:
+            ms = s.seconds * 1e3
+            ax.bar(x, ms, bottom=bottom, color=colors[s.label], hatch=hatch.get(s.label) if x == 0 else None,
+                   edgecolor="white", width=0.55, label=s.label if x == 1 or s.label == "compute + other" else None)
+            if ms > 0.03 * sum(t.seconds for t in bd.cycle) * 1e3:
+                ax.text(x, bottom + ms / 2, f"{s.label}\n{ms:.2f} ms", ha="center", va="center", fontsize=8,
+                        color="white", weight="bold")
+            bottom += ms
+        ax.text(x, bottom, f"{bottom:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
+    ax.set_xticks([0, 1], ["baseline decode step", "speculative cycle"])
+    ax.set_ylabel("milliseconds")
+    ax.set_title("one step vs one cycle", fontsize=11)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_xlim(-0.6, 1.6)
+    ax.set_ylim(0, sum(s.seconds for s in bd.cycle) * 1e3 * 1.15 + 1e-9)
+
+    ax2 = fig.add_axes((0.68, 0.12, 0.26, 0.72))
+    vals = [bd.baseline_per_token_s * 1e3, bd.cycle_per_token_s * 1e3]
+    ax2.bar([0, 1], vals, color=["#555555", "#1f77b4"], width=0.55)
+    for x, v in enumerate(vals):
+        ax2.text(x, v, f"{v:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
+    ax2.set_xticks([0, 1], ["baseline", f"speculative\n(cycle / {bd.accept_mean_tokens:.2f})"])
+    ax2.set_ylabel("milliseconds per emitted token (per request)")
+    ax2.set_title("per emitted token", fontsize=11)
+    ax2.set_ylim(0, max(vals) * 1.2 + 1e-9)
+    return fig
+
+
+def page_allreduce(c: ReportContent) -> Any:
+    ar = c.allreduce
+    fig = _figure()
+    ax = fig.add_axes((0.08, 0.12, 0.62, 0.72))
+    xs = [x for x, _ in ar.fit_curve]
+    ax.plot(xs, [t * 1e6 for _, t in ar.fit_curve], color="#1f77b4", lw=2,
+            label=f"alpha-beta {ar.fit_algorithm} model, TP{max(ar.tp, 2)}")
+    ax.plot(xs, [t * 1e6 for _, t in ar.oneshot_curve], color="#1f77b4", lw=1.2, ls="--",
+            label="one-shot (custom all-reduce) model")
+    by_tp: dict[int, list[tuple[float, float]]] = {}
+    for tp, nbytes, lat in ar.points:
+        by_tp.setdefault(tp, []).append((float(nbytes), lat))
+    for tp, pts in sorted(by_tp.items()):
+        ax.plot([x for x, _ in pts], [t * 1e6 for _, t in pts], "o", ms=6, label=f"measured all-reduce, TP{tp}")
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    for kind, row_bytes, per_call in ar.row_calls:
+        kinds.setdefault(kind, []).append((row_bytes, per_call))
+    markers = {"decode": "s", "verify": "^", "draft": "v", "draft_extend": "D", "extend": "P"}
+    for kind, pts in sorted(kinds.items()):
+        ax.plot([x for x, _ in pts], [t * 1e6 for _, t in pts], markers.get(kind, "x"), ms=6, mfc="none",
+                label=f"{kind} rows: all-reduce time per call (incl. waiting)")
+    at: dict[float, list[str]] = {}
+    for s in ar.sizes:
+        at.setdefault(s.msg_bytes, []).append(s.label)
+    for i, (size, names) in enumerate(sorted(at.items())):
+        ax.axvline(size, color=C_AR if "verify" in names else "#555555", lw=1, ls=":")
+        ax.text(size, 0.98 - 0.08 * i, " " + " = ".join(names) + f"\n {_bytes(size)}", transform=ax.get_xaxis_transform(),
+                fontsize=8, va="top", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("latency per all-reduce (us)")
+    ax.legend(loc="lower right", fontsize=8)
+    lines = [f"TP {ar.tp}", f"alpha = {ar.fit_alpha_s * 1e6:.2f} us", f"beta = {ar.fit_beta_bytes_per_s / 1e9:.2f} GB/s",
+             f"fit: {ar.fit_origin}", "", "at this operating point:"]
+    for s in ar.sizes:
+        per = f", {s.per_call_s * 1e6:.1f} us/call (model)" if s.per_call_s is not None else ""
+        lines.append(f"{s.label}: {s.tokens} tokens, {_bytes(s.msg_bytes)}{per}")
+    if not ar.sizes:
+        lines.append("message sizes unknown (no message bytes or hidden size in the profile)")
+    if not ar.points:
+        lines += ["", "no all-reduce sweep in this profile:", "the curve is the fit alone"]
+    fig.text(0.73, 0.84, "\n".join(_wrap(x, 44) for x in lines), fontsize=9, va="top")
+    return fig
+
+
+def page_whatif(c: ReportContent) -> Any:
+    fig = _figure()
+    ax_t = fig.add_axes((0.04, 0.60, 0.92, 0.28))
+    ax_t.axis("off")
+    head = ["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"]
+    cells = [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
+              f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] for w in c.whatifs]
+    tab = ax_t.table(cellText=cells, colLabels=head, loc="upper center", cellLoc="center",
+                     colWidths=[0.30, 0.12, 0.12, 0.1, 0.1, 0.12, 0.1])
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(9)
+    tab.scale(1, 1.45)
+    for (r, col), cell in tab.get_celld().items():
+        if r == 0:
+            cell.set_text_props(weight="bold")
+        elif col == 6:
+            cell.set_text_props(color=VERDICT_COLORS.get(cells[r - 1][6], "black"), weight="bold")
+    notes = [f"{w.label}: " + "; ".join(w.assumptions) for w in c.whatifs if w.assumptions]
+    fig.text(0.04, 0.885 - 0.037 * (len(cells) + 1), "\n".join(_wrap(n, 160) for n in notes), fontsize=7, va="top",
+             color="#333333")
+
+    ax = fig.add_axes((0.19, 0.08, 0.30, 0.36))
+    labels = [w.label for w in c.whatifs][::-1]
+    ys = list(range(len(labels)))
+    ax.barh([y + 0.2 for y in ys], [w.baseline_tokens_per_s for w in c.whatifs][::-1], height=0.38,
+            color="#9e9e9e", label="baseline")
+    ax.barh([y - 0.2 for y in ys], [w.tokens_per_s for w in c.whatifs][::-1], height=0.38, color="#1f77b4",
+            label="speculative")
+    ax.set_yticks(ys, labels, fontsize=7.5)
+    ax.set_xlabel("tokens / s")
+    ax.legend(fontsize=7.5, loc="lower right")
+    ax.set_title("tok/s per what-if", fontsize=10)
+
+    ax2 = fig.add_axes((0.57, 0.08, 0.38, 0.36))
+    bs = [r.batch for r in c.batch_sweep]
+    ax2.plot(bs, [r.speedup for r in c.batch_sweep], "o-", color="#1f77b4", label="speedup")
+    ax2.axhline(1.0, color="#c62828", lw=1, ls="--", label="break-even (1.0x)")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xticks(bs, [str(b) for b in bs])
+    ax2.set_xlabel("batch (concurrent requests)")
+    ax2.set_ylabel("speedup")
+    stop = c.stop_paying_batch
+    title = f"stops paying at batch {stop}" if stop is not None else "pays at every batch swept"
+    if c.batch_sweep and c.batch_sweep[0].speedup < 1.0:
+        title = "does not pay at any batch swept"
+    ax2.set_title(f"batch sweep (same accept length): {title}", fontsize=10)
+    ax2.legend(fontsize=7.5)
+    return fig
+
+
+def page_recommendation(c: ReportContent) -> Any:
+    o = c.optimizer
+    fig = _figure()
+    b, d, m = o.best, o.default, o.best_measured_topk
+    lines = [
+        f"Best at batch {o.batch}: steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> "
+        f"{b.tokens_per_s:.1f} tok/s, speedup {b.speedup:.2f}x, E[A] {b.accept_tokens:.2f} "
+        f"({o.gain:.2f}x the default's {d.tokens_per_s:.1f} tok/s)",
+        f"    SGLang: {b.sglang_flags()}",
+        f"Best with topk {m.topk} (the shape the acceptance was measured at): steps {m.steps}, draft tokens "
+        f"{m.num_draft_tokens} -> {m.tokens_per_s:.1f} tok/s, speedup {m.speedup:.2f}x",
+        f"Default: steps {d.steps}, topk {d.topk}, draft tokens {d.num_draft_tokens} -> {d.tokens_per_s:.1f} tok/s "
+        f"(E[A] {d.accept_tokens:.2f} in the model)",
+        ("Batch limit: speculation pays (best configuration per batch) up to batch "
+         f"{o.batch_limit}; above it, switch speculation off" if o.batch_limit is not None
+         else "Batch limit: speculation does not pay at any batch swept; keep it off"),
+    ]
+    if not b.speedup >= 1.0:
+        lines.insert(1, "    -> no configuration beats the baseline here: keep speculation off")
+    fig.text(0.04, 0.90, "\n".join(lines), fontsize=9.5, va="top", family="DejaVu Sans")
+    acc = [f"acceptance: {o.accept_source}"] + list(o.accept_notes) + [
+        "trees: sibling j accepted with c(1-c)^(j-1) (Sequoia positional acceptance, independence; optimistic)",
+        f"evaluated {o.evaluated} configurations: steps 1-8, topk 1/2/4/8, draft tokens 2..steps*topk+1"]
+    fig.text(0.04, 0.72, "\n".join(_wrap(a, 150) for a in acc), fontsize=7.5, va="top", color="#333333")
+
+    ax_t = fig.add_axes((0.04, 0.08, 0.50, 0.52))
+    ax_t.axis("off")
+    head = ["#", "steps", "topk", "ndt", "E[A]", "cycle", "tok/s", "speedup", "note"]
+    cells = []
+    for i, cand in enumerate(o.ranked[:10], start=1):
+        note = ", ".join(x for x, on in (("tree extrap.", cand.accept_extrapolated and cand.topk > 1),
+                                         ("depth extrap.", cand.accept_extrapolated and cand.topk == 1),
+                                         ("cost extrap.", cand.cost_extrapolated)) if on)
+        cells.append([str(i), str(cand.steps), str(cand.topk), str(cand.num_draft_tokens), f"{cand.accept_tokens:.2f}",
+                      _ms(cand.cycle_s), f"{cand.tokens_per_s:.1f}", f"{cand.speedup:.2f}x", note])
+    tab = ax_t.table(cellText=cells, colLabels=head, loc="upper left", cellLoc="center",
+                     colWidths=[0.05, 0.08, 0.08, 0.07, 0.09, 0.14, 0.11, 0.11, 0.27])
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(8)
+    tab.scale(1, 1.35)
+    ax_t.set_title(f"top configurations at batch {o.batch}", fontsize=10)
+
+    ax = fig.add_axes((0.62, 0.32, 0.34, 0.28))
+    for k in sorted({k for _, k, _ in o.grid}):
+        pts = [(s, t) for s, kk, t in o.grid if kk == k]
+        ax.plot([s for s, _ in pts], [t for _, t in pts], "o-", ms=4, label=f"topk {k}")
+    ax.axhline(d.baseline_tokens_per_s, color="black", ls="--", lw=1, label="baseline")
+    ax.plot([d.steps], [d.tokens_per_s], "*", ms=13, color="#c62828", label="default")
+    ax.set_xlabel("steps")
+    ax.set_ylabel("best tok/s over draft tokens")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"tok/s by steps and topk (batch {o.batch})", fontsize=9.5)
+
+    ax2 = fig.add_axes((0.62, 0.06, 0.34, 0.18))
+    bs = [cand.batch for cand in o.per_batch]
+    ax2.plot(bs, [cand.speedup for cand in o.per_batch], "o-", color="#1a7f37", label="best config per batch")
+    ax2.axhline(1.0, color="#c62828", ls="--", lw=1)
+    ax2.set_xscale("log", base=2)
+    ax2.set_xticks(bs, [str(x) for x in bs])
+    ax2.set_xlabel("batch", fontsize=8)
+    ax2.set_ylabel("speedup", fontsize=8)
+    ax2.tick_params(labelsize=7)
+    ax2.legend(fontsize=7)
+    return fig
+
+
+def page_drafter(c: ReportContent) -> Any:
+    dv = c.drafter
+    assert dv is not None
+    fig = _figure()
+    lines = [f"status: {dv.status}"]
+    if dv.acceptance_ceiling is not None:
+        ct = f" = at most {dv.ceiling_tokens:.2f} tokens/step at {c.prediction.steps} steps" if dv.ceiling_tokens else ""
+        lines.append(f"acceptance ceiling (target-token mass the draft vocabulary covers): {dv.acceptance_ceiling:.1%}{ct}")
+    if dv.warning:
+        lines.append("WARNING: " + dv.warning)
+    lines += [f"{k}: {v}" for k, v in dv.inputs]
+    fig.text(0.04, 0.90, "\n".join(_wrap(x, 150) for x in lines), fontsize=9.5, va="top")
+    ax = fig.add_axes((0.04, 0.06, 0.92, 0.62))
+    ax.axis("off")
+    if dv.findings:
+        cells = [[f.status, f.name, _wrap(f.message, 110)] for f in dv.findings[:22]]
+        tab = ax.table(cellText=cells, colLabels=["status", "check", "message"], loc="upper left", cellLoc="left",
+                       colWidths=[0.07, 0.2, 0.73])
+        tab.auto_set_font_size(False)
+        tab.set_fontsize(8)
+        colors = {"PASS": "#1a7f37", "WARN": "#b26a00", "FAIL": "#c62828"}
+        for (r, col), cell in tab.get_celld().items():
+            if r > 0:
+                n = cells[r - 1][2].count("\n") + 1
+                cell.set_height(0.045 * n)
+                if col == 0:
+                    cell.set_text_props(color=colors.get(cells[r - 1][0], "black"), weight="bold")
+    else:
+        ax.text(0, 1, "no findings", va="top")
+    return fig
+
+
+PAGE_TITLES: dict[str, tuple[str, Callable[[ReportContent], Any]]] = {
+    "verdict": ("", page_verdict),
+    "throughput-vs-accept": ("tok/s vs accept length", page_curve),
+    "cycle-breakdown": ("Where the cycle goes", page_breakdown),
+    "allreduce": ("All-reduce cost vs message size", page_allreduce),
+    "what-if": ("What if", page_whatif),
+    "recommendation": ("Recommended configuration", page_recommendation),
+    "drafter-check": ("Drafter check", page_drafter),
+}
+
+
+def render_figures(c: ReportContent) -> list[tuple[str, Any]]:
+    """(page name, Figure) for every page, in order."""
+    _mpl()
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = []
+    for i, name in enumerate(c.pages, start=1):
+        title, fn = PAGE_TITLES[name]
+        fig = fn(c)
+        if title:
+            _frame(fig, c, i, f"{i}. {title}", when)
+        else:
+            fig.text(0.04, 0.02, f"specmodel {c.version} | {when}", fontsize=7, color="#555555")
+            fig.text(0.96, 0.02, f"page {i}/{len(c.pages)}", fontsize=7, color="#555555", ha="right")
+        out.append((name, fig))
+    return out
+
+
+def write_pdf(c: ReportContent, tmp_path: Path, figures: list[tuple[str, Any]]) -> None:
+    """Write the figures as one multi-page vector PDF at ``tmp_path`` (the caller renames it)."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    meta = {"Title": c.title, "Author": "specmodel", "Subject": f"{c.prediction.verdict}: {c.prediction.verdict_reason}",
+            "Creator": f"specmodel {c.version}", "Keywords": "speculative decoding, tensor parallel, go/no-go"}
+    with PdfPages(tmp_path, metadata=meta) as pdf:
+        for _, fig in figures:
+            pdf.savefig(fig)
+
+
+def png_bytes(fig: Any, dpi: int = 80) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def write_pngs(figures: list[tuple[str, Any]], png_dir: Path, stem: str, dpi: int = 80) -> list[Path]:
+    """One PNG per page, ``<stem>-p<N>-<page>.png`` (written atomically, for eyes and tests)."""
+    out = []
+    for i, (name, fig) in enumerate(figures, start=1):
+        out.append(atomic_write_bytes(png_dir / f"{stem}-p{i}-{name}.png", png_bytes(fig, dpi)))
+    return out
+
+
+def render_pdf_to_temp(c: ReportContent, target: Path) -> tuple[Path, list[tuple[str, Any]]]:
+    """Render into a temp file beside ``target`` (same filesystem, so ``os.replace`` is atomic)."""
+    figures = render_figures(c)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is meant to be shared
+        write_pdf(c, Path(tmp), figures)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp), figures

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specmodel.errors import SpecmodelError
+from specmodel.io import atomic_write_json, atomic_write_text, read_json
+
+
+def test_atomic_write_replaces_and_uses_umask_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        p = atomic_write_text(tmp_path / "a" / "x.txt", "one")
+        assert p.read_text() == "one"
+        atomic_write_text(p, "two")
+        assert p.read_text() == "two"
+        assert (p.stat().st_mode & 0o777) == 0o644
+        assert sorted(f.name for f in p.parent.iterdir()) == ["x.txt"]
+    finally:
+        os.umask(old)
+
+
+def test_failed_json_write_keeps_old_file(tmp_path):
+    p = atomic_write_json(tmp_path / "r.json", {"a": 1})
+    with pytest.raises(ValueError):
+        atomic_write_json(p, {"a": float("nan")})
+    assert read_json(p) == {"a": 1}
+    assert [f.name for f in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_read_json_errors(tmp_path):
+    (tmp_path / "t.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(SpecmodelError, match="t.json.gz: cannot read"):
+        read_json(tmp_path / "t.json.gz")
+    with pytest.raises(SpecmodelError, match="is a directory"):
+        read_json(tmp_path)
