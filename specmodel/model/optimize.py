@@ -78,8 +78,8 @@ def accept_model(dist: AcceptDist, *, rates: Sequence[float] | None = None, meas
     * extended to ``max_steps`` with the last conditional rate (:func:`resize`);
     * c_d = r_d / r_{d−1}.
     * If the data came from a tree (``measured_topk`` k > 1) its per-depth rate t_d is read
-      as a best-of-k rate and inverted under the independence model used below:
-      c_d = 1 − (1 − t_d)^(1/k). (Approximation: it ignores the draft-token budget.)
+      as a best-of-k rate and inverted under the sibling model used below
+      (:func:`top1_rate_from_best_of_k`). (Approximation: it ignores the draft-token budget.)
     """
     if max_steps < 1:
         raise SpecmodelError(f"optimizer: max steps must be >= 1, got {max_steps}")
@@ -99,22 +99,49 @@ def accept_model(dist: AcceptDist, *, rates: Sequence[float] | None = None, meas
         notes.append(f"depths {measured + 1}..{max_steps} extrapolated with the last conditional rate "
                      f"({cond[measured - 1] if measured else 0.0:.2f})")
     if measured_topk > 1:
-        cond = [1.0 - (1.0 - c) ** (1.0 / measured_topk) for c in cond]
+        cond = [top1_rate_from_best_of_k(c, measured_topk) for c in cond]
         notes.append(f"measured with topk {measured_topk}: per-depth rates read as best-of-{measured_topk}, "
                      "inverted to top-1 chain rates")
     return AcceptModel(conditional=tuple(cond), measured_depth=measured, source=src, measured_topk=measured_topk,
                        notes=tuple(notes))
 
 
-def sibling_rates(c: float, topk: int) -> tuple[float, ...]:
-    """Sequoia's positional acceptance vector at one depth under independence.
+#: ρ in the sibling model below. Siblings are not independent: when the drafter's top-1 token
+#: is rejected, its 2nd choice is accepted far less often than the top-1 was (Sequoia's measured
+#: positional acceptance vectors fall off by ~5x per rank, Chen et al. 2024, Fig. 3). ρ = 1 is
+#: the independence model (optimistic); ρ = 0.5 gives e.g. c = 0.6 -> 0.60, 0.12, 0.024.
+SIBLING_CORRELATION = 0.5
+
+
+def sibling_rates(c: float, topk: int, rho: float = SIBLING_CORRELATION) -> tuple[float, ...]:
+    """Sequoia's positional acceptance vector at one depth.
 
     The j-th ranked candidate is accepted iff the 1st..(j−1)-th were rejected and it is
-    accepted: q_j = c·(1 − c)^(j−1); Σ_{j≤k} q_j = 1 − (1 − c)^k, the best-of-k rate.
-    Independence is optimistic (siblings' rejections are correlated), so trees (topk > 1)
-    are an extrapolation unless the rates were measured with that topk.
+    accepted: q_j = c·((1 − c)·ρ)^(j−1). With ρ = 1 (independence) Σ_{j≤k} q_j = 1 − (1 − c)^k,
+    the best-of-k rate; ρ < 1 discounts correlated siblings (:data:`SIBLING_CORRELATION`).
+    Trees (topk > 1) stay an extrapolation unless the rates were measured with that topk.
     """
-    return tuple(c * (1.0 - c) ** j for j in range(topk))
+    if not 0.0 < rho <= 1.0:
+        raise SpecmodelError(f"optimizer: sibling correlation must be in (0, 1], got {rho}")
+    x = (1.0 - c) * rho
+    return tuple(c * x**j for j in range(topk))
+
+
+def best_of_k(c: float, topk: int, rho: float = SIBLING_CORRELATION) -> float:
+    """P(some of the top-k candidates at a depth is accepted) = Σ_j q_j (see :func:`sibling_rates`)."""
+    return math.fsum(sibling_rates(c, topk, rho))
+
+
+def top1_rate_from_best_of_k(t: float, topk: int, rho: float = SIBLING_CORRELATION) -> float:
+    """Invert :func:`best_of_k` (monotone in c) by bisection: the top-1 rate behind a measured best-of-k rate."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if best_of_k(mid, topk, rho) < t:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def _tree_values(conditional: Sequence[float], steps: int, topk: int) -> list[float]:

@@ -336,7 +336,7 @@ def page_recommendation(c: ReportContent) -> Any:
         lines.insert(1, "    -> no configuration beats the baseline here: keep speculation off")
     fig.text(0.04, 0.90, "\n".join(lines), fontsize=9.5, va="top", family="DejaVu Sans")
     acc = [f"acceptance: {o.accept_source}"] + list(o.accept_notes) + [
-        "trees: sibling j accepted with c(1-c)^(j-1) (Sequoia positional acceptance, independence; optimistic)",
+        "trees: sibling j accepted with c((1-c)rho)^(j-1), rho = 0.5 (Sequoia positional acceptance, correlated siblings)",
         f"evaluated {o.evaluated} configurations: steps 1-8, topk 1/2/4/8, draft tokens 2..steps*topk+1"]
     fig.text(0.04, 0.72, "\n".join(_wrap(a, 150) for a in acc), fontsize=7.5, va="top", color="#333333")
 
