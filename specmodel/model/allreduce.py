@@ -30,15 +30,18 @@ def ring_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s
 
 
 def oneshot_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
-    """One-shot (custom, peer-to-peer) all-reduce: T = α + (p−1)·n/β.
+    """One-shot (custom, peer-to-peer) all-reduce: T = (p−1)·α + (p−1)·n/β.
 
     Every rank reads the other p−1 buffers directly and reduces locally (SGLang/vLLM
-    ``cross_device_reduce_1stage``, TensorRT-LLM one-shot): one latency term, p−1 full
-    messages over the link. Wins for small messages, loses for large ones.
+    ``cross_device_reduce_1stage``, TensorRT-LLM one-shot): one step instead of the ring's
+    2(p−1), but p−1 peer transfers of the full message. Without NVLink those transfers share
+    one PCIe link per GPU, so their latencies add up as well as their bytes (on an NVSwitch
+    they overlap and the latency term is nearer α). Half the ring's latency term: wins for
+    small messages, loses for large ones.
     """
     if tp <= 1:
         return 0.0
-    return alpha_s + (tp - 1) * msg_bytes / beta_bytes_per_s
+    return (tp - 1) * (alpha_s + msg_bytes / beta_bytes_per_s)
 
 
 def twoshot_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
@@ -92,7 +95,7 @@ def fit_alpha_beta(msg_bytes: Sequence[float], latency_s: Sequence[float], tp: i
         alpha = a / (2 * (tp - 1))
         beta = 2 * (tp - 1) / (tp * b)
     elif algorithm == "oneshot":
-        alpha = a
+        alpha = a / (tp - 1)
         beta = (tp - 1) / b
     elif algorithm == "twoshot":
         alpha = a / 2

@@ -114,7 +114,7 @@ def custom_allreduce(profile: Profile, fit: AllReduceFit) -> tuple[Profile, int]
     """Per-call all-reduce replaced by a one-shot (custom, peer-to-peer) kernel.
 
     T'_ar = n_allreduce × min(T_oneshot(msg), (T_ar − skew) / n_allreduce) + skew, with
-    T_oneshot = α + (p−1)·n/β (:func:`~specmodel.model.allreduce.oneshot_allreduce_s`) under
+    T_oneshot = (p−1)·(α + n/β) (:func:`~specmodel.model.allreduce.oneshot_allreduce_s`) under
     ``fit``'s α, β. The min: engines use the custom kernel only where it wins (SGLang/vLLM
     fall back to NCCL above a size threshold). Skew (waiting for the slowest rank) is kept:
     a faster kernel does not make ranks arrive together. Rows without a message size or
@@ -180,7 +180,7 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
                   assumptions=("every row's all-reduce time halved (waiting included); compute unchanged",))]
     if profile.tp > 1:
         custom, changed = custom_allreduce(profile, choice.fit)
-        notes = [f"one-shot all-reduce T = alpha + (p-1) n / beta, alpha-beta {choice.origin}",
+        notes = [f"one-shot all-reduce T = (p-1)(alpha + n / beta), alpha-beta {choice.origin}",
                  "kept the measured per-call time where it is faster; skew kept",
                  "SGLang disables its custom all-reduce on >2 PCIe-only GPUs"]
         if changed < len(profile.costs):
