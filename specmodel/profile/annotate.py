@@ -46,10 +46,25 @@ def cuda_available() -> bool:
     return bool(t is not None and t.cuda.is_available())
 
 
+def profiler_recording(t: Any = None) -> bool:
+    """True while a torch.profiler / Kineto session records (``record_function`` spans are seen)."""
+    t = t if t is not None else _torch()
+    if t is None:
+        return False
+    try:
+        return bool(t._C._autograd._profiler_enabled())
+    except AttributeError:  # an older torch without the query: always record
+        return True
+
+
 @contextmanager
 def phase(label: str, *, nvtx: bool = True, record: bool = True) -> Iterator[None]:
     """Annotate a span: NVTX range (GPU only; visible in Nsight Systems) + record_function
-    (visible in torch.profiler/Kineto traces as a ``user_annotation``)."""
+    (visible in torch.profiler/Kineto traces as a ``user_annotation``).
+
+    The ``record_function`` is only entered while a profiler records: outside one nothing would
+    see it, and entering it is not free (a dispatcher round trip; ~2 % of a 12 ms CPU forward,
+    see benchmarks/bench_annotation_overhead.py)."""
     t = _torch()
     pushed = False
     rf = None
@@ -57,7 +72,7 @@ def phase(label: str, *, nvtx: bool = True, record: bool = True) -> Iterator[Non
         if nvtx and t.cuda.is_available():
             t.cuda.nvtx.range_push(label)
             pushed = True
-        if record:
+        if record and profiler_recording(t):
             rf = t.autograd.profiler.record_function(label)
             rf.__enter__()
     try:

@@ -1,0 +1,384 @@
+"""``specmodel profile``: measure decode / verify / draft / draft-extend forwards (and how much of
+each is all-reduce) on a real tensor-parallel stack over torch.distributed.
+
+Everything the user typed is validated here, before any rank starts (one line, exit 2). torch
+is imported only when a run starts, never by ``specmodel predict``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specmodel.errors import SpecmodelError, require_finite
+from specmodel.profile import configs as cfgs
+from specmodel.profile.plan import (
+    CPU_AR_SIZES,
+    CPU_BATCHES,
+    GPU_AR_SIZES,
+    GPU_BATCHES,
+    SWEEP_KINDS,
+    VERIFY_TOKENS,
+    RunPlan,
+    SpecLoopPlan,
+    check_kinds,
+    sweep_points,
+)
+from specmodel.schema.profile import SpecConfig
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+_SIZE_RE = re.compile(r"^(\d+)([kKmMgG]?)(i?[bB])?$")
+
+
+def _ints(text: str | None, flag: str, default: tuple[int, ...], minimum: int = 1) -> tuple[int, ...]:
+    if text is None:
+        return default
+    out = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise SpecmodelError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+        if v < minimum:
+            raise SpecmodelError(f"{flag}: values must be >= {minimum}, got {v}")
+        out.append(v)
+    if not out:
+        raise SpecmodelError(f"{flag}: expected at least one value")
+    return tuple(sorted(set(out)))
+
+
+def _sizes(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    """``4,1K,64K,4M`` (powers of 1024) or ``none``."""
+    if text is None:
+        return default
+    if text.strip().lower() in ("none", "off", "0", ""):
+        return ()
+    out = []
+    for part in text.replace(" ", "").split(","):
+        m = _SIZE_RE.match(part)
+        if not m:
+            raise SpecmodelError(f"--allreduce-sizes: expected sizes like 4,1K,64K,4M, got {part!r}")
+        mult = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
+        v = int(m.group(1)) * mult
+        if v < 1:
+            raise SpecmodelError(f"--allreduce-sizes: sizes must be >= 1 byte, got {part!r}")
+        out.append(v)
+    return tuple(sorted(set(out)))
+
+
+def default_name(tp: int, backend: str) -> str:
+    host = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname().split(".")[0]) or "host"
+    return f"{host}-tp{tp}-{backend}"
+
+
+def _is_torchrun() -> bool:
+    from specmodel.profile.launcher import CHILD_ENV
+
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and CHILD_ENV not in os.environ
+
+
+def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
+    """Flags → a validated :class:`RunPlan`, the output directory and (for --spec-loop --profile)
+    the profile to compare with. Every problem is a :class:`SpecmodelError`; everything the user
+    typed is checked before torch is imported (a typo costs a fraction of a second)."""
+    from specmodel.model.accept import from_mean
+    from specmodel.profile.output import check_destination
+    from specmodel.schema.profile import load_profile, resolve_profile_path
+
+    # ---- flags that need nothing but themselves
+    for flag, v, lo in (("--tp", o["tp"], 1), ("--warmup", o["warmup"], 0), ("--repeats", o["repeats"], 1),
+                        ("--context-len", o["context_len"], 1), ("--cycles", o["cycles"], 1),
+                        ("--batch", o["batch"], 1), ("--layers", o["layers"], 1), ("--hidden", o["hidden"], 8)):
+        if v is not None and v < lo:
+            raise SpecmodelError(f"{flag}: must be >= {lo}, got {v}")
+    require_finite("--timeout", o["timeout"], minimum=0.0, strict_min=True)
+    if o["name"] is not None and not _NAME_RE.match(o["name"]):
+        raise SpecmodelError(f"--name: {o['name']!r}: use letters, digits, '.', '_', '+', '-' (no '/'; not "
+                             "starting with '.')")
+    if o["profile_path"] and not o["spec_loop"]:
+        raise SpecmodelError("--profile: only with --spec-loop (to compare a measured loop with that profile)")
+    if o["accept_len"] is not None and not o["spec_loop"]:
+        raise SpecmodelError("--accept-len: only with --spec-loop (profiles do not depend on acceptance)")
+    batches = _ints(o["batches"], "--batches", ())
+    verify_tokens = _ints(o["verify_tokens"], "--verify-tokens", ())
+    sizes_given = _sizes(o["allreduce_sizes"], ()) if o["allreduce_sizes"] is not None else None
+    kinds = tuple(k.strip() for k in (o["phases"] or ",".join(SWEEP_KINDS)).split(",") if k.strip())
+    check_kinds(kinds)
+
+    # ---- the model: a given profile's shapes, or a config.json / preset
+    torchrun = _is_torchrun()
+    world_env = int(os.environ["WORLD_SIZE"]) if torchrun else None
+    given = None
+    if o["profile_path"]:
+        given = load_profile(resolve_profile_path(o["profile_path"]))
+        if "target" not in given.model or "drafter" not in given.model:
+            raise SpecmodelError(f"--profile: {given.path}: not written by `specmodel profile` (no model shapes to "
+                                 "rebuild the same stack from)")
+    else:
+        shape, source = cfgs.load_shape(o["model_config"], o["preset"])
+        drafter = cfgs.drafter_for(shape, o["draft_config"])
+
+    # ---- the speculative shape and acceptance
+    steps, topk, ndt = o["steps"], o["topk"], o["num_draft_tokens"]
+    if given is not None:
+        steps = steps or given.spec.steps
+        topk = topk or given.spec.topk
+        ndt = ndt or given.spec.num_draft_tokens
+    steps, topk = steps or 3, topk or 1
+    ndt = ndt or (steps + 1 if topk == 1 else min(steps * topk + 1, 8))
+    SpecConfig(steps=steps, topk=topk, num_draft_tokens=ndt)  # validates the combination
+    accept = None
+    if o["spec_loop"]:
+        acc = o["accept_len"] if o["accept_len"] is not None else min(3.0, steps + 1.0)
+        accept = (acc, from_mean(acc, steps + 1, source=f"mean {acc:g}"))
+
+    # ---- where it goes (an explicit --name is checked now, a default one once the backend is known)
+    if o["name"] is not None and given is None:
+        check_destination(Path(o["out_dir"]) / o["name"])
+
+    # ---- ranks, backend, device (imports torch)
+    from specmodel.profile.device import local_world_from_env, select
+
+    tp = o["tp"] or world_env or (given.tp if given else None)
+    if tp is None:
+        from specmodel.profile.device import cuda_device_count
+
+        tp = cuda_device_count() or 8
+    if world_env is not None and tp != world_env:
+        raise SpecmodelError(f"--tp {tp}: torchrun started WORLD_SIZE={world_env} ranks")
+    if given is not None and tp != given.tp:
+        raise SpecmodelError(f"--tp {tp}: profile {given.name} was measured at TP {given.tp}")
+    placement = select(tp, o["backend"], local_world=local_world_from_env() if torchrun else None)
+    cpu = placement.device == "cpu"
+    dtype = o["dtype"] if o["dtype"] != "auto" else ("float32" if cpu else "bfloat16")
+
+    if given is not None:
+        target = cfgs.ModelShape.from_dict(given.model["target"])
+        drafter = cfgs.DrafterShape.from_dict(given.model["drafter"])
+        scaling = dict(given.model.get("scaling") or {})
+        source = str(given.model.get("config_source", given.name))
+        dtype = str(given.model.get("dtype", dtype)) if o["dtype"] == "auto" else dtype
+        context = int(given.model.get("context_len", 256))
+    else:
+        if o["full_size"]:
+            target, drafter, scaling = cfgs.scale(shape, drafter, tp, layers=None, hidden=None, max_experts=None,
+                                                  max_topk=None, max_vocab=None, reason="full size")
+        elif cpu:
+            target, drafter, scaling = cfgs.scale(
+                shape, drafter, tp, layers=o["layers"] or cfgs.CPU_LAYERS, hidden=o["hidden"] or cfgs.CPU_HIDDEN,
+                reason="CPU default: scaled down so the default sweep runs in minutes on a few cores "
+                       "(--layers/--hidden/--full-size to change)")
+        else:
+            layers = o["layers"]
+            if layers is None:
+                from specmodel.profile.device import free_memory_bytes
+
+                elem = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+                probe, _d, _s = cfgs.scale(shape, drafter, tp, layers=None, hidden=o["hidden"], max_experts=None,
+                                           max_topk=None, max_vocab=None, reason="")
+                layers = cfgs.layers_that_fit(probe, tp, elem, free_memory_bytes(0))
+                if layers < 1:
+                    raise SpecmodelError(f"{source}: not even one layer fits in GPU memory at --tp {tp}; pass a "
+                                         "smaller --hidden")
+            target, drafter, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"],
+                                                  max_experts=None, max_topk=None, max_vocab=None,
+                                                  reason="GPU: as many layers as fit in 60% of free GPU memory")
+        context = o["context_len"] or (256 if cpu else 1024)
+    cfgs.check_tp(target, drafter, tp, source)
+
+    spec_loop = None
+    if accept is not None:
+        acc, dist = accept
+        spec_loop = SpecLoopPlan(batch=o["batch"] or 1, cycles=o["cycles"] or (30 if cpu else 200),
+                                 warmup=3 if cpu else 10, accept_probs=tuple(dist.probs), accept_len=acc,
+                                 seed=o["seed"])
+    points = () if given is not None else sweep_points(
+        kinds=kinds, batches=batches or (CPU_BATCHES if cpu else GPU_BATCHES),
+        verify_tokens=verify_tokens or tuple(sorted({*VERIFY_TOKENS, ndt})), topk=topk, num_draft_tokens=ndt)
+    sizes = () if given is not None else (sizes_given if sizes_given is not None else
+                                          (CPU_AR_SIZES if cpu else GPU_AR_SIZES))
+
+    name = o["name"] or (given.name + "-specloop" if given else default_name(tp, placement.backend))
+    dest = Path(o["out_dir"]) / name
+    if given is None:
+        check_destination(dest)
+    plan = RunPlan(
+        name=name, tp=tp, backend=placement.backend, device=placement.device, dtype=dtype, target=target,
+        drafter=drafter, scaling=scaling, model_source=source, steps=steps, topk=topk, num_draft_tokens=ndt,
+        points=points, warmup=o["warmup"] if o["warmup"] is not None else (1 if cpu else 5),
+        repeats=o["repeats"] or (8 if cpu else 20), allreduce_sizes=sizes,
+        allreduce_warmup=2 if cpu else 5, allreduce_repeats=8 if cpu else 20, context_len=context,
+        seed=o["seed"], timeout_s=float(o["timeout"]), spec_loop=spec_loop,
+    )
+    return plan, dest, given
+
+
+class _Progress:
+    """A rich progress bar on a terminal; plain ``[i/n] label`` lines otherwise; nothing with --quiet."""
+
+    def __init__(self, quiet: bool, total: int, title: str) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.t0 = time.monotonic()
+        if quiet:
+            return
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(title + ": starting ranks", total=total)
+        else:
+            click.echo(f"{title}: starting ranks", err=True)
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, description=label)
+        else:
+            click.echo(f"[{done + 1}/{total}] {label}  ({time.monotonic() - self.t0:.0f} s)", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _run_local(plan: RunPlan, quiet: bool) -> Any:
+    from specmodel.profile import launcher
+
+    title = f"specmodel profile {plan.name} (TP{plan.tp} {plan.backend})"
+    prog = _Progress(quiet, len(plan.units()), title)
+    try:
+        return launcher.run(plan, timeout_s=plan.timeout_s, on_progress=prog)
+    except launcher.RankFailed as exc:
+        prog.close()
+        logs = f" (every rank's output: {exc.log_dir})" if exc.log_dir else ""
+        click.echo(f"specmodel: error: {exc}{logs}", err=True)
+        raise click.exceptions.Exit(1) from None
+    except KeyboardInterrupt:
+        prog.close()
+        click.echo(f"specmodel: interrupted: stopped all {plan.tp} ranks; nothing written", err=True)
+        raise
+    finally:
+        prog.close()
+
+
+def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace_dir: Path | None,
+            wall_s: float, as_json: bool) -> None:
+    from specmodel.profile.output import build_profile, compare_loop, format_comparison, format_summary, write_output
+
+    loop: dict[str, Any] | None = result.get("spec_loop")
+    if given is not None:  # compare with an existing profile; write nothing
+        assert loop is not None
+        against = compare_loop(given, loop)
+        click.echo(json.dumps({"comparison": against}, indent=2) if as_json else format_comparison(against))
+        return
+    overhead = loop["spec"]["overhead_s"] if loop else None
+    extra: dict[str, Any] = {}
+    comp: dict[str, Any] | None = None
+    if loop:
+        comp = compare_loop(build_profile(result, overhead_s=overhead), loop)
+        comp["profile"] = str(dest)
+        extra["specloop.json"] = comp
+    profile = write_output(result, dest, trace_dir, overhead_s=overhead, extra=extra)
+    if as_json:
+        out = {"profile": str(dest), "wall_s": wall_s, "tp": profile.tp, "backend": profile.backend,
+               "rows": result["rows"], "allreduce_points": result.get("allreduce_points"),
+               "allreduce_fit": profile.allreduce_fit.to_dict() if profile.allreduce_fit else None,
+               "scaling": plan.scaling}
+        for r in out["rows"]:
+            r.pop("per_rank", None)
+        if comp is not None:
+            out["comparison"] = comp
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(format_summary(profile, result, dest, wall_s))
+    if comp is not None:
+        click.echo(format_comparison(comp))
+
+
+@click.command("profile")
+@click.option("--tp", type=int, default=None, help="Ranks (tensor-parallel degree). Default: the GPUs present, else 8.")
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
+              help="nccl when --tp CUDA GPUs are present, else gloo on the CPU.")
+@click.option("--name", default=None, help="Profile name: writes OUT_DIR/NAME/ (default <host>-tp<N>-<backend>).")
+@click.option("--out-dir", default="profiles", show_default=True, type=click.Path(file_okay=False))
+@click.option("--model-config", type=click.Path(), default=None,
+              help="Hugging Face config.json (or its directory): DeepSeek-V3 / Kimi-K2(.5) / Llama / Qwen families.")
+@click.option("--preset", default=None, help=f"Named model ({', '.join(sorted(cfgs.PRESETS))}); default {cfgs.DEFAULT_PRESET}.")
+@click.option("--draft-config", type=click.Path(), default=None, help="The EAGLE-3 drafter's config.json (default: derived).")
+@click.option("--layers", type=int, default=None, help="Target layers to build (CPU default 4; GPU: as many as fit).")
+@click.option("--hidden", type=int, default=None, help="Hidden size to build (CPU default 512; GPU: the model's).")
+@click.option("--full-size", is_flag=True, help="Build the model at its real size (no scaling).")
+@click.option("--batches", default=None, help="Batch sizes to sweep (default 1,2,4,8 on CPU; 1..64 on GPU).")
+@click.option("--verify-tokens", default=None, help="Tokens per request for verify forwards at the smallest batch (default 2,4,8 + --num-draft-tokens; other batches: --num-draft-tokens).")
+@click.option("--phases", default=None, help="Forward kinds to measure (default decode,verify,draft,draft_extend).")
+@click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default 3.")
+@click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
+@click.option("--num-draft-tokens", type=int, default=None, help="Tokens verified per request; default steps+1.")
+@click.option("--context-len", type=int, default=None, help="KV-cache tokens per request (default 256 CPU, 1024 GPU).")
+@click.option("--warmup", type=int, default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
+@click.option("--repeats", type=int, default=None, help="Measured forwards per point (default 8 CPU, 20 GPU).")
+@click.option("--allreduce-sizes", default=None, help="Pure all-reduce sweep sizes, e.g. 4,1K,64K,4M, or 'none'.")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True, help="auto: float32 on CPU, bfloat16 on GPU.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=float, default=300.0, show_default=True,
+              help="Stop when no rank makes progress for this many seconds (crash or hang); name the rank.")
+@click.option("--spec-loop", is_flag=True, help="Also run a real speculative loop and compare its tok/s with the prediction.")
+@click.option("--accept-len", type=float, default=None, help="Spec loop: mean tokens per verify step drawn (default 3.0).")
+@click.option("--batch", type=int, default=None, help="Spec loop: concurrent requests (default 1).")
+@click.option("--cycles", type=int, default=None, help="Spec loop: measured cycles (default 30 CPU, 200 GPU).")
+@click.option("--profile", "profile_path", type=click.Path(), default=None,
+              help="Spec loop: compare with this existing profile instead of measuring a new one.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def profile_cmd(**o: Any) -> None:
+    """Measure what a verify, a decode and a draft step cost on this box, and how much is all-reduce.
+
+    Starts --tp ranks on this host (nccl on GPUs, else gloo on the CPU) running a tensor-parallel
+    stack with the target's all-reduce structure, and writes OUT_DIR/NAME/profile.json (+ costs.csv,
+    per-rank Chrome traces) for `specmodel predict --profile OUT_DIR/NAME`. Under torchrun
+    (RANK/WORLD_SIZE set) each process runs one rank. See docs/profile.md.
+
+    Example: specmodel profile --tp 8 --name cpu-demo
+    """
+    plan, dest, given = build_plan(o)
+    if _is_torchrun():
+        _torchrun(plan, dest, given, o["as_json"])
+        return
+    run = _run_local(plan, o["quiet"])
+    try:
+        _finish(plan, dest, given, run.result, run.trace_dir, run.wall_s, o["as_json"])
+    finally:
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+
+
+def _torchrun(plan: RunPlan, dest: Path, given: Any, as_json: bool) -> None:
+    """Under torchrun: this process is one rank; rank 0 writes the output."""
+    from specmodel.profile.worker import run_rank
+
+    t0 = time.monotonic()
+
+    def write(result: dict[str, Any], trace_dir: Path) -> None:
+        _finish(plan, dest, given, result, trace_dir, time.monotonic() - t0, as_json)
+
+    code = run_rank(plan, run_dir=None, board_path=None, write_result=write)
+    if code != 0:
+        click.echo(f"specmodel: error: rank {os.environ.get('RANK')} failed (exit {code})", err=True)
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,501 @@
+"""Model shapes for the TP profiler: Hugging Face ``config.json`` → :class:`ModelShape`, named
+presets, and the scaling that makes the CPU default finish in minutes.
+
+Pure Python (no torch): the command validates ``--model-config`` / ``--preset`` before it
+spawns any rank, so a bad file costs one line and exit 2.
+
+Families (what decides the all-reduce points of a forward):
+
+* ``deepseek`` — DeepSeek-V2/V3, Kimi-K2 / K2.5: MLA attention (replicated ``q_a``/``kv_a``
+  down-projections, column-parallel ``q_b``/``kv_b``, row-parallel ``o_proj``) and MoE layers
+  (routed experts sharded along their intermediate dim, shared experts likewise, one
+  all-reduce after routed + shared are summed) after ``first_k_dense_replace`` dense layers.
+* ``llama`` — Llama / Mistral: GQA attention + SwiGLU MLP.
+* ``qwen`` — Qwen2/Qwen3 (dense; Qwen2 has a QKV bias, Qwen3 a per-head q/k norm) and
+  Qwen2-MoE / Qwen3-MoE (MoE every ``decoder_sparse_step`` layer).
+
+Every family: a vocab-parallel embedding (1 all-reduce), per layer one all-reduce after the
+attention ``o_proj`` and one after the MLP/MoE down projection, and a vocab-parallel LM head
+whose logits are all-gathered: ``2 * layers + 1`` all-reduces and 1 all-gather per forward,
+each all-reduce message ``tokens * hidden * dtype bytes`` (SGLang/Megatron tensor parallelism).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+
+FAMILIES = ("deepseek", "llama", "qwen")
+
+#: model_type -> family. ``kimi_k25`` is the multimodal wrapper whose ``text_config`` is a DeepSeek-V3.
+MODEL_TYPES: dict[str, str] = {
+    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "deepseek_v32": "deepseek",
+    "kimi_k2": "deepseek", "kimi_k25": "deepseek",
+    "llama": "llama", "mistral": "llama",
+    "qwen2": "qwen", "qwen3": "qwen", "qwen2_moe": "qwen", "qwen3_moe": "qwen",
+}
+ARCHITECTURES: dict[str, str] = {
+    "DeepseekV2ForCausalLM": "deepseek", "DeepseekV3ForCausalLM": "deepseek", "DeepseekV32ForCausalLM": "deepseek",
+    "KimiK25ForConditionalGeneration": "deepseek",
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen", "Qwen3ForCausalLM": "qwen", "Qwen2MoeForCausalLM": "qwen",
+    "Qwen3MoeForCausalLM": "qwen",
+}
+
+#: Named presets: the fields of the model's public config.json that matter here.
+PRESETS: dict[str, dict[str, Any]] = {
+    "kimi-k2.5": {
+        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+        "text_config": {
+            "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168,
+            "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64,
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+            "n_routed_experts": 384, "num_experts_per_tok": 8, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "vocab_size": 163840, "rms_norm_eps": 1e-6,
+        },
+    },
+    "kimi-k2": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168,
+        "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 1, "vocab_size": 163840,
+    },
+    "deepseek-v3": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3, "vocab_size": 129280,
+    },
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "vocab_size": 128256,
+    },
+    "llama-3.1-70b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+        "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "intermediate_size": 28672, "vocab_size": 128256,
+    },
+    "qwen3-32b": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+        "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 25600, "vocab_size": 151936,
+    },
+    "qwen3-235b-a22b": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 4096,
+        "num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_experts": 128,
+        "num_experts_per_tok": 8, "decoder_sparse_step": 1, "vocab_size": 151936,
+    },
+}
+DEFAULT_PRESET = "kimi-k2.5"
+
+#: CPU default (scaled) sizes: the whole default sweep at --tp 8 on 2 cores in ~2 minutes.
+CPU_LAYERS = 4
+CPU_HIDDEN = 512
+CPU_MAX_EXPERTS = 8
+CPU_MAX_TOPK = 2
+#: The LM head dominates a scaled forward on the CPU (memory-bound GEMV): cap its vocabulary.
+CPU_MAX_VOCAB = 4096
+#: EAGLE-3 drafters for these targets use a 32k draft vocabulary.
+DRAFT_VOCAB = 32000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelShape:
+    """Everything the TP stack needs to build one target model (all sizes are totals, not per rank)."""
+
+    name: str
+    family: str
+    model_type: str
+    architecture: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    attention: str = "gqa"  # gqa | mla
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rms_norm_eps: float = 1e-6
+    # MLA (deepseek)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # MoE (0 experts = dense)
+    n_experts: int = 0
+    topk: int = 0
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0
+    first_dense_layers: int = 0
+    moe_every: int = 1
+    aux_layer_ids: tuple[int, ...] = ()
+
+    def layer_is_moe(self, i: int) -> bool:
+        return self.n_experts > 0 and i >= self.first_dense_layers and (i + 1) % max(self.moe_every, 1) == 0
+
+    @property
+    def allreduce_per_forward(self) -> int:
+        return 2 * self.num_layers + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["aux_layer_ids"] = list(self.aux_layer_ids)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelShape:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["aux_layer_ids"] = tuple(kw.get("aux_layer_ids") or ())
+        return cls(**kw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrafterShape:
+    """An EAGLE-3 drafter (SGLang ``LlamaForCausalLMEagle3``): one decoder layer whose attention
+    reads [embedding, hidden] (2 × hidden), an ``fc`` (3 × target hidden → hidden) over the target's
+    aux hidden states, the target vocabulary for the embedding and a draft vocabulary for the head.
+    Same TP degree as the target: embedding, ``o_proj`` and MLP down all-reduce (3 per forward)."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-6
+
+    allreduce_per_forward: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DrafterShape:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _read_config(path: str | Path) -> tuple[dict[str, Any], str]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise SpecmodelError(f"--model-config: {p}: file not found")
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecmodelError(f"--model-config: {p}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SpecmodelError(f"--model-config: {p}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise SpecmodelError(f"--model-config: {p}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                             f"{exc.msg}") from None
+    if not isinstance(obj, dict):
+        raise SpecmodelError(f"--model-config: {p}: expected a JSON object (a Hugging Face config.json)")
+    return obj, str(p)
+
+
+def _family(cfg: dict[str, Any], where: str) -> str:
+    mt = cfg.get("model_type")
+    archs = cfg.get("architectures") or []
+    if isinstance(mt, str) and mt in MODEL_TYPES:
+        return MODEL_TYPES[mt]
+    if isinstance(archs, list):
+        for a in archs:
+            if isinstance(a, str) and a in ARCHITECTURES:
+                return ARCHITECTURES[a]
+    raise SpecmodelError(
+        f"{where}: unknown architecture (model_type {mt!r}, architectures {archs!r}); supported: "
+        f"{', '.join(sorted(MODEL_TYPES))}"
+    )
+
+
+def _get_int(cfg: dict[str, Any], key: str, where: str, *, default: int | None = None, minimum: int = 1) -> int:
+    v = cfg.get(key, default)
+    if v is None:
+        raise SpecmodelError(f"{where}: {key}: missing")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise SpecmodelError(f"{where}: {key}: expected an integer, got {v!r}")
+    if int(v) < minimum:
+        raise SpecmodelError(f"{where}: {key}: must be >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def _aux_ids(layers: int) -> tuple[int, ...]:
+    """SGLang's default EAGLE-3 capture layers: (2, L // 2, L - 3), clamped into the stack."""
+    return tuple(min(max(i, 0), layers - 1) for i in (2, layers // 2, layers - 3))
+
+
+def shape_from_hf(cfg: dict[str, Any], *, name: str, where: str = "config.json") -> ModelShape:
+    """Parse a Hugging Face config dict (any supported family) into a :class:`ModelShape`."""
+    if not isinstance(cfg, dict):
+        raise SpecmodelError(f"{where}: expected a JSON object")
+    top = cfg
+    family = _family(top, where)
+    text = top.get("text_config")
+    if isinstance(text, dict):  # multimodal wrapper (Kimi-K2.5): the LLM lives in text_config
+        cfg = {**text}
+    archs = top.get("architectures") or cfg.get("architectures") or [""]
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    model_type = str(top.get("model_type") or cfg.get("model_type") or "")
+    hidden = _get_int(cfg, "hidden_size", where)
+    layers = _get_int(cfg, "num_hidden_layers", where)
+    heads = _get_int(cfg, "num_attention_heads", where)
+    kv = _get_int(cfg, "num_key_value_heads", where, default=heads)
+    vocab = _get_int(cfg, "vocab_size", where)
+    eps = float(cfg.get("rms_norm_eps") or 1e-6)
+    inter = _get_int(cfg, "intermediate_size", where)
+    common: dict[str, Any] = dict(name=name, family=family, model_type=model_type, architecture=arch,
+                                  hidden_size=hidden, num_layers=layers, vocab_size=vocab, num_heads=heads,
+                                  num_kv_heads=kv, intermediate_size=inter, rms_norm_eps=eps,
+                                  aux_layer_ids=_aux_ids(layers))
+    if family == "deepseek":
+        q_lora = cfg.get("q_lora_rank") or 0
+        shape = ModelShape(
+            **common, attention="mla", head_dim=_get_int(cfg, "v_head_dim", where, default=128),
+            q_lora_rank=_get_int({"q": q_lora}, "q", where, minimum=0) if q_lora else 0,
+            kv_lora_rank=_get_int(cfg, "kv_lora_rank", where),
+            qk_nope_head_dim=_get_int(cfg, "qk_nope_head_dim", where),
+            qk_rope_head_dim=_get_int(cfg, "qk_rope_head_dim", where),
+            v_head_dim=_get_int(cfg, "v_head_dim", where),
+            n_experts=_get_int(cfg, "n_routed_experts", where, default=0, minimum=0),
+            topk=_get_int(cfg, "num_experts_per_tok", where, default=0, minimum=0),
+            moe_intermediate_size=_get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0),
+            shared_intermediate_size=_get_int(cfg, "n_shared_experts", where, default=0, minimum=0)
+            * _get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0),
+            first_dense_layers=_get_int(cfg, "first_k_dense_replace", where, default=0, minimum=0),
+            moe_every=_get_int(cfg, "moe_layer_freq", where, default=1),
+        )
+    else:
+        head_dim = cfg.get("head_dim") or hidden // heads
+        n_exp = _get_int(cfg, "num_experts", where, default=0, minimum=0)
+        shape = ModelShape(
+            **common, attention="gqa", head_dim=_get_int({"h": head_dim}, "h", where),
+            qkv_bias=model_type == "qwen2" or model_type == "qwen2_moe" or bool(cfg.get("attention_bias")),
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            n_experts=n_exp,
+            topk=_get_int(cfg, "num_experts_per_tok", where, default=0, minimum=0) if n_exp else 0,
+            moe_intermediate_size=_get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0) if n_exp else 0,
+            shared_intermediate_size=_get_int(cfg, "shared_expert_intermediate_size", where, default=0, minimum=0),
+            moe_every=_get_int(cfg, "decoder_sparse_step", where, default=1),
+        )
+    if shape.n_experts and not (1 <= shape.topk <= shape.n_experts):
+        raise SpecmodelError(f"{where}: num_experts_per_tok: must be in 1..{shape.n_experts}, got {shape.topk}")
+    if shape.n_experts and shape.moe_intermediate_size < 1:
+        raise SpecmodelError(f"{where}: moe_intermediate_size: missing for a MoE model")
+    return shape
+
+
+def load_shape(model_config: str | None, preset: str | None) -> tuple[ModelShape, str]:
+    """(shape, where it came from) from ``--model-config`` or ``--preset`` (default: Kimi-K2.5)."""
+    if model_config and preset:
+        raise SpecmodelError("give --model-config or --preset, not both")
+    if model_config:
+        cfg, where = _read_config(model_config)
+        name = Path(where).parent.name or Path(where).stem
+        return shape_from_hf(cfg, name=name, where=where), where
+    key = (preset or DEFAULT_PRESET).lower()
+    if key not in PRESETS:
+        raise SpecmodelError(f"--preset: unknown {preset!r} (known: {', '.join(sorted(PRESETS))})")
+    return shape_from_hf(PRESETS[key], name=key, where=f"preset {key}"), f"preset {key}"
+
+
+def drafter_for(target: ModelShape, draft_config: str | None = None) -> DrafterShape:
+    """The EAGLE-3 drafter: from its own config.json when given, else derived from the target
+    (target hidden; GQA heads like the target's, or heads/8 KV heads for an MLA target; the
+    target's dense intermediate size; a 32k draft vocabulary)."""
+    if draft_config:
+        cfg, where = _read_config(draft_config)
+        hidden = _get_int(cfg, "hidden_size", where)
+        heads = _get_int(cfg, "num_attention_heads", where)
+        return DrafterShape(
+            hidden_size=hidden, num_heads=heads, num_kv_heads=_get_int(cfg, "num_key_value_heads", where, default=heads),
+            head_dim=_get_int(cfg, "head_dim", where, default=hidden // heads),
+            intermediate_size=_get_int(cfg, "intermediate_size", where),
+            vocab_size=_get_int(cfg, "vocab_size", where, default=target.vocab_size),
+            draft_vocab_size=_get_int(cfg, "draft_vocab_size", where, default=_get_int(cfg, "vocab_size", where)),
+            target_hidden_size=_get_int(cfg, "target_hidden_size", where, default=target.hidden_size),
+            rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
+        )
+    if target.attention == "mla":
+        heads, kv, hd = target.num_heads, max(target.num_heads // 8, 1), target.hidden_size // target.num_heads
+    else:
+        heads, kv, hd = target.num_heads, target.num_kv_heads, target.head_dim
+    return DrafterShape(hidden_size=target.hidden_size, num_heads=heads, num_kv_heads=kv, head_dim=hd,
+                        intermediate_size=target.intermediate_size, vocab_size=target.vocab_size,
+                        draft_vocab_size=min(DRAFT_VOCAB, target.vocab_size),
+                        target_hidden_size=target.hidden_size, rms_norm_eps=target.rms_norm_eps)
+
+
+# ---------------------------------------------------------------- TP checks and scaling
+
+
+def check_tp(shape: ModelShape, drafter: DrafterShape, tp: int, where: str) -> None:
+    """Megatron TP needs the sharded dims divisible by ``tp``; say which one is not."""
+    def need(value: int, what: str) -> None:
+        if value % tp:
+            raise SpecmodelError(f"{where}: {what} = {value} is not divisible by --tp {tp}")
+
+    need(shape.num_heads, "num_attention_heads")
+    if shape.attention == "gqa" and shape.num_kv_heads % tp and tp % shape.num_kv_heads:
+        raise SpecmodelError(f"{where}: num_key_value_heads = {shape.num_kv_heads} neither divides nor is "
+                             f"divisible by --tp {tp}")
+    need(shape.intermediate_size, "intermediate_size")
+    if shape.n_experts:
+        need(shape.moe_intermediate_size, "moe_intermediate_size")
+        if shape.shared_intermediate_size:
+            need(shape.shared_intermediate_size, "shared expert intermediate size")
+    need(shape.vocab_size, "vocab_size")
+    need(drafter.num_heads, "drafter num_attention_heads")
+    if drafter.num_kv_heads % tp and tp % drafter.num_kv_heads:
+        raise SpecmodelError(f"{where}: drafter num_key_value_heads = {drafter.num_kv_heads} neither divides nor "
+                             f"is divisible by --tp {tp}")
+    need(drafter.intermediate_size, "drafter intermediate_size")
+    need(drafter.draft_vocab_size, "drafter draft_vocab_size")
+    need(drafter.vocab_size, "drafter vocab_size")
+
+
+def _round_to(x: float, multiple: int, minimum: int) -> int:
+    return max(minimum, int(multiple * max(round(x / multiple), 1)))
+
+
+def _kv_for(kv: int, heads: int, heads_used: int, tp: int) -> int:
+    want = max(1, round(kv * heads_used / heads))
+    if want >= tp:
+        return _round_to(want, tp, tp)
+    p = 1  # below tp: a divisor of tp (KV heads are replicated across ranks)
+    while p * 2 <= want and tp % (p * 2) == 0:
+        p *= 2
+    return p
+
+
+def _summary(s: ModelShape, d: DrafterShape) -> dict[str, Any]:
+    return {"num_hidden_layers": s.num_layers, "hidden_size": s.hidden_size, "num_attention_heads": s.num_heads,
+            "num_key_value_heads": s.num_kv_heads, "head_dim": s.head_dim, "intermediate_size": s.intermediate_size,
+            "vocab_size": s.vocab_size, "n_experts": s.n_experts, "num_experts_per_tok": s.topk,
+            "moe_intermediate_size": s.moe_intermediate_size, "q_lora_rank": s.q_lora_rank,
+            "kv_lora_rank": s.kv_lora_rank, "qk_nope_head_dim": s.qk_nope_head_dim,
+            "qk_rope_head_dim": s.qk_rope_head_dim, "v_head_dim": s.v_head_dim,
+            "drafter_hidden_size": d.hidden_size, "drafter_intermediate_size": d.intermediate_size,
+            "draft_vocab_size": d.draft_vocab_size}
+
+
+def scale(shape: ModelShape, drafter: DrafterShape, tp: int, *, layers: int | None, hidden: int | None,
+          max_experts: int | None = CPU_MAX_EXPERTS, max_topk: int | None = CPU_MAX_TOPK,
+          max_vocab: int | None = CPU_MAX_VOCAB, reason: str) -> tuple[ModelShape, DrafterShape, dict[str, Any]]:
+    """Scale a model down (layers, hidden and everything tied to hidden by the same factor),
+    keeping every dim TP-divisible and the all-reduce structure (points per layer) intact.
+
+    Returns (shape, drafter, scaling) where ``scaling`` records original vs used and the factors.
+    """
+    L = min(layers or shape.num_layers, shape.num_layers)
+    H = min(hidden or shape.hidden_size, shape.hidden_size)
+    if L < 1 or H < 8:
+        raise SpecmodelError(f"scaling: need at least 1 layer and hidden >= 8 (got {L}, {H})")
+    f = H / shape.hidden_size
+    heads = _round_to(shape.num_heads * f, tp, tp) if f < 1 else shape.num_heads
+    heads = min(heads, max(shape.num_heads, tp))
+    kv = _kv_for(shape.num_kv_heads, shape.num_heads, heads, tp) if heads != shape.num_heads else shape.num_kv_heads
+
+    def dim(d: int, minimum: int = 8, multiple: int = 8) -> int:
+        return d if f >= 1 or d == 0 else _round_to(d * f, multiple, minimum)
+
+    n_exp, topk = shape.n_experts, shape.topk
+    if n_exp and max_experts:
+        n_exp = min(n_exp, max_experts)
+    if n_exp and max_topk:
+        topk = min(topk, max_topk, n_exp)
+    first_dense = shape.first_dense_layers
+    if shape.n_experts and first_dense >= L:  # keep at least one MoE layer in a scaled MoE stack
+        first_dense = min(first_dense, max(L - 1, 0))
+    if shape.n_experts and L < shape.num_layers:
+        first_dense = min(first_dense, 1)
+    moe_inter = dim(shape.moe_intermediate_size, 8 * tp, 8 * tp) if shape.n_experts else 0
+    shared = moe_inter * (shape.shared_intermediate_size // shape.moe_intermediate_size) \
+        if shape.n_experts and shape.moe_intermediate_size and shape.shared_intermediate_size else \
+        (dim(shape.shared_intermediate_size, 8 * tp, 8 * tp) if shape.shared_intermediate_size else 0)
+    used = replace(
+        shape, num_layers=L, hidden_size=H, num_heads=heads, num_kv_heads=kv,
+        head_dim=dim(shape.head_dim, 16, 8) if shape.attention == "gqa" else dim(shape.v_head_dim, 16, 8),
+        intermediate_size=dim(shape.intermediate_size, 8 * tp, 8 * tp),
+        vocab_size=min(dim(shape.vocab_size, 64 * tp, 64 * tp), _round_to(max_vocab, 64 * tp, 64 * tp))
+        if max_vocab else dim(shape.vocab_size, 64 * tp, 64 * tp),
+        q_lora_rank=dim(shape.q_lora_rank, 16, 8) if shape.q_lora_rank else 0,
+        kv_lora_rank=dim(shape.kv_lora_rank, 16, 8) if shape.kv_lora_rank else 0,
+        qk_nope_head_dim=dim(shape.qk_nope_head_dim, 16, 8) if shape.qk_nope_head_dim else 0,
+        qk_rope_head_dim=dim(shape.qk_rope_head_dim, 8, 8) if shape.qk_rope_head_dim else 0,
+        v_head_dim=dim(shape.v_head_dim, 16, 8) if shape.v_head_dim else 0,
+        n_experts=n_exp, topk=topk, moe_intermediate_size=moe_inter, shared_intermediate_size=shared,
+        first_dense_layers=first_dense,
+        aux_layer_ids=tuple(min(max(round(i * L / shape.num_layers), 0), L - 1) for i in shape.aux_layer_ids)
+        if L != shape.num_layers else shape.aux_layer_ids,
+    )
+    dheads = _round_to(drafter.num_heads * f, tp, tp) if f < 1 else drafter.num_heads
+    d_used = replace(
+        drafter, hidden_size=H if drafter.hidden_size == shape.hidden_size else dim(drafter.hidden_size, 8 * tp, 8 * tp),
+        num_heads=dheads,
+        num_kv_heads=_kv_for(drafter.num_kv_heads, drafter.num_heads, dheads, tp) if dheads != drafter.num_heads
+        else drafter.num_kv_heads,
+        head_dim=dim(drafter.head_dim, 16, 8), intermediate_size=dim(drafter.intermediate_size, 8 * tp, 8 * tp),
+        vocab_size=used.vocab_size,
+        draft_vocab_size=min(dim(drafter.draft_vocab_size, 64 * tp, 64 * tp), used.vocab_size),
+        target_hidden_size=H,
+    )
+    orig, now = _summary(shape, drafter), _summary(used, d_used)
+    scaling = {
+        "scaled": orig != now,
+        "reason": reason if orig != now else "full size",
+        "factor": {"layers": L / shape.num_layers, "hidden": f},
+        "original": orig,
+        "used": now,
+        "note": ("all-reduce points per forward are those of the original architecture (2 per layer + 1); "
+                 "message sizes scale with hidden; times are for the scaled model, not extrapolated"),
+    }
+    return used, d_used, scaling
+
+
+def per_rank_weight_bytes(shape: ModelShape, tp: int, dtype_bytes: int) -> tuple[int, int]:
+    """(bytes per layer, bytes outside the layers) of one rank's weights: for fitting a model in memory."""
+    H = shape.hidden_size
+    if shape.attention == "mla":
+        qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
+        attn = (H * shape.q_lora_rank + shape.q_lora_rank * shape.num_heads * qk // tp if shape.q_lora_rank
+                else H * shape.num_heads * qk // tp)
+        attn += H * (shape.kv_lora_rank + shape.qk_rope_head_dim)
+        attn += shape.kv_lora_rank * shape.num_heads * (shape.qk_nope_head_dim + shape.v_head_dim) // tp
+        attn += shape.num_heads * shape.v_head_dim * H // tp
+    else:
+        attn = H * (shape.num_heads + 2 * max(shape.num_kv_heads, tp)) * shape.head_dim // tp
+        attn += shape.num_heads * shape.head_dim * H // tp
+    dense = 3 * H * shape.intermediate_size // tp
+    moe = 3 * H * (shape.n_experts * shape.moe_intermediate_size + shape.shared_intermediate_size) // tp \
+        + H * shape.n_experts
+    n_moe = sum(1 for i in range(shape.num_layers) if shape.layer_is_moe(i))
+    per_layer = attn + (moe if n_moe else dense)
+    outside = 2 * shape.vocab_size * H // tp
+    return per_layer * dtype_bytes, outside * dtype_bytes
+
+
+def layers_that_fit(shape: ModelShape, tp: int, dtype_bytes: int, free_bytes: int, fraction: float = 0.6) -> int:
+    per_layer, outside = per_rank_weight_bytes(shape, tp, dtype_bytes)
+    budget = free_bytes * fraction - outside
+    return max(0, min(shape.num_layers, int(math.floor(budget / max(per_layer, 1)))))

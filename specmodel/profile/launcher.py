@@ -1,0 +1,241 @@
+"""Start N ranks on this host and supervise them.
+
+One process per rank (``python -m specmodel.profile.worker``), each in its own session, with
+torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``,
+``MASTER_PORT`` = a free port). The parent polls exit codes and the status board:
+
+* a rank exits non-zero → stop every rank, name it (a rank that merely lost its peer exits 3
+  and is not blamed when another one failed first);
+* no rank makes progress for ``timeout`` seconds → stop every rank, name the one the others wait for;
+* Ctrl-C / SIGTERM → stop every rank.
+
+Nothing is written to the profile directory here: on success the parent gets rank 0's
+``result.json`` and the trace directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specmodel.profile import status
+from specmodel.profile.plan import RunPlan
+
+EXIT_PEER = 3
+CHILD_ENV = "SPECMODEL_PROFILE_CHILD"  # set in every rank the command starts (not under torchrun)
+POLL_S = 0.05
+GRACE_S = 0.5  # after the first failure, how long to wait for the others' exit codes before judging
+
+
+class RankFailed(Exception):
+    """A rank crashed or hung; the message names it. ``log_dir`` keeps every rank's output."""
+
+    def __init__(self, message: str, *, rank: int | None, log_dir: Path | None, port_conflict: bool = False) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.log_dir = log_dir
+        self.port_conflict = port_conflict
+
+
+@dataclass
+class RunOutput:
+    result: dict[str, Any]
+    trace_dir: Path
+    run_dir: Path
+    wall_s: float
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, n: int = 40) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln for ln in lines if ln.strip()][-n:]
+
+
+def _reason(path: Path) -> str:
+    """The most telling line of a rank's output: the last exception line, else the last line."""
+    lines = _tail(path)
+    for ln in reversed(lines):
+        s = ln.strip()
+        if s.startswith("specmodel profile:") or (":" in s and s.split(":", 1)[0].endswith(("Error", "Exception",
+                                                                                              "Interrupt", "Failed"))):
+            return s[:300]
+    return lines[-1].strip()[:300] if lines else "no output"
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every live rank's process group, then SIGKILL what is left after 3 s."""
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        live = [p for p in procs if p.poll() is None]
+        if not live:
+            return
+        for p in live:
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(p.poll() is None for p in live):
+            time.sleep(0.05)
+
+
+def _unit_label(plan: RunPlan, unit: int) -> str:
+    units = plan.units()
+    return units[unit] if 0 <= unit < len(units) else ("start-up" if unit < 0 else "finishing")
+
+
+def run(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, int, str], None] | None = None,
+        env_extra: dict[str, str] | None = None) -> RunOutput:
+    """Run ``plan`` on ``plan.tp`` local ranks; return rank 0's result. Raises :class:`RankFailed`."""
+    try:
+        return _run_once(plan, timeout_s=timeout_s, on_progress=on_progress, env_extra=env_extra)
+    except RankFailed as exc:
+        if not exc.port_conflict:
+            raise
+        return _run_once(plan, timeout_s=timeout_s, on_progress=on_progress, env_extra=env_extra)
+
+
+def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, int, str], None] | None,
+              env_extra: dict[str, str] | None) -> RunOutput:
+    run_dir = Path(tempfile.mkdtemp(prefix="specmodel-profile-"))
+    plan_path = run_dir / "plan.json"
+    plan.save(plan_path)
+    board = run_dir / "status.bin"
+    status.create(board, plan.tp)
+    port = free_port()
+    n_units = len(plan.units())
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = [run_dir / f"rank{r}.log" for r in range(plan.tp)]
+    t_start = time.monotonic()
+    prev_term = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        if prev_term in (signal.SIG_DFL, None) or callable(prev_term):
+            signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        for r in range(plan.tp):
+            env = dict(os.environ)
+            env.update({"RANK": str(r), "WORLD_SIZE": str(plan.tp), "LOCAL_RANK": str(r),
+                        "LOCAL_WORLD_SIZE": str(plan.tp), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        CHILD_ENV: "1", "PYTHONUNBUFFERED": "1", "TORCH_SHOW_CPP_STACKTRACES": "0"})
+            if plan.device == "cpu":
+                env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+            if env_extra:
+                env.update(env_extra)
+            with open(logs[r], "wb") as fh:
+                procs.append(subprocess.Popen([sys.executable, "-m", "specmodel.profile.worker", "--plan",
+                                               str(plan_path), "--run-dir", str(run_dir)],
+                                              stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                              env=env, start_new_session=True))
+        last_key: tuple[Any, ...] = ()
+        last_change = time.monotonic()
+        last_unit = -2
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c == 0 for c in codes):
+                break
+            if any(c not in (None, 0) for c in codes):
+                time.sleep(GRACE_S)
+                codes = [p.poll() for p in procs]
+                slots = status.read(board, plan.tp)
+                _stop(procs)
+                raise _crash(plan, codes, slots, logs, run_dir)
+            slots = status.read(board, plan.tp)
+            key = tuple(s.key() for s in slots)
+            now = time.monotonic()
+            if key != last_key:
+                last_key, last_change = key, now
+            if slots and on_progress is not None:
+                unit = slots[0].unit
+                if slots[0].stage >= status.RUNNING and unit != last_unit:
+                    last_unit = unit
+                    on_progress(unit, n_units, _unit_label(plan, unit))
+            if now - last_change > timeout_s:
+                _stop(procs)
+                raise _hang(plan, slots, timeout_s, run_dir)
+            time.sleep(POLL_S)
+        res_path = run_dir / "result.json"
+        try:
+            result = json.loads(res_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RankFailed(f"rank 0 finished but left no readable result ({exc})", rank=0, log_dir=run_dir) from None
+        return RunOutput(result=result, trace_dir=run_dir / "traces", run_dir=run_dir,
+                         wall_s=time.monotonic() - t_start)
+    finally:
+        _stop(procs)
+        try:
+            signal.signal(signal.SIGTERM, prev_term)
+        except (ValueError, TypeError):
+            pass
+
+
+def _crash(plan: RunPlan, codes: list[int | None], slots: list[status.Slot], logs: list[Path],
+           run_dir: Path) -> RankFailed:
+    failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+    culprits = [(r, c) for r, c in failed if c != EXIT_PEER]
+    where = {s.rank: _unit_label(plan, s.unit) if s.stage >= status.RUNNING else status.STAGE_NAMES.get(s.stage, "?")
+             for s in slots}
+    if culprits:
+        culprits.sort(key=lambda rc: (rc[1] >= 0, rc[0]))  # killed by a signal first, then lowest rank
+        r, c = culprits[0]
+        reason = _reason(logs[r])
+        conflict = "address already in use" in "\n".join(_tail(logs[r], 80)).lower()
+        return RankFailed(f"rank {r} {_describe_exit(c)} during {where.get(r, 'start-up')}: {reason}",
+                          rank=r, log_dir=run_dir, port_conflict=conflict)
+    lag = status.laggard(slots)
+    if lag is not None:
+        r, why = lag
+        return RankFailed(f"rank {r} stopped responding during {where.get(r, '?')} ({why}); the other ranks' "
+                          "collectives failed", rank=r, log_dir=run_dir)
+    r, c = failed[0]
+    return RankFailed(f"rank {r} {_describe_exit(c)} during {where.get(r, '?')}: {_reason(logs[r])}",
+                      rank=r, log_dir=run_dir)
+
+
+def _hang(plan: RunPlan, slots: list[status.Slot], timeout_s: float, run_dir: Path) -> RankFailed:
+    lag = status.laggard(slots)
+    started = [s for s in slots if s.stage >= status.JOINED]
+    if len(started) < plan.tp:
+        missing = [s.rank for s in slots if s.stage < status.JOINED]
+        r = missing[0] if missing else None
+        return RankFailed(f"rank {r} did not join the process group within --timeout {timeout_s:g} s "
+                          f"(ranks not joined: {', '.join(map(str, missing))})", rank=r, log_dir=run_dir)
+    if lag is not None:
+        r, why = lag
+        unit = next(s.unit for s in slots if s.rank == r)
+        return RankFailed(f"rank {r} hung during {_unit_label(plan, unit)}: no progress for {timeout_s:g} s "
+                          f"({why})", rank=r, log_dir=run_dir)
+    unit = min(s.unit for s in slots)
+    return RankFailed(f"no rank made progress for {timeout_s:g} s during {_unit_label(plan, unit)} "
+                      "(all ranks waiting; raise --timeout for a slow machine)", rank=None, log_dir=run_dir)

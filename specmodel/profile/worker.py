@@ -1,0 +1,384 @@
+"""One rank of ``specmodel profile``: ``python -m specmodel.profile.worker --plan P --run-dir D``.
+
+Started by the command (one process per rank, env ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
+``MASTER_PORT`` as torchrun sets them), or in-process under ``torchrun`` (see
+``docs/profile.md``). Every rank builds the same TP stack from the plan, runs the sweep with
+the annotation seam around each forward under torch.profiler, isolates all-reduce time from the
+trace, and sends its numbers to rank 0, which writes ``result.json`` + per-rank traces.
+
+Exit codes: 0 ok; 1 this rank failed; 3 a collective failed (another rank died or hung);
+4 the supervising parent went away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from specmodel.profile import analysis, hardware, status
+from specmodel.profile.annotate import Stopwatch, timed_phase
+from specmodel.profile.device import Placement, torch_device
+from specmodel.profile.launcher import CHILD_ENV
+from specmodel.profile.models import Drafter, TargetModel
+from specmodel.profile.plan import Point, RunPlan
+from specmodel.profile.tp import CollectiveFailed, Comm
+
+EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
+FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Fault:
+    """Test-only fault injection, read from ``$SPECMODEL_PROFILE_FAULT`` (documented in docs/profile.md)."""
+
+    def __init__(self, spec: str | None, rank: int) -> None:
+        self.active = False
+        if not spec:
+            return
+        kv = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
+        self.active = int(kv.get("rank", "-1")) == rank
+        self.at = kv.get("at", "start")
+        self.mode = kv.get("mode", "raise")
+
+    def check(self, where: str) -> None:
+        if not self.active or self.at not in where:
+            return
+        sys.stderr.write(f"specmodel profile: injected fault ({self.mode}) at {where}\n")
+        sys.stderr.flush()
+        if self.mode == "hang":
+            while True:
+                time.sleep(3600)
+        if self.mode == "exit":
+            os._exit(17)
+        if self.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault at {where}")
+
+
+def _watch_parent() -> None:
+    """Die with the supervising parent (never linger as an orphan holding a port or a GPU)."""
+    try:  # Linux: the kernel sends SIGKILL when the parent exits
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    ppid = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != ppid:
+                os._exit(EXIT_ORPHAN)
+
+    threading.Thread(target=loop, name="specmodel-parent-watch", daemon=True).start()
+
+
+class Rank:
+    """Everything one rank holds: plan, process group, models, inputs."""
+
+    def __init__(self, plan: RunPlan, *, rank: int, world: int, local_rank: int, local_world: int,
+                 board: status.Writer | None) -> None:
+        self.plan = plan
+        self.rank, self.world, self.local_rank, self.local_world = rank, world, local_rank, local_world
+        self.board = board
+        self.placement = Placement(plan.backend, plan.device)
+        self.device = torch_device(self.placement, local_rank)
+        self.dtype = DTYPES[plan.dtype]
+        self.cuda = self.device.type == "cuda"
+        self.comm = Comm(world, rank, backend=plan.backend, status=board)
+        self.fault = Fault(os.environ.get(FAULT_ENV), rank)
+        self.unit = 0
+        self.target: TargetModel | None = None
+        self.drafter: Drafter | None = None
+
+    # ------------------------------------------------------------ setup
+    def build(self) -> None:
+        p = self.plan
+        torch.manual_seed(p.seed)  # identical on every rank: replicated weights agree, routing matches
+        tb, tt = p.max_tokens("target")
+        db, dt = p.max_tokens("drafter")
+        self.target = TargetModel(p.target, self.comm, cache_rows=tb, past=p.context_len, max_new=tt,
+                                  dtype=self.dtype, device=self.device)
+        self.drafter = Drafter(p.drafter, self.comm, cache_rows=max(db * p.topk, db), past=p.context_len,
+                               max_new=max(dt, p.num_draft_tokens), dtype=self.dtype, device=self.device)
+
+    def next_unit(self, label: str) -> None:
+        if self.board is not None:
+            self.board.set(stage=status.RUNNING, unit=self.unit)
+        self.fault.check(label)
+        self.unit += 1
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    # ------------------------------------------------------------ one forward of a sweep point
+    def forward_fn(self, pt: Point) -> Any:
+        p = self.plan
+        g = torch.Generator(device="cpu").manual_seed(p.seed + 1)
+        assert self.target is not None and self.drafter is not None
+        target, drafter = self.target, self.drafter
+        b, t = pt.batch, pt.per_request
+        vocab = p.target.vocab_size
+        ids = torch.randint(0, vocab, (b, t), generator=g).to(self.device)
+        if pt.kind in ("decode", "verify"):
+            return lambda: target(ids, "causal")
+        H = p.drafter.hidden_size
+        if pt.kind == "draft":
+            hidden = torch.randn(b, t, H, generator=g).to(self.device, self.dtype)
+            mask = "diag" if t > 1 else "causal"
+            return lambda: drafter(ids, hidden, mask)
+        aux = torch.randn(b, t, 3 * p.drafter.target_hidden_size, generator=g).to(self.device, self.dtype)
+        return lambda: drafter(ids, aux, "causal", last_only=True)
+
+    def measure_point(self, pt: Point, trace_dir: Path) -> dict[str, Any]:
+        p = self.plan
+        fn = self.forward_fn(pt)
+        for _ in range(p.warmup):
+            self.comm.barrier()
+            fn()
+        self.sync()
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        watches: list[Stopwatch] = []
+        with torch.profiler.profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+            for _ in range(p.repeats):
+                self.comm.barrier()
+                with timed_phase(pt.label, self.device) as sw:
+                    fn()
+                watches.append(sw)
+            self.sync()
+        totals = [sw.elapsed_s for sw in watches]
+        tmp = trace_dir / f".rank{self.rank}.point.json"
+        prof.export_chrome_trace(str(tmp))
+        raw = json.loads(tmp.read_text())
+        tmp.unlink()
+        events = raw.get("traceEvents", []) if isinstance(raw, dict) else raw
+        reps = (analysis.analyse_gpu if self.cuda else analysis.analyse_cpu)(events, pt.label)
+        if len(reps) != len(totals):
+            raise RuntimeError(f"{pt.label}: found {len(reps)} annotated spans in the trace, expected {len(totals)}")
+        # every rank keeps the same repetition in its trace: the one closest to the rank-mean median
+        t = torch.tensor(totals, dtype=torch.float64, device=self.device if self.cuda else "cpu")
+        self.comm.all_reduce(t)
+        keep = analysis.representative([float(x) for x in t.cpu()])
+        cpu_spans = analysis.spans(events, pt.label)
+        t0 = min(float(cpu_spans[keep]["ts"]), reps[keep].span_ts)
+        t1 = max(float(cpu_spans[keep]["ts"]) + float(cpu_spans[keep].get("dur", 0)), reps[keep].span_end)
+        return {
+            "label": pt.label, "kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens,
+            "totals": totals, "comms": [r.comm_s for r in reps],
+            "calls": [[(c.collective, c.dur_s) for c in r.calls] for r in reps],
+            "trace": analysis.slice_events(events, t0, t1), "trace_meta": {k: v for k, v in raw.items()
+                                                                           if k != "traceEvents"}
+            if isinstance(raw, dict) else {},
+        }
+
+    # ------------------------------------------------------------ pure all-reduce sweep
+    def allreduce_sweep(self) -> list[dict[str, Any]]:
+        p = self.plan
+        elem = torch.tensor([], dtype=self.dtype).element_size()
+        out = []
+        for size in p.allreduce_sizes:
+            self.next_unit(f"all-reduce {size} B")
+            n = max(1, size // elem)
+            x = torch.zeros(n, dtype=self.dtype, device=self.device)
+            for _ in range(p.allreduce_warmup):
+                self.comm.all_reduce(x)
+            durs = []
+            for _ in range(p.allreduce_repeats):
+                self.comm.barrier()
+                sw = Stopwatch.for_device(self.device)
+                sw.start()
+                self.comm.all_reduce(x)
+                sw.stop()
+                durs.append(sw.elapsed_s)
+            out.append({"msg_bytes": n * elem, "durs": durs})
+        return out
+
+    # ------------------------------------------------------------ the whole run
+    def run(self, out_dir: Path) -> dict[str, Any]:
+        p = self.plan
+        self.build()
+        trace_dir = out_dir
+        points = []
+        for pt in p.points:
+            self.next_unit(pt.label)
+            points.append(self.measure_point(pt, trace_dir))
+        ar = self.allreduce_sweep() if self.world > 1 else []
+        loop = None
+        if p.spec_loop is not None:
+            from specmodel.profile.specloop import run_loop
+
+            assert self.target is not None and self.drafter is not None
+            loop = run_loop(self)
+        hw = hardware.collect(p.device, self.local_world) if self.local_rank == 0 else None
+        return {"rank": self.rank, "host": os.uname().nodename, "points": points, "allreduce": ar,
+                "spec_loop": loop, "hardware": hw}
+
+
+def gather(rank: Rank, mine: dict[str, Any]) -> list[dict[str, Any]] | None:
+    rank.fault.check("gather")
+    objs: list[Any] = [None] * rank.world if rank.rank == 0 else []
+    try:
+        dist.gather_object(mine, objs if rank.rank == 0 else None, dst=0)
+    except Exception as exc:
+        raise CollectiveFailed(f"gather of the results failed on rank {rank.rank}: {exc}") from exc
+    return objs if rank.rank == 0 else None
+
+
+def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> dict[str, Any]:
+    """Rank 0: aggregate every rank's numbers into the run's result; write per-rank traces."""
+    W = len(per_rank)
+    rows = []
+    for i, pt in enumerate(plan.points):
+        recs = [per_rank[w]["points"][i] for w in range(W)]
+        stats = analysis.aggregate_point(
+            [r["totals"] for r in recs], [r["comms"] for r in recs],
+            [[[analysis.Call(c, d) for c, d in rep] for rep in r["calls"]] for r in recs])
+        rows.append({"kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "label": pt.label,
+                     "total_s": stats.total_s, "allreduce_s": stats.allreduce_s, "compute_s": stats.compute_s,
+                     "skew_s": stats.skew_s, "spread_s": stats.spread_s, "samples": stats.samples,
+                     "n_allreduce": stats.n_allreduce, "n_allgather": stats.n_allgather,
+                     "calls_matched": stats.calls_matched, "per_rank": stats.per_rank})
+    ar_points = []
+    if W > 1 and per_rank[0]["allreduce"]:
+        for j, a in enumerate(per_rank[0]["allreduce"]):
+            lat, spread = analysis.allreduce_latency([per_rank[w]["allreduce"][j]["durs"] for w in range(W)])
+            ar_points.append({"msg_bytes": a["msg_bytes"], "latency_s": lat, "spread_s": spread})
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    for w in range(W):
+        events: list[Any] = []
+        seen_meta: set[tuple[Any, ...]] = set()
+        meta: dict[str, Any] = {}
+        for rec in per_rank[w]["points"]:
+            meta = meta or dict(rec.get("trace_meta") or {})
+            for e in rec["trace"]:
+                if e.get("ph") == "M":
+                    key = (e.get("name"), e.get("pid"), e.get("tid"), json.dumps(e.get("args"), sort_keys=True))
+                    if key in seen_meta:
+                        continue
+                    seen_meta.add(key)
+                events.append(e)
+        other = dict(meta.pop("otherData", None) or {})
+        other["specmodel"] = {"rank": w, "tp": plan.tp, "backend": plan.backend, "name": plan.name,
+                              "note": "one representative repetition per measured forward"}
+        doc = {**meta, "traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+        (trace_dir / f"rank{w}.trace.json").write_text(json.dumps(doc))
+    hosts = sorted({r["host"] for r in per_rank})
+    hw: dict[str, Any] = dict(next((r["hardware"] for r in per_rank if r.get("hardware")), None) or {})
+    hw["hosts"] = hosts
+    hw["nodes"] = len(hosts)
+    nodes = [r["hardware"] for r in per_rank if r.get("hardware")]
+    if len(nodes) > 1:
+        hw["per_node"] = nodes
+    return {"plan": plan.to_dict(), "rows": rows, "allreduce_points": ar_points,
+            "spec_loop": per_rank[0].get("spec_loop"), "hardware": hw,
+            "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def setup_process(plan: RunPlan) -> None:
+    torch.set_num_threads(1 if plan.device == "cpu" else max(1, torch.get_num_threads()))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    torch.set_flush_denormal(True)
+
+
+def run_rank(plan: RunPlan, *, run_dir: Path | None, board_path: Path | None,
+             write_result: Any = None) -> int:
+    """Run this process's rank (env: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_*).
+
+    ``run_dir``: where rank 0 writes ``result.json`` + ``traces/`` (the supervising parent reads
+    them). Under torchrun ``write_result(result, trace_dir)`` is called on rank 0 instead.
+    """
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    board = status.Writer(board_path, rank) if board_path is not None else None
+    setup_process(plan)
+    r = Rank(plan, rank=rank, world=world, local_rank=local_rank, local_world=local_world, board=board)
+    try:
+        r.fault.check("start")
+        kw: dict[str, Any] = {}
+        if r.cuda:
+            kw["device_id"] = r.device
+        grace = 30.0 if os.environ.get(CHILD_ENV) else 0.0  # the supervisor should act first
+        dist.init_process_group(plan.backend, timeout=_dt.timedelta(seconds=plan.timeout_s + grace), **kw)
+        if board is not None:
+            board.set(stage=status.JOINED)
+        tmp_root = Path(tempfile.mkdtemp(prefix=f"specmodel-rank{rank}-"))
+        try:
+            mine = r.run(tmp_root)
+            objs = gather(r, mine)
+            if rank == 0:
+                assert objs is not None
+                trace_dir = (run_dir / "traces") if run_dir is not None else tmp_root / "traces"
+                result = combine(plan, objs, trace_dir)
+                if write_result is not None:
+                    write_result(result, trace_dir)
+                if run_dir is not None:
+                    tmp = run_dir / ".result.json.tmp"
+                    tmp.write_text(json.dumps(result))
+                    os.replace(tmp, run_dir / "result.json")
+            r.comm.barrier()
+        finally:
+            import shutil
+
+            shutil.rmtree(tmp_root, ignore_errors=True)
+        if board is not None:
+            board.set(stage=status.DONE)
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+        return EXIT_OK
+    except CollectiveFailed as exc:
+        if board is not None:
+            board.set(stage=status.PEER_FAILED)
+        sys.stderr.write(f"specmodel profile: rank {rank}: a collective failed (another rank died or hung): "
+                         f"{str(exc).splitlines()[0][:300]}\n")
+        return EXIT_PEER
+    except KeyboardInterrupt:
+        return 130
+    except BaseException:
+        if board is not None:
+            board.set(stage=status.FAILED)
+        traceback.print_exc()
+        return EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specmodel.profile.worker")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--run-dir", required=True)
+    a = ap.parse_args(argv)
+    _watch_parent()
+    run_dir = Path(a.run_dir)
+    plan = RunPlan.load(a.plan)
+    board = run_dir / "status.bin"
+    code = run_rank(plan, run_dir=run_dir, board_path=board if board.exists() else None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # never block on gloo/NCCL teardown threads after a failure
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,121 @@
+"""Real profiles on gloo (CPU): TP 2 and TP 4, a tiny sweep each, then `predict` on the result,
+and the speculative loop compared with the model."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from specmodel.schema.profile import load_profile
+from tests.conftest import run_cli
+
+pytest.importorskip("torch")
+
+KINDS = ("decode", "verify", "draft", "draft_extend")
+TINY = ["--batches", "1,2", "--verify-tokens", "2,4", "--warmup", "1", "--repeats", "3", "--layers", "2",
+        "--allreduce-sizes", "4,1K,64K", "--timeout", "120"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profiles")
+    r2 = run_cli("profile", "--tp", "2", "--name", "tp2", "--out-dir", str(out), *TINY, "--spec-loop",
+                 "--accept-len", "3.0", "--cycles", "6", cwd=out)
+    assert r2.returncode == 0, r2.stderr
+    r4 = run_cli("profile", "--tp", "4", "--name", "tp4", "--out-dir", str(out), *TINY, "--json", "--quiet",
+                 "--model-config", str(Path(__file__).parent / "data" / "profile_configs" / "llama3_8b.json"),
+                 cwd=out)
+    assert r4.returncode == 0, r4.stderr
+    return {"dir": out, 2: out / "tp2", 4: out / "tp4", "stdout2": r2.stdout, "stderr2": r2.stderr,
+            "json4": json.loads(r4.stdout)}
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_profile_is_valid_and_complete(runs, tp):
+    prof = load_profile(runs[tp])
+    assert prof.tp == tp and prof.backend == "gloo" and prof.source_kind == "measured"
+    assert prof.source["tool"].startswith("specmodel profile ")
+    assert {r.kind for r in prof.costs} == set(KINDS)  # every phase present
+    layers = prof.model["num_hidden_layers"]
+    assert layers == 2 and prof.model["scaling"]["scaled"]
+    assert prof.model["scaling"]["original"]["num_hidden_layers"] > layers
+    for r in prof.costs:
+        assert 0.0 < r.allreduce_s / r.total_s < 1.0, r  # the isolated share
+        assert r.skew_s <= r.allreduce_s and r.samples == 3 and r.spread_s >= 0
+        expected = 2 * layers + 1 if r.kind in ("decode", "verify") else 3
+        assert r.n_allreduce == expected, r
+        hidden = prof.model["target" if r.kind in ("decode", "verify") else "drafter"]["hidden_size"]
+        assert r.allreduce_msg_bytes == r.tokens * hidden * 4
+    assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
+    assert len(prof.allreduce_points) == 3 and prof.allreduce_fit is not None and prof.allreduce_fit.tp == tp
+    assert prof.hardware["cpu_name"] and prof.hardware["torch_version"]
+
+
+def test_more_ranks_more_allreduce_per_forward(runs):
+    p2, p4 = load_profile(runs[2]), load_profile(runs[4])
+    for kind in ("decode", "verify"):
+        a2 = sorted(r.allreduce_s / r.n_allreduce for r in p2.rows(kind))
+        a4 = sorted(r.allreduce_s / r.n_allreduce for r in p4.rows(kind))
+        assert sum(a4) / len(a4) > sum(a2) / len(a2), (kind, a2, a4)
+    assert p4.allreduce_points[-1].latency_s > p2.allreduce_points[-1].latency_s
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_predict_accepts_the_profile(runs, tp):
+    r = run_cli("predict", "--profile", str(runs[tp]), "--accept-len", "3.2", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tp"] == tp and d["profile_source_kind"] == "measured" and d["tokens_per_s"] > 0
+    assert 0 < d["cycle_allreduce_frac"] < 1
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_outputs_csv_and_traces(runs, tp):
+    d = runs[tp]
+    prof = load_profile(d)
+    with (d / "costs.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(prof.costs)
+    assert {(r["kind"], int(r["batch"]), int(r["tokens"])) for r in rows} == {(c.kind, c.batch, c.tokens)
+                                                                            for c in prof.costs}
+    with (d / "ranks.csv").open() as fh:
+        assert {int(r["rank"]) for r in csv.DictReader(fh)} == set(range(tp))
+    for rank in range(tp):
+        tr = json.loads((d / "traces" / f"rank{rank}.trace.json").read_text())
+        names = {e.get("name") for e in tr["traceEvents"]}
+        assert {f"specmodel.{c.kind}[bs={c.batch},toks={c.tokens}]" for c in prof.costs} <= names
+        assert any(str(n).startswith("gloo:all_reduce") for n in names)
+        assert tr["otherData"]["specmodel"]["rank"] == rank
+        assert (d / "traces" / f"rank{rank}.trace.json").stat().st_size < 2_000_000
+
+
+def test_json_output_and_text_summary(runs):
+    j = runs["json4"]
+    assert j["tp"] == 4 and j["profile"].endswith("tp4") and len(j["rows"]) == 9
+    assert "wrote" in runs["stdout2"] and "specmodel.decode" in runs["stderr2"]  # progress lines on stderr
+
+
+def test_spec_loop_in_the_profile_run(runs):
+    comp = json.loads((runs[2] / "specloop.json").read_text())
+    prof = load_profile(runs[2])
+    assert comp["measured"]["tokens_per_s"] > 0 and comp["predicted"]["tokens_per_s"] > 0
+    assert prof.overhead_s == pytest.approx(comp["measured"]["overhead_s"])
+    assert comp["predicted"]["rel_error"] == pytest.approx(
+        comp["predicted"]["tokens_per_s"] / comp["measured"]["tokens_per_s"] - 1)
+    assert 1.0 <= comp["accept_len_drawn"] <= 4.0
+    assert "predicted" in runs["stdout2"] and "measured" in runs["stdout2"]
+
+
+def test_spec_loop_against_a_given_profile(runs):
+    before = sorted(p.name for p in runs["dir"].iterdir())
+    r = run_cli("profile", "--spec-loop", "--profile", str(runs[4]), "--accept-len", "2.5", "--cycles", "4",
+                "--quiet", "--json", "--timeout", "120", cwd=runs["dir"])
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["comparison"]
+    assert c["accept_len_requested"] == 2.5 and c["batch"] == 1
+    assert c["measured"]["tokens_per_s"] > 0 and c["measured"]["baseline_tokens_per_s"] > 0
+    assert abs(c["predicted"]["rel_error"]) < 10  # a number, not a crash; accuracy is reported, not gated
+    assert sorted(p.name for p in runs["dir"].iterdir()) == before  # compare mode writes nothing
