@@ -22,13 +22,14 @@ each all-reduce message ``tokens * hidden * dtype bytes`` (SGLang/Megatron tenso
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from specmodel.drafter.hfconfig import HFConfig
 from specmodel.errors import SpecmodelError
+from specmodel.io import read_json
 
 FAMILIES = ("deepseek", "llama", "qwen")
 
@@ -194,43 +195,33 @@ class DrafterShape:
 # ---------------------------------------------------------------- parsing
 
 
-def _read_config(path: str | Path) -> tuple[dict[str, Any], str]:
+def _read_config(path: str | Path) -> HFConfig:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.exists():
-        raise SpecmodelError(f"--model-config: {p}: file not found")
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecmodelError(f"--model-config: {p}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise SpecmodelError(f"--model-config: {p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise SpecmodelError(f"--model-config: {p}: invalid JSON at line {exc.lineno} column {exc.colno}: "
-                             f"{exc.msg}") from None
-    if not isinstance(obj, dict):
-        raise SpecmodelError(f"--model-config: {p}: expected a JSON object (a Hugging Face config.json)")
-    return obj, str(p)
+    raw = read_json(p)  # missing / unreadable / invalid JSON: one SpecmodelError naming the file
+    if not isinstance(raw, dict):
+        raise SpecmodelError(f"{p}: expected a JSON object (a Hugging Face config.json)")
+    return HFConfig(path=p, raw=raw)
 
 
-def _family(cfg: dict[str, Any], where: str) -> str:
-    mt = cfg.get("model_type")
-    archs = cfg.get("architectures") or []
-    if isinstance(mt, str) and mt in MODEL_TYPES:
-        return MODEL_TYPES[mt]
-    if isinstance(archs, list):
-        for a in archs:
-            if isinstance(a, str) and a in ARCHITECTURES:
-                return ARCHITECTURES[a]
+def _family(cfg: HFConfig, where: str) -> str:
+    for sec in (cfg.raw, cfg):  # the wrapper's own model_type (kimi_k25) first, then the text model's
+        mt = sec.get("model_type")
+        if isinstance(mt, str) and mt in MODEL_TYPES:
+            return MODEL_TYPES[mt]
+    archs = cfg.raw.get("architectures") or cfg.get("architectures") or []
+    for a in archs if isinstance(archs, list) else []:
+        if isinstance(a, str) and a in ARCHITECTURES:
+            return ARCHITECTURES[a]
     raise SpecmodelError(
-        f"{where}: unknown architecture (model_type {mt!r}, architectures {archs!r}); supported: "
-        f"{', '.join(sorted(MODEL_TYPES))}"
+        f"{where}: unknown architecture (model_type {cfg.raw.get('model_type')!r}, architectures {archs!r}); "
+        f"supported: {', '.join(sorted(MODEL_TYPES))}"
     )
 
 
-def _get_int(cfg: dict[str, Any], key: str, where: str, *, default: int | None = None, minimum: int = 1) -> int:
-    v = cfg.get(key, default)
+def _get_int(cfg: HFConfig, key: str, where: str, *, default: int | None = None, minimum: int = 1) -> int:
+    v = cfg.get(key, default)  # nested text config first (multimodal wrappers)
     if v is None:
         raise SpecmodelError(f"{where}: {key}: missing")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
@@ -245,53 +236,45 @@ def _aux_ids(layers: int) -> tuple[int, ...]:
     return tuple(min(max(i, 0), layers - 1) for i in (2, layers // 2, layers - 3))
 
 
-def shape_from_hf(cfg: dict[str, Any], *, name: str, where: str = "config.json") -> ModelShape:
-    """Parse a Hugging Face config dict (any supported family) into a :class:`ModelShape`."""
-    if not isinstance(cfg, dict):
-        raise SpecmodelError(f"{where}: expected a JSON object")
-    top = cfg
-    family = _family(top, where)
-    text = top.get("text_config")
-    if isinstance(text, dict):  # multimodal wrapper (Kimi-K2.5): the LLM lives in text_config
-        cfg = {**text}
-    archs = top.get("architectures") or cfg.get("architectures") or [""]
+def shape_from_hf(cfg: HFConfig, *, name: str) -> ModelShape:
+    """Parse a Hugging Face config (any supported family) into a :class:`ModelShape`."""
+    where = str(cfg.path)
+    family = _family(cfg, where)
+    archs = cfg.architectures or cfg.get("architectures") or [""]
     arch = str(archs[0]) if isinstance(archs, list) and archs else ""
-    model_type = str(top.get("model_type") or cfg.get("model_type") or "")
+    model_type = str(cfg.raw.get("model_type") or cfg.get("model_type") or "")
+    text_type = str(cfg.get("model_type") or "")
     hidden = _get_int(cfg, "hidden_size", where)
     layers = _get_int(cfg, "num_hidden_layers", where)
     heads = _get_int(cfg, "num_attention_heads", where)
-    kv = _get_int(cfg, "num_key_value_heads", where, default=heads)
-    vocab = _get_int(cfg, "vocab_size", where)
     eps = float(cfg.get("rms_norm_eps") or 1e-6)
-    inter = _get_int(cfg, "intermediate_size", where)
-    common: dict[str, Any] = dict(name=name, family=family, model_type=model_type, architecture=arch,
-                                  hidden_size=hidden, num_layers=layers, vocab_size=vocab, num_heads=heads,
-                                  num_kv_heads=kv, intermediate_size=inter, rms_norm_eps=eps,
-                                  aux_layer_ids=_aux_ids(layers))
+    common: dict[str, Any] = dict(
+        name=name, family=family, model_type=model_type, architecture=arch, hidden_size=hidden, num_layers=layers,
+        vocab_size=_get_int(cfg, "vocab_size", where), num_heads=heads,
+        num_kv_heads=_get_int(cfg, "num_key_value_heads", where, default=heads),
+        intermediate_size=_get_int(cfg, "intermediate_size", where), rms_norm_eps=eps, aux_layer_ids=_aux_ids(layers))
     if family == "deepseek":
-        q_lora = cfg.get("q_lora_rank") or 0
+        moe_inter = _get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0)
         shape = ModelShape(
-            **common, attention="mla", head_dim=_get_int(cfg, "v_head_dim", where, default=128),
-            q_lora_rank=_get_int({"q": q_lora}, "q", where, minimum=0) if q_lora else 0,
+            **common, attention="mla", head_dim=_get_int(cfg, "v_head_dim", where),
+            q_lora_rank=_get_int(cfg, "q_lora_rank", where, default=0, minimum=0),  # null in V2-Lite
             kv_lora_rank=_get_int(cfg, "kv_lora_rank", where),
             qk_nope_head_dim=_get_int(cfg, "qk_nope_head_dim", where),
             qk_rope_head_dim=_get_int(cfg, "qk_rope_head_dim", where),
             v_head_dim=_get_int(cfg, "v_head_dim", where),
             n_experts=_get_int(cfg, "n_routed_experts", where, default=0, minimum=0),
             topk=_get_int(cfg, "num_experts_per_tok", where, default=0, minimum=0),
-            moe_intermediate_size=_get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0),
-            shared_intermediate_size=_get_int(cfg, "n_shared_experts", where, default=0, minimum=0)
-            * _get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0),
+            moe_intermediate_size=moe_inter,
+            shared_intermediate_size=_get_int(cfg, "n_shared_experts", where, default=0, minimum=0) * moe_inter,
             first_dense_layers=_get_int(cfg, "first_k_dense_replace", where, default=0, minimum=0),
             moe_every=_get_int(cfg, "moe_layer_freq", where, default=1),
         )
     else:
-        head_dim = cfg.get("head_dim") or hidden // heads
         n_exp = _get_int(cfg, "num_experts", where, default=0, minimum=0)
         shape = ModelShape(
-            **common, attention="gqa", head_dim=_get_int({"h": head_dim}, "h", where),
-            qkv_bias=model_type == "qwen2" or model_type == "qwen2_moe" or bool(cfg.get("attention_bias")),
-            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            **common, attention="gqa", head_dim=_get_int(cfg, "head_dim", where, default=hidden // heads),
+            qkv_bias=text_type in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
+            qk_norm=text_type in ("qwen3", "qwen3_moe"),
             n_experts=n_exp,
             topk=_get_int(cfg, "num_experts_per_tok", where, default=0, minimum=0) if n_exp else 0,
             moe_intermediate_size=_get_int(cfg, "moe_intermediate_size", where, default=0, minimum=0) if n_exp else 0,
@@ -310,13 +293,12 @@ def load_shape(model_config: str | None, preset: str | None) -> tuple[ModelShape
     if model_config and preset:
         raise SpecmodelError("give --model-config or --preset, not both")
     if model_config:
-        cfg, where = _read_config(model_config)
-        name = Path(where).parent.name or Path(where).stem
-        return shape_from_hf(cfg, name=name, where=where), where
+        cfg = _read_config(model_config)
+        return shape_from_hf(cfg, name=cfg.path.parent.name or cfg.path.stem), str(cfg.path)
     key = (preset or DEFAULT_PRESET).lower()
     if key not in PRESETS:
         raise SpecmodelError(f"--preset: unknown {preset!r} (known: {', '.join(sorted(PRESETS))})")
-    return shape_from_hf(PRESETS[key], name=key, where=f"preset {key}"), f"preset {key}"
+    return shape_from_hf(HFConfig(path=Path(f"preset {key}"), raw=PRESETS[key]), name=key), f"preset {key}"
 
 
 def drafter_for(target: ModelShape, draft_config: str | None = None) -> DrafterShape:
@@ -324,7 +306,8 @@ def drafter_for(target: ModelShape, draft_config: str | None = None) -> DrafterS
     (target hidden; GQA heads like the target's, or heads/8 KV heads for an MLA target; the
     target's dense intermediate size; a 32k draft vocabulary)."""
     if draft_config:
-        cfg, where = _read_config(draft_config)
+        cfg = _read_config(draft_config)
+        where = str(cfg.path)
         hidden = _get_int(cfg, "hidden_size", where)
         heads = _get_int(cfg, "num_attention_heads", where)
         return DrafterShape(
