@@ -102,10 +102,16 @@ class Run:
         return self.p.returncode, "".join(self.err), time.monotonic() - self.t0
 
 
+#: rank 1 pauses at the first verify (the others wait in a collective): a window, on any machine,
+#: in which the run is certainly mid-sweep
+PAUSE = {"SPECMODEL_PROFILE_FAULT": "rank=1,at=verify,mode=sleep,secs=60"}
+
+
 def test_a_rank_killed_mid_run(tmp_path):
     before = earlier_profile(tmp_path, "box")
-    run = Run("--tp", "3", "--name", "box", "--out-dir", str(tmp_path), *TINY, "--timeout", "60", cwd=tmp_path)
-    run.wait_for("[3/")  # mid-sweep
+    run = Run("--tp", "3", "--name", "box", "--out-dir", str(tmp_path), *TINY, "--timeout", "60", cwd=tmp_path,
+              env=PAUSE)
+    run.wait_for("] specmodel.verify")  # decode measured, verify started: mid-sweep
     ranks = children(run.p.pid)
     assert sorted(ranks) == [0, 1, 2], ranks
     os.kill(ranks[1], signal.SIGKILL)
@@ -141,8 +147,8 @@ def test_a_rank_that_raises_is_named_not_its_peers(tmp_path):
 
 
 def test_ctrl_c_stops_every_rank(tmp_path):
-    run = Run("--tp", "2", "--name", "box", "--out-dir", str(tmp_path), *TINY, cwd=tmp_path)
-    run.wait_for("[2/")
+    run = Run("--tp", "2", "--name", "box", "--out-dir", str(tmp_path), *TINY, cwd=tmp_path, env=PAUSE)
+    run.wait_for("] specmodel.verify")
     ranks = children(run.p.pid)
     assert len(ranks) == 2
     run.p.send_signal(signal.SIGINT)

@@ -37,7 +37,7 @@ from specmodel.profile.plan import Point, RunPlan
 from specmodel.profile.tp import CollectiveFailed, Comm
 
 EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
-FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill"
+FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill|sleep[,secs=S]"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -52,6 +52,7 @@ class Fault:
         self.active = int(kv.get("rank", "-1")) == rank
         self.at = kv.get("at", "start")
         self.mode = kv.get("mode", "raise")
+        self.secs = float(kv.get("secs", "30"))
 
     def check(self, where: str) -> None:
         if not self.active or self.at not in where:
@@ -61,6 +62,10 @@ class Fault:
         if self.mode == "hang":
             while True:
                 time.sleep(3600)
+        if self.mode == "sleep":  # a slow rank: pauses, then carries on (a window to kill it mid-run)
+            self.active = False
+            time.sleep(self.secs)
+            return
         if self.mode == "exit":
             os._exit(17)
         if self.mode == "kill":
