@@ -65,3 +65,21 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise SpecmodelError(f"{p}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise SpecmodelError(f"{p}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def read_text_lines(path: str | os.PathLike[str], what: str) -> list[str]:
+    """Lines of a text file (plain or gzipped), for parsers; ``what`` names the expected content."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecmodelError(f"{p}: file not found")
+    if p.is_dir():
+        raise SpecmodelError(f"{p}: is a directory, expected {what}")
+    try:
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise SpecmodelError(f"{p}: cannot read ({exc})") from None
+    if b"\x00" in raw[:65536]:
+        raise SpecmodelError(f"{p}: binary file, expected {what}")
+    return raw.decode("utf-8", errors="replace").splitlines()

@@ -35,3 +35,11 @@ def test_read_json_errors(tmp_path):
         read_json(tmp_path / "t.json.gz")
     with pytest.raises(SpecmodelError, match="is a directory"):
         read_json(tmp_path)
+
+
+def test_stats_median_and_iqr():
+    from specmodel.stats import iqr, median
+
+    assert median([]) == 0.0 and median([3.0, 1.0, 2.0]) == 2.0
+    assert iqr([5.0]) == 0.0
+    assert iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0

@@ -20,11 +20,11 @@ transfer itself. Matching the i-th collective of a repetition across ranks, skew
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specmodel.stats import iqr, median
 from specmodel.trace import _intervals as iv
 from specmodel.trace.collectives import ALL_GATHER, ALL_REDUCE, classify_cpu_op, classify_kernel
 
@@ -198,18 +198,6 @@ def slice_events(events: Sequence[dict[str, Any]], t0: float, t1: float) -> list
 
 
 # ---------------------------------------------------------------- aggregation over ranks × reps
-
-
-def median(xs: Sequence[float]) -> float:
-    return float(statistics.median(xs)) if xs else 0.0
-
-
-def iqr(xs: Sequence[float]) -> float:
-    """Interquartile range (the profile's ``spread_s``); 0 for fewer than two values."""
-    if len(xs) < 2:
-        return 0.0
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return float(q[2] - q[0])
 
 
 def representative(totals: Sequence[float]) -> int:

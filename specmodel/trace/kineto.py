@@ -29,7 +29,6 @@ import bisect
 import math
 import os
 import re
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,6 +40,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.profile.annotate import parse_phase_label
 from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
+from specmodel.stats import iqr, median
 from specmodel.trace import _intervals as iv
 from specmodel.trace._jsonstream import scan_trace
 from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
@@ -659,18 +659,6 @@ class IngestResult:
         }
 
 
-def _median(xs: Sequence[float]) -> float:
-    return float(statistics.median(xs)) if xs else 0.0
-
-
-def _spread(xs: Sequence[float]) -> float:
-    """Interquartile range (as ``specmodel profile``'s spread_s; 0 for fewer than 2 samples)."""
-    if len(xs) < 2:
-        return 0.0
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return float(q[2] - q[0])
-
-
 def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
     """(rank, label, occurrence) -> seconds this rank waited in the pass's collectives."""
     groups: dict[tuple[str, int], dict[int, PassRecord]] = defaultdict(dict)
@@ -703,9 +691,9 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
     phases = []
     for (kind, batch, tokens), items in sorted(by_phase.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
         recs = [p for _, p in items]
-        comm = _median([p.comm_s for p in recs])
-        compute = _median([p.busy_s - p.comm_s for p in recs])
-        other = _median([p.span_s - p.busy_s for p in recs])
+        comm = median([p.comm_s for p in recs])
+        compute = median([p.busy_s - p.comm_s for p in recs])
+        other = median([p.span_s - p.busy_s for p in recs])
         impl: dict[str, list[float]] = defaultdict(list)
         for p in recs:
             for name, s in p.comm_by_impl_s:
@@ -714,19 +702,19 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
         phases.append(PhaseStats(
             kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
             samples=len(recs), ranks=len({r for r, _ in items}),
-            span_s=_median([p.span_s for p in recs]), busy_s=_median([p.busy_s for p in recs]),
-            allreduce_s=comm, exposed_s=_median([p.exposed_s for p in recs]), compute_s=compute, other_s=other,
-            skew_s=_median([sk.get((r, p.label, p.occurrence), 0.0) for r, p in items]),
-            spread_s=_spread([p.span_s for p in recs]),
-            n_collectives=round(_median([p.n_collectives for p in recs])),
-            n_allreduce=round(_median([p.n_allreduce for p in recs])),
-            allreduce_msg_bytes=round(_median(msg)) if msg else 0,
-            comm_by_impl_s=tuple((k, _median(v + [0.0] * (len(recs) - len(v)))) for k, v in sorted(impl.items())),
+            span_s=median([p.span_s for p in recs]), busy_s=median([p.busy_s for p in recs]),
+            allreduce_s=comm, exposed_s=median([p.exposed_s for p in recs]), compute_s=compute, other_s=other,
+            skew_s=median([sk.get((r, p.label, p.occurrence), 0.0) for r, p in items]),
+            spread_s=iqr([p.span_s for p in recs]),
+            n_collectives=round(median([p.n_collectives for p in recs])),
+            n_allreduce=round(median([p.n_allreduce for p in recs])),
+            allreduce_msg_bytes=round(median(msg)) if msg else 0,
+            comm_by_impl_s=tuple((k, median(v + [0.0] * (len(recs) - len(v)))) for k, v in sorted(impl.items())),
         ))
     ranks = tuple(RankStats(
         rank=t.meta.rank, path=t.meta.path, passes=len(t.passes),
-        busy_s=_median([p.busy_s for p in t.passes]), comm_s=_median([p.comm_s for p in t.passes]),
-        skew_s=_median([sk.get((t.meta.rank, p.label, p.occurrence), 0.0) for p in t.passes]),
+        busy_s=median([p.busy_s for p in t.passes]), comm_s=median([p.comm_s for p in t.passes]),
+        skew_s=median([sk.get((t.meta.rank, p.label, p.occurrence), 0.0) for p in t.passes]),
     ) for t in sorted(traces, key=lambda t: t.meta.rank))
     world = max((t.meta.world_size or 0 for t in traces), default=0) or len(traces)
     notes = [f"per-phase figures are medians over forward passes x ranks ({len(traces)} rank trace(s)); "

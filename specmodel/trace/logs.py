@@ -43,7 +43,6 @@ How a distribution is built (documented in docs/logs.md):
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json
+from specmodel.io import atomic_write_json, read_text_lines
 from specmodel.model import accept as acc
 
 ACCEPT_SCHEMA = "specmodel.accept"
@@ -187,21 +186,8 @@ class LogFile:
 
 
 def _read_lines(path: str) -> list[str]:
-    p = Path(path)
-    if not p.exists():
-        raise SpecmodelError(f"{p}: file not found")
-    if p.is_dir():
-        raise SpecmodelError(f"{p}: is a directory, expected a log file")
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
-        raise SpecmodelError(f"{p}: cannot read ({exc})") from None
-    if b"\x00" in raw[:65536]:
-        raise SpecmodelError(f"{p}: binary file, expected a text log")
     # vLLM colours its prefix when stdout is a terminal (logging_utils/formatter.py)
-    return _ANSI.sub("", raw.decode("utf-8", errors="replace")).splitlines()
+    return [_ANSI.sub("", line) for line in read_text_lines(path, "a text log")]
 
 
 def _num(text: str, where: str, key: str) -> float:

@@ -14,7 +14,6 @@ repeat sizes and are folded into a median.
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import read_json
+from specmodel.io import read_json, read_text_lines
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
@@ -82,20 +81,7 @@ class NcclRun:
 
 
 def _read_text(path: str) -> list[str]:
-    p = Path(path)
-    if not p.exists():
-        raise SpecmodelError(f"{p}: file not found")
-    if p.is_dir():
-        raise SpecmodelError(f"{p}: is a directory, expected nccl-tests output")
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
-        raise SpecmodelError(f"{p}: cannot read ({exc})") from None
-    if b"\x00" in raw[:65536]:
-        raise SpecmodelError(f"{p}: binary file, expected nccl-tests text output")
-    return raw.decode("utf-8", errors="replace").splitlines()
+    return read_text_lines(path, "nccl-tests text output")
 
 
 def _header_columns(line: str) -> list[str] | None:
