@@ -64,14 +64,30 @@ def allreduce_s(msg_bytes: float, tp: int, fit: AllReduceFit, algorithm: str | N
     return f(msg_bytes, tp, fit.alpha_s, fit.beta_bytes_per_s)
 
 
+def _robust_log_fit(x: np.ndarray, y: np.ndarray, a0: float, b0: float) -> tuple[float, float]:
+    """argmin Σ ρ(log(a + b·x) − log y), ρ = soft-L1 (scale 0.1 = 10 %), over a, b > 0."""
+    from scipy.optimize import least_squares  # only fits need scipy; predict never imports this
+
+    ly = np.log(y)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return np.asarray(np.log(np.exp(p[0]) + np.exp(p[1]) * x) - ly)
+
+    res = least_squares(resid, x0=np.log([a0, b0]), loss="soft_l1", f_scale=0.1, xtol=1e-12, ftol=1e-12,
+                        gtol=1e-12, max_nfev=2000)
+    return float(np.exp(res.x[0])), float(np.exp(res.x[1]))
+
+
 def fit_alpha_beta(msg_bytes: Sequence[float], latency_s: Sequence[float], tp: int,
                    algorithm: str = "ring") -> AllReduceFit:
-    """Least-squares fit of α, β from (bytes, latency) points at one TP degree.
+    """Fit α, β from (bytes, latency) points at one TP degree.
 
     The models are affine in n: T = a + b·n. Ring: a = 2(p−1)α, b = 2(p−1)/(p·β).
-    Fit (a, b) by least squares weighted by 1/T (relative error, so the latency-bound small
-    messages that matter for decode are not drowned by the large ones), clamped to a ≥ 0,
-    b > 0, then map back to (α, β).
+    Fit (a, b) on log latency (relative error, symmetric for over- and under-estimates, so the
+    latency-bound small messages that matter for decode are not drowned by the large ones)
+    with a soft-L1 loss (so one odd point — a collective that hit a fast path or a scheduler
+    hiccup — does not drag the line), starting from the 1/T-weighted least-squares line;
+    a ≥ 0, b > 0 by construction; then mapped back to (α, β).
     """
     x = np.asarray(msg_bytes, dtype=float)
     y = np.asarray(latency_s, dtype=float)
@@ -83,14 +99,11 @@ def fit_alpha_beta(msg_bytes: Sequence[float], latency_s: Sequence[float], tp: i
         raise SpecmodelError("all-reduce fit: latencies must be > 0 and sizes >= 0")
     if np.ptp(x) == 0:
         raise SpecmodelError("all-reduce fit: needs at least two distinct message sizes")
+    X = np.stack([np.ones_like(x), x], axis=1)
     w = 1.0 / y
-    A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, y * w, rcond=None)
-    if b <= 0:  # pure latency regime: fit slope from the largest message alone
-        b = max(float(np.max(y) - np.min(y)) / max(float(np.ptp(x)), 1.0), 1e-18)
-    if a < 0:
-        a = 0.0
-        b = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+    (a, b), *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    a, b = _robust_log_fit(x, y, max(float(a), 1e-3 * float(np.min(y))),
+                           max(float(b), 1e-6 * float(np.min(y)) / max(float(np.max(x)), 1.0)))
     if algorithm == "ring":
         alpha = a / (2 * (tp - 1))
         beta = 2 * (tp - 1) / (tp * b)
