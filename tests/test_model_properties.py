@@ -79,3 +79,18 @@ def test_forward_cost_is_monotone_in_tokens(t1, t2, n):
             CostRow(kind="decode", batch=64, tokens=64, total_s=t2, allreduce_s=t2 / 2, compute_s=t2 / 2)]
     prof = REF.with_costs(rows)
     assert forward_cost(prof, "decode", n + 1).total_s >= forward_cost(prof, "decode", n).total_s - 1e-15
+
+
+@pytest.mark.parametrize("speedup,p,verdict", [
+    (0.99, 0.0, "NO-GO"), (1.0, 0.5, "MARGINAL"), (1.09, 0.99, "MARGINAL"),
+    (1.10, 0.89, "MARGINAL"), (1.10, 0.90, "GO"), (2.0, 1.0, "GO"),
+])
+def test_verdict_thresholds(speedup, p, verdict):
+    from specmodel.model.predict import verdict_for
+
+    assert verdict_for(speedup, p)[0] == verdict
+
+
+def test_marginal_near_break_even_on_the_reference():
+    p = predict(REF, from_mean(2.6, K))  # break-even 2.46: +5.7 %
+    assert p.verdict == "MARGINAL" and 1.0 < p.speedup < 1.1

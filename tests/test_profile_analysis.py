@@ -154,3 +154,9 @@ def test_status_board_and_laggard(tmp_path):
     assert status.laggard(status.read(p, 3)) is None
     for w in ws:
         w.close()
+
+
+def test_profiler_scale_maps_profiled_collective_time_onto_bare_totals():
+    assert A.profiler_scale([8.0, 8.0, 9.0], [10.0, 10.0, 12.0]) == pytest.approx(0.8)
+    assert A.profiler_scale([], [1.0]) == 1.0
+    assert A.profiler_scale([1.0], [0.0]) == 1.0

@@ -200,6 +200,18 @@ def slice_events(events: Sequence[dict[str, Any]], t0: float, t1: float) -> list
 # ---------------------------------------------------------------- aggregation over ranks × reps
 
 
+def profiler_scale(bare_totals: Sequence[float], profiled_totals: Sequence[float]) -> float:
+    """median(bare) / median(profiled): how much the profiler stretched a forward (≤ 1 normally).
+
+    Collective seconds read from the profiled pass are multiplied by it, i.e. the all-reduce
+    share measured under the profiler is applied to the unprofiled forward time.
+    """
+    prof = median(profiled_totals)
+    if prof <= 0 or not bare_totals:
+        return 1.0
+    return median(bare_totals) / prof
+
+
 def representative(totals: Sequence[float]) -> int:
     """Index of the repetition closest to the median (the one kept in the trace)."""
     m = median(totals)

@@ -157,6 +157,15 @@ class Rank:
             self.comm.barrier()
             fn()
         self.sync()
+        # Timing pass without the profiler: torch.profiler's per-op bookkeeping inflates a CPU
+        # forward by tens of percent, so the row's totals come from here; the profiled pass
+        # below only supplies how those seconds split into all-reduce and compute.
+        bare: list[float] = []
+        for _ in range(p.repeats):
+            self.comm.barrier()
+            with timed_phase(pt.label, self.device, record=False) as sw:
+                fn()
+            bare.append(sw.elapsed_s)
         acts = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -184,10 +193,13 @@ class Rank:
         cpu_spans = analysis.spans(events, pt.label)
         t0 = min(float(cpu_spans[keep]["ts"]), reps[keep].span_ts)
         t1 = max(float(cpu_spans[keep]["ts"]) + float(cpu_spans[keep].get("dur", 0)), reps[keep].span_end)
+        # all-reduce seconds scaled by the profiler's inflation (same share of a shorter forward)
+        scale = analysis.profiler_scale(bare, totals)
         return {
             "label": pt.label, "kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens,
-            "totals": totals, "comms": [r.comm_s for r in reps],
-            "calls": [[(c.collective, c.dur_s) for c in r.calls] for r in reps],
+            "totals": bare, "profiled_totals": totals, "profiler_scale": scale,
+            "comms": [r.comm_s * scale for r in reps],
+            "calls": [[(c.collective, c.dur_s * scale) for c in r.calls] for r in reps],
             "trace": analysis.slice_events(events, t0, t1), "trace_meta": {k: v for k, v in raw.items()
                                                                            if k != "traceEvents"}
             if isinstance(raw, dict) else {},
