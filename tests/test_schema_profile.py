@@ -8,7 +8,7 @@ import pytest
 from specmodel.errors import SpecmodelError
 from specmodel.schema import load_profile, profile_from_dict, profile_to_dict, save_profile
 
-from .conftest import REFERENCE
+from .conftest import REFERENCE, REPO
 
 
 @pytest.fixture
@@ -64,3 +64,30 @@ def test_load_errors_are_one_line(tmp_path):
         load_profile(tmp_path)
     with pytest.raises(SpecmodelError, match="not found"):
         load_profile(tmp_path / "nope")
+
+
+V1_PROFILE = REPO / "tests" / "data" / "profile_v1" / "profile.json"
+
+
+def test_v1_profile_loads_with_its_recorded_context():
+    """A schema-v1 file (no per-row context) still loads: model.context_len becomes every row's context."""
+    raw = json.loads(V1_PROFILE.read_text())
+    assert raw["schema_version"] == 1 and all("context_tokens" not in c for c in raw["costs"])
+    p = load_profile(V1_PROFILE)
+    assert {r.context_tokens for r in p.costs} == {raw["model"]["context_len"]} == {4096}
+    # written back it is v2, with the context on every row
+    d = profile_to_dict(p)
+    assert d["schema_version"] == 2 and all(c["context_tokens"] == 4096 for c in d["costs"])
+
+
+def test_v2_row_needs_context_tokens(ref_dict):
+    del ref_dict["costs"][0]["context_tokens"]
+    with pytest.raises(SpecmodelError, match=r"costs\[0\].*context_tokens"):
+        profile_from_dict(ref_dict, "p.json")
+
+
+def test_rows_differing_only_in_context_are_distinct(ref_dict):
+    extra = dict(ref_dict["costs"][0], context_tokens=32768)
+    ref_dict["costs"].append(extra)
+    p = profile_from_dict(ref_dict, "p.json")
+    assert sorted(r.context_tokens for r in p.rows("decode") if r.batch == 1 and r.tokens == 1) == [0, 32768]

@@ -49,7 +49,8 @@ def _row(r: dict[str, Any], plan: dict[str, Any]) -> CostRow:
     return CostRow(kind=r["kind"], batch=r["batch"], tokens=r["tokens"], total_s=r["total_s"],
                    allreduce_s=r["allreduce_s"], compute_s=r["compute_s"], other_s=0.0,
                    n_allreduce=r["n_allreduce"], allreduce_msg_bytes=r["tokens"] * model["hidden_size"] * elem,
-                   spread_s=r["spread_s"], skew_s=r["skew_s"], samples=r["samples"])
+                   spread_s=r["spread_s"], skew_s=r["skew_s"], samples=r["samples"],
+                   context_tokens=int(r.get("context_tokens", plan["context_len"])))
 
 
 def build_profile(result: dict[str, Any], *, overhead_s: float | None = None) -> Profile:

@@ -26,7 +26,10 @@ from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, read_json
 
 PROFILE_SCHEMA = "specmodel.profile"
-PROFILE_SCHEMA_VERSION = 1
+PROFILE_SCHEMA_VERSION = 2
+#: Older versions this reader still accepts (v1 rows carry no ``context_tokens``; the profile's
+#: recorded ``model.context_len`` becomes every row's context).
+PROFILE_READABLE_VERSIONS = (1, 2)
 
 #: Forward kinds a cost row can describe.
 #: decode: one token per request (the non-speculative baseline step);
@@ -91,7 +94,8 @@ def _dict(d: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class CostRow:
-    """Cost of one forward pass of ``kind`` over ``tokens`` tokens for ``batch`` requests.
+    """Cost of one forward pass of ``kind`` over ``tokens`` tokens for ``batch`` requests,
+    each request attending over ``context_tokens`` tokens of KV cache (schema v2).
 
     ``total_s = allreduce_s + compute_s + other_s``; ``allreduce_s`` is the time ranks
     spend in all-reduce (transfer + waiting), ``skew_s`` the part of it that is waiting
@@ -110,9 +114,20 @@ class CostRow:
     spread_s: float = 0.0
     skew_s: float = 0.0
     samples: int = 1
+    context_tokens: int = 0
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """What makes a row unique in a profile: (kind, batch, tokens, context_tokens)."""
+        return (self.kind, self.batch, self.tokens, self.context_tokens)
+
+    @property
+    def where(self) -> str:
+        ctx = f", context={self.context_tokens}" if self.context_tokens else ""
+        return f"cost row {self.kind}(batch={self.batch}, tokens={self.tokens}{ctx})"
 
     def __post_init__(self) -> None:
-        where = f"cost row {self.kind}(batch={self.batch}, tokens={self.tokens})"
+        where = self.where
         if self.kind not in KINDS:
             raise SpecmodelError(f"cost row: kind: unknown {self.kind!r} (expected one of {', '.join(KINDS)})")
         if self.batch < 1:
@@ -132,6 +147,8 @@ class CostRow:
             )
         if self.skew_s > self.allreduce_s * (1 + _SUM_TOLERANCE) + 1e-12:
             raise SpecmodelError(f"{where}: skew_s must not exceed allreduce_s")
+        if isinstance(self.context_tokens, bool) or not isinstance(self.context_tokens, int) or self.context_tokens < 0:
+            raise SpecmodelError(f"{where}: context_tokens must be an integer >= 0, got {self.context_tokens!r}")
         if self.n_allreduce < 0 or self.allreduce_msg_bytes < 0 or self.samples < 1:
             raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
 
@@ -140,20 +157,25 @@ class CostRow:
         return self.allreduce_s / self.total_s
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str) -> CostRow:
+    def from_dict(cls, d: Mapping[str, Any], where: str, *, default_context_tokens: int | None = None) -> CostRow:
+        """``default_context_tokens`` is given for v1 files (no ``context_tokens`` field)."""
         if not isinstance(d, Mapping):
             raise SpecmodelError(f"{where}: expected an object")
         kind = d.get("kind")
         if not isinstance(kind, str):
             raise SpecmodelError(f"{where}: kind: missing or not a string")
         try:
-            return cls._build(d, kind, where)
+            return cls._build(d, kind, where, default_context_tokens)
         except SpecmodelError as exc:
             msg = str(exc)
             raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
     @classmethod
-    def _build(cls, d: Mapping[str, Any], kind: str, where: str) -> CostRow:
+    def _build(cls, d: Mapping[str, Any], kind: str, where: str, default_context_tokens: int | None) -> CostRow:
+        if default_context_tokens is None:
+            context = _int(d, "context_tokens", where)
+        else:
+            context = _int(d, "context_tokens", where, optional=True, default=default_context_tokens)
         return cls(
             kind=kind,
             batch=_int(d, "batch", where, minimum=1),
@@ -167,6 +189,7 @@ class CostRow:
             spread_s=_num(d, "spread_s", where, optional=True),
             skew_s=_num(d, "skew_s", where, optional=True),
             samples=_int(d, "samples", where, minimum=1, optional=True, default=1),
+            context_tokens=context,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,6 +197,7 @@ class CostRow:
             "kind": self.kind,
             "batch": self.batch,
             "tokens": self.tokens,
+            "context_tokens": self.context_tokens,
             "total_s": self.total_s,
             "allreduce_s": self.allreduce_s,
             "compute_s": self.compute_s,
@@ -334,12 +358,11 @@ class Profile:
             raise SpecmodelError(f"profile: overhead_s: must be finite and >= 0, got {self.overhead_s}")
         if not any(r.kind == "decode" for r in self.costs):
             raise SpecmodelError("profile: costs: needs at least one 'decode' row (the baseline step)")
-        seen: set[tuple[str, int, int]] = set()
+        seen: set[tuple[str, int, int, int]] = set()
         for r in self.costs:
-            key = (r.kind, r.batch, r.tokens)
-            if key in seen:
-                raise SpecmodelError(f"profile: costs: duplicate row {r.kind}(batch={r.batch}, tokens={r.tokens})")
-            seen.add(key)
+            if r.key in seen:
+                raise SpecmodelError(f"profile: costs: duplicate {r.where}")
+            seen.add(r.key)
 
     @property
     def source_kind(self) -> str:
@@ -381,6 +404,14 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
     return out
 
 
+def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
+    """A v1 profile measured at one KV length, recorded as ``model.context_len`` (0 when absent)."""
+    model = d.get("model")
+    if not isinstance(model, Mapping):
+        return 0
+    return _int(model, "context_len", f"{where}: model", optional=True, default=0)
+
+
 def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     """Validate a decoded JSON object and build a :class:`Profile`. ``where`` names the file."""
     if not isinstance(d, dict):
@@ -388,9 +419,10 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     if d.get("schema") != PROFILE_SCHEMA:
         raise SpecmodelError(f"{where}: schema: expected {PROFILE_SCHEMA!r}, got {d.get('schema')!r} (not a specmodel profile)")
     ver = d.get("schema_version")
-    if ver != PROFILE_SCHEMA_VERSION:
+    if isinstance(ver, bool) or ver not in PROFILE_READABLE_VERSIONS:
         raise SpecmodelError(
-            f"{where}: schema_version: this specmodel reads version {PROFILE_SCHEMA_VERSION}, file has {ver!r}"
+            f"{where}: schema_version: this specmodel reads versions "
+            f"{', '.join(map(str, PROFILE_READABLE_VERSIONS))}, file has {ver!r}"
         )
     name = d.get("name")
     if not isinstance(name, str) or not name:
@@ -398,7 +430,9 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     costs_raw = d.get("costs")
     if not isinstance(costs_raw, list) or not costs_raw:
         raise SpecmodelError(f"{where}: costs: missing or empty list")
-    costs = tuple(CostRow.from_dict(c, f"{where}: costs[{i}]") for i, c in enumerate(costs_raw))
+    default_ctx = _v1_context_tokens(d, where) if ver == 1 else None
+    costs = tuple(CostRow.from_dict(c, f"{where}: costs[{i}]", default_context_tokens=default_ctx)
+                  for i, c in enumerate(costs_raw))
     pts_raw = d.get("allreduce_points") or []
     if not isinstance(pts_raw, list):
         raise SpecmodelError(f"{where}: allreduce_points: expected a list")
