@@ -73,7 +73,7 @@ def test_plain_numbers_without_profile(tmp_path):
 
 def test_baseline_sweep_csv(tmp_path):
     sweep = tmp_path / "sweep.csv"
-    sweep.write_text("concurrency,output_throughput\n1,82\n4,250\n16,700\n64,1500\n")
+    sweep.write_text("concurrency,tokens_per_s\n1,82\n4,250\n16,700\n64,1500\n")
     d = _json("--baseline-sweep", str(sweep), "--accept-len", "3.0", "--batch", "4", "--draft-ms", "1.0",
               cwd=tmp_path)
     assert d["baseline_tokens_per_s"] == pytest.approx(250)

@@ -13,7 +13,7 @@ from specmodel.model.predict import Prediction, predict
 
 def run_prediction(sc: Scenario) -> Prediction:
     return predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
-                   observation=sc.observation)
+                   observation=sc.observation, context_tokens=sc.context_tokens)
 
 
 def _ms(s: float) -> str:
@@ -28,11 +28,12 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"profile      {p.profile_name} ({p.profile_source_kind}) {p.profile_path}")
     lines.append(f"config       TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
                  f"draft tokens {p.num_draft_tokens}")
+    lines.append(f"context      {p.context_tokens:.0f} tokens of KV per request ({p.context_source})")
     lines.append(f"accept len   {p.accept_mean_tokens:.2f} tokens/step incl. bonus "
                  f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
                  f"source: {p.accept_source}")
-    lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s  (decode step {_ms(p.baseline_step_s)}, "
-                 f"all-reduce {_ms(p.baseline_allreduce_s)})")
+    lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s total, {p.baseline_tokens_per_s_per_request:.1f} "
+                 f"tok/s per request  (decode step {_ms(p.baseline_step_s)}, all-reduce {_ms(p.baseline_allreduce_s)})")
     lines.append(f"cycle        {_ms(p.cycle_s)}")
     lines.append(f"  verify     {_ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {_ms(p.verify_allreduce_s)}, "
                  f"compute {_ms(p.verify_compute_s)}, other {_ms(p.verify_other_s)}")
@@ -41,8 +42,9 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     cal = f"  (calibration added {_ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
     lines.append(f"  overhead   {_ms(p.overhead_s):>10}{cal}")
     lines.append(f"  all-reduce {_ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
-    lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s  (95% band over {p.generation_tokens} tokens: "
-                 f"{p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})  speedup {p.speedup:.2f}x")
+    lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
+                 f"(95% band over {p.generation_tokens} tokens: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
+                 f"total)  speedup {p.speedup:.2f}x")
     be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
     p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
     lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
@@ -51,7 +53,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1) = {p.p_speedup_gt_1:.2f}")
     for w in p.warnings:
         lines.append(f"warning: {w}")
-    lines.append(f"verdict      {p.verdict}: {p.verdict_reason}")
+    lines.append(f"verdict      {p.verdict_label}: {p.verdict_reason}")
     return "\n".join(lines)
 
 

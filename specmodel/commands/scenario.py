@@ -65,6 +65,7 @@ class Scenario:
     observation: Observation | None
     notes: tuple[str, ...]
     per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
+    context_tokens: int | None = None  # --context; None = the profile's smallest measured context
 
 
 def _parse_float_list(text: str, flag: str) -> list[float]:
@@ -127,46 +128,8 @@ def parse_histogram(text: str) -> dict[int, float]:
     return out
 
 
-def parse_sweep_csv(path: str, tp: int) -> Profile:
-    """A baseline concurrency sweep CSV (batch → tok/s) as a profile with decode rows only.
-
-    T_fwd(n) ≈ decode step time at batch n = n / tok/s(n). Columns by header name:
-    batch|concurrency|bs and tokens_per_s|tok_s|throughput|output_throughput.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise SpecmodelError(f"{p}: file not found")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields = [f.strip().lower() for f in (reader.fieldnames or [])]
-        bcol = next((f for f in fields if f in ("batch", "concurrency", "bs", "batch_size", "max_concurrency")), None)
-        tcol = next((f for f in fields if f in ("tokens_per_s", "tok_s", "throughput", "output_throughput",
-                                                "output_tokens_per_s", "tok/s")), None)
-        if bcol is None or tcol is None:
-            raise SpecmodelError(f"{p}: header must name a batch column (batch/concurrency) and a throughput column "
-                                 f"(tokens_per_s/output_throughput), got {reader.fieldnames}")
-        rows: dict[int, float] = {}
-        for i, raw in enumerate(reader, start=2):
-            row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
-            try:
-                b = int(float(row[bcol]))
-                t = float(row[tcol])
-            except (ValueError, KeyError):
-                raise SpecmodelError(f"{p}: line {i}: {bcol}/{tcol} must be numbers") from None
-            if b < 1 or not math.isfinite(t) or t <= 0:
-                raise SpecmodelError(f"{p}: line {i}: batch must be >= 1 and throughput > 0")
-            rows[b] = t
-    if not rows:
-        raise SpecmodelError(f"{p}: no data rows")
-    costs = tuple(CostRow(kind="decode", batch=b, tokens=b, total_s=b / t, allreduce_s=0.0, compute_s=0.0,
-                          other_s=b / t) for b, t in sorted(rows.items()))
-    return Profile(name=p.stem, source={"kind": "sweep", "description": f"baseline concurrency sweep {p.name} "
-                                        "(decode step only; no all-reduce split)", "path": str(p)},
-                   tp=tp, costs=costs, path=str(p))
-
-
 def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: float | None,
-                like: Profile | None) -> CostRow:
+                like: Profile | None, context_tokens: int = 0) -> CostRow:
     """One cost row from a plain number; split by --allreduce-frac, else the profile's split there."""
     if ar_frac is None and like is not None and (like.has(kind) or kind == "verify"):
         fc = forward_cost(like, kind, tokens)
@@ -177,15 +140,16 @@ def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: flo
     ar = total_s * (ar_frac or 0.0)
     comp = total_s * comp_frac
     return CostRow(kind=kind, batch=batch, tokens=tokens, total_s=total_s, allreduce_s=ar, compute_s=comp,
-                   other_s=max(total_s - ar - comp, 0.0))
+                   other_s=max(total_s - ar - comp, 0.0), context_tokens=context_tokens)
 
 
 def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: int | None,
                   baseline_tps: float | None, verify_ms: float | None, draft_ms: float | None,
-                  overhead_ms: float | None, allreduce_frac: float | None) -> Profile:
+                  overhead_ms: float | None, allreduce_frac: float | None, context_tokens: int = 0) -> Profile:
     """Plain numbers from the command line. Each replaces that kind's curve with one point.
 
-    ``--baseline-tps`` is the total throughput at ``--batch`` (decode step = batch / tps);
+    ``--baseline-tps`` is the total throughput over the ``--batch`` requests (decode step = batch / tps);
+    every number is taken to be measured at ``context_tokens`` (``--context``, default 0);
     ``--verify-ms`` one verify forward; ``--draft-ms`` one drafter forward (run ``--steps``
     times per cycle); ``--overhead-ms`` the per-cycle overhead.
     """
@@ -199,7 +163,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
 
     def put(kind: str, tokens: int, total_s: float, frac: float | None) -> None:
         nonlocal rows
-        new = _number_row(kind, batch, tokens, total_s, frac, like)
+        new = _number_row(kind, batch, tokens, total_s, frac, like, context_tokens)
         rows = [r for r in rows if r.kind != kind] + [new]
 
     # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
@@ -245,21 +209,26 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--accept-log", "accept_logs", multiple=True, type=click.Path(),
                      help="SGLang/vLLM server log or bench_speculative JSONL to take the accept length from (repeatable)."),
         click.option("--batch", type=int, default=1, show_default=True, help="Concurrent requests (batch size)."),
+        click.option("--context", "context", default=None,
+                     help="KV tokens per request (context length L), e.g. 32768 or 32K (K = 1024); "
+                          "default: the profile's smallest measured context."),
         click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default: the profile's."),
         click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default: the profile's."),
         click.option("--num-draft-tokens", type=int, default=None,
                      help="Tokens verified per request (--speculative-num-draft-tokens); default: steps+1 with topk 1, else the profile's."),
-        click.option("--baseline-tps", type=float, default=None, help="Baseline (non-speculative) tok/s at --batch."),
+        click.option("--baseline-tps", type=float, default=None, help="Baseline (non-speculative) tok/s at --batch: the TOTAL over all --batch requests."),
         click.option("--verify-ms", type=float, default=None, help="One verify forward, ms."),
         click.option("--draft-ms", type=float, default=None, help="One draft step (one drafter forward), ms; run --steps times per cycle."),
         click.option("--overhead-ms", type=float, default=None, help="Per-cycle overhead outside any forward, ms."),
         click.option("--allreduce-frac", type=float, default=None, help="Share of --verify-ms / baseline step spent in all-reduce (0..1)."),
         click.option("--tp", type=int, default=None, help="TP degree, for profiles built from plain numbers."),
         click.option("--baseline-sweep", type=click.Path(), default=None,
-                     help="CSV of a baseline concurrency sweep (batch,tokens_per_s) used as T_fwd(n)."),
+                     help="CSV of a baseline sweep used as T_fwd(n, L): header 'batch,[context,]tokens_per_s' "
+                          "(tokens_per_s = total over all requests) or '...,tokens_per_s_per_request'."),
         click.option("--calibrate", default=None,
-                     help="One observed speculative point BATCH,ACCEPT_LEN,TOKENS_PER_S (accept in tokens incl. bonus); "
-                          "the unseen cost (draft + overhead) is carried into the prediction."),
+                     help="One observed speculative point BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S (or BATCH,ACCEPT_LEN,"
+                          "TOKENS_PER_S at --context); accept in tokens incl. bonus, tok/s the TOTAL over BATCH requests. "
+                          "The unseen per-cycle cost found there is carried, constant, to every other batch and context."),
         click.option("--gen-tokens", type=int, default=256, show_default=True,
                      help="Generation length per request for the tok/s band and P(speedup > 1)."),
     ]
@@ -269,7 +238,7 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 SCENARIO_KEYS = ("profile_path", "accept_len", "accept_convention", "accept_shape", "accept_hist", "per_position",
-                 "alpha", "accept_logs", "batch", "steps", "topk", "num_draft_tokens", "baseline_tps", "verify_ms",
+                 "alpha", "accept_logs", "batch", "context", "steps", "topk", "num_draft_tokens", "baseline_tps", "verify_ms",
                  "draft_ms", "overhead_ms", "allreduce_frac", "tp", "baseline_sweep", "calibrate", "gen_tokens")
 
 
@@ -322,8 +291,10 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
         profile = load_profile(path)
         notes.append(f"profile {profile.name}: {profile.label}")
     elif kw.get("baseline_sweep"):
-        profile = parse_sweep_csv(kw["baseline_sweep"], tp or 1)
-        notes.append(f"profile from baseline sweep {kw['baseline_sweep']}")
+        from specmodel.trace.sweep import sweep_profile
+
+        profile = sweep_profile(kw["baseline_sweep"], tp or 1)
+        notes.append(f"profile from {profile.label}")
     elif plain and kw.get("baseline_tps") is not None and kw.get("verify_ms") is not None:
         profile = None
         notes.append("profile from plain numbers on the command line")
@@ -336,10 +307,12 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
                              "predicting another TP degree is a what-if (see `specmodel report`)")
     base_spec = profile.spec if profile is not None else SpecConfig()
     spec = _resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
+    context = parse_tokens(kw["context"], "--context") if kw.get("context") is not None else None
     if plain:
         profile = apply_numbers(profile, batch=batch, spec=spec, tp=tp, baseline_tps=kw.get("baseline_tps"),
                                 verify_ms=kw.get("verify_ms"), draft_ms=kw.get("draft_ms"),
-                                overhead_ms=kw.get("overhead_ms"), allreduce_frac=kw.get("allreduce_frac"))
+                                overhead_ms=kw.get("overhead_ms"), allreduce_frac=kw.get("allreduce_frac"),
+                                context_tokens=context or 0)
     assert profile is not None
     if profile.spec != spec:
         profile = replace(profile, spec=spec)
@@ -347,7 +320,33 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
     dist, per_pos = resolve_accept(spec=spec, require=require_accept, **kw)
     obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
-                    notes=tuple(notes), per_position=per_pos)
+                    notes=tuple(notes), per_position=per_pos, context_tokens=context)
+
+
+_TOKEN_SUFFIX = {"k": 1024, "m": 1024 * 1024}
+
+
+def parse_tokens(text: str | int, flag: str) -> int:
+    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted)."""
+    t = str(text).strip().lower().replace("_", "")
+    mult = 1
+    if t and t[-1] in _TOKEN_SUFFIX:
+        mult, t = _TOKEN_SUFFIX[t[-1]], t[:-1]
+    try:
+        v = int(t) * mult
+    except ValueError:
+        raise SpecmodelError(f"{flag}: expected a token count like 32768 or 32K, got {text!r}") from None
+    if v < 0:
+        raise SpecmodelError(f"{flag}: must be >= 0 tokens, got {text!r}")
+    return v
+
+
+def parse_token_list(text: str, flag: str) -> list[int]:
+    """``1,4,16`` / ``0,4K,32K`` → sorted unique token counts."""
+    vals = sorted({parse_tokens(x, flag) for x in text.split(",") if x.strip()})
+    if not vals:
+        raise SpecmodelError(f"{flag}: expected a comma-separated list, got {text!r}")
+    return vals
 
 
 def resolve_accept(*, spec: SpecConfig, require: bool = True, **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:

@@ -1,4 +1,13 @@
-"""Calibration from one observed speculative point (e.g. a server log window)."""
+"""Calibration from one observed speculative point (e.g. a server log window).
+
+What is assumed constant: the *unseen* per-cycle cost u = T_cycle(observed) − T_cycle(modelled),
+found at the observed (batch B₀, context L₀), is carried unchanged (in seconds per cycle) to
+every other (batch, context, steps, topk) the model predicts. Everything that does scale with
+batch and context (decode, verify and draft forwards) stays on the profile's measured surfaces
+T_fwd(tokens, L); u only covers what the profile cannot see (scheduler, tree building, sampling,
+an unmeasured drafter), which is dominated by per-cycle fixed work. The observation's accept
+length is the one the server logged at that point; it is not carried to other points.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +18,22 @@ from specmodel.errors import SpecmodelError
 
 @dataclass(frozen=True, kw_only=True)
 class Observation:
-    """One measured speculative operating point: B requests, E[A] tokens/step, tok/s total."""
+    """One measured speculative operating point: B requests at L tokens of KV each, E[A]
+    tokens/step, tok/s in total over the B requests (not per request).
+
+    ``context_tokens`` None = the prediction's context (the old 3-field form).
+    """
 
     batch: int
     accept_tokens: float
     tokens_per_s: float
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise SpecmodelError(f"--calibrate: batch must be >= 1, got {self.batch}")
+        if self.context_tokens is not None and self.context_tokens < 0:
+            raise SpecmodelError(f"--calibrate: context must be >= 0 tokens, got {self.context_tokens}")
         if not self.accept_tokens >= 1.0:
             raise SpecmodelError(f"--calibrate: accept length must be >= 1 token/step, got {self.accept_tokens}")
         if not self.tokens_per_s > 0:
@@ -25,8 +41,12 @@ class Observation:
 
     @property
     def cycle_s(self) -> float:
-        """Observed T_cycle = B × E[A] / tok/s (the throughput equation solved for the cycle)."""
+        """Observed T_cycle = B × E[A] / tok/s (total) — the throughput equation solved for the cycle."""
         return self.batch * self.accept_tokens / self.tokens_per_s
+
+    @property
+    def tokens_per_s_per_request(self) -> float:
+        return self.tokens_per_s / self.batch
 
 
 def unseen_cycle_s(obs: Observation, modelled_cycle_s: float) -> float:
@@ -34,21 +54,30 @@ def unseen_cycle_s(obs: Observation, modelled_cycle_s: float) -> float:
 
     Carried into every other prediction as per-cycle overhead (it is dominated by the
     scheduler, tree building and draft work the profile missed, none of which scale much
-    with accept length). Negative means the profile over-estimates the cycle: reported so
-    the user can see the profile does not match the server; it is clamped at the caller.
+    with accept length, batch or context; see the module docstring). Negative means the
+    profile over-estimates the cycle: reported so the user can see the profile does not
+    match the server; it is clamped at the caller.
     """
     return obs.cycle_s - modelled_cycle_s
 
 
+_FORMS = "BATCH,ACCEPT_LEN,TOKENS_PER_S or BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"
+
+
 def parse_observation(text: str) -> Observation:
-    """Parse ``BATCH,ACCEPT_LEN,TOKENS_PER_S`` (accept length in tokens/step incl. bonus)."""
+    """Parse ``BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S`` or the older ``BATCH,ACCEPT_LEN,TOKENS_PER_S``.
+
+    Accept length in tokens/step incl. the bonus token; tok/s is the total over all BATCH
+    requests; CONTEXT is KV tokens per request (the 3-field form means the prediction's context).
+    """
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 3:
-        raise SpecmodelError(f"--calibrate: expected BATCH,ACCEPT_LEN,TOKENS_PER_S, got {text!r}")
+    if len(parts) not in (3, 4):
+        raise SpecmodelError(f"--calibrate: expected {_FORMS}, got {text!r}")
     try:
         b = int(parts[0])
-        a = float(parts[1])
-        t = float(parts[2])
+        ctx = int(parts[1]) if len(parts) == 4 else None
+        a = float(parts[-2])
+        t = float(parts[-1])
     except ValueError:
-        raise SpecmodelError(f"--calibrate: expected BATCH,ACCEPT_LEN,TOKENS_PER_S numbers, got {text!r}") from None
-    return Observation(batch=b, accept_tokens=a, tokens_per_s=t)
+        raise SpecmodelError(f"--calibrate: expected {_FORMS} (BATCH and CONTEXT integers), got {text!r}") from None
+    return Observation(batch=b, accept_tokens=a, tokens_per_s=t, context_tokens=ctx)

@@ -1,21 +1,60 @@
-"""Forward cost curves T_fwd(n_tokens), split into all-reduce / compute / other seconds."""
+"""Forward cost surfaces T_fwd(kind, tokens, context), split into all-reduce / compute / other seconds.
+
+A profile's rows of one kind are measurements at (tokens, context_tokens) points. The
+lookup interpolates piecewise-linearly in both axes, with context on a log scale
+(:func:`context_axis`), and never hides a value nobody measured: outside the measured
+range on any axis the result carries an :class:`Extrapolation` per axis.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import CostRow, Profile
 
 #: When a kind is missing, the kind whose curve stands in for it (documented fallbacks):
-#: a verify forward is a target forward over more tokens, so the decode curve T_fwd(n)
-#: is its best proxy; a draft-extend is a drafter forward over more tokens.
+#: a verify forward is a target forward over more tokens, so the decode surface at the same
+#: total tokens (B × draft tokens) and the same context is its best proxy; a draft-extend is
+#: a drafter forward over more tokens.
 FALLBACK = {"verify": "decode", "draft_extend": "draft"}
+
+#: Axis names in :class:`Extrapolation`. A decode row has one token per request, so its
+#: token axis is the batch; other kinds report total tokens (B × tokens per request).
+AXES = ("batch", "tokens", "context")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Extrapolation:
+    """A lookup outside the measured range on one axis (requested vs the measured [min, max])."""
+
+    kind: str
+    axis: str
+    requested: float
+    measured_min: float
+    measured_max: float
+
+    def __post_init__(self) -> None:
+        if self.axis not in AXES:
+            raise SpecmodelError(f"extrapolation: unknown axis {self.axis!r}")
+
+    @property
+    def label(self) -> str:
+        """``batch 32 > measured 16`` / ``context 131072 > measured 32768`` / ``verify tokens 2 < measured 4``."""
+        name = self.axis if self.axis != "tokens" else f"{self.kind} tokens"
+        if self.requested > self.measured_max:
+            return f"{name} {self.requested:g} > measured {self.measured_max:g}"
+        return f"{name} {self.requested:g} < measured {self.measured_min:g}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "axis": self.axis, "requested": self.requested,
+                "measured_min": self.measured_min, "measured_max": self.measured_max}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ForwardCost:
-    """Cost of one forward pass at ``tokens`` tokens (interpolated)."""
+    """Cost of one forward pass at ``tokens`` tokens over ``context_tokens`` of KV per request."""
 
     kind: str
     tokens: float
@@ -23,20 +62,35 @@ class ForwardCost:
     allreduce_s: float
     compute_s: float
     other_s: float
-    extrapolated: bool = False
+    context_tokens: float = 0.0
+    extrapolations: tuple[Extrapolation, ...] = ()
     from_kind: str = ""  # kind whose measurements were used (fallback), "" = same kind
+
+    @property
+    def extrapolated(self) -> bool:
+        return bool(self.extrapolations)
 
     def scaled(self, factor: float) -> ForwardCost:
         return ForwardCost(kind=self.kind, tokens=self.tokens, total_s=self.total_s * factor,
                            allreduce_s=self.allreduce_s * factor, compute_s=self.compute_s * factor,
-                           other_s=self.other_s * factor, extrapolated=self.extrapolated,
-                           from_kind=self.from_kind)
+                           other_s=self.other_s * factor, context_tokens=self.context_tokens,
+                           extrapolations=self.extrapolations, from_kind=self.from_kind)
 
 
 ZERO_COST = ForwardCost(kind="none", tokens=0, total_s=0.0, allreduce_s=0.0, compute_s=0.0, other_s=0.0)
 
 
 Components = tuple[float, float, float]  # (allreduce_s, compute_s, other_s)
+
+
+def context_axis(context_tokens: float) -> float:
+    """x(L) = ln(1 + L): the coordinate context is interpolated in.
+
+    Measured contexts are spread geometrically (0, 4K, 32K, 128K); on a linear axis one
+    segment would span 32K..128K and a 64K lookup would sit between two points a factor 4
+    apart. ln(1 + L) keeps L = 0 finite and spaces such a sweep evenly.
+    """
+    return math.log1p(max(float(context_tokens), 0.0))
 
 
 def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components]]:
@@ -53,14 +107,18 @@ def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components]
     return [float(t) for t in toks], comps
 
 
-def _monotone(values: list[Components]) -> list[Components]:
-    """Running maximum down the token axis, per component: a forward over more tokens never
-    costs less. Measured medians can dip from noise; the model must not reward verifying more.
-    """
+def _cummax(values: list[Components]) -> list[Components]:
     out: list[Components] = []
     for v in values:
         out.append(v if not out else (max(out[-1][0], v[0]), max(out[-1][1], v[1]), max(out[-1][2], v[2])))
     return out
+
+
+def _monotone(values: list[Components]) -> list[Components]:
+    """Running maximum down the token axis, per component: a forward over more tokens never
+    costs less. Measured medians can dip from noise; the model must not reward verifying more.
+    """
+    return _cummax(values)
 
 
 def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[Components, bool]:
@@ -68,11 +126,12 @@ def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[C
 
     Below the first point: the first point (a forward has a fixed floor: kernel launches,
     latency-bound all-reduces). Above the last: linear extrapolation along the last segment
-    (slope clamped ≥ 0), flagged as extrapolated.
+    (slope clamped ≥ 0). The flag is True outside [first, last] on either side.
     """
     comps = _monotone(comps)
+    outside = n < toks[0] or n > toks[-1]
     if len(toks) == 1 or n <= toks[0]:
-        return comps[0], n > toks[-1]
+        return comps[0], outside
     if n > toks[-1]:
         x0, x1 = toks[-2], toks[-1]
         c0, c1 = comps[-2], comps[-1]
@@ -86,27 +145,104 @@ def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[C
     return (lin[0], lin[1], lin[2]), False
 
 
-def forward_cost(profile: Profile, kind: str, tokens: float) -> ForwardCost:
-    """T_fwd for ``kind`` at ``tokens`` total tokens (batch × tokens per request).
+def _token_axis(kind: str, rows: tuple[CostRow, ...]) -> str:
+    return "batch" if kind == "decode" and all(r.tokens == r.batch for r in rows) else "tokens"
 
-    Uses the profile's rows of that kind, or the documented :data:`FALLBACK` kind.
-    Raises :class:`SpecmodelError` when neither is measured.
+
+def surface(rows: tuple[CostRow, ...], kind: str, tokens: float,
+            context_tokens: float) -> tuple[Components, tuple[Extrapolation, ...]]:
+    """T(n, L) from rows measured at several (tokens, context) points.
+
+    For each measured context L_j the token curve is interpolated at n (:func:`interpolate`);
+    the values are made non-decreasing in L (running maximum: more KV never costs less), then
+
+        T(n, L) = (1 − w)·T(n, L_j) + w·T(n, L_{j+1}),   w = (x(L) − x(L_j)) / (x(L_{j+1}) − x(L_j)),
+
+    with x(L) = ln(1 + L) (:func:`context_axis`) and L_j ≤ L ≤ L_{j+1}. A convex combination of
+    curves non-decreasing in n is non-decreasing in n, so the surface is monotone in both axes.
+    Below the smallest measured context: that context's curve; above the largest: linear in
+    x(L) along the last segment (slope ≥ 0), constant with one measured context. Every axis
+    outside its measured range is reported as an :class:`Extrapolation`.
+    """
+    by_ctx: dict[int, list[CostRow]] = {}
+    for r in rows:
+        by_ctx.setdefault(r.context_tokens, []).append(r)
+    ctxs = sorted(by_ctx)
+    curves = {c: _aggregate(tuple(by_ctx[c])) for c in ctxs}
+    axis = _token_axis(kind, rows)
+    L = float(context_tokens)
+    x = context_axis(L)
+    if len(ctxs) == 1 or L <= ctxs[0]:
+        used = [ctxs[0]]
+    elif L >= ctxs[-1]:
+        used = ctxs[-2:]
+    else:
+        hi = next(i for i, c in enumerate(ctxs) if c >= L)
+        used = ctxs[hi - 1:hi + 1]
+    # the running max in L needs every context up to the last one used
+    upto = ctxs[:ctxs.index(used[-1]) + 1]
+    vals: list[Components] = []
+    extrap: list[Extrapolation] = []
+    for c in upto:
+        toks, comps = curves[c]
+        v, out = interpolate(toks, comps, float(tokens))
+        vals.append(v)
+        if out and c in used and not any(e.axis == axis for e in extrap):
+            extrap.append(Extrapolation(kind=kind, axis=axis, requested=float(tokens),
+                                        measured_min=toks[0], measured_max=toks[-1]))
+    vals = _cummax(vals)
+    if len(used) == 1:
+        res = vals[-1]
+    else:
+        c0, c1 = vals[-2], vals[-1]
+        x0, x1 = context_axis(used[0]), context_axis(used[1])
+        w = (x - x0) / (x1 - x0)
+        if w > 1.0:  # beyond the last context: slope clamped ≥ 0 (already so after the running max)
+            res = (c1[0] + (w - 1.0) * (c1[0] - c0[0]), c1[1] + (w - 1.0) * (c1[1] - c0[1]),
+                   c1[2] + (w - 1.0) * (c1[2] - c0[2]))
+        else:
+            res = (c0[0] + w * (c1[0] - c0[0]), c0[1] + w * (c1[1] - c0[1]), c0[2] + w * (c1[2] - c0[2]))
+    if L < ctxs[0] or L > ctxs[-1]:
+        extrap.append(Extrapolation(kind=kind, axis="context", requested=L, measured_min=float(ctxs[0]),
+                                    measured_max=float(ctxs[-1])))
+    return res, tuple(extrap)
+
+
+def forward_cost(profile: Profile, kind: str, tokens: float, context_tokens: float | None = None) -> ForwardCost:
+    """T_fwd for ``kind`` at ``tokens`` total tokens (batch × tokens per request) and
+    ``context_tokens`` of KV per request (default: the smallest context measured for it).
+
+    Uses the profile's rows of that kind, or the documented :data:`FALLBACK` kind at the same
+    total tokens and the same context. Raises :class:`SpecmodelError` when neither is measured.
     """
     if tokens <= 0:
         raise SpecmodelError(f"forward cost: tokens must be > 0, got {tokens}")
+    if context_tokens is not None and (not math.isfinite(context_tokens) or context_tokens < 0):
+        raise SpecmodelError(f"forward cost: context must be a finite number >= 0, got {context_tokens}")
     use = kind
     if not profile.has(kind):
         use = FALLBACK.get(kind, "")
         if not use or not profile.has(use):
             raise SpecmodelError(f"profile {profile.name}: no '{kind}' cost rows"
                                  + (f" (nor '{FALLBACK[kind]}' to stand in)" if kind in FALLBACK else ""))
-    toks, comps = _aggregate(profile.rows(use))
-    vals, extrap = interpolate(toks, comps, float(tokens))
+    rows = profile.rows(use)
+    ctx = float(min(r.context_tokens for r in rows)) if context_tokens is None else float(context_tokens)
+    vals, extrap = surface(rows, kind, float(tokens), ctx)
     ar, comp, other = (float(v) for v in vals)
     return ForwardCost(kind=kind, tokens=float(tokens), total_s=ar + comp + other, allreduce_s=ar,
-                       compute_s=comp, other_s=other, extrapolated=extrap,
+                       compute_s=comp, other_s=other, context_tokens=ctx, extrapolations=extrap,
                        from_kind="" if use == kind else use)
 
 
 def measured_tokens(profile: Profile, kind: str) -> tuple[int, ...]:
     return tuple(sorted({r.tokens for r in profile.rows(kind)}))
+
+
+def measured_contexts(profile: Profile, kind: str | None = None) -> tuple[int, ...]:
+    """Contexts with measured rows (of ``kind``, else of any kind), ascending."""
+    return tuple(sorted({r.context_tokens for r in profile.costs if kind is None or r.kind == kind}))
+
+
+def default_context(profile: Profile) -> int:
+    """The context a prediction uses when none is asked for: the smallest measured decode context."""
+    return measured_contexts(profile, "decode")[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, unseen_cycle_s
-from specmodel.model.costs import ZERO_COST, ForwardCost, forward_cost
+from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.schema.profile import Profile, SpecConfig
 
 #: Verdict thresholds. GO needs a real margin (measurement noise on a PCIe box is a few %)
@@ -33,7 +34,17 @@ class CycleCosts:
     draft_total_s: float
     draft_allreduce_s: float
     overhead_s: float
+    context_tokens: float = 0.0
     warnings: tuple[str, ...] = ()
+
+    @property
+    def extrapolations(self) -> tuple[Extrapolation, ...]:
+        """Every axis of every cost lookup outside the measured range (one entry per kind and axis)."""
+        out: list[Extrapolation] = []
+        for fc in (self.base, self.verify, self.draft_step, self.draft_extend):
+            if fc is not None:
+                out.extend(fc.extrapolations)
+        return tuple(out)
 
     @property
     def cycle_s(self) -> float:
@@ -48,20 +59,25 @@ class CycleCosts:
         return eq.break_even_accept(self.base.total_s, self.cycle_s)
 
 
-def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None = None) -> CycleCosts:
-    """Look up T_base(B), T_verify(B·ndt), T_draft(B·topk) in the profile and sum a cycle."""
+def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None = None,
+                context_tokens: float | None = None) -> CycleCosts:
+    """Look up T_base(B, L), T_verify(B·ndt, L), T_draft(B·topk, L) in the profile and sum a cycle.
+
+    L = ``context_tokens`` of KV per request (default: the profile's smallest measured decode context).
+    """
     if batch < 1:
         raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
+    ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     warnings: list[str] = []
-    base = forward_cost(profile, "decode", batch)
-    verify = forward_cost(profile, "verify", batch * spec.num_draft_tokens)
+    base = forward_cost(profile, "decode", batch, ctx)
+    verify = forward_cost(profile, "verify", batch * spec.num_draft_tokens, ctx)
     if verify.from_kind:
         warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
     draft_extend: ForwardCost | None = None
     if profile.has("draft"):
-        draft_step = forward_cost(profile, "draft", batch * spec.topk)
+        draft_step = forward_cost(profile, "draft", batch * spec.topk, ctx)
         if profile.has("draft_extend"):
-            draft_extend = forward_cost(profile, "draft_extend", batch * spec.num_draft_tokens)
+            draft_extend = forward_cost(profile, "draft_extend", batch * spec.num_draft_tokens, ctx)
         total = eq.draft_s(draft_step.total_s, spec.steps, draft_extend.total_s if draft_extend else None)
         ar = eq.draft_s(draft_step.allreduce_s, spec.steps, draft_extend.allreduce_s if draft_extend else None)
     else:
@@ -70,12 +86,12 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
                         "(pass --draft-ms or --calibrate)")
     for fc in (base, verify, draft_step):
-        if fc.extrapolated:
-            warnings.append(f"{fc.kind} cost at {fc.tokens:g} tokens is extrapolated beyond the measured range")
+        for e in fc.extrapolations:
+            warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
     return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=draft_step,
                       draft_extend=draft_extend, draft_total_s=total, draft_allreduce_s=ar,
                       overhead_s=profile.overhead_s if overhead_s is None else overhead_s,
-                      warnings=tuple(warnings))
+                      context_tokens=ctx, warnings=tuple(warnings))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,20 +100,30 @@ class Calibration:
     modelled_cycle_s: float
     observed_cycle_s: float
     added_overhead_s: float
+    context_tokens: float = 0.0
+    extrapolated: tuple[Extrapolation, ...] = ()
 
 
-def calibrate(profile: Profile, obs: Observation, spec: SpecConfig) -> tuple[Profile, Calibration, list[str]]:
-    """Fold the unseen cost of one observed point into the profile's per-cycle overhead."""
-    cc = cycle_costs(profile, batch=obs.batch, spec=spec)
+def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
+              context_tokens: float | None = None) -> tuple[Profile, Calibration, list[str]]:
+    """Fold the unseen cost of one observed point into the profile's per-cycle overhead.
+
+    The point is modelled at its own batch and context (``obs.context_tokens``, else
+    ``context_tokens``, else the profile's default); see :mod:`specmodel.model.calibrate` for
+    what is then assumed constant.
+    """
+    ctx = obs.context_tokens if obs.context_tokens is not None else context_tokens
+    cc = cycle_costs(profile, batch=obs.batch, spec=spec, context_tokens=ctx)
     extra = unseen_cycle_s(obs, cc.cycle_s)
-    warnings = []
+    warnings = [f"calibration point: {e.label}" for e in cc.extrapolations]
     if extra < 0:
         warnings.append(f"calibration: observed cycle {obs.cycle_s * 1e3:.2f} ms is shorter than the modelled "
                         f"{cc.cycle_s * 1e3:.2f} ms; the profile over-estimates this server (overhead left at "
                         f"{profile.overhead_s * 1e3:.2f} ms)")
     new_overhead = max(profile.overhead_s + extra, 0.0)
     cal = Calibration(observation=obs, modelled_cycle_s=cc.cycle_s, observed_cycle_s=obs.cycle_s,
-                      added_overhead_s=new_overhead - profile.overhead_s)
+                      added_overhead_s=new_overhead - profile.overhead_s, context_tokens=cc.context_tokens,
+                      extrapolated=cc.extrapolations)
     return dataclasses.replace(profile, overhead_s=new_overhead), cal, warnings
 
 
@@ -151,12 +177,45 @@ class Prediction:
     verdict_reason: str
     calibrated_overhead_s: float | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    context_tokens: float = 0.0
+    context_source: str = ""
+    extrapolated: tuple[Extrapolation, ...] = ()
+
+    @property
+    def baseline_tokens_per_s_per_request(self) -> float:
+        return self.baseline_tokens_per_s / self.batch
+
+    @property
+    def tokens_per_s_per_request(self) -> float:
+        return self.tokens_per_s / self.batch
+
+    @property
+    def verdict_label(self) -> str:
+        """The verdict, qualified when any cost it rests on was not measured:
+        ``NO-GO (extrapolated: batch 32 > measured 16)``."""
+        return qualified_verdict(self.verdict, self.extrapolated)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["accept_probs"] = list(self.accept_probs)
         d["warnings"] = list(self.warnings)
+        # tok/s fields without a suffix are totals over all `batch` requests
+        d["baseline_tokens_per_s_per_request"] = self.baseline_tokens_per_s_per_request
+        d["tokens_per_s_per_request"] = self.tokens_per_s_per_request
+        d["extrapolated"] = [e.to_dict() for e in self.extrapolated]
+        d["verdict_label"] = self.verdict_label
         return d
+
+
+def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation]) -> str:
+    """``verdict`` alone when every cost was measured, else ``verdict (extrapolated: a; b)``."""
+    if not extrapolated:
+        return verdict
+    labels: list[str] = []
+    for e in extrapolated:
+        if e.label not in labels:
+            labels.append(e.label)
+    return f"{verdict} (extrapolated: {'; '.join(labels)})"
 
 
 def verdict_for(speedup: float, p_gt_1: float) -> tuple[str, str]:
@@ -170,8 +229,11 @@ def verdict_for(speedup: float, p_gt_1: float) -> tuple[str, str]:
 
 
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
-            generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None) -> Prediction:
-    """Predict tok/s, speedup and the break-even accept length for one operating point."""
+            generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
+            context_tokens: float | None = None) -> Prediction:
+    """Predict tok/s, speedup and the break-even accept length for one operating point
+    (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
+    smallest measured context)."""
     spec = spec or profile.spec
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
         raise SpecmodelError(
@@ -184,9 +246,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     warnings: list[str] = []
     cal: Calibration | None = None
     if observation is not None:
-        profile, cal, w = calibrate(profile, observation, spec)
+        profile, cal, w = calibrate(profile, observation, spec, context_tokens)
         warnings += w
-    cc = cycle_costs(profile, batch=batch, spec=spec)
+    cc = cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens)
     if cal is not None:
         # the unseen cost covers the draft the profile lacked: no "draft assumed free" caveat
         warnings += [w for w in cc.warnings if not w.startswith("no draft cost")]
@@ -224,4 +286,16 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         break_even_reachable=be <= spec.max_accept_tokens, plus20_reachable=p20 <= spec.max_accept_tokens,
         margin_tokens=e - be, p_speedup_gt_1=p_gt_1, verdict=verdict, verdict_reason=reason,
         calibrated_overhead_s=cal.added_overhead_s if cal else None, warnings=tuple(warnings),
+        context_tokens=cc.context_tokens,
+        context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
+        # a calibration modelled off measured costs carries that into every prediction made with it
+        extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
     )
+
+
+def _unique(extrap: Sequence[Extrapolation]) -> tuple[Extrapolation, ...]:
+    out: list[Extrapolation] = []
+    for e in extrap:
+        if e not in out:
+            out.append(e)
+    return tuple(out)
