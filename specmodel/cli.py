@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("specmodel.commands.ingest:ingest_cmd", "Build a profile from Kineto/torch.profiler traces."),
     "accept": ("specmodel.commands.accept:accept_cmd", "Accept-length distribution from SGLang/vLLM logs."),
     "nccl-tests": ("specmodel.commands.nccl_tests:nccl_tests_cmd", "Fit the all-reduce model from all_reduce_perf output."),
+    "plan": ("specmodel.commands.plan:plan_cmd", "Serve plan: best speculative config per batch and context."),
     "validate": ("specmodel.commands.validate:validate_cmd", "Predicted vs observed tok/s over a server log."),
     "sglang": ("specmodel.commands.sglang:sglang_cmd", "Run an SGLang server with the forward-pass hook."),
     "check-drafter": ("specmodel.commands.check_drafter:check_drafter_cmd", "Pre-flight check of an EAGLE-3 drafter."),

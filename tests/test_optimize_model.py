@@ -101,18 +101,17 @@ def test_optimizer_choice_beats_the_default_configuration(accept: float) -> None
     opt = optimize(REF, accept_model(dist), batch=1, default=REF.spec)
     assert opt.best.tokens_per_s >= opt.default.tokens_per_s
     assert opt.gain >= 1.0
-    assert opt.ranked[0] == opt.best
+    assert opt.ranked[0] == opt.best_any  # the ranking lists extrapolated configurations too
+    assert opt.recommended is not None and opt.best == opt.recommended and opt.best.measured
     assert [c.tokens_per_s for c in opt.ranked] == sorted((c.tokens_per_s for c in opt.ranked), reverse=True)
     assert opt.best_measured_topk.topk == 1
 
 
 def test_batch_limit_is_the_last_batch_up_to_which_the_best_config_pays() -> None:
-    # just under the published break-even (2.46) the default (3, 1, 4) is a NO-GO, yet a deeper
-    # draft pays at small batch; larger batches make verify dearer until nothing pays
-    dist = from_mean(2.3, 4)
-    m = accept_model(dist)
+    # just above the published break-even (2.46) the default (3, 1, 4) pays at batch 1; larger
+    # batches make verify dearer until no measured configuration pays
+    m = accept_model(from_mean(2.6, 4))
     optima = [optimize(REF, m, batch=b, default=REF.spec) for b in (1, 2, 4, 8, 16, 32, 64)]
-    assert optima[0].default.speedup < 1.0
     speedups = [o.best.speedup for o in optima]
     assert speedups == sorted(speedups, reverse=True)
     lim = batch_limit(optima)
@@ -120,6 +119,16 @@ def test_batch_limit_is_the_last_batch_up_to_which_the_best_config_pays() -> Non
     assert all(o.pays for o in optima if o.batch <= lim)
     assert lim == 64 or not next(o for o in optima if o.batch > lim).pays
     assert batch_limit([o for o in optima if not o.pays]) is None
+
+
+def test_batch_limit_ignores_configurations_that_only_pay_when_extrapolated() -> None:
+    # just under break-even only deeper / wider drafts than measured would pay: those are
+    # listed (best_any) but the batch limit, like the recommendation, rests on measured ones
+    m = accept_model(from_mean(2.3, 4))
+    optima = [optimize(REF, m, batch=b, default=REF.spec) for b in (1, 2, 4)]
+    assert optima[0].best_any is not None and optima[0].best_any.speedup > 1.0
+    assert not optima[0].best_any.measured
+    assert batch_limit(optima) is None
 
 
 rates_st = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6).map(lambda xs: sorted(xs, reverse=True))
@@ -134,8 +143,30 @@ def test_optimum_beats_every_evaluated_configuration(rates: list[float], batch: 
     opt = optimize(REF, m, batch=batch, default=default)
     every = evaluate_all(REF, m, batch=batch)
     assert opt.evaluated == len(every)  # the default is inside the grid
-    assert all(opt.best.tokens_per_s >= c.tokens_per_s for c in every)
-    assert opt.best.tokens_per_s >= opt.default.tokens_per_s
+    assert opt.best_any is not None and all(opt.best_any.tokens_per_s >= c.tokens_per_s for c in every)
+    # the recommendation: best among configurations with measured costs and measured acceptance
+    assert opt.best.measured or opt.recommended is None
+    assert all(opt.best.tokens_per_s >= c.tokens_per_s for c in every if c.measured)
+    if opt.default.measured:
+        assert opt.best.tokens_per_s >= opt.default.tokens_per_s
+
+
+def test_extrapolated_configuration_is_listed_but_never_recommended() -> None:
+    # a high accept rate makes wide trees look best, but trees (topk > 1) and depths > 3 were
+    # never measured: they may lead the ranking, never the recommendation
+    dist = from_mean(3.6, 4)
+    opt = optimize(REF, accept_model(dist), batch=1, default=REF.spec)
+    assert opt.best_any is not None and not opt.best_any.measured
+    assert opt.recommended is not None and opt.recommended.measured
+    assert opt.recommended.topk == 1 and opt.recommended.steps <= 3
+    assert opt.best == opt.recommended
+
+
+def test_no_recommendation_when_no_configuration_is_measured() -> None:
+    # batch 128 is beyond the reference profile's measured batches: every cost is extrapolated
+    opt = optimize(REF, accept_model(from_mean(3.0, 4)), batch=128, default=REF.spec)
+    assert opt.recommended is None
+    assert all(c.cost_extrapolated for c in opt.ranked)
 
 
 @settings(max_examples=30, deadline=None)

@@ -19,8 +19,8 @@ from specmodel.model.allreduce import fit_alpha_beta
 from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, save_profile
 from tests.conftest import run_cli
 
-PAGES = ["verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation"]
-N_PAGES = {"ref_report": 6, "measured_report": 7}
+PAGES = ["verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation", "context"]
+N_PAGES = {"ref_report": 7, "measured_report": 8}
 PAGE_NAMES = {"ref_report": PAGES, "measured_report": [*PAGES, "drafter-check"]}
 
 
@@ -209,7 +209,7 @@ def test_drafter_page_shows_findings_and_the_vocab_ceiling(measured_report: dict
     assert d["ceiling_tokens"] == pytest.approx(chain_mean(COVERAGE, 3))
     assert data["throughput_vs_accept"]["ceiling_tokens"] == pytest.approx(chain_mean(COVERAGE, 3))
     assert {f["name"] for f in d["findings"]} >= {"config.hidden_size", "d2t.well_formed", "vocab.coverage"}
-    assert "Drafter check" in pages[6] and "vocab.coverage" in pages[6] and "FAIL" in pages[6]
+    assert "Drafter check" in pages[7] and "vocab.coverage" in pages[6] and "FAIL" in pages[6]
     assert f"drafter vocab ceiling {chain_mean(COVERAGE, 3):.2f}" in pages[1]
     # 0.8,0.6,0.45 -> 2.85 tokens/step, above the 1.62 the vocabulary allows: say so on page 1 and the console
     assert d["warning"] and "exceeds the drafter's vocabulary ceiling" in d["warning"]

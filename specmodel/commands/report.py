@@ -120,10 +120,13 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
         click.echo(f"note: {n}")
     for w in content.warnings:
         click.echo(f"warning: {w}")
-    click.echo(f"verdict      {pred.verdict}: {pred.verdict_reason}")
-    b = content.optimizer.best
-    click.echo(f"recommended  steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens}: "
-               f"{b.tokens_per_s:.1f} tok/s (model)")
+    click.echo(f"verdict      {pred.verdict_label}: {pred.verdict_reason}")
+    b = content.optimizer.recommended
+    if b is None:
+        click.echo("recommended  none: no configuration has measured costs and acceptance at this batch and context")
+    else:
+        click.echo(f"recommended  steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens}: "
+                   f"{b.tokens_per_s:.1f} tok/s total (model, measured costs and acceptance)")
     click.echo(f"json         {json_path.resolve()}")
     click.echo(f"markdown     {md_path.resolve()}")
     if pngs:

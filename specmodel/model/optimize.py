@@ -212,10 +212,16 @@ class Candidate:
     speedup: float
     cost_extrapolated: bool
     accept_extrapolated: bool
+    context_tokens: float = 0.0
 
     @property
     def key(self) -> tuple[int, int, int]:
         return self.steps, self.topk, self.num_draft_tokens
+
+    @property
+    def measured(self) -> bool:
+        """Both its costs and its acceptance rest on measurements: the only kind that may be recommended."""
+        return not (self.cost_extrapolated or self.accept_extrapolated)
 
     def sglang_flags(self) -> str:
         return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
@@ -227,14 +233,16 @@ class Candidate:
                 "verify_s": self.verify_s, "overhead_s": self.overhead_s, "cycle_s": self.cycle_s,
                 "baseline_tokens_per_s": self.baseline_tokens_per_s, "tokens_per_s": self.tokens_per_s,
                 "speedup": self.speedup, "cost_extrapolated": self.cost_extrapolated,
-                "accept_extrapolated": self.accept_extrapolated, "sglang_flags": self.sglang_flags()}
+                "accept_extrapolated": self.accept_extrapolated, "context_tokens": self.context_tokens,
+                "measured": self.measured, "sglang_flags": self.sglang_flags()}
 
 
 def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, topk: int,
-             num_draft_tokens: int) -> Candidate:
-    """tok/s = B·E[A|s]/T_cycle(s) for one configuration (costs looked up in ``profile``)."""
+             num_draft_tokens: int, context_tokens: float | None = None) -> Candidate:
+    """tok/s = B·E[A|s]/T_cycle(s) for one configuration (costs looked up in ``profile`` at
+    ``context_tokens`` of KV per request; default: the profile's smallest measured context)."""
     spec = SpecConfig(algorithm=profile.spec.algorithm, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
-    cc = cycle_costs(profile, batch=batch, spec=spec)
+    cc = cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens)
     e = expected_tokens(model.conditional, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
     t = cc.cycle_s
     extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
@@ -242,12 +250,12 @@ def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, to
                      draft_s=cc.draft_total_s, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
                      tokens_per_s=eq.spec_tokens_per_s(batch, e, t), speedup=eq.speedup(e, cc.base.total_s, t),
-                     cost_extrapolated=extrap,
+                     cost_extrapolated=extrap, context_tokens=cc.context_tokens,
                      accept_extrapolated=steps > model.measured_depth or topk != model.measured_topk)
 
 
 def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps: int = MAX_STEPS,
-                 topks: Sequence[int] = TOPKS) -> tuple[Candidate, ...]:
+                 topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> tuple[Candidate, ...]:
     """Every configuration of :func:`search_space` at ``batch``; same figures as :func:`evaluate`.
 
     Shares work across configurations: the profile lookups depend on (topk, ndt) only and
@@ -264,7 +272,8 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
         for n in range(2, max_steps * k + 2):
             s0 = max(1, -(-(n - 1) // k))  # the shallowest tree that holds n - 1 drafts
             cc = cycle_costs(profile, batch=batch, spec=SpecConfig(algorithm=profile.spec.algorithm, steps=s0,
-                                                                   topk=k, num_draft_tokens=n))
+                                                                   topk=k, num_draft_tokens=n),
+                             context_tokens=context_tokens)
             extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
             ext = cc.draft_extend.total_s if cc.draft_extend is not None else None
             for s in range(s0, max_steps + 1):
@@ -276,6 +285,7 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
                                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
                                      tokens_per_s=eq.spec_tokens_per_s(batch, e, t),
                                      speedup=eq.speedup(e, cc.base.total_s, t), cost_extrapolated=extrap,
+                                     context_tokens=cc.context_tokens,
                                      accept_extrapolated=s > model.measured_depth or k != model.measured_topk))
     return tuple(out)
 
@@ -287,14 +297,23 @@ def _rank_key(c: Candidate) -> tuple[float, int, int, int]:
 
 @dataclass(frozen=True, kw_only=True)
 class Optimum:
-    """The optimizer's answer at one batch size."""
+    """The optimizer's answer at one batch size (and context).
+
+    ``recommended`` is the best configuration whose costs AND acceptance were measured (None when
+    none is); ``best`` is that recommendation, or the default configuration when there is none, so
+    an extrapolated configuration is never what the report calls best. ``best_any`` is the best
+    over every configuration, extrapolated ones included: listed, never recommended.
+    """
 
     batch: int
     best: Candidate
     best_measured_topk: Candidate  # best with the topk the acceptance was measured at (least extrapolated)
     default: Candidate
-    ranked: tuple[Candidate, ...]  # the top configurations, best first
+    ranked: tuple[Candidate, ...]  # the top configurations, best first (extrapolated ones included, flagged)
     evaluated: int
+    recommended: Candidate | None = None
+    best_any: Candidate | None = None
+    context_tokens: float = 0.0
 
     @property
     def gain(self) -> float:
@@ -307,22 +326,28 @@ class Optimum:
 
 
 def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
-             max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS) -> Optimum:
-    """Rank every configuration by predicted tok/s; the default configuration is always evaluated."""
+             max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> Optimum:
+    """Rank every configuration by predicted tok/s; the default configuration is always evaluated.
+
+    The recommendation is the best *measured* configuration (:attr:`Candidate.measured`).
+    """
     if top < 1:
         raise SpecmodelError(f"optimizer: top must be >= 1, got {top}")
     depth = max(max_steps, default.steps)
     if depth > model.max_depth:
         raise SpecmodelError(f"optimizer: steps {depth} exceeds the accept model's depth {model.max_depth}")
-    cands = list(evaluate_all(profile, model, batch=batch, max_steps=max_steps, topks=topks))
+    cands = list(evaluate_all(profile, model, batch=batch, max_steps=max_steps, topks=topks,
+                              context_tokens=context_tokens))
     dflt = evaluate(profile, model, batch=batch, steps=default.steps, topk=default.topk,
-                    num_draft_tokens=default.num_draft_tokens)
+                    num_draft_tokens=default.num_draft_tokens, context_tokens=context_tokens)
     if all(c.key != dflt.key for c in cands):
         cands.append(dflt)
     ranked = sorted(cands, key=_rank_key)
-    same = [c for c in ranked if c.topk == model.measured_topk] or ranked
-    return Optimum(batch=batch, best=ranked[0], best_measured_topk=same[0], default=dflt, ranked=tuple(ranked[:top]),
-                   evaluated=len(cands))
+    measured = [c for c in ranked if c.measured]
+    rec = measured[0] if measured else None
+    same = [c for c in measured if c.topk == model.measured_topk] or [rec or dflt]
+    return Optimum(batch=batch, best=rec or dflt, best_measured_topk=same[0], default=dflt, ranked=tuple(ranked[:top]),
+                   evaluated=len(cands), recommended=rec, best_any=ranked[0], context_tokens=dflt.context_tokens)
 
 
 def batch_limit(optima: Sequence[Optimum]) -> int | None:

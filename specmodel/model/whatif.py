@@ -201,7 +201,7 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
 
 
 def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches: Sequence[int],
-                generation_tokens: int) -> tuple[Prediction, ...]:
+                generation_tokens: int, context_tokens: float | None = None) -> tuple[Prediction, ...]:
     """The same prediction at each batch size (same accept distribution, same spec).
 
     Speedup(B) = E[A]·T_base(B)/T_cycle(B): as B grows the verify of B·ndt tokens stops
@@ -209,7 +209,8 @@ def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches
     """
     if not batches:
         raise SpecmodelError("batch sweep: needs at least one batch size")
-    return tuple(predict(profile, dist, batch=b, spec=spec, generation_tokens=generation_tokens) for b in batches)
+    return tuple(predict(profile, dist, batch=b, spec=spec, generation_tokens=generation_tokens,
+                         context_tokens=context_tokens) for b in batches)
 
 
 def stop_paying_batch(points: Sequence[Prediction]) -> int | None:

@@ -19,7 +19,7 @@ from specmodel import __version__
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
-from specmodel.model.costs import FALLBACK
+from specmodel.model.costs import FALLBACK, measured_contexts
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
 from specmodel.model.whatif import (
@@ -33,7 +33,10 @@ from specmodel.schema.profile import Profile, SpecConfig
 
 REPORT_SCHEMA = "specmodel.report"
 REPORT_SCHEMA_VERSION = 1
-PAGES = ("verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation")
+PAGES = ("verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation", "context")
+
+#: Contexts (KV tokens per request) the context page sweeps besides the measured ones and the user's.
+CONTEXT_GRID = (0, 1024, 4096, 16384, 32768, 65536, 131072)
 
 
 class FindingLike(Protocol):
@@ -150,6 +153,32 @@ class OptimizerView:
     batch_limit: int | None
     max_batch: int
     grid: tuple[tuple[int, int, float], ...]  # (steps, topk, best tok/s over ndt)
+    recommended: Candidate | None = None  # best measured configuration (None: none measured); = best when set
+    best_any: Candidate | None = None  # best incl. extrapolated configurations: listed, never recommended
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextRow:
+    """One context of the context page (at the user's batch and configuration)."""
+
+    context_tokens: int
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    speedup: float
+    break_even_accept_tokens: float
+    verdict: str
+    extrapolated: tuple[str, ...]  # labels of the axes outside the measured range ("" = measured)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextView:
+    """Page 7: tok/s, speedup and break-even vs context at the user's batch."""
+
+    batch: int
+    context_tokens: int  # the prediction's context
+    measured_contexts: tuple[int, ...]
+    accept_mean_tokens: float
+    rows: tuple[ContextRow, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +216,7 @@ class ReportContent:
     optimizer: OptimizerView
     drafter: DrafterView | None
     warnings: tuple[str, ...]
+    context: ContextView | None = None
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -223,7 +253,10 @@ class ReportContent:
                 "per_batch": [cand(c) for c in opt.per_batch], "batch_limit": opt.batch_limit,
                 "max_batch": opt.max_batch,
                 "grid": [{"steps": s, "topk": k, "tokens_per_s": t} for s, k, t in opt.grid],
+                "recommended": cand(opt.recommended) if opt.recommended is not None else None,
+                "best_any": cand(opt.best_any) if opt.best_any is not None else None,
             },
+            "context": dataclasses.asdict(self.context) if self.context is not None else None,
             "drafter": None if self.drafter is None else {
                 "status": self.drafter.status,
                 "findings": [dataclasses.asdict(f) for f in self.drafter.findings],
@@ -390,7 +423,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
     given its unseen cost is folded in once here so every what-if carries it too.
     """
     p = prediction
-    base = calibrate(profile, observation, spec)[0] if observation is not None else profile
+    base = calibrate(profile, observation, spec, prediction.context_tokens)[0] if observation is not None else profile
     batches = powers_of_two(max_batch)
 
     whatifs, choice = standard_whatifs(base)
@@ -398,25 +431,30 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                       baseline_tokens_per_s=p.baseline_tokens_per_s, tokens_per_s=p.tokens_per_s, speedup=p.speedup,
                       break_even_accept_tokens=p.break_even_accept_tokens, cycle_s=p.cycle_s, verdict=p.verdict)]
     for w in whatifs:
-        wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens)
+        wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
+                     context_tokens=p.context_tokens)
         rows.append(_whatif_row(w.key, w.label, w.assumptions, wp))
 
-    sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens)
+    sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens,
+                        context_tokens=p.context_tokens)
     brows = tuple(BatchRow(batch=s.batch, baseline_tokens_per_s=s.baseline_tokens_per_s, tokens_per_s=s.tokens_per_s,
                            speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
                            extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
 
     model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(8, spec.steps))
-    opt = optimize(base, model, batch=p.batch, default=spec)
-    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec) for b in batches]
+    ctx = p.context_tokens
+    opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx)
+    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx)
+              for b in batches]
     grid: dict[tuple[int, int], float] = {}
-    for c in evaluate_all(base, model, batch=p.batch):
+    for c in evaluate_all(base, model, batch=p.batch, context_tokens=ctx):
         grid[(c.steps, c.topk)] = max(grid.get((c.steps, c.topk), 0.0), c.tokens_per_s)
     optv = OptimizerView(batch=p.batch, accept_source=model.source, accept_notes=model.notes,
                          conditional_rates=model.conditional, default=opt.default, best=opt.best,
                          best_measured_topk=opt.best_measured_topk, ranked=opt.ranked, evaluated=opt.evaluated,
                          gain=opt.gain, per_batch=tuple(o.best for o in optima), batch_limit=batch_limit(optima),
-                         max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())))
+                         max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())),
+                         recommended=opt.recommended, best_any=opt.best_any)
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
     warnings = list(p.warnings)
@@ -429,4 +467,21 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         provenance=_provenance(profile, p, inputs),
         curve=_curve(p, dview.ceiling_tokens if dview else None), breakdown=_breakdown(p),
         allreduce=_allreduce(base, p, choice), whatifs=tuple(rows), batch_sweep=brows,
-        stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings))
+        stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings),
+        context=context_view(base, dist, spec, p))
+
+
+def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction) -> ContextView:
+    """The prediction at the user's batch over the measured contexts, :data:`CONTEXT_GRID` and the user's
+    context; each row says which axes were extrapolated."""
+    measured = measured_contexts(profile, "decode")
+    grid = sorted(set(measured) | set(CONTEXT_GRID) | {int(p.context_tokens)})
+    rows = []
+    for L in grid:
+        q = predict(profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L)
+        rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.baseline_tokens_per_s,
+                               tokens_per_s=q.tokens_per_s, speedup=q.speedup,
+                               break_even_accept_tokens=q.break_even_accept_tokens, verdict=q.verdict,
+                               extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated))))
+    return ContextView(batch=p.batch, context_tokens=int(p.context_tokens), measured_contexts=measured,
+                       accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows))

@@ -18,7 +18,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def render_markdown(c: ReportContent) -> str:
     p = c.prediction
     o = c.optimizer
-    lines = [f"# {c.title}", "", f"## Verdict: **{p.verdict}**", "", p.verdict_reason, ""]
+    lines = [f"# {c.title}", "", f"## Verdict: **{p.verdict_label}**", "", p.verdict_reason, ""]
     lines += _table(["figure", "value"], [
         ["configuration", f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
         ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"],
@@ -78,6 +78,16 @@ def render_markdown(c: ReportContent) -> str:
                     [[str(i), str(x.steps), str(x.topk), str(x.num_draft_tokens), f"{x.accept_tokens:.2f}",
                       _ms(x.cycle_s), f"{x.tokens_per_s:.1f}", f"{x.speedup:.2f}x"]
                      for i, x in enumerate(o.ranked, start=1)])
+    if c.context is not None:
+        v = c.context
+        lines += ["", "## tok/s, speedup and break-even vs context", "",
+                  f"Batch {v.batch}; measured contexts {', '.join(map(str, v.measured_contexts))} (KV tokens per "
+                  "request); tok/s are totals over the batch.", ""]
+        lines += _table(["context", "baseline tok/s", "spec tok/s", "speedup", "break-even", "verdict"],
+                        [[str(r.context_tokens), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}",
+                          f"{r.speedup:.2f}x", f"{r.break_even_accept_tokens:.2f}",
+                          r.verdict + (f" (extrapolated: {'; '.join(r.extrapolated)})" if r.extrapolated else "")]
+                         for r in v.rows])
     if c.drafter is not None:
         dv = c.drafter
         lines += ["", f"## Drafter check: {dv.status}", ""]

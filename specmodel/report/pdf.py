@@ -21,6 +21,7 @@ from specmodel.report.content import ReportContent
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
 VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00"}
+EXTRAPOLATED_COLOR = "#d50000"  # anything resting on costs or acceptance nobody measured
 C_AR, C_COMP, C_OTHER, C_DRAFT, C_OVER = "#d62728", "#1f77b4", "#9e9e9e", "#ff7f0e", "#9467bd"
 
 
@@ -76,6 +77,10 @@ def page_verdict(c: ReportContent) -> Any:
     fig.text(0.04, 0.915, f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}",
              fontsize=10, va="top", color="#333333")
     fig.text(0.04, 0.88, p.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(p.verdict, "black"))
+    if p.extrapolated:
+        # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
+        ext = p.verdict_label[len(p.verdict):].strip()
+        fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
     fig.text(0.04, 0.745, _wrap(p.verdict_reason, 95), fontsize=10, va="top")
 
     figures = [
@@ -332,8 +337,11 @@ def page_recommendation(c: ReportContent) -> Any:
          f"{o.batch_limit}; above it, switch speculation off" if o.batch_limit is not None
          else "Batch limit: speculation does not pay at any batch swept; keep it off"),
     ]
-    if not b.speedup >= 1.0:
-        lines.insert(1, "    -> no configuration beats the baseline here: keep speculation off")
+    if o.recommended is None:
+        lines.insert(0, "No configuration has measured costs and measured acceptance here: no recommendation "
+                        "(the rows below are extrapolations, listed only)")
+    elif not b.speedup >= 1.0:
+        lines.insert(1, "    -> no measured configuration beats the baseline here: keep speculation off")
     fig.text(0.04, 0.90, "\n".join(lines), fontsize=9.5, va="top", family="DejaVu Sans")
     acc = [f"acceptance: {o.accept_source}"] + list(o.accept_notes) + [
         "trees: sibling j accepted with c((1-c)rho)^(j-1), rho = 0.5 (Sequoia positional acceptance, correlated siblings)",
@@ -381,6 +389,69 @@ def page_recommendation(c: ReportContent) -> Any:
     return fig
 
 
+def page_context(c: ReportContent) -> Any:
+    """tok/s, speedup and break-even vs context at the user's batch; extrapolated points in red."""
+    v = c.context
+    fig = _figure()
+    if v is None:
+        fig.text(0.04, 0.85, "no context sweep", fontsize=10, va="top")
+        return fig
+    xs = [max(r.context_tokens, 1) for r in v.rows]  # log axis: context 0 drawn at 1
+    ext = [bool(r.extrapolated) for r in v.rows]
+    mlo, mhi = min(v.measured_contexts), max(v.measured_contexts)
+    fig.text(0.04, 0.90, f"batch {v.batch}, accept length {v.accept_mean_tokens:.2f} tokens/step; measured contexts: "
+             f"{', '.join(map(str, v.measured_contexts))} tokens of KV per request (shaded); red = extrapolated",
+             fontsize=9, va="top")
+    if len(v.measured_contexts) == 1:
+        fig.text(0.04, 0.875, "Only one context was measured: at every other context the costs are held at the measured "
+                 "ones (flat, extrapolated). Measure a context sweep (specmodel profile --contexts) or give "
+                 "--baseline-sweep with a context column.", fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
+
+    def _panel(rect: tuple[float, float, float, float], series: list[tuple[str, list[float], str]], ylabel: str,
+               hline: float | None = None) -> Any:
+        ax = fig.add_axes(rect)
+        for label, ys, color in series:
+            ax.plot(xs, ys, "-", color=color, label=label)
+            ax.scatter([x for x, e in zip(xs, ext, strict=True) if not e],
+                       [y for y, e in zip(ys, ext, strict=True) if not e], color=color, s=18, zorder=3)
+            ax.scatter([x for x, e in zip(xs, ext, strict=True) if e], [y for y, e in zip(ys, ext, strict=True) if e],
+                       color=EXTRAPOLATED_COLOR, marker="x", s=30, zorder=3)
+        ax.axvspan(max(mlo, 1), max(mhi, 1) * 1.001, color="#1a7f37", alpha=0.08)
+        if hline is not None:
+            ax.axhline(hline, color="#c62828", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("context (KV tokens per request; 0 drawn at 1)", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if len(series) > 1:
+            ax.legend(fontsize=7)
+        return ax
+
+    _panel((0.06, 0.50, 0.40, 0.33), [("speculative", [r.tokens_per_s for r in v.rows], "#1f77b4"),
+                                      ("baseline", [r.baseline_tokens_per_s for r in v.rows], "black")],
+           "tok/s (total over the batch)")
+    _panel((0.56, 0.50, 0.40, 0.33), [("speedup", [r.speedup for r in v.rows], "#1a7f37")], "speedup", hline=1.0)
+    ax3 = _panel((0.06, 0.08, 0.40, 0.30), [("break-even", [r.break_even_accept_tokens for r in v.rows], "#ff7f0e")],
+                 "break-even accept length (tokens/step)", hline=v.accept_mean_tokens)
+    ax3.text(0.02, 0.95, f"dashed: drafter's {v.accept_mean_tokens:.2f}", transform=ax3.transAxes, fontsize=7, va="top")
+
+    ax_t = fig.add_axes((0.54, 0.04, 0.44, 0.38))
+    ax_t.axis("off")
+    cells = [[str(r.context_tokens), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x",
+              f"{r.break_even_accept_tokens:.2f}", r.verdict + (" (extrap.)" if r.extrapolated else "")]
+             for r in v.rows]
+    tab = ax_t.table(cellText=cells, colLabels=["context", "baseline tok/s", "spec tok/s", "speedup", "break-even",
+                                                "verdict"], loc="upper left", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(7.5)
+    tab.scale(1, 1.2)
+    for i, r in enumerate(v.rows, start=1):
+        if r.extrapolated:
+            for j in range(6):
+                tab[i, j].set_text_props(color=EXTRAPOLATED_COLOR)
+    return fig
+
+
 def page_drafter(c: ReportContent) -> Any:
     dv = c.drafter
     assert dv is not None
@@ -420,6 +491,7 @@ PAGE_TITLES: dict[str, tuple[str, Callable[[ReportContent], Any]]] = {
     "allreduce": ("All-reduce cost vs message size", page_allreduce),
     "what-if": ("What if", page_whatif),
     "recommendation": ("Recommended configuration", page_recommendation),
+    "context": ("tok/s, speedup and break-even vs context", page_context),
     "drafter-check": ("Drafter check", page_drafter),
 }
 

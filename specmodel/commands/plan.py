@@ -1,0 +1,116 @@
+"""``specmodel plan``: the serve plan (best speculative configuration per batch and context) without the PDF."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from specmodel.commands.scenario import Scenario, parse_token_list, with_scenario
+from specmodel.errors import SpecmodelError
+from specmodel.model.costs import default_context, measured_contexts
+from specmodel.model.optimize import accept_model
+from specmodel.model.predict import calibrate
+from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, serve_plan, sglang_flags, vllm_speculative_config
+
+PLAN_SCHEMA = "specmodel.plan"
+PLAN_SCHEMA_VERSION = 1
+
+
+def build_plan(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
+    """The scenario's serve plan; the grid defaults to the measured batches and contexts plus the asked-for ones."""
+    profile = sc.profile
+    if sc.observation is not None:
+        profile = calibrate(profile, sc.observation, sc.spec, sc.context_tokens)[0]
+    ctx = sc.context_tokens if sc.context_tokens is not None else default_context(profile)
+    if batches is None:
+        batches = sorted({r.batch for r in profile.rows("decode")} | {sc.batch})
+    if contexts is None:
+        contexts = sorted(set(measured_contexts(profile, "decode")) | {ctx})
+    if min(batches) < 1:
+        raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
+    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+
+
+def format_plan(plan: ServePlan, sc: Scenario) -> str:
+    out = [f"note: {n}" for n in sc.notes]
+    out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), TP{sc.profile.tp}; "
+               f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
+               f"{sc.spec.steps}, topk {sc.spec.topk}")
+    out.append("             recommended = best (steps, topk, draft tokens) whose costs AND acceptance were measured; "
+               "tok/s are totals over the batch unless marked per request")
+    out.append(f"{'batch':>6} {'context':>8}  {'region':<10} {'action':<10} {'steps':>5} {'topk':>4} {'ndt':>4} "
+               f"{'tok/s':>9} {'tok/s/req':>9} {'speedup':>7}  best extrapolated (listed, not recommended)")
+    for c in plan.cells:
+        r = c.recommended
+        region = "measured" if c.measured else "EXTRAPOL."
+        if r is not None:
+            cfg = f"{r.steps:>5} {r.topk:>4} {r.num_draft_tokens:>4} {r.tokens_per_s:>9.1f} " \
+                  f"{r.tokens_per_s / r.batch:>9.1f} {r.speedup:>6.2f}x"
+        else:
+            cfg = f"{'-':>5} {'-':>4} {'-':>4} {'-':>9} {'-':>9} {'-':>7}"
+        a = c.best_any
+        extra = ""
+        if r is None or a.key != r.key:
+            why = ", ".join(x for x, on in (("cost", a.cost_extrapolated), ("acceptance", a.accept_extrapolated)) if on)
+            extra = (f"steps {a.steps} topk {a.topk} ndt {a.num_draft_tokens}: {a.tokens_per_s:.1f} tok/s, "
+                     f"{a.speedup:.2f}x ({why} extrapolated)")
+        out.append(f"{c.batch:>6} {c.context_tokens:>8}  {region:<10} {c.action:<10} {cfg}  {extra}")
+    groups: dict[tuple[int, int, int], dict[int, list[int]]] = {}
+    for c in plan.cells:
+        if c.action == SPECULATE and c.recommended is not None:
+            groups.setdefault(c.recommended.key, {}).setdefault(c.context_tokens, []).append(c.batch)
+    out.append("")
+    if groups:
+        out.append("ready to paste (measured region):")
+    for key, by_ctx in groups.items():
+        cand = next(c.recommended for c in plan.cells if c.recommended is not None and c.recommended.key == key)
+        where = "; ".join(f"context {L}: batch {', '.join(map(str, bs))}" for L, bs in by_ctx.items())
+        out.append(f"  for {where}:")
+        out.append(f"    SGLang: {sglang_flags(cand, plan.algorithm)}")
+        v = vllm_speculative_config(cand, plan.algorithm)
+        out.append(f"    vLLM:   --speculative-config '{v}'" if v is not None
+                   else "    vLLM:   no equivalent (vLLM drafts chains, topk 1)")
+    off = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if c.action == OFF]
+    # (listed cell by cell: an engine switch-off is set per deployment, so each one matters)
+    if off:
+        out.append(f"switch speculation OFF (no measured configuration beats the baseline): {'; '.join(off)}")
+    unm = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if not c.measured]
+    if unm:
+        out.append(f"no recommendation outside the measured region (costs or acceptance not measured): {'; '.join(unm)}")
+    return "\n".join(out)
+
+
+def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
+    cells = []
+    for c in plan.cells:
+        d = c.to_dict()
+        if c.recommended is not None:
+            d["sglang_flags"] = sglang_flags(c.recommended, plan.algorithm)
+            d["vllm_speculative_config"] = vllm_speculative_config(c.recommended, plan.algorithm)
+        cells.append(d)
+    return {"schema": PLAN_SCHEMA, "schema_version": PLAN_SCHEMA_VERSION, "profile": sc.profile.name,
+            "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,
+            "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
+            "batches": list(plan.batches), "contexts": list(plan.contexts), "cells": cells, "notes": list(sc.notes)}
+
+
+@click.command("plan")
+@click.option("--batches", default=None, help="Batches of the grid, e.g. 1,4,16 (default: the profile's measured ones).")
+@click.option("--contexts", default=None,
+              help="Contexts (KV tokens per request) of the grid, e.g. 0,4K,32K (default: the measured ones).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@with_scenario
+def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, **_: Any) -> None:
+    """Serve plan: best (steps, topk, draft tokens) per (batch, context), or switch speculation off.
+
+    Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
+    """
+    plan = build_plan(scenario, parse_token_list(batches, "--batches") if batches else None,
+                      parse_token_list(contexts, "--contexts") if contexts else None)
+    if as_json:
+        click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))
+    else:
+        click.echo(format_plan(plan, scenario))
