@@ -144,7 +144,15 @@ def test_json_beside_the_pdf_carries_predict_json_exactly(which: str, request: p
     assert data["verdict"] == pred["verdict"]
     opt = data["optimizer"]
     assert opt["best"]["tokens_per_s"] >= opt["default"]["tokens_per_s"]
-    assert opt["best"]["tokens_per_s"] >= max(c["tokens_per_s"] for c in opt["ranked"])
+    # the recommendation is the best MEASURED configuration; extrapolated ones are only listed
+    assert opt["best"]["measured"] and opt["recommended"] == opt["best"]
+    assert opt["best"]["tokens_per_s"] >= max((c["tokens_per_s"] for c in opt["ranked"] if c["measured"]), default=0.0)
+    assert opt["best_any"]["tokens_per_s"] >= max(c["tokens_per_s"] for c in opt["ranked"])
+    # the context page: one row per swept context, the prediction's own context among them
+    ctx = data["context"]
+    assert ctx["context_tokens"] == pred["context_tokens"]
+    assert pred["context_tokens"] in [r["context_tokens"] for r in ctx["rows"]]
+    assert all(r["extrapolated"] for r in ctx["rows"] if r["context_tokens"] not in ctx["measured_contexts"])
     md = rep["pdf"].with_suffix(".md").read_text()
     assert f"## Verdict: **{pred['verdict']}**" in md
     assert f"{pred['tokens_per_s']:.1f} tok/s" in md
@@ -163,6 +171,12 @@ def test_chart_pages_show_what_they_claim(ref_report: dict) -> None:
     assert [b["batch"] for b in data["batch_sweep"]] == [1, 2, 4, 8, 16, 32, 64]
     assert "Recommended configuration" in pages[5]
     assert data["optimizer"]["best"]["sglang_flags"] in pages[5].replace("\n", " ")
+    # the context page: its title, and a row per swept context (the reference measured context 0 only,
+    # so every other context is drawn and tabulated as extrapolated)
+    assert "vs context" in pages[6] and "Only one context was measured" in pages[6].replace("\n", " ")
+    for row in data["context"]["rows"]:
+        assert str(row["context_tokens"]) in pages[6]
+    assert pages[6].count("(extrap.)") == sum(1 for r in data["context"]["rows"] if r["extrapolated"]) > 0
 
 
 def test_measured_profile_report_names_its_provenance(measured_report: dict) -> None:
@@ -209,7 +223,7 @@ def test_drafter_page_shows_findings_and_the_vocab_ceiling(measured_report: dict
     assert d["ceiling_tokens"] == pytest.approx(chain_mean(COVERAGE, 3))
     assert data["throughput_vs_accept"]["ceiling_tokens"] == pytest.approx(chain_mean(COVERAGE, 3))
     assert {f["name"] for f in d["findings"]} >= {"config.hidden_size", "d2t.well_formed", "vocab.coverage"}
-    assert "Drafter check" in pages[7] and "vocab.coverage" in pages[6] and "FAIL" in pages[6]
+    assert "Drafter check" in pages[7] and "vocab.coverage" in pages[7] and "FAIL" in pages[7]
     assert f"drafter vocab ceiling {chain_mean(COVERAGE, 3):.2f}" in pages[1]
     # 0.8,0.6,0.45 -> 2.85 tokens/step, above the 1.62 the vocabulary allows: say so on page 1 and the console
     assert d["warning"] and "exceeds the drafter's vocabulary ceiling" in d["warning"]
@@ -226,11 +240,11 @@ def test_main_job_real_cpu_profile_then_report_with_the_default_output(tmp_path:
     r = run_cli("report", "--accept-len", "3.2", cwd=tmp_path)  # newest measured profile, reports/<name>.pdf
     assert r.returncode == 0, r.stderr
     pdf = (tmp_path / "reports" / "ci-tp2.pdf").resolve()
-    assert r.stdout.strip().splitlines()[-1] == f"report       {pdf} (6 pages)"
+    assert r.stdout.strip().splitlines()[-1] == f"report       {pdf} (7 pages)"
     pred = _predict_json("--accept-len", "3.2", cwd=tmp_path)
     assert pred["profile_source_kind"] == "measured" and pred["tp"] == 2
     pages = _text(pdf)
-    assert len(pages) == 6
+    assert len(pages) == 7
     assert pred["verdict"] in pages[0] and f"{pred['tokens_per_s']:.1f} tok/s" in pages[0]
     assert "ci-tp2 (measured)" in pages[0] and "gloo / TP 2" in pages[0]
     data = json.loads(pdf.with_suffix(".json").read_text())
