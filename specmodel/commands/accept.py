@@ -33,11 +33,15 @@ def format_summary(s: AcceptSummary) -> str:
         lines.append("per-position " + ", ".join(f"{r:.3f}" for r in s.rates) + "  (P(draft i accepted))")
     series = throughput_series(s.windows)
     if series:
-        lines.append("observed     batch  windows  accept len  tok/s median (min-max)")
+        lines.append("observed     batch  windows  accept len  tok/s total median (min-max)  "
+                     "context/request median (min-max)")
         for p in series:
             a = f"{p.accept_len_mean:.2f}" if p.accept_len_mean is not None else "-"
-            lines.append(f"             {p.batch:>5}  {p.windows:>7}  {a:>10}  {p.tokens_per_s_median:.1f} "
-                         f"({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})")
+            c = (f"{p.context_tokens_median:.0f} ({p.context_tokens_min:.0f}-{p.context_tokens_max:.0f})"
+                 if p.context_tokens_median is not None and p.context_tokens_min is not None
+                 and p.context_tokens_max is not None else "-")
+            tput = f"{p.tokens_per_s_median:.1f} ({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})"
+            lines.append(f"             {p.batch:>5}  {p.windows:>7}  {a:>10}  {tput:<28}  {c}")
     for n in s.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ class WindowResult:
     spec: SpecConfig | None  # None: a baseline (non-speculative) window
     predicted_tokens_per_s: float
     calibration: bool = False
+    extrapolated: tuple[str, ...] = ()  # labels of cost axes outside the measured range at this window
 
     @property
     def error(self) -> float:
@@ -35,7 +36,7 @@ class WindowResult:
     def to_dict(self) -> dict[str, Any]:
         d = self.window.to_dict()
         d.update(predicted_tokens_per_s=self.predicted_tokens_per_s, observed_tokens_per_s=self.window.tokens_per_s,
-                 error=self.error, calibration=self.calibration,
+                 error=self.error, calibration=self.calibration, extrapolated=list(self.extrapolated),
                  spec=self.spec.to_dict() if self.spec is not None else None)
         return d
 
@@ -53,15 +54,18 @@ def _spec_for(w: DecodeWindow, default: SpecConfig) -> SpecConfig | None:
 
 
 def _predict(profile: Profile, w: DecodeWindow, spec: SpecConfig | None, obs: Observation | None) -> Prediction:
+    """The window predicted at its own batch and, when the log says, its own context (KV tokens per request)."""
+    ctx = w.context_tokens
     if spec is None:
-        return predict(profile, from_mean(1.0, profile.spec.max_accept_tokens), batch=w.batch, spec=profile.spec)
+        return predict(profile, from_mean(1.0, profile.spec.max_accept_tokens), batch=w.batch, spec=profile.spec,
+                       context_tokens=ctx)
     k = spec.max_accept_tokens
     a = float(w.accept_len or 1.0)
     if a > k + _SLACK:
         raise SpecmodelError(f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for --steps {spec.steps}; "
                              "pass the --steps the server ran with (--speculative-num-steps)")
     dist = from_mean(min(max(a, 1.0), float(k)), k, source=w.where)
-    return predict(profile, dist, batch=w.batch, spec=spec, observation=obs)
+    return predict(profile, dist, batch=w.batch, spec=spec, observation=obs, context_tokens=ctx)
 
 
 def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWindow], *,
@@ -86,18 +90,29 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
         sp = _spec_for(w, spec)
         if calibrate_first and obs is None and sp is not None:
             obs = Observation(batch=w.batch, accept_tokens=max(float(w.accept_len or 1.0), 1.0),
-                              tokens_per_s=w.tokens_per_s)
+                              tokens_per_s=w.tokens_per_s,
+                              context_tokens=round(w.context_tokens) if w.context_tokens is not None else None)
             obs_spec = sp
             p = _predict(profile, w, sp, obs)
             results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=p.tokens_per_s, calibration=True))
             continue
         p = _predict(profile, w, sp, obs if sp == obs_spec else None)
         for msg in p.warnings:
-            if msg not in warnings:
+            # per-window extrapolation is counted once below, not repeated per context
+            if msg not in warnings and _EXTRAPOLATED not in msg and not msg.startswith("calibration point:"):
                 warnings.append(msg)
         pred = p.tokens_per_s if sp is not None else p.baseline_tokens_per_s
-        results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=pred))
+        results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=pred,
+                                    extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated))))
+    n_ext = sum(1 for r in results if r.extrapolated)
+    if n_ext:
+        axes = sorted({lab.split(" ")[0] for r in results for lab in r.extrapolated})
+        warnings.append(f"{n_ext} of {len(results)} windows were predicted outside the profile's measured range "
+                        f"({', '.join(axes)}); their errors include extrapolation")
     return results, skipped, warnings
+
+
+_EXTRAPOLATED = "extrapolated beyond the measured range"
 
 
 def summary(results: list[WindowResult]) -> dict[str, Any]:
@@ -156,7 +171,8 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
                f"steps {sc.spec.steps}, topk {sc.spec.topk}, draft tokens {sc.spec.num_draft_tokens}")
     for f in files:
         out.append(f"file         {f.path}: {f.description}, {len(f.windows)} windows")
-    out.append(f"{'window':<40} {'batch':>5} {'accept':>6} {'observed':>10} {'predicted':>10} {'error':>7}")
+    out.append(f"{'window':<40} {'batch':>5} {'context':>8} {'accept':>6} {'observed':>10} {'predicted':>10} "
+               f"{'error':>7}  (tok/s totals)")
     for r in results:
         w = r.window
         label = f"{w.file.rsplit('/', 1)[-1]}:{w.line}" + (f" {w.timestamp}" if w.timestamp else "")
@@ -166,7 +182,10 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
             label += f" (steps {r.spec.steps})"
         acc = f"{w.accept_len:.2f}" if w.accept_len is not None else "-"
         err = "calib." if r.calibration else f"{r.error:+.1%}"
-        out.append(f"{label:<40} {w.batch:>5} {acc:>6} {w.tokens_per_s:>10.1f} {r.predicted_tokens_per_s:>10.1f} {err:>7}")
+        ctx = f"{w.context_tokens:.0f}" if w.context_tokens is not None else "-"
+        mark = "  extrapolated" if r.extrapolated else ""
+        out.append(f"{label:<40} {w.batch:>5} {ctx:>8} {acc:>6} {w.tokens_per_s:>10.1f} "
+                   f"{r.predicted_tokens_per_s:>10.1f} {err:>7}{mark}")
     skip = ", ".join(f"{n} ({r})" for r, n in sorted(skipped.items())) or "none"
     if summ["windows_compared"]:
         out.append(f"summary      {summ['windows_compared']} windows compared: median |error| {summ['median_abs_error']:.1%}, "

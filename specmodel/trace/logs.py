@@ -94,6 +94,8 @@ _VL_KEYS: dict[str, re.Pattern[str]] = {
 }
 _VL_TPUT = re.compile(r"Avg generation throughput: " + _NUM + r" tokens/s")
 _VL_RUNNING = re.compile(r"Running: (\d+) reqs")
+_VL_KV_USAGE = re.compile(r"GPU KV cache usage: " + _NUM + "%")
+_VL_KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BENCH_KEYS = ("batch_size", "steps", "topk", "num_draft_tokens", "acc_length", "step_time", "speed")
 
@@ -123,6 +125,12 @@ class DecodeWindow:
     topk: int | None = None
     num_draft_tokens: int | None = None
     completion_tokens: float | None = None  # bench rows: mean output tokens per request
+    #: mean KV tokens per running request in the window (None when the log does not say):
+    #: SGLang ``#token`` (or ``#full token``) / ``#running-req`` — ``#token`` is the KV pool in use
+    #: by running requests (max_total − available − evictable, scheduler._get_token_info), so a
+    #: prefix shared by several requests counts once; vLLM ``GPU KV cache usage`` × the startup
+    #: ``GPU KV cache size: N tokens`` / ``Running`` when the log has that startup line.
+    context_tokens: float | None = None
 
     @property
     def where(self) -> str:
@@ -131,7 +139,8 @@ class DecodeWindow:
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "engine": self.engine, "batch": self.batch,
                 "accept_len": self.accept_len, "tokens_per_s": self.tokens_per_s, "timestamp": self.timestamp,
-                "rank": self.rank, "steps": self.steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens}
+                "rank": self.rank, "steps": self.steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens,
+                "context_tokens": self.context_tokens}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,7 +263,8 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
     trailing = {True: 0, False: 0}
     has_cap = False
     vfmt: set[str] = set()
-    pending_tput: tuple[int, float, int, str] | None = None  # (line, tok/s, running, timestamp)
+    pending_tput: tuple[int, float, int, str, float | None] | None = None  # (line, tok/s, running, ts, ctx)
+    kv_size_tokens: int | None = None  # vLLM startup line, for per-window context
     sg = vl = 0
 
     def skip(reason: str) -> None:
@@ -263,6 +273,8 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
     for i, line in enumerate(lines, start=1):
         # cheap substring test first: most lines of a server log are neither
         if "Decode batch" not in line and "SpecDecoding" not in line and "generation throughput" not in line:
+            if "KV cache size" in line and (km := _VL_KV_SIZE.search(line)) is not None:
+                kv_size_tokens = int(km.group(1).replace(",", ""))
             continue
         where = f"{path}:{i}"
         try:
@@ -282,8 +294,10 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
             if a is not None and (not math.isfinite(a) or a < 1.0 - _ROUND_SLACK):
                 raise SpecmodelError(f"{where}: accept len {d['accept_len']} is not >= 1 token/step "
                                      "(SGLang counts the bonus token, so the minimum is 1)")
+            ctx = int(d["tokens"]) / batch if "tokens" in d and batch > 0 else None
             windows.append(DecodeWindow(file=path, line=i, engine="sglang", batch=batch, accept_len=a,
-                                        tokens_per_s=tput, timestamp=d.get("timestamp", ""), rank=d.get("rank", "")))
+                                        tokens_per_s=tput, timestamp=d.get("timestamp", ""), rank=d.get("rank", ""),
+                                        context_tokens=ctx))
             continue
         tm = _VL_TPUT.search(line)
         if tm is not None:
@@ -292,8 +306,15 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
                 raise SpecmodelError(f"{where}: vLLM throughput line without 'Running: N reqs'")
             pm = _VL_PREFIX.search(line)
             matched += 1
-            pending_tput = (i, _num(tm.group(1), where, "Avg generation throughput"), int(rm.group(1)),
-                            pm.group(3) if pm else "")
+            running = int(rm.group(1))
+            um = _VL_KV_USAGE.search(line)
+            vctx = None
+            if um is not None and kv_size_tokens is not None and running > 0:
+                usage = _num(um.group(1), where, "GPU KV cache usage")
+                if math.isfinite(usage) and 0.0 <= usage <= 100.0:
+                    vctx = usage / 100.0 * kv_size_tokens / running
+            pending_tput = (i, _num(tm.group(1), where, "Avg generation throughput"), running,
+                            pm.group(3) if pm else "", vctx)
             continue
         try:
             v = parse_vllm_line(line)
@@ -324,9 +345,9 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
         vrecs.append(rec)
         if pending_tput is not None:
             # the same StatLogger.log() call printed the throughput line just before this one
-            ln, tps, running, ts = pending_tput
+            ln, tps, running, ts, vctx = pending_tput
             windows.append(DecodeWindow(file=path, line=ln, engine="vllm", batch=running, accept_len=mean,
-                                        tokens_per_s=tps, timestamp=ts))
+                                        tokens_per_s=tps, timestamp=ts, context_tokens=vctx))
             pending_tput = None
     if sg and vl:
         raise SpecmodelError(f"{path}: has both SGLang and vLLM lines; give one server's log per file")
@@ -661,9 +682,14 @@ class SeriesPoint:
     tokens_per_s_median: float
     tokens_per_s_min: float
     tokens_per_s_max: float
+    context_tokens_median: float | None = None  # KV tokens per request (None: the log does not say)
+    context_tokens_min: float | None = None
+    context_tokens_max: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "windows": self.windows, "accept_len_mean": self.accept_len_mean,
+                "context_tokens_median": self.context_tokens_median, "context_tokens_min": self.context_tokens_min,
+                "context_tokens_max": self.context_tokens_max,
                 "tokens_per_s_median": self.tokens_per_s_median, "tokens_per_s_min": self.tokens_per_s_min,
                 "tokens_per_s_max": self.tokens_per_s_max}
 
@@ -679,9 +705,13 @@ def throughput_series(windows: Iterable[DecodeWindow]) -> tuple[SeriesPoint, ...
         ws = by[b]
         tps = [w.tokens_per_s for w in ws]
         accs = [w.accept_len for w in ws if w.accept_len is not None]
+        ctxs = [w.context_tokens for w in ws if w.context_tokens is not None]
         out.append(SeriesPoint(batch=b, windows=len(ws), accept_len_mean=statistics.fmean(accs) if accs else None,
                                tokens_per_s_median=statistics.median(tps), tokens_per_s_min=min(tps),
-                               tokens_per_s_max=max(tps)))
+                               tokens_per_s_max=max(tps),
+                               context_tokens_median=statistics.median(ctxs) if ctxs else None,
+                               context_tokens_min=min(ctxs) if ctxs else None,
+                               context_tokens_max=max(ctxs) if ctxs else None))
     return tuple(out)
 
 
