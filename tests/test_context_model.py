@@ -1,0 +1,198 @@
+"""Context as a first-class axis in the model: T_fwd(kind, tokens, context), extrapolation flags,
+the qualified verdict, 4-field calibration, the serve plan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specmodel.errors import SpecmodelError
+from specmodel.model.accept import from_mean
+from specmodel.model.calibrate import Observation, parse_observation
+from specmodel.model.costs import context_axis, default_context, forward_cost
+from specmodel.model.optimize import accept_model
+from specmodel.model.predict import predict
+from specmodel.model.serveplan import OFF, SPECULATE, UNMEASURED, serve_plan, vllm_speculative_config
+from specmodel.schema.profile import CostRow, Profile, SpecConfig, profile_from_dict, profile_to_dict
+
+BATCHES = (1, 4, 16)
+CONTEXTS = (0, 4096, 32768)
+
+
+def _decode_s(b: int, L: int) -> float:
+    # a made-up but plausible surface: a floor, a per-token term and a KV-read term per request
+    return 0.010 + 0.0002 * b + 2e-8 * b * L
+
+
+def _verify_s(b: int, L: int) -> float:
+    return 0.020 + 0.0001 * 4 * b + 6e-8 * b * L
+
+
+def _row(kind: str, b: int, tokens: int, L: int, total: float) -> CostRow:
+    ar = 0.6 * total
+    return CostRow(kind=kind, batch=b, tokens=tokens, context_tokens=L, total_s=total, allreduce_s=ar,
+                   compute_s=total - ar, other_s=0.0)
+
+
+def sweep_profile() -> Profile:
+    rows = []
+    for L in CONTEXTS:
+        for b in BATCHES:
+            rows.append(_row("decode", b, b, L, _decode_s(b, L)))
+            rows.append(_row("verify", b, 4 * b, L, _verify_s(b, L)))
+            rows.append(_row("draft", b, b, L, 0.001 + 1e-9 * b * L))
+    return Profile(name="ctx-sweep", source={"kind": "measured"}, tp=2, costs=tuple(rows))
+
+
+PROF = sweep_profile()
+
+
+def test_measured_points_are_returned_exactly() -> None:
+    for L in CONTEXTS:
+        for b in BATCHES:
+            assert forward_cost(PROF, "decode", b, L).total_s == pytest.approx(_decode_s(b, L))
+            fc = forward_cost(PROF, "verify", 4 * b, L)
+            assert fc.total_s == pytest.approx(_verify_s(b, L)) and not fc.extrapolated
+
+
+def test_interpolation_in_context_is_linear_in_log1p() -> None:
+    # between 4096 and 32768, at the geometric middle of (1 + L): w = 0.5 in x = ln(1 + L)
+    L = math.expm1(0.5 * (context_axis(4096) + context_axis(32768)))
+    fc = forward_cost(PROF, "decode", 4, L)
+    want = 0.5 * (_decode_s(4, 4096) + _decode_s(4, 32768))
+    assert fc.total_s == pytest.approx(want, rel=1e-12)
+    assert not fc.extrapolated
+    # a linear-in-L interpolation would give a different value: the axis choice matters
+    w_lin = (L - 4096) / (32768 - 4096)
+    assert abs(fc.total_s - (_decode_s(4, 4096) + w_lin * (_decode_s(4, 32768) - _decode_s(4, 4096)))) > 1e-5
+
+
+def test_interpolation_in_both_axes_at_once() -> None:
+    b, L = 8, math.expm1(0.25 * context_axis(4096) + 0.75 * context_axis(32768))
+    # tokens: linear between the measured 4 and 16; context: 3/4 of the way from 4096 to 32768 in ln(1 + L)
+    wb, wl = (8 - 4) / (16 - 4), 0.75
+    lo = _decode_s(4, 4096) + wb * (_decode_s(16, 4096) - _decode_s(4, 4096))
+    hi = _decode_s(4, 32768) + wb * (_decode_s(16, 32768) - _decode_s(4, 32768))
+    assert forward_cost(PROF, "decode", b, L).total_s == pytest.approx(lo + wl * (hi - lo), rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t1=st.floats(1, 64), t2=st.floats(1, 64), l1=st.floats(0, 200_000), l2=st.floats(0, 200_000))
+def test_surface_is_monotone_in_tokens_and_context(t1: float, t2: float, l1: float, l2: float) -> None:
+    (ta, tb), (la, lb) = sorted((t1, t2)), sorted((l1, l2))
+    assert forward_cost(PROF, "decode", ta, la).total_s <= forward_cost(PROF, "decode", tb, la).total_s + 1e-15
+    assert forward_cost(PROF, "decode", ta, la).total_s <= forward_cost(PROF, "decode", ta, lb).total_s + 1e-15
+
+
+def test_monotone_even_when_a_measurement_dips() -> None:
+    # a noisy long-context row cheaper than the short one: the surface keeps the running maximum
+    rows = [_row("decode", 1, 1, 0, 0.010), _row("decode", 1, 1, 32768, 0.009)]
+    p = Profile(name="dip", source={}, tp=1, costs=tuple(rows))
+    assert forward_cost(p, "decode", 1, 32768).total_s == pytest.approx(0.010)
+
+
+def test_extrapolation_is_flagged_per_axis_never_silent() -> None:
+    inside = forward_cost(PROF, "decode", 4, 4096)
+    assert inside.extrapolations == ()
+    big = forward_cost(PROF, "decode", 64, 131072)
+    axes = {e.axis: e for e in big.extrapolations}
+    assert set(axes) == {"batch", "context"}
+    assert (axes["batch"].requested, axes["batch"].measured_min, axes["batch"].measured_max) == (64, 1, 16)
+    assert (axes["context"].requested, axes["context"].measured_max) == (131072, 32768)
+    assert axes["batch"].label == "batch 64 > measured 16"
+    v = forward_cost(PROF, "verify", 2, 0)  # 2 verify tokens < the 4 measured
+    assert [e.label for e in v.extrapolations] == ["verify tokens 2 < measured 4"]
+    # beyond the last context: linear in ln(1 + L) along the last segment, never below it
+    assert big.total_s > forward_cost(PROF, "decode", 64, 32768).total_s
+
+
+def test_verify_falls_back_to_decode_at_same_tokens_and_same_context() -> None:
+    no_verify = PROF.with_costs([r for r in PROF.costs if r.kind != "verify"])
+    for L in (0, 10_000, 32768):
+        fc = forward_cost(no_verify, "verify", 16, L)
+        assert fc.from_kind == "decode"
+        assert fc.total_s == pytest.approx(forward_cost(no_verify, "decode", 16, L).total_s)
+
+
+def test_default_context_is_the_smallest_measured_one() -> None:
+    assert default_context(PROF) == 0
+    p = predict(PROF, from_mean(3.0, 4), batch=4)
+    assert p.context_tokens == 0 and "smallest measured" in p.context_source
+    q = predict(PROF, from_mean(3.0, 4), batch=4, context_tokens=32768)
+    assert q.baseline_tokens_per_s == pytest.approx(4 / _decode_s(4, 32768))
+    assert q.baseline_tokens_per_s_per_request == pytest.approx(q.baseline_tokens_per_s / 4)
+    assert q.tokens_per_s_per_request == pytest.approx(q.tokens_per_s / 4)
+
+
+def test_v1_profile_is_read_as_one_context() -> None:
+    d = profile_to_dict(PROF)
+    d["schema_version"] = 1
+    d["model"] = {"context_len": 2048}
+    for c in d["costs"]:
+        c.pop("context_tokens")
+    d["costs"] = [c for c in d["costs"] if c["kind"] == "decode"][:3]
+    p = profile_from_dict(d, "v1.json")
+    assert default_context(p) == 2048
+    assert not forward_cost(p, "decode", 4, 2048).extrapolated
+    assert forward_cost(p, "decode", 4, 4096).extrapolations[0].axis == "context"
+
+
+def test_verdict_from_extrapolated_costs_is_qualified() -> None:
+    p = predict(PROF, from_mean(1.2, 4), batch=32)
+    assert p.verdict == "NO-GO"
+    assert p.verdict_label.startswith("NO-GO (extrapolated: batch 32 > measured 16")
+    assert {e.axis for e in p.extrapolated} >= {"batch", "tokens"}
+    d = p.to_dict()
+    batch_entry = next(e for e in d["extrapolated"] if e["axis"] == "batch")
+    assert {"axis": "batch", "requested": 32.0, "measured_min": 1.0, "measured_max": 16.0}.items() <= batch_entry.items()
+    inside = predict(PROF, from_mean(3.0, 4), batch=4, context_tokens=4096)
+    assert inside.extrapolated == () and inside.verdict_label == inside.verdict
+
+
+def test_calibration_four_fields_is_modelled_at_its_own_context() -> None:
+    obs = parse_observation("4,32768,3.0,300")
+    assert (obs.batch, obs.context_tokens, obs.accept_tokens, obs.tokens_per_s) == (4, 32768, 3.0, 300.0)
+    assert parse_observation("4,3.0,300").context_tokens is None  # the old form: the prediction's context
+    dist = from_mean(3.0, 4)
+    # predicted at the calibration point itself, the model reproduces the observation exactly
+    same = predict(PROF, dist, batch=4, observation=obs, context_tokens=32768)
+    assert same.tokens_per_s == pytest.approx(300.0)
+    # elsewhere the unseen per-cycle seconds are carried unchanged
+    other = predict(PROF, dist, batch=16, observation=obs, context_tokens=4096)
+    plain = predict(PROF, dist, batch=16, context_tokens=4096)
+    assert other.overhead_s - plain.overhead_s == pytest.approx(same.calibrated_overhead_s)
+    with pytest.raises(SpecmodelError, match="BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"):
+        parse_observation("4,1,2,3,4")
+    with pytest.raises(SpecmodelError, match="context must be >= 0"):
+        Observation(batch=1, accept_tokens=2.0, tokens_per_s=10.0, context_tokens=-1)
+
+
+def test_serve_plan_recommends_only_measured_and_marks_the_rest() -> None:
+    model = accept_model(from_mean(3.0, 4))
+    plan = serve_plan(PROF, model, batches=(1, 16, 64), contexts=(0, 32768, 131072), default=SpecConfig())
+    assert len(plan.cells) == 9
+    for c in plan.cells:
+        if c.batch <= 16 and c.context_tokens <= 32768:
+            assert c.measured and c.recommended is not None and c.recommended.measured
+            assert c.action in (SPECULATE, OFF)
+            assert c.action == (SPECULATE if c.recommended.speedup > 1 else OFF)
+        else:
+            assert c.action == UNMEASURED and c.recommended is None
+    # with a barely useful drafter at long context speculation is switched off
+    weak = serve_plan(PROF, accept_model(from_mean(1.3, 4)), batches=(16,), contexts=(32768,), default=SpecConfig())
+    assert weak.cells[0].action == OFF
+
+
+def test_vllm_config_only_for_chains() -> None:
+    model = accept_model(from_mean(3.0, 4))
+    plan = serve_plan(PROF, model, batches=(1,), contexts=(0,), default=SpecConfig())
+    rec = plan.cells[0].recommended
+    assert rec is not None and rec.topk == 1
+    assert vllm_speculative_config(rec, "EAGLE3") == \
+        f'{{"method": "eagle3", "num_speculative_tokens": {rec.steps}, "model": "<drafter>"}}'
+    tree = plan.cells[0].best_any
+    if tree.topk > 1:
+        assert vllm_speculative_config(tree, "EAGLE3") is None
