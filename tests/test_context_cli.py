@@ -174,3 +174,26 @@ def test_sglang_windows_carry_context_and_validate_uses_it(tmp_path: Path) -> No
     assert by_line[2]["context_tokens"] == 32768 and by_line[3]["context_tokens"] == 100
     assert by_line[2]["predicted_tokens_per_s"] < by_line[3]["predicted_tokens_per_s"]
     assert by_line[2]["extrapolated"] == [] and by_line[3]["extrapolated"] == []
+
+
+def test_vllm_windows_carry_context_when_the_kv_size_is_logged(tmp_path: Path) -> None:
+    head = "(APIServer pid=1) INFO 11-30 04:32:%02d [%s] "
+    lines = [head % (0, "kv_cache_utils.py:1308") + "GPU KV cache size: 1,000,000 tokens"]
+    for i, (run, usage) in enumerate([(2, 1.0), (4, 8.0)], start=1):
+        lines.append(head % (10 * i, "loggers.py:335") + "Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+                     f"Avg generation throughput: 200.0 tokens/s, Running: {run} reqs, Waiting: 0 reqs, "
+                     f"GPU KV cache usage: {usage}%, Prefix cache hit rate: 0.0%")
+        lines.append(head % (10 * i, "metrics.py:120") + "SpecDecoding metrics: Mean acceptance length: 2.75, "
+                     "Accepted throughput: 71.80 tokens/s, Drafted throughput: 123.00 tokens/s, Accepted: 718 tokens, "
+                     "Drafted: 1230 tokens, Per-position acceptance rate: 0.780, 0.571, 0.400, "
+                     "Avg Draft acceptance rate: 58.4%")
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = run_cli("accept", str(log), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # usage x size / running: 1 % of 1e6 over 2 requests, 8 % over 4
+    assert [w["context_tokens"] for w in json.loads(r.stdout)["windows"]] == [5000.0, 20000.0]
+    # without the startup line the context is unknown, not guessed
+    log.write_text("\n".join(lines[1:]) + "\n")
+    r = run_cli("accept", str(log), "--json", cwd=tmp_path)
+    assert [w["context_tokens"] for w in json.loads(r.stdout)["windows"]] == [None, None]
