@@ -322,7 +322,8 @@ class Optimum:
 
     @property
     def pays(self) -> bool:
-        return self.best.speedup >= 1.0
+        """A configuration with measured costs and acceptance beats the baseline here."""
+        return self.recommended is not None and self.recommended.speedup >= 1.0
 
 
 def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
@@ -351,7 +352,8 @@ def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecC
 
 
 def batch_limit(optima: Sequence[Optimum]) -> int | None:
-    """Largest batch up to which (from the smallest on) the best configuration still pays (speedup ≥ 1).
+    """Largest batch up to which (from the smallest on) the best measured configuration still pays
+    (speedup ≥ 1); beyond it none does, or none was measured.
 
     None when speculation does not pay even at the smallest batch. The engines' knob for
     this is vLLM's ``speculative_disable_by_batch_size``-style switch-off above a batch size.

@@ -66,7 +66,10 @@ def render_markdown(c: ReportContent) -> str:
 
     b, d = o.best, o.default
     lines += ["", "## Recommended configuration", "",
-              f"Best at batch {o.batch}: steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens}: "
+              ("" if o.recommended is not None else "No configuration has measured costs and acceptance here: "
+               "no recommendation. ")
+              + f"{'Best' if o.recommended is not None else 'Default'} at batch {o.batch}: steps {b.steps}, "
+              f"topk {b.topk}, draft tokens {b.num_draft_tokens}: "
               f"{b.tokens_per_s:.1f} tok/s, speedup {b.speedup:.2f}x ({o.gain:.2f}x the default's "
               f"{d.tokens_per_s:.1f} tok/s).", "", f"`{b.sglang_flags()}`", "",
               f"Best with topk {o.best_measured_topk.topk}: steps {o.best_measured_topk.steps}, draft tokens "

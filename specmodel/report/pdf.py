@@ -84,8 +84,11 @@ def page_verdict(c: ReportContent) -> Any:
     fig.text(0.04, 0.745, _wrap(p.verdict_reason, 95), fontsize=10, va="top")
 
     figures = [
-        ("Predicted", f"{p.tokens_per_s:.1f} tok/s  (95% band {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"),
-        ("Baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"),
+        ("Predicted (total)", f"{p.tokens_per_s:.1f} tok/s ({p.tokens_per_s_per_request:.1f}/req; "
+                              f"95% {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"),
+        ("Baseline (total)", f"{p.baseline_tokens_per_s:.1f} tok/s ({p.baseline_tokens_per_s_per_request:.1f}/req)"),
+        ("Context", f"{p.context_tokens:.0f} KV tokens/request" + ("" if p.context_source == "requested"
+                                                                    else " (smallest measured)")),
         ("Speedup", f"{p.speedup:.2f}x"),
         ("Break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"
          + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
@@ -107,6 +110,11 @@ def page_verdict(c: ReportContent) -> Any:
     y -= 0.05
     fig.text(0.04, y, "Recommended configuration (model, page 6)", fontsize=12, weight="bold", va="top")
     recs = [opt.best] + ([opt.best_measured_topk] if opt.best_measured_topk.key != opt.best.key else [])
+    if opt.recommended is None:  # nothing measured here: no recommendation, say so instead of "best"
+        recs = []
+        y -= 0.032
+        fig.text(0.05, y, "none: no configuration has measured costs and acceptance at this batch and context",
+                 fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
     for i, b in enumerate(recs):
         y -= 0.032
         tag = ("best" if i == 0 else f"best with topk {b.topk} (as measured)") + ": "
@@ -115,8 +123,8 @@ def page_verdict(c: ReportContent) -> Any:
                                                                      if b.accept_extrapolated and b.topk > 1 else ""),
                  fontsize=9, va="top")
     y -= 0.032
-    lim = (f"speculation pays up to batch {opt.batch_limit} (best configuration per batch)"
-           if opt.batch_limit is not None else "speculation does not pay at any batch with any configuration")
+    lim = (f"speculation pays up to batch {opt.batch_limit} (best measured configuration per batch)"
+           if opt.batch_limit is not None else "speculation does not pay at any batch with any measured configuration")
     fig.text(0.05, y, lim, fontsize=9, va="top")
 
     ya = 0.70
@@ -325,7 +333,8 @@ def page_recommendation(c: ReportContent) -> Any:
     fig = _figure()
     b, d, m = o.best, o.default, o.best_measured_topk
     lines = [
-        f"Best at batch {o.batch}: steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> "
+        f"{'Best' if o.recommended is not None else 'Default (not measured here)'} at batch {o.batch}: "
+        f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> "
         f"{b.tokens_per_s:.1f} tok/s, speedup {b.speedup:.2f}x, E[A] {b.accept_tokens:.2f} "
         f"({o.gain:.2f}x the default's {d.tokens_per_s:.1f} tok/s)",
         f"    SGLang: {b.sglang_flags()}",
@@ -333,8 +342,8 @@ def page_recommendation(c: ReportContent) -> Any:
         f"{m.num_draft_tokens} -> {m.tokens_per_s:.1f} tok/s, speedup {m.speedup:.2f}x",
         f"Default: steps {d.steps}, topk {d.topk}, draft tokens {d.num_draft_tokens} -> {d.tokens_per_s:.1f} tok/s "
         f"(E[A] {d.accept_tokens:.2f} in the model)",
-        ("Batch limit: speculation pays (best configuration per batch) up to batch "
-         f"{o.batch_limit}; above it, switch speculation off" if o.batch_limit is not None
+        ("Batch limit: speculation pays (best measured configuration per batch) up to batch "
+         f"{o.batch_limit}; above it no measured configuration pays" if o.batch_limit is not None
          else "Batch limit: speculation does not pay at any batch swept; keep it off"),
     ]
     if o.recommended is None:
@@ -403,9 +412,10 @@ def page_context(c: ReportContent) -> Any:
              f"{', '.join(map(str, v.measured_contexts))} tokens of KV per request (shaded); red = extrapolated",
              fontsize=9, va="top")
     if len(v.measured_contexts) == 1:
-        fig.text(0.04, 0.875, "Only one context was measured: at every other context the costs are held at the measured "
-                 "ones (flat, extrapolated). Measure a context sweep (specmodel profile --contexts) or give "
-                 "--baseline-sweep with a context column.", fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
+        fig.text(0.04, 0.875, _wrap("Only one context was measured: at every other context the costs are held at the "
+                                    "measured ones (flat, extrapolated). Measure a context sweep (specmodel profile "
+                                    "--contexts) or give --baseline-sweep with a context column.", 160),
+                 fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
 
     def _panel(rect: tuple[float, float, float, float], series: list[tuple[str, list[float], str]], ylabel: str,
                hline: float | None = None) -> Any:
