@@ -197,3 +197,11 @@ def test_vllm_windows_carry_context_when_the_kv_size_is_logged(tmp_path: Path) -
     log.write_text("\n".join(lines[1:]) + "\n")
     r = run_cli("accept", str(log), "--json", cwd=tmp_path)
     assert [w["context_tokens"] for w in json.loads(r.stdout)["windows"]] == [None, None]
+
+
+def test_plan_rejects_a_bad_grid(tmp_path: Path) -> None:
+    for args, needle in ((("--batches", "0,4"), "--batches: every batch must be >= 1"),
+                         (("--contexts", "0,lots"), "--contexts: expected a token count")):
+        r = run_cli("plan", "--accept-len", "3", *args, cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().startswith("specmodel: error:") and needle in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1

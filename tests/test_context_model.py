@@ -196,3 +196,28 @@ def test_vllm_config_only_for_chains() -> None:
     tree = plan.cells[0].best_any
     if tree.topk > 1:
         assert vllm_speculative_config(tree, "EAGLE3") is None
+
+
+_row_st = st.tuples(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([0, 1024, 8192, 65536]),
+                    st.floats(1e-4, 1.0), st.floats(0.0, 1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(_row_st, min_size=1, max_size=20, unique_by=lambda r: (r[0], r[1])),
+       t=st.tuples(st.floats(0.5, 40), st.floats(0.5, 40)), ls=st.tuples(st.floats(0, 1e5), st.floats(0, 1e5)))
+def test_any_noisy_table_gives_a_surface_monotone_in_both_axes(rows: list[tuple[int, int, float, float]],
+                                                               t: tuple[float, float],
+                                                               ls: tuple[float, float]) -> None:
+    # measured medians in any order (noise can make a bigger forward look cheaper): the lookup
+    # must still never reward more tokens or more context
+    costs = tuple(CostRow(kind="decode", batch=b, tokens=b, context_tokens=L, total_s=s, allreduce_s=s * f,
+                          compute_s=s * (1 - f)) for b, L, s, f in rows)
+    p = Profile(name="noisy", source={}, tp=1, costs=costs)
+    (ta, tb), (la, lb) = sorted(t), sorted(ls)
+    lo = forward_cost(p, "decode", ta, la)
+    assert lo.total_s <= forward_cost(p, "decode", tb, la).total_s + 1e-12
+    assert lo.total_s <= forward_cost(p, "decode", ta, lb).total_s + 1e-12
+    assert lo.allreduce_s <= forward_cost(p, "decode", tb, lb).allreduce_s + 1e-12
+    measured_ctx = {r[1] for r in rows}
+    flagged = any(e.axis == "context" for e in lo.extrapolations)
+    assert flagged == (la < min(measured_ctx) or la > max(measured_ctx))
