@@ -154,6 +154,13 @@ def test_sglang_windows_carry_context_and_validate_uses_it(tmp_path: Path) -> No
     a = run_cli("accept", str(log), "--steps", "3", "--json", cwd=tmp_path)
     assert a.returncode == 0, a.stderr
     assert [w["context_tokens"] for w in json.loads(a.stdout)["windows"]] == [100.0, 32768.0, 100.0]
+    # against the shipped reference (measured at context 0 only) every window is out of range: counted
+    ref = run_cli("validate", "--json", str(log), "--steps", "3", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr
+    doc = json.loads(ref.stdout)
+    assert doc["summary"]["windows_extrapolated"] == doc["summary"]["windows_compared"] == 3
+    assert doc["summary"]["median_abs_error_measured_range"] is None
+    assert any("outside the profile's measured range (context)" in w for w in doc["warnings"])
     # with a context sweep behind it the 32K window is predicted at 32K: slower than the 100-token one
     prof = tmp_path / "profiles" / "ctx"
     prof.mkdir(parents=True)
@@ -174,6 +181,7 @@ def test_sglang_windows_carry_context_and_validate_uses_it(tmp_path: Path) -> No
     assert by_line[2]["context_tokens"] == 32768 and by_line[3]["context_tokens"] == 100
     assert by_line[2]["predicted_tokens_per_s"] < by_line[3]["predicted_tokens_per_s"]
     assert by_line[2]["extrapolated"] == [] and by_line[3]["extrapolated"] == []
+    assert json.loads(v.stdout)["summary"]["windows_extrapolated"] == 0
 
 
 def test_vllm_windows_carry_context_when_the_kv_size_is_logged(tmp_path: Path) -> None:

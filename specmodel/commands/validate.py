@@ -118,8 +118,11 @@ _EXTRAPOLATED = "extrapolated beyond the measured range"
 def summary(results: list[WindowResult]) -> dict[str, Any]:
     compared = [r for r in results if not r.calibration]
     errs = [r.error for r in compared]
+    inside = [abs(r.error) for r in compared if not r.extrapolated]
     return {
         "windows_compared": len(compared),
+        "windows_extrapolated": len(compared) - len(inside),
+        "median_abs_error_measured_range": statistics.median(inside) if inside else None,
         "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
         "mean_error": statistics.fmean(errs) if errs else None,
         "max_abs_error": max(abs(e) for e in errs) if errs else None,
