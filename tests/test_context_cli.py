@@ -107,6 +107,12 @@ def test_bad_context_flag(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.startswith("specmodel: error: --context:")
 
 
+def test_profile_and_sweep_together_is_an_error(tmp_path: Path, reference_profile: Path) -> None:
+    r = run_cli("predict", "--accept-len", "3", "--profile", str(reference_profile), "--baseline-sweep",
+                str(_sweep(tmp_path, GOOD)), cwd=tmp_path)
+    assert r.returncode == 2 and "either --profile or --baseline-sweep, not both" in r.stderr
+
+
 def test_plan_command_text_and_json(tmp_path: Path) -> None:
     # measured up to batch 64: verify (B x 4 tokens, decode stands in) is measured up to batch 16
     sweep = str(_sweep(tmp_path, GOOD + "64,0,2600\n64,32768,1500\n"))

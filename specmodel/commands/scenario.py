@@ -285,6 +285,9 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
         raise SpecmodelError(f"--tp: must be >= 1, got {tp}")
 
     plain = any(kw.get(k) is not None for k in ("baseline_tps", "verify_ms", "draft_ms", "overhead_ms"))
+    if kw.get("profile_path") and kw.get("baseline_sweep"):
+        # either one is the cost table; silently preferring one would misread the other
+        raise SpecmodelError("--baseline-sweep: give either --profile or --baseline-sweep, not both")
     profile: Profile | None
     if kw.get("profile_path"):
         path = resolve_profile_path(kw["profile_path"])
