@@ -287,3 +287,17 @@ def test_output_must_be_a_pdf_path(tmp_path: Path) -> None:
     _assert_usage_error(run_cli("report", "--accept-len", "2", "-o", str(tmp_path / "afile" / "r.pdf"), cwd=tmp_path),
                         "is a file")
     assert not (tmp_path / "reports").exists()
+
+
+def test_report_serve_plan_is_the_plan_command(measured_report: dict, tmp_path: Path) -> None:
+    """The plan in the report JSON equals `specmodel plan --json` for the same flags and grid."""
+    data = json.loads(measured_report["pdf"].with_suffix(".json").read_text())
+    plan = data["serve_plan"]
+    assert plan["batches"] == [1, 2, 4, 8] and plan["contexts"] == [0]
+    r = run_cli("plan", "--json", *measured_report["flags"], "--batches", "1,2,4,8", "--contexts", "0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    cmd = json.loads(r.stdout)
+    for a, b in zip(plan["cells"], cmd["cells"], strict=True):
+        assert (a["batch"], a["context_tokens"], a["action"]) == (b["batch"], b["context_tokens"], b["action"])
+        assert a["recommended"] == b["recommended"]
+        assert a["recommended"] is None or a["recommended"]["measured"]

@@ -22,6 +22,7 @@ from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
 from specmodel.model.costs import FALLBACK, measured_contexts
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
+from specmodel.model.serveplan import ServePlan, serve_plan
 from specmodel.model.whatif import (
     FitChoice,
     batch_sweep,
@@ -217,6 +218,7 @@ class ReportContent:
     drafter: DrafterView | None
     warnings: tuple[str, ...]
     context: ContextView | None = None
+    plan: ServePlan | None = None  # the serve plan over the swept batches x measured contexts (`specmodel plan`)
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -257,6 +259,9 @@ class ReportContent:
                 "best_any": cand(opt.best_any) if opt.best_any is not None else None,
             },
             "context": dataclasses.asdict(self.context) if self.context is not None else None,
+            "serve_plan": None if self.plan is None else {
+                "batches": list(self.plan.batches), "contexts": list(self.plan.contexts),
+                "algorithm": self.plan.algorithm, "cells": [cell.to_dict() for cell in self.plan.cells]},
             "drafter": None if self.drafter is None else {
                 "status": self.drafter.status,
                 "findings": [dataclasses.asdict(f) for f in self.drafter.findings],
@@ -468,7 +473,9 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         curve=_curve(p, dview.ceiling_tokens if dview else None), breakdown=_breakdown(p),
         allreduce=_allreduce(base, p, choice), whatifs=tuple(rows), batch_sweep=brows,
         stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings),
-        context=context_view(base, dist, spec, p))
+        context=context_view(base, dist, spec, p),
+        plan=serve_plan(base, model, batches=batches, default=spec,
+                        contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)})))
 
 
 def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction) -> ContextView:

@@ -91,6 +91,15 @@ def render_markdown(c: ReportContent) -> str:
                           f"{r.speedup:.2f}x", f"{r.break_even_accept_tokens:.2f}",
                           r.verdict + (f" (extrapolated: {'; '.join(r.extrapolated)})" if r.extrapolated else "")]
                          for r in v.rows])
+    if c.plan is not None:
+        lines += ["", "## Serve plan", "",
+                  "Best configuration per (batch, context) with measured costs and acceptance; `off` = none beats "
+                  "the baseline; `unmeasured` = outside the measured region (`specmodel plan` prints the flags).", ""]
+        lines += _table(["batch", "context", "action", "steps", "topk", "ndt", "tok/s", "speedup"],
+                        [[str(x.batch), str(x.context_tokens), x.action]
+                         + ([str(x.recommended.steps), str(x.recommended.topk), str(x.recommended.num_draft_tokens),
+                             f"{x.recommended.tokens_per_s:.1f}", f"{x.recommended.speedup:.2f}x"]
+                            if x.recommended is not None else ["-"] * 5) for x in c.plan.cells])
     if c.drafter is not None:
         dv = c.drafter
         lines += ["", f"## Drafter check: {dv.status}", ""]
