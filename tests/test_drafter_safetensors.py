@@ -196,3 +196,25 @@ def test_unreadable_headers(tmp_path: Path, blob: bytes, why: str) -> None:
         read_header(p)
     assert ei.match(why)
     assert "\n" not in str(ei.value)
+
+
+def test_dtypes_beyond_the_old_table_are_read(tmp_path: Path) -> None:
+    """C64 and the packed F4/F6 dtypes are valid safetensors (0.8): their headers are read, not refused."""
+    header = {"c": {"dtype": "C64", "shape": [2], "data_offsets": [0, 16]},
+              "f4": {"dtype": "F4", "shape": [4], "data_offsets": [16, 18]},
+              "f6": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [18, 21]},
+              "w": {"dtype": "F32", "shape": [2], "data_offsets": [21, 29]}}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    p = tmp_path / "model.safetensors"
+    p.write_bytes(_raw(h, b"\0" * 29))
+    got = {n: (t.dtype, t.shape) for n, t in read_header(p).items()}
+    assert got == {"c": ("C64", (2,)), "f4": ("F4", (4,)), "f6": ("F6_E2M3", (4,)), "w": ("F32", (2,))}
+
+
+def test_packed_dtype_off_a_byte_boundary_is_named(tmp_path: Path) -> None:
+    h = json.dumps({"w": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}).encode()
+    p = tmp_path / "model.safetensors"
+    p.write_bytes(_raw(h, b"\0" * 2))
+    with pytest.raises(SpecmodelError, match=r"tensor 'w'.*F4\[3\] is 12 bits"):
+        read_header(p)

@@ -3,9 +3,11 @@
 Format (https://github.com/huggingface/safetensors, "Format"): 8 bytes little-endian u64 N,
 then N bytes of UTF-8 JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 "__metadata__": {...}}``, then the raw byte buffer; offsets are relative to the buffer.
-The header is parsed here (not by the library) so a broken file gets a precise one-line
-error, and a multi-GB shard costs one small read. Tensors (``d2t``, ``t2d``) are then read
-with ``safetensors.safe_open(..., framework="numpy")``, which maps only that tensor.
+The header is read through the ``safetensors`` package (``safe_open(...).get_slice``: dtype and
+shape, nothing loaded), so every dtype the library knows is accepted (C64, the packed F4/F6, the
+FNUZ F8s). When the library refuses a file, the header is parsed here as well, only to name the
+field that is wrong in a precise one-line error. Tensors (``d2t``, ``t2d``) are read with
+``safe_open(..., framework="numpy")``, which maps only that tensor.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ import numpy as np
 
 from specmodel.errors import SpecmodelError
 
-#: bytes per element of each safetensors dtype (the spec's list; F4/F6 packed types omitted).
-DTYPE_BYTES: dict[str, int] = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
+#: bits per element of each safetensors dtype (safetensors 0.8 ``Dtype``; F4/F6 are packed),
+#: used only to word the error for a file the library refuses.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8,
+    "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32, "C64": 64,
+    "I64": 64, "U64": 64, "F64": 64,
 }
 INT_DTYPES = frozenset({"U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"})
-FLOAT_DTYPES = frozenset({"F8_E5M2", "F8_E4M3", "F8_E8M0", "F16", "BF16", "F32", "F64"})
+FLOAT_DTYPES = frozenset({"F4", "F6_E2M3", "F6_E3M2", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ",
+                          "F8_E5M2FNUZ", "F16", "BF16", "F32", "F64"})
 
 #: A header larger than this is not a real header (the spec caps it at 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -51,8 +56,30 @@ class TensorInfo:
 
 
 def read_header(path: str | Path) -> dict[str, TensorInfo]:
-    """Parse one file's header; any defect raises SpecmodelError naming the file and tensor."""
+    """Dtype and shape of every tensor in one file, via the safetensors library (nothing loaded).
+
+    Any defect raises SpecmodelError naming the file (and the tensor, where one is at fault).
+    """
+    from safetensors import SafetensorError, safe_open
+
     p = Path(path)
+    try:
+        with safe_open(str(p), framework="numpy") as fh:
+            out: dict[str, TensorInfo] = {}
+            for name in fh.keys():
+                sl = fh.get_slice(name)
+                out[name] = TensorInfo(name=name, dtype=str(sl.get_dtype()), shape=tuple(sl.get_shape()), file=p)
+            return out
+    except OSError as exc:
+        raise SpecmodelError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except (SafetensorError, ValueError, TypeError, OverflowError) as exc:
+        library = " ".join(str(exc).split())
+    _diagnose(p)  # raises with the precise field when our own parse finds it
+    raise SpecmodelError(f"{p}: unreadable safetensors header ({library})")
+
+
+def _diagnose(p: Path) -> None:
+    """Parse a refused file's header by hand to name what is wrong; returns if nothing is found."""
     try:
         size = p.stat().st_size
         with p.open("rb") as fh:
@@ -67,25 +94,22 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
         raise SpecmodelError(f"{p}: cannot read ({exc.strerror or exc})") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecmodelError(f"{p}: unreadable safetensors header (not JSON: {exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SpecmodelError(f"{p}: unreadable safetensors header (not JSON: {' '.join(str(exc).split())})") from None
     if not isinstance(header, dict):
         raise SpecmodelError(f"{p}: unreadable safetensors header (expected a JSON object)")
     buffer_len = size - 8 - n
-    out: dict[str, TensorInfo] = {}
     for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        out[name] = _tensor_info(p, name, entry, buffer_len)
-    return out
+        if name != "__metadata__":
+            _check_entry(p, name, entry, buffer_len)
 
 
-def _tensor_info(p: Path, name: str, entry: Any, buffer_len: int) -> TensorInfo:
+def _check_entry(p: Path, name: str, entry: Any, buffer_len: int) -> None:
     where = f"{p}: unreadable safetensors header: tensor {name!r}"
     if not isinstance(entry, dict):
         raise SpecmodelError(f"{where}: expected an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BYTES:
+    if dtype not in DTYPE_BITS:
         raise SpecmodelError(f"{where}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise SpecmodelError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
@@ -93,12 +117,13 @@ def _tensor_info(p: Path, name: str, entry: Any, buffer_len: int) -> TensorInfo:
             or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
         raise SpecmodelError(f"{where}: data_offsets must be [begin, end], got {offsets!r}")
     begin, end = offsets
-    want = math.prod(shape) * DTYPE_BYTES[dtype]
+    bits = math.prod(shape) * DTYPE_BITS[dtype]
     if not 0 <= begin <= end <= buffer_len:
         raise SpecmodelError(f"{where}: data_offsets {offsets} outside the {buffer_len}-byte data section (truncated file?)")
-    if end - begin != want:
-        raise SpecmodelError(f"{where}: data_offsets span {end - begin} bytes, {dtype}{shape} needs {want}")
-    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), file=p)
+    if bits % 8:
+        raise SpecmodelError(f"{where}: {dtype}{shape} is {bits} bits, not a whole number of bytes")
+    if end - begin != bits // 8:
+        raise SpecmodelError(f"{where}: data_offsets span {end - begin} bytes, {dtype}{shape} needs {bits // 8}")
 
 
 def read_checkpoint_headers(directory: str | Path) -> dict[str, TensorInfo]:
