@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -38,3 +39,14 @@ def cli():
 @pytest.fixture
 def reference_profile() -> Path:
     return REFERENCE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``torch`` skip, with the reason, only where torch is missing (the profiler's
+    extra); a module-level importorskip would hide that module's torch-free tests as well."""
+    if importlib.util.find_spec("torch") is not None:
+        return
+    skip = pytest.mark.skip(reason="needs torch (the `profile` extra: pip install -e '.[profile]')")
+    for item in items:
+        if "torch" in item.keywords:
+            item.add_marker(skip)

@@ -139,13 +139,13 @@ def test_sweep_points_and_plan_roundtrip(tmp_path):
     assert isinstance(back.points[0], Point)
 
 
-torch = pytest.importorskip("torch")
-
-
+@pytest.mark.torch
 @pytest.mark.parametrize("preset", ["kimi-k2.5", "llama-3.1-8b", "qwen3-235b-a22b", "qwen3-32b"])
 @pytest.mark.parametrize("tp", [2, 8])
 def test_collectives_per_forward_match_the_architecture(preset, tp):
     """Target: 2L+1 all-reduces of tokens*hidden*4 B and 1 logits all-gather; drafter: 3 + 1."""
+    import torch
+
     from specmodel.profile.models import Drafter, TargetModel
     from specmodel.profile.tp import RecordingComm
 

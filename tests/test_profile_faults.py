@@ -17,7 +17,7 @@ import pytest
 from specmodel.schema.profile import CostRow, Profile, save_profile
 from tests.conftest import DATA, run_cli, specmodel_exe
 
-pytest.importorskip("torch")
+pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not
 
 TINY = ["--batches", "1,2", "--verify-tokens", "4", "--warmup", "1", "--repeats", "2", "--layers", "1",
         "--allreduce-sizes", "none"]
