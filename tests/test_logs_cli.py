@@ -7,6 +7,7 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
+SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 VNEW = str(DATA / "logs_vllm_new" / "server.log")
 VOLD = str(DATA / "logs_vllm_old" / "server.log")
 VK5 = str(DATA / "logs_vllm_k5" / "server.log")
@@ -54,8 +55,9 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, tmp_path):
     out.write_text("previous result\n")
     for args, msg in (
         ((UNRELATED, "--steps", "3"), "unrelated.log: no SGLang 'Decode batch' lines"),
-        ((SG055,), "pass --steps"),
-        ((SG055, "--steps", "2"), "exceeds steps + 1 = 3"),
+        ((SG055_NOARGS,), "pass --steps"),
+        ((SG055_NOARGS, "--steps", "2"), "exceeds steps + 1 = 3"),
+        ((SG055, "--steps", "2"), "--steps 2 contradicts the log: the server ran with 3"),
         ((VOLD,), "--num-spec-tokens"),
         ((SG055, UNRELATED, "--steps", "3"), "unrelated.log"),
         ((str(tmp_path / "missing.log"),), "missing.log: file not found"),

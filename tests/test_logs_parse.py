@@ -25,6 +25,7 @@ from specmodel.trace.logs import (
 
 DATA = Path(__file__).resolve().parent / "data"
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
+SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 SG0523 = str(DATA / "logs_sglang_0523" / "server.log")
 HYBRID = str(DATA / "logs_sglang_hybrid" / "server.log")
 VNEW = str(DATA / "logs_vllm_new" / "server.log")
@@ -82,9 +83,9 @@ def test_sglang_hybrid_full_token_pool():
 
 def test_sglang_needs_steps_and_rejects_means_above_steps_plus_one():
     with pytest.raises(SpecmodelError, match="--steps"):
-        summarize([SG055], None)
+        summarize([SG055_NOARGS], None)
     with pytest.raises(SpecmodelError, match=r"exceeds steps \+ 1 = 3.*--steps"):
-        accept_dist_from_logs([SG055], max_tokens=3)
+        accept_dist_from_logs([SG055_NOARGS], max_tokens=3)
 
 
 def test_sglang_without_speculation_has_no_accept_length():
@@ -196,8 +197,15 @@ def test_saved_distribution_round_trips(tmp_path):
     dist, rates = accept_dist_from_logs([str(out)], max_tokens=4)
     assert dist.probs == pytest.approx(s.dist.probs) and dist.samples == s.dist.samples
     assert rates == pytest.approx(s.rates)
-    bigger, _ = accept_dist_from_logs([str(out)], max_tokens=6)
-    assert bigger.mean_tokens == pytest.approx(s.dist.mean_tokens) and bigger.probs[4:] == (0.0, 0.0)
+    # more steps than measured: docs/logs.md's rule, the last conditional rate carries on (not zeros)
+    big = summarize([str(out)], 6)
+    r = list(s.rates or ())
+    c = r[-1] / r[-2]
+    want = r + [r[-1] * c, r[-1] * c * c]
+    assert big.rates == pytest.approx(want, rel=1e-9)
+    assert big.dist.mean_tokens == pytest.approx(1 + sum(want), rel=1e-9)
+    assert big.dist.mean_tokens > s.dist.mean_tokens and all(p > 0 for p in big.dist.probs[4:])
+    assert any("extended to steps = 5 with the last observed conditional acceptance rate" in n for n in big.notes)
     with pytest.raises(SpecmodelError, match="--steps is 2"):
         accept_dist_from_logs([str(out)], max_tokens=3)
     doc["schema_version"] = 99

@@ -6,6 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
+from specmodel.model.allreduce import allreduce_s
 from specmodel.schema.profile import load_profile
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -38,8 +41,14 @@ def test_fit_into_a_profile_copy(cli, tmp_path, reference_profile):
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
     prof = load_profile(out)
     ref = load_profile(reference_profile)
-    assert prof.costs == ref.costs and prof.allreduce_fit is not None
+    assert prof.allreduce_fit is not None
     assert prof.allreduce_fit.to_dict() == json.loads(r.stdout)["allreduce_fit"]
+    # every all-reduce re-costed with the measured fit at its message size (issue 13); the rest as it was
+    for new, old in zip(prof.costs, ref.costs, strict=True):
+        assert (new.compute_s, new.other_s, new.n_allreduce) == (old.compute_s, old.other_s, old.n_allreduce)
+        want = old.n_allreduce * allreduce_s(old.allreduce_msg_bytes, 8, prof.allreduce_fit) + old.skew_s
+        assert new.allreduce_s == pytest.approx(want, rel=1e-9)
+    assert prof.source["kind"] == "derived" and prof.name == "box"
     assert [p.msg_bytes for p in prof.allreduce_points][:2] == [1024, 2048]
     assert "nccl-tests" in prof.source["allreduce_from"]
 

@@ -96,7 +96,7 @@ def test_measured_profile_in_cwd_is_picked_up(tmp_path):
     (dst / "profile.json").write_text(json.dumps(data))
     r = run_cli("predict", "--accept-len", "3.2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "newest measured profile profiles/mine" in r.stdout
+    assert r.stdout.splitlines()[0].startswith("note: using your measured profile profiles/mine")
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -14,6 +14,7 @@ from specmodel.schema.profile import load_profile
 
 DATA = Path(__file__).resolve().parent / "data"
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
+SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 BENCH = str(DATA / "logs_bench_speculative" / "output.jsonl")
 UNRELATED = str(DATA / "logs_malformed" / "unrelated.log")
 
@@ -67,7 +68,8 @@ def test_bench_rows_use_their_own_spec_and_baseline(cli, reference_profile):
 def test_bad_inputs(cli, reference_profile, tmp_path):
     for args, msg in (
         ((UNRELATED,), "unrelated.log: no SGLang 'Decode batch' lines"),
-        ((SG055, "--steps", "1"), "exceeds steps + 1 = 2"),
+        ((SG055, "--steps", "1"), "--steps 1 contradicts the log: the server ran with 3"),
+        ((SG055_NOARGS, "--steps", "1"), "exceeds steps + 1 = 2"),
         ((str(tmp_path / "none.log"),), "none.log: file not found"),
         ((), "give at least one server log"),
     ):

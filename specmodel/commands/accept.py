@@ -23,6 +23,8 @@ def format_summary(s: AcceptSummary) -> str:
     for f in s.files:
         skipped = "".join(f", {n} skipped ({why})" for why, n in sorted(f.skipped.items()))
         lines.append(f"file         {f.path}: {f.description}, {f.lines_matched} of {f.lines_read} lines matched{skipped}")
+    if s.config is not None:
+        lines.append(f"server       {s.config.engine}: {s.config.describe()}")
     d = s.dist
     lines.append(f"accept len   {d.mean_tokens:.3f} tokens/step incl. bonus (= {d.mean_tokens - 1:.3f} accepted drafts), "
                  f"std {d.std_tokens:.2f}, steps {d.max_tokens - 1}, samples {d.samples}, windows {s.windows_used}")
@@ -51,19 +53,21 @@ def format_summary(s: AcceptSummary) -> str:
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--steps", type=int, default=None,
               help="Draft depth the server ran with (--speculative-num-steps / num_speculative_tokens); "
-                   "inferred from vLLM per-position rates and bench_speculative rows, required for SGLang logs.")
+                   "default: the log's own server_args / speculative_config, vLLM per-position rates or "
+                   "bench_speculative rows. A value that contradicts the log is an error.")
 @click.option("--num-spec-tokens", type=int, default=None,
               help="vLLM num_speculative_tokens, needed for old vLLM logs that print only the acceptance rate.")
-@click.option("--decode-log-interval", type=int, default=DEFAULT_DECODE_LOG_INTERVAL, show_default=True,
-              help="SGLang --decode-log-interval (decode batches per logged window), for the sample count.")
+@click.option("--decode-log-interval", type=int, default=None,
+              help="SGLang --decode-log-interval (decode batches per logged window), for the sample count "
+                   f"(default: the log's server_args, else {DEFAULT_DECODE_LOG_INTERVAL}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Write the distribution as schema-versioned JSON (feed it back with predict --accept-log FILE).")
-def accept_cmd(files: tuple[str, ...], steps: int | None, num_spec_tokens: int | None, decode_log_interval: int,
+def accept_cmd(files: tuple[str, ...], steps: int | None, num_spec_tokens: int | None, decode_log_interval: int | None,
                as_json: bool, output: str | None, **_: Any) -> None:
     """Accept-length distribution and observed tok/s from SGLang/vLLM logs or bench_speculative JSONL.
 
-    Example: specmodel accept server.log --steps 3 -o accept.json
+    Example: specmodel accept server.log -o accept.json
     """
     if not files:
         raise SpecmodelError("give at least one log file (SGLang/vLLM server log or bench_speculative JSONL)")

@@ -12,7 +12,7 @@ import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json
-from specmodel.model.allreduce import allreduce_s, fit_alpha_beta
+from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
 from specmodel.schema.profile import AllReducePoint, load_profile, resolve_profile_path, save_profile
 from specmodel.trace.nccl_tests import (
     NcclRun,
@@ -90,11 +90,23 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         if output is None:
             raise SpecmodelError("-o: required with --profile (the input profile is never modified in place)")
         keep = tuple(p for p in prof.allreduce_points if p.tp != tp)
+        files_txt = ", ".join(r.path for r in runs)
         src = dict(prof.source)
-        src["allreduce_from"] = f"nccl-tests {', '.join(r.path for r in runs)}"
-        new = dataclasses.replace(prof, allreduce_points=keep + points, allreduce_fit=fit, source=src)
-        if prof.tp != tp:
-            profile_note = f"profile {prof.name} is TP {prof.tp}; the fit is at TP {tp} (used for TP what-ifs)"
+        src["allreduce_from"] = f"nccl-tests {files_txt}"
+        rows = prof.costs
+        if prof.tp == tp:
+            # the measured fit re-costs every all-reduce of the profile, so predictions change with it
+            rows, changed = recost_rows(prof.costs, tp, fit)
+            profile_note = f"re-costed the all-reduce of {changed} of {len(rows)} cost rows with the fit (skew kept)"
+            src["derived_from"] = [f"profile {prof.name} ({prof.source_kind})", f"nccl-tests {files_txt}"]
+            src["description"] = (f"derived from profile {prof.name} ({prof.label}) and nccl-tests {files_txt} "
+                                  "(all-reduce re-costed with the measured fit)")
+            src["kind"] = "derived"
+        else:
+            profile_note = f"profile {prof.name} is TP {prof.tp}; the fit is at TP {tp} (used for TP what-ifs only)"
+        out_name = Path(output).parent.name if Path(output).suffix == ".json" else Path(output).name
+        new = dataclasses.replace(prof, allreduce_points=keep + points, allreduce_fit=fit, source=src, costs=rows,
+                                  name=out_name or f"{prof.name}+nccl-tests")
         written = save_profile(new, output)
         if written.resolve() == resolve_profile_path(profile_path).resolve():
             profile_note = (profile_note + "; " if profile_note else "") + "updated the profile in place (as asked by -o)"

@@ -26,7 +26,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     for n in notes:
         lines.append(f"note: {n}")
     lines.append(f"profile      {p.profile_name} ({p.profile_source_kind}) {p.profile_path}")
-    lines.append(f"config       TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
+    lines.append(f"config       {p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
                  f"draft tokens {p.num_draft_tokens}")
     lines.append(f"context      {p.context_tokens:.0f} tokens of KV per request ({p.context_source})")
     lines.append(f"accept len   {p.accept_mean_tokens:.2f} tokens/step incl. bonus "
@@ -37,20 +37,25 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"cycle        {_ms(p.cycle_s)}")
     lines.append(f"  verify     {_ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {_ms(p.verify_allreduce_s)}, "
                  f"compute {_ms(p.verify_compute_s)}, other {_ms(p.verify_other_s)}")
-    lines.append(f"  draft      {_ms(p.draft_s):>10}  ({p.steps} steps x {_ms(p.draft_step_s)})  "
+    lines.append(f"  draft      {_ms(p.draft_s):>10}  ({p.draft_parts})  "
                  f"all-reduce {_ms(p.draft_allreduce_s)}")
     cal = f"  (calibration added {_ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
     lines.append(f"  overhead   {_ms(p.overhead_s):>10}{cal}")
     lines.append(f"  all-reduce {_ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
-                 f"(95% band over {p.generation_tokens} tokens: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
+                 f"(95% band {p.band_label}: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
                  f"total)  speedup {p.speedup:.2f}x")
     be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
     p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
     lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
                  f"({p.break_even_accept_tokens - 1:.2f} drafts){be_note}")
     lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
-    lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1) = {p.p_speedup_gt_1:.2f}")
+    lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1, {p.band_label}) = {p.p_text}")
+    if len({o for _, o in p.cost_sources}) == 1:
+        lines.append(f"costs from   all: {p.cost_sources[0][1]}")
+    else:
+        for i, (what, origin) in enumerate(p.cost_sources):
+            lines.append(f"{'costs from' if i == 0 else '':<12} {what + ':':<11} {origin}")
     for w in p.warnings:
         lines.append(f"warning: {w}")
     lines.append(f"verdict      {p.verdict_label}: {p.verdict_reason}")

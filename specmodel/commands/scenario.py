@@ -30,23 +30,32 @@ def reference_profile_path() -> Path:
 
 
 def find_default_profile() -> tuple[Path, str]:
-    """The newest measured/ingested profile under ./profiles, else the shipped reference.
+    """The one measured/ingested profile under ./profiles, else the shipped reference.
 
+    Deterministic: with more than one candidate the user must choose (an ``ingest`` or
+    ``profile`` run in the same folder must not silently change what a bare command uses).
     Returns (path, note) where the note tells the user which one and why.
     """
-    candidates: list[tuple[float, Path]] = []
+    candidates: list[Path] = []
+    kinds: dict[Path, str] = {}
     if PROFILES_DIR.is_dir():
-        for pj in PROFILES_DIR.glob("*/profile.json"):
+        for pj in sorted(PROFILES_DIR.glob("*/profile.json")):
             try:
                 with pj.open() as fh:
                     kind = (json.load(fh).get("source") or {}).get("kind")
             except (OSError, ValueError, AttributeError):
                 continue
-            if kind in ("measured", "ingested"):
-                candidates.append((pj.stat().st_mtime, pj))
+            if kind in ("measured", "ingested", "derived"):
+                candidates.append(pj)
+                kinds[pj] = str(kind)
+    if len(candidates) > 1:
+        names = ", ".join(str(c.parent) for c in candidates)
+        raise SpecmodelError(f"--profile: {len(candidates)} measured profiles under {PROFILES_DIR}/ ({names}); "
+                             "pass --profile to choose one")
     if candidates:
-        path = max(candidates)[1]
-        return path, f"using your newest measured profile {path.parent} (pass --profile to choose)"
+        path = candidates[0]
+        return path, (f"using your {kinds[path]} profile {path.parent} (the only measured, ingested or derived "
+                      f"profile under {PROFILES_DIR}/; pass --profile to choose)")
     return reference_profile_path(), (
         "using the shipped reference profile (derived from a published write-up, not measured by this tool); "
         "run `specmodel profile --tp N` to measure your own"
@@ -143,6 +152,16 @@ def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: flo
                    other_s=max(total_s - ar - comp, 0.0), context_tokens=context_tokens)
 
 
+def _with_origins(profile: Profile, origins: dict[str, str], **extra: Any) -> Profile:
+    """``profile`` with ``source.cost_origin`` extended by ``origins`` (read by the prediction's provenance)."""
+    src = dict(profile.source)
+    merged = dict(src.get("cost_origin") or {})
+    merged.update(origins)
+    src["cost_origin"] = merged
+    src.update(extra)
+    return replace(profile, source=src)
+
+
 def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: int | None,
                   baseline_tps: float | None, verify_ms: float | None, draft_ms: float | None,
                   overhead_ms: float | None, allreduce_frac: float | None, context_tokens: int = 0) -> Profile:
@@ -151,7 +170,8 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     ``--baseline-tps`` is the total throughput over the ``--batch`` requests (decode step = batch / tps);
     every number is taken to be measured at ``context_tokens`` (``--context``, default 0);
     ``--verify-ms`` one verify forward; ``--draft-ms`` one drafter forward (run ``--steps``
-    times per cycle); ``--overhead-ms`` the per-cycle overhead.
+    times per cycle); ``--overhead-ms`` the per-cycle overhead. Every replaced cost is
+    recorded in ``source.cost_origin`` so the output says it came from the user's flag.
     """
     if profile is None:
         if baseline_tps is None:
@@ -160,6 +180,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
             raise SpecmodelError("--verify-ms: required when no --profile is given with plain numbers")
     rows = list(profile.costs) if profile is not None else []
     like = profile
+    origins: dict[str, str] = {}
 
     def put(kind: str, tokens: int, total_s: float, frac: float | None) -> None:
         nonlocal rows
@@ -169,15 +190,27 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
     if baseline_tps is not None:
         put("decode", batch, batch / baseline_tps, allreduce_frac)
+        origins["decode"] = f"your flag --baseline-tps {baseline_tps:g} (at batch {batch})"
     if verify_ms is not None:
         put("verify", batch * spec.num_draft_tokens, verify_ms / 1e3, allreduce_frac)
+        origins["verify"] = f"your flag --verify-ms {verify_ms:g}"
     if draft_ms is not None:
         put("draft", batch * spec.topk, draft_ms / 1e3, None)
         rows = [r for r in rows if r.kind != "draft_extend"]
+        origins["draft"] = f"your flag --draft-ms {draft_ms:g} (x {spec.steps} steps)"
+    if overhead_ms is not None:
+        origins["overhead"] = f"your flag --overhead-ms {overhead_ms:g}"
+    if allreduce_frac is not None:
+        origins["allreduce"] = f"your flag --allreduce-frac {allreduce_frac:g} (of baseline and verify)"
+    elif profile is None:
+        origins["allreduce"] = "unknown: not split (pass --allreduce-frac)"
+    elif baseline_tps is not None or verify_ms is not None:
+        origins["allreduce"] = f"your costs split like {profile.name}'s rows (pass --allreduce-frac to set it)"
     if profile is None:
-        return Profile(name="command-line", source={"kind": "numbers", "description": "plain numbers from the command line"},
+        base = Profile(name="command-line", source={"kind": "numbers", "description": "plain numbers from the command line"},
                        tp=tp or 1, costs=tuple(rows), spec=spec,
                        overhead_s=(overhead_ms or 0.0) / 1e3, path="(command line)")
+        return _with_origins(base, origins, tp_known=tp is not None)
     new = profile.with_costs(rows)
     if overhead_ms is not None:
         new = replace(new, overhead_s=overhead_ms / 1e3)
@@ -185,14 +218,55 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
         src = dict(new.source)
         src["description"] = f"{profile.label}; with command-line overrides"
         new = replace(new, source=src)
-    return new
+    return _with_origins(new, origins)
+
+
+def apply_allreduce_fit(profile: Profile, fit_path: str, notes: list[str]) -> Profile:
+    """The profile with every all-reduce re-costed by a measured nccl-tests fit (``--allreduce-fit``)."""
+    from specmodel.model.allreduce import recost_rows
+    from specmodel.trace.nccl_tests import load_fit_document
+
+    fit, points = load_fit_document(fit_path)
+    try:
+        rows, changed = recost_rows(profile.costs, profile.tp, fit)
+    except SpecmodelError as exc:
+        raise SpecmodelError(f"--allreduce-fit {fit_path}: {exc}") from None
+    if changed == 0:
+        raise SpecmodelError(f"--allreduce-fit {fit_path}: profile {profile.name} has no cost rows with all-reduce call "
+                             "counts and message sizes to re-cost")
+    keep = tuple(p for p in profile.allreduce_points if p.tp != fit.tp)
+    new = replace(profile.with_costs(rows), allreduce_fit=fit, allreduce_points=keep + points)
+    before = min(profile.rows("decode"), key=lambda r: r.tokens)
+    after = min(new.rows("decode"), key=lambda r: r.tokens)
+    notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, alpha "
+                 f"{fit.alpha_s * 1e6:.2f} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s ({fit.algorithm}, TP {fit.tp}); "
+                 f"decode at {before.tokens} tokens: all-reduce {before.allreduce_s * 1e3:.2f} ms in the profile -> "
+                 f"{after.allreduce_s * 1e3:.2f} ms (waiting/skew kept: {after.skew_s * 1e3:.2f} ms)")
+    return _with_origins(new, {"allreduce": f"nccl-tests fit {fit_path} at each row's message size "
+                                            f"(+ waiting/skew as measured in {profile.name})"})
+
+
+def _missing_plain_pieces(kw: dict[str, Any], sweep: bool) -> None:
+    """Plain-number input never silently borrows another box's costs: name the flag to pass."""
+    missing = []
+    if not sweep and kw.get("baseline_tps") is None:
+        missing.append("--baseline-tps (baseline tok/s at --batch)")
+    if not sweep and kw.get("verify_ms") is None:
+        missing.append("--verify-ms (one verify forward)")
+    if kw.get("draft_ms") is None and not kw.get("calibrate"):
+        missing.append("--draft-ms (one draft step; or --calibrate with an observed point)")
+    if missing:
+        given = "--baseline-sweep" if sweep else "plain numbers"
+        raise SpecmodelError(f"{given} without a profile: missing {', '.join(missing)}; pass them, or "
+                             "--profile P to take the missing costs from that profile explicitly")
 
 
 def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Attach the shared flags (profile, accept-length source, operating point) to a command."""
     opts = [
         click.option("--profile", "profile_path", type=click.Path(), default=None,
-                     help="profile.json or its directory (default: newest measured under ./profiles, else the shipped reference)."),
+                     help="profile.json or its directory (default: the one measured profile under ./profiles, else the shipped "
+                          "reference; several measured ones: choose)."),
         click.option("--accept-len", type=float, default=None,
                      help="Mean accept length per verify step (see --accept-convention)."),
         click.option("--accept-convention", type=click.Choice(["tokens", "drafts"]), default="tokens", show_default=True,
@@ -229,6 +303,9 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="One observed speculative point BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S (or BATCH,ACCEPT_LEN,"
                           "TOKENS_PER_S at --context); accept in tokens incl. bonus, tok/s the TOTAL over BATCH requests. "
                           "The unseen per-cycle cost found there is carried, constant, to every other batch and context."),
+        click.option("--allreduce-fit", type=click.Path(), default=None,
+                     help="specmodel.allreduce_fit JSON from `specmodel nccl-tests -o`: re-cost every all-reduce of the "
+                          "profile with it (per call at the row's message size; waiting/skew kept as measured)."),
         click.option("--gen-tokens", type=int, default=256, show_default=True,
                      help="Generation length per request for the tok/s band and P(speedup > 1)."),
     ]
@@ -239,7 +316,8 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 SCENARIO_KEYS = ("profile_path", "accept_len", "accept_convention", "accept_shape", "accept_hist", "per_position",
                  "alpha", "accept_logs", "batch", "context", "steps", "topk", "num_draft_tokens", "baseline_tps", "verify_ms",
-                 "draft_ms", "overhead_ms", "allreduce_frac", "tp", "baseline_sweep", "calibrate", "gen_tokens")
+                 "draft_ms", "overhead_ms", "allreduce_frac", "tp", "baseline_sweep", "calibrate", "gen_tokens",
+                 "allreduce_fit")
 
 
 def pop_scenario(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -296,9 +374,14 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
     elif kw.get("baseline_sweep"):
         from specmodel.trace.sweep import sweep_profile
 
+        _missing_plain_pieces(kw, sweep=True)
         profile = sweep_profile(kw["baseline_sweep"], tp or 1)
+        profile = _with_origins(profile, {"decode": f"your sweep {kw['baseline_sweep']}",
+                                          "allreduce": "unknown: a throughput sweep has no all-reduce split"},
+                                tp_known=tp is not None)
         notes.append(f"profile from {profile.label}")
-    elif plain and kw.get("baseline_tps") is not None and kw.get("verify_ms") is not None:
+    elif plain:
+        _missing_plain_pieces(kw, sweep=False)
         profile = None
         notes.append("profile from plain numbers on the command line")
     else:
@@ -308,6 +391,8 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
     if profile is not None and tp is not None and tp != profile.tp:
         raise SpecmodelError(f"--tp: profile {profile.name} was measured at TP {profile.tp}; "
                              "predicting another TP degree is a what-if (see `specmodel report`)")
+    if kw.get("accept_logs"):
+        _steps_from_logs(kw, profile, notes)
     base_spec = profile.spec if profile is not None else SpecConfig()
     spec = _resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
     context = parse_tokens(kw["context"], "--context") if kw.get("context") is not None else None
@@ -317,10 +402,12 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
                                 overhead_ms=kw.get("overhead_ms"), allreduce_frac=kw.get("allreduce_frac"),
                                 context_tokens=context or 0)
     assert profile is not None
+    if kw.get("allreduce_fit"):
+        profile = apply_allreduce_fit(profile, kw["allreduce_fit"], notes)
     if profile.spec != spec:
         profile = replace(profile, spec=spec)
 
-    dist, per_pos = resolve_accept(spec=spec, require=require_accept, **kw)
+    dist, per_pos = resolve_accept(spec=spec, require=require_accept, notes=notes, **kw)
     obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
                     notes=tuple(notes), per_position=per_pos, context_tokens=context)
@@ -352,8 +439,25 @@ def parse_token_list(text: str, flag: str) -> list[int]:
     return vals
 
 
-def resolve_accept(*, spec: SpecConfig, require: bool = True, **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
-    """Exactly one accept-length source → AcceptDist on 1..steps+1."""
+def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[str]) -> None:
+    """--steps/--topk/--num-draft-tokens from the server's logged configuration (a flag that
+    contradicts the log is an error showing both); says where they came from."""
+    from specmodel.trace.logs import check_flag_against_log, config_of_logs
+
+    cfg = config_of_logs(list(kw["accept_logs"]))
+    if cfg is None:
+        return
+    for flag, key in (("--steps", "steps"), ("--topk", "topk"), ("--num-draft-tokens", "num_draft_tokens")):
+        kw[key] = check_flag_against_log(flag, kw.get(key), getattr(cfg, key), cfg)
+    notes.append(f"server configuration from the log: {cfg.describe()}")
+    if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
+        notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
+                     "its acceptance is used with this profile's costs")
+
+
+def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] | None = None,
+                   **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+    """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``)."""
     conv = kw.get("accept_convention") or "tokens"
     given = [n for n in ("accept_len", "accept_hist", "per_position", "alpha", "accept_logs") if kw.get(n)
              not in (None, (), [])]
@@ -375,15 +479,28 @@ def resolve_accept(*, spec: SpecConfig, require: bool = True, **kw: Any) -> tupl
     if src == "per_position":
         rates = _parse_float_list(kw["per_position"], "--per-position")
         if len(rates) > spec.steps:
-            raise SpecmodelError(f"--per-position: {len(rates)} rates but --steps is {spec.steps}")
+            raise SpecmodelError(f"--per-position: {len(rates)} rates but steps is {spec.steps}; pass --steps {len(rates)}")
+        if len(rates) < spec.steps:
+            if kw.get("steps") is None:
+                # a draft position with no rate would be paid for and never accepted: ask
+                raise SpecmodelError(
+                    f"--per-position: {len(rates)} rates but steps is {spec.steps} (the profile's); pass --steps "
+                    f"{len(rates)} to match, or --steps {spec.steps} explicitly to extend with the last conditional rate")
+            dist = acc.resize(acc.from_per_position(rates), k)
+            if notes is not None:
+                notes.append(f"--per-position: {len(rates)} rates extended to --steps {spec.steps} with the last "
+                             "conditional acceptance rate (an assumption)")
+            return dist, tuple(dist.per_position_rates())
         return acc.from_per_position(rates, max_tokens=k), tuple(rates)
     if src == "alpha":
         return acc.from_chain(kw["alpha"], spec.steps, source=f"chain alpha {kw['alpha']:g}"), None
     # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
-    from specmodel.trace.logs import accept_dist_from_logs
+    from specmodel.trace.logs import summarize
 
-    dist, log_rates = accept_dist_from_logs(list(kw["accept_logs"]), max_tokens=k)
-    return dist, log_rates
+    s = summarize(list(kw["accept_logs"]), k)
+    if notes is not None:
+        notes.extend(s.notes)
+    return s.dist, s.rates
 
 
 def with_scenario(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -118,8 +118,14 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
                              "specmodel sglang -- python -m sglang.launch_server --model-path ...")
     rc = launch(command, out_dir)
     files, lines = _count_lines(out_dir)
+    if lines:
+        nxt = f"next: specmodel sglang --summarize {out_dir} -o profiles/<name>"
+    else:
+        # nothing to summarize: point at why, not at a step that would fail
+        nxt = ("nothing to summarize: no forward was recorded (did the hook load? is the server command "
+               "`python -m sglang.launch_server …`, and did it serve a request before exiting?)")
     click.echo(f"specmodel sglang: server exited with status {rc}; {lines} forwards in {files} rank file(s) "
-               f"under {out_dir}; next: specmodel sglang --summarize {out_dir} -o profiles/<name>", err=True)
+               f"under {out_dir}; {nxt}", err=True)
     ctx.exit(rc)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.logs import DecodeWindow, parse_log
+from specmodel.trace.logs import DecodeWindow, EngineConfig, check_flag_against_log, logged_config, parse_log
 
 _SLACK = 0.0051  # logged means carry 2 decimals
 
@@ -129,10 +130,32 @@ def summary(results: list[WindowResult]) -> dict[str, Any]:
     }
 
 
+def _model_key(name: str) -> str:
+    """``moonshotai/Kimi-K2.5`` → ``kimik25``: the model's own name, org and punctuation dropped."""
+    return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+
+
+def check_log_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
+    """Comparing a log with a profile of another model or TP degree validates nothing: refuse.
+
+    TP must be equal; the model names must match once org prefix, case and punctuation are
+    dropped (one may extend the other: ``Kimi-K2.5`` vs ``Kimi-K2.5 INT4``).
+    """
+    if cfg.tp is not None and cfg.tp != profile.tp:
+        raise SpecmodelError(f"{cfg.where}: the server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}; "
+                             "validate against a profile of the same box and TP degree")
+    pname = str(profile.model.get("name") or "")
+    if cfg.model and pname:
+        a, b = _model_key(cfg.model), _model_key(pname)
+        if a and b and a not in b and b not in a:
+            raise SpecmodelError(f"{cfg.where}: the server ran model {cfg.model!r} but profile {profile.name} is "
+                                 f"{pname!r}; validate against a profile of the same model")
+
+
 @click.command("validate")
 @click.argument("logs", nargs=-1, type=click.Path())
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
-              help="profile.json or its directory (default: newest measured under ./profiles, else the shipped reference).")
+              help="profile.json or its directory (default: the one measured profile under ./profiles, else the shipped reference).")
 @click.option("--steps", type=int, default=None, help="Draft depth the server ran with (default: the profile's).")
 @click.option("--topk", type=int, default=None, help="Draft branching the server ran with (default: the profile's).")
 @click.option("--num-draft-tokens", type=int, default=None, help="Tokens verified per request (default: as predict).")
@@ -147,9 +170,16 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
     """
     if not logs:
         raise SpecmodelError("give at least one server log (SGLang/vLLM) or bench_speculative JSONL")
+    files = [parse_log(p) for p in logs]
+    cfg = logged_config(files)
+    if cfg is not None:
+        steps = check_flag_against_log("--steps", steps, cfg.steps, cfg)
+        topk = check_flag_against_log("--topk", topk, cfg.topk, cfg)
+        num_draft_tokens = check_flag_against_log("--num-draft-tokens", num_draft_tokens, cfg.num_draft_tokens, cfg)
     sc = resolve_scenario(require_accept=False, profile_path=profile_path, steps=steps, topk=topk,
                           num_draft_tokens=num_draft_tokens)
-    files = [parse_log(p) for p in logs]
+    if cfg is not None:
+        check_log_matches_profile(cfg, sc.profile)
     for f in files:
         if f.engine == "specmodel.accept":
             raise SpecmodelError(f"{f.path}: a saved accept distribution has no throughput windows; give the server log")

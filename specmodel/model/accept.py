@@ -10,7 +10,7 @@ tokens a request gains per verify step *including* the bonus token the target al
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
@@ -39,13 +39,15 @@ class AcceptDist:
     ``probs[j-1]`` is P(A = j). ``source`` says where it came from (``mean``,
     ``histogram``, ``per-position``, ``chain``, a log path); ``samples`` is the number of
     observed verify steps when built from data (0 when from a formula), used for the
-    sampling uncertainty of the mean.
+    sampling uncertainty of the mean. ``samples_unknown``: built from data whose sample size
+    is not known (a histogram given as fractions) — no P(speedup > 1) can be computed.
     """
 
     probs: tuple[float, ...]
     source: str
     convention: str = "tokens"
     samples: int = 0
+    samples_unknown: bool = False
 
     def __post_init__(self) -> None:
         if len(self.probs) < 1:
@@ -153,9 +155,13 @@ def from_mean(mean: float, max_tokens: int, *, convention: str = "tokens",
     lo_name = "0" if convention == "drafts" else "1"
     hi = max_tokens - 1 if convention == "drafts" else max_tokens
     if not 1.0 - 1e-9 <= m <= max_tokens + 1e-9:
+        # below 1 token/step is impossible in the tokens convention (the bonus token): the user
+        # most likely quoted accepted drafts only
+        hint = ("; if that figure counts accepted drafts only, pass --accept-convention drafts"
+                if convention == "tokens" and 0.0 <= mean < 1.0 else "")
         raise SpecmodelError(
             f"--accept-len: {mean:g} ({convention} convention) outside [{lo_name}, {hi}] "
-            f"for steps = {max_tokens - 1} (at most steps + 1 = {max_tokens} tokens per verify step)"
+            f"for steps = {max_tokens - 1} (at most steps + 1 = {max_tokens} tokens per verify step){hint}"
         )
     m = min(max(m, 1.0), float(max_tokens))
     if shape == "geometric":
@@ -197,7 +203,22 @@ def from_histogram(counts: Mapping[int, float], *, convention: str = "tokens",
     if total <= 0:
         raise SpecmodelError("--accept-hist: all counts are zero")
     probs = tuple(shifted.get(j, 0.0) / total for j in range(1, k + 1))
+    if not histogram_has_counts(counts.values()):
+        return AcceptDist(probs=probs, source=f"{source} (fractions: sample size unknown)", convention=convention,
+                          samples=0, samples_unknown=True)
     return AcceptDist(probs=probs, source=source, convention=convention, samples=int(round(total)))
+
+
+def histogram_has_counts(values: Iterable[float]) -> bool:
+    """True when histogram entries are counts (whole numbers), False for fractions/percentages.
+
+    Fractions (0.1, 0.3, …) or any non-integer entry carry no sample size: treating their sum
+    as a count of observed steps would claim n = 1 (or 100 for percentages).
+    """
+    vals = [float(v) for v in values]
+    if any(abs(v - round(v)) > 1e-9 for v in vals):
+        return False
+    return sum(vals) > 1.0 + 1e-9
 
 
 def from_per_position(rates: Sequence[float], *, max_tokens: int | None = None,

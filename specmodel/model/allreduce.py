@@ -6,12 +6,13 @@ measurement exists, and fitted from nccl-tests or ``specmodel profile`` sweeps.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from specmodel.errors import SpecmodelError
-from specmodel.schema.profile import AllReduceFit
+from specmodel.schema.profile import AllReduceFit, CostRow
 
 
 def ring_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:
@@ -124,3 +125,29 @@ def tp_scale_factor(msg_bytes: float, tp_from: int, tp_to: int, fit: AllReduceFi
     if t_from <= 0:
         raise SpecmodelError(f"cannot scale all-reduce from tp {tp_from}: no communication there")
     return allreduce_s(msg_bytes, tp_to, fit) / t_from
+
+
+def recost_rows(costs: Sequence[CostRow], tp: int, fit: AllReduceFit) -> tuple[tuple[CostRow, ...], int]:
+    """Every cost row's all-reduce re-costed with a measured fit (e.g. from nccl-tests).
+
+    T'_ar = n_allreduce × T_fit(msg_bytes, p) + skew: each call at the row's real message size
+    under the fit; the time spent waiting for the slowest rank (``skew_s``, part of the row's
+    measured all-reduce) is not a property of the collective and is kept as measured.
+    Rows without a call count or message size are left as they are; the number changed is
+    returned. Total = all-reduce + compute + other.
+    """
+    if fit.tp != tp:
+        raise SpecmodelError(f"all-reduce fit: measured at TP {fit.tp}, the profile is TP {tp}; "
+                             "re-costing needs a fit at the profile's TP degree")
+    out: list[CostRow] = []
+    changed = 0
+    for r in costs:
+        if r.n_allreduce > 0 and r.allreduce_msg_bytes > 0 and tp > 1:
+            skew = min(r.skew_s, r.allreduce_s)
+            ar = r.n_allreduce * allreduce_s(r.allreduce_msg_bytes, tp, fit) + skew
+            out.append(dataclasses.replace(r, allreduce_s=ar, skew_s=skew,
+                                           total_s=max(ar + r.compute_s + r.other_s, 1e-12)))
+            changed += 1
+        else:
+            out.append(r)
+    return tuple(out), changed

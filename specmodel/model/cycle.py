@@ -60,18 +60,31 @@ def accept_for_speedup(target_speedup: float, base_step_s: float, cycle_time_s: 
     return target_speedup * cycle_time_s / base_step_s
 
 
-def tokens_per_s_band(batch: int, accept_tokens: float, accept_std_tokens: float, cycle_time_s: float,
-                      generation_tokens: int, z: float = 1.96) -> tuple[float, float]:
-    """Band on tok/s over one generation of N tokens per request.
+def accept_mean_se(accept_tokens: float, accept_std_tokens: float, generation_tokens: int,
+                   samples: int = 0) -> float:
+    """Standard error of the mean tokens per cycle that one N-token generation will see.
 
-    A generation of N tokens takes C ≈ N / E[A] cycles; the mean tokens per cycle over C
-    i.i.d. cycles has standard error σ_A/√C (central limit theorem), so
-    tok/s ∈ B·(E[A] ± z·σ_A/√C)/T_cycle (z = 1.96 → 95 %). Clamped to the [1, …] floor.
+    A generation of N tokens takes C ≈ N / E[A] cycles, so its own mean has variance σ_A²/C
+    (central limit theorem). When the distribution was estimated from ``samples`` observed
+    verify steps, the estimate adds σ_A²/samples (independent): se = σ_A·√(1/C + 1/samples).
+    ``samples`` = 0: the distribution is taken as exact (a formula or a stated mean).
+    The band, P(speedup > 1) and the verdict all use this one figure.
     """
     if generation_tokens < 1:
         raise SpecmodelError(f"--gen-tokens: must be >= 1, got {generation_tokens}")
     cycles = max(generation_tokens / accept_tokens, 1.0)
-    half = z * accept_std_tokens / math.sqrt(cycles)
+    var = 1.0 / cycles + (1.0 / samples if samples > 0 else 0.0)
+    return accept_std_tokens * math.sqrt(var)
+
+
+def tokens_per_s_band(batch: int, accept_tokens: float, accept_std_tokens: float, cycle_time_s: float,
+                      generation_tokens: int, z: float = 1.96, samples: int = 0) -> tuple[float, float]:
+    """Band on tok/s over one generation of N tokens per request.
+
+    tok/s ∈ B·(E[A] ± z·se)/T_cycle with se from :func:`accept_mean_se` (z = 1.96 → 95 %).
+    Clamped to the [1, …] floor.
+    """
+    half = z * accept_mean_se(accept_tokens, accept_std_tokens, generation_tokens, samples)
     lo = max(accept_tokens - half, 1.0)
     hi = accept_tokens + half
     return spec_tokens_per_s(batch, lo, cycle_time_s), spec_tokens_per_s(batch, hi, cycle_time_s)
@@ -84,8 +97,8 @@ def normal_cdf(x: float) -> float:
 def p_speedup_gt_1(accept_tokens: float, break_even_tokens: float, accept_std_tokens: float, n: float) -> float:
     """P(speedup > 1) = P(mean accept > E[A]*) ≈ Φ((E[A] − E[A]*) / (σ_A/√n)).
 
-    ``n`` is the number of observed verify steps when the distribution comes from samples
-    (uncertainty of the measured mean), else the number of cycles in one generation.
+    ``n`` is the effective number of cycles the mean is taken over: (1/C + 1/samples)⁻¹ from
+    :func:`accept_mean_se`, so the probability matches the band printed beside it.
     A zero-variance distribution gives 0 or 1.
     """
     if n <= 0:

@@ -325,6 +325,23 @@ class Optimum:
         """A configuration with measured costs and acceptance beats the baseline here."""
         return self.recommended is not None and self.recommended.speedup >= 1.0
 
+    @property
+    def to_run(self) -> Candidate | None:
+        """What to run: the recommended (measured) configuration if it beats the baseline, else None
+        (turn speculation off) — a configuration below the baseline is never recommended."""
+        return self.recommended if self.pays else None
+
+    def recommendation_text(self) -> str:
+        if self.recommended is None:
+            return "none: no configuration has measured costs and acceptance at this batch and context"
+        b = self.to_run
+        if b is None:
+            best = self.recommended
+            return (f"turn speculation off: no measured configuration beats the baseline at batch {self.batch} "
+                    f"(best found {best.speedup:.2f}x)")
+        return (f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> {b.tokens_per_s:.1f} tok/s, "
+                f"{b.speedup:.2f}x")
+
 
 def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
              max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> Optimum:

@@ -88,10 +88,67 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     for fc in (base, verify, draft_step):
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
+    oh = profile.overhead_s if overhead_s is None else overhead_s
+    if oh == 0.0 and "overhead" not in cost_origins(profile):
+        # same caveat as a missing draft: an unmeasured cost is not a free one
+        warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
+                        "(pass --overhead-ms or --calibrate)")
     return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=draft_step,
                       draft_extend=draft_extend, draft_total_s=total, draft_allreduce_s=ar,
-                      overhead_s=profile.overhead_s if overhead_s is None else overhead_s,
-                      context_tokens=ctx, warnings=tuple(warnings))
+                      overhead_s=oh, context_tokens=ctx, warnings=tuple(warnings))
+
+
+#: How each profile kind is named when a cost comes from it.
+_KIND_WORDS = {"measured": "measured", "reference": "reference, derived from a published write-up, not measured",
+               "ingested": "ingested from traces", "sweep": "your sweep", "numbers": "your flags",
+               "derived": "derived from a profile and a measured all-reduce fit"}
+
+
+def cost_origins(profile: Profile) -> dict[str, str]:
+    """Per-cost origins recorded on the profile by whoever replaced a cost (flags, a sweep, a fit).
+
+    Keys: ``decode``, ``verify``, ``draft``, ``overhead``, ``allreduce``. A cost without an entry
+    came from the profile itself.
+    """
+    raw = profile.source.get("cost_origin")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def profile_origin(profile: Profile) -> str:
+    """``profile NAME (measured|reference …|ingested …)``: where an unreplaced cost came from."""
+    kind = profile.source_kind
+    return f"profile {profile.name} ({_KIND_WORDS.get(kind, kind)})"
+
+
+def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -> tuple[tuple[str, str], ...]:
+    """Where each printed cost came from: your flag, your sweep, profile X, a fallback, a calibration."""
+    given = cost_origins(profile)
+    own = profile_origin(profile)
+    base = given.get("decode", own)
+    if "verify" in given:
+        verify = given["verify"]
+    elif cc.verify.from_kind:
+        verify = (f"fallback: the {cc.verify.from_kind} curve of {given.get(cc.verify.from_kind, own)} "
+                  f"at {cc.verify.tokens:g} tokens")
+    else:
+        verify = own
+    if "draft" in given:
+        draft = given["draft"]
+    elif profile.has("draft"):
+        draft = own
+    elif cal is not None:
+        draft = "not measured: covered by the calibration (folded into overhead)"
+    else:
+        draft = "none: assumed free (pass --draft-ms or --calibrate)"
+    own_overhead_s = profile.overhead_s - (cal.added_overhead_s if cal is not None else 0.0)
+    overhead = given.get("overhead", own if own_overhead_s > 0 else "none: 0 assumed (pass --overhead-ms or --calibrate)")
+    if cal is not None:
+        o = cal.observation
+        overhead += (f" + calibration {cal.added_overhead_s * 1e3:.2f} ms from your observed point "
+                     f"(batch {o.batch}, accept {o.accept_tokens:g}, {o.tokens_per_s:g} tok/s)")
+    allreduce = given.get("allreduce", own)
+    return (("baseline", base), ("verify", verify), ("draft", draft), ("overhead", overhead),
+            ("all-reduce", allreduce))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,7 +229,7 @@ class Prediction:
     break_even_reachable: bool
     plus20_reachable: bool
     margin_tokens: float
-    p_speedup_gt_1: float
+    p_speedup_gt_1: float | None  # None: the accept distribution's sample size is unknown
     verdict: str
     verdict_reason: str
     calibrated_overhead_s: float | None = None
@@ -195,6 +252,37 @@ class Prediction:
         ``NO-GO (extrapolated: batch 32 > measured 16)``."""
         return qualified_verdict(self.verdict, self.extrapolated)
 
+    tp_known: bool = True  # False: plain numbers without --tp (printed as "TP unknown")
+    draft_extend_s: float | None = None  # the first drafter forward when measured separately
+    accept_samples_unknown: bool = False
+    cost_sources: tuple[tuple[str, str], ...] = ()  # (cost, where it came from)
+
+    @property
+    def tp_label(self) -> str:
+        return f"TP{self.tp}" if self.tp_known else "TP unknown"
+
+    @property
+    def band_label(self) -> str:
+        """The qualifier shared by the band and P(speedup > 1) wherever they are shown."""
+        if self.accept_samples_unknown:
+            return f"over {self.generation_tokens} tokens, sample size unknown"
+        if self.accept_samples > 0:
+            return f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
+        return f"over {self.generation_tokens} tokens"
+
+    @property
+    def p_text(self) -> str:
+        """P(speedup > 1) as shown: two decimals, or why it cannot be given."""
+        return "needs counts" if self.p_speedup_gt_1 is None else f"{self.p_speedup_gt_1:.2f}"
+
+    @property
+    def draft_parts(self) -> str:
+        """The draft sum with its parts: extend + (steps-1) x step, or steps x step."""
+        if self.draft_extend_s is not None:
+            return (f"extend {self.draft_extend_s * 1e3:.2f} ms + {self.steps - 1} x "
+                    f"{self.draft_step_s * 1e3:.2f} ms")
+        return f"{self.steps} steps x {self.draft_step_s * 1e3:.2f} ms"
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["accept_probs"] = list(self.accept_probs)
@@ -204,6 +292,9 @@ class Prediction:
         d["tokens_per_s_per_request"] = self.tokens_per_s_per_request
         d["extrapolated"] = [e.to_dict() for e in self.extrapolated]
         d["verdict_label"] = self.verdict_label
+        d["tp"] = self.tp if self.tp_known else None
+        d["cost_sources"] = dict(self.cost_sources)
+        d["band_label"] = self.band_label
         return d
 
 
@@ -218,14 +309,24 @@ def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation]) -> st
     return f"{verdict} (extrapolated: {'; '.join(labels)})"
 
 
-def verdict_for(speedup: float, p_gt_1: float) -> tuple[str, str]:
-    """GO / NO-GO / MARGINAL from the predicted speedup and P(speedup > 1)."""
-    if speedup < 1.0:
-        return "NO-GO", f"predicted speedup {speedup:.2f}x < 1: speculation is slower than the baseline"
-    if speedup >= GO_MIN_SPEEDUP and p_gt_1 >= GO_MIN_P:
-        return "GO", f"predicted speedup {speedup:.2f}x >= {GO_MIN_SPEEDUP:.2f}x with P(speedup>1) = {p_gt_1:.2f}"
-    return "MARGINAL", (f"predicted speedup {speedup:.2f}x is within {GO_MIN_SPEEDUP - 1:.0%} of break-even "
-                        f"or uncertain (P(speedup>1) = {p_gt_1:.2f})")
+def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
+    """GO / NO-GO / MARGINAL from the predicted speedup and P(speedup > 1).
+
+    The thresholds are compared with the figures as displayed (two decimals), so the verdict
+    never contradicts the number printed next to it ("1.10x … within 10 %" cannot happen).
+    ``p_gt_1`` None (sample size unknown): decided on the speedup, and the reason says so.
+    """
+    sp = round(speedup, 2)
+    p = None if p_gt_1 is None else round(p_gt_1, 2)
+    p_txt = "needs counts" if p is None else f"{p:.2f}"
+    if sp < 1.0:
+        return "NO-GO", f"predicted speedup {sp:.2f}x < 1: speculation is slower than the baseline"
+    if sp >= GO_MIN_SPEEDUP and (p is None or p >= GO_MIN_P):
+        return "GO", f"predicted speedup {sp:.2f}x >= {GO_MIN_SPEEDUP:.2f}x with P(speedup>1) = {p_txt}"
+    if sp < GO_MIN_SPEEDUP:
+        return "MARGINAL", (f"predicted speedup {sp:.2f}x is below {GO_MIN_SPEEDUP:.2f}x (within "
+                            f"{GO_MIN_SPEEDUP - 1:.0%} of break-even); P(speedup>1) = {p_txt}")
+    return "MARGINAL", f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p_txt} < {GO_MIN_P:.2f}"
 
 
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
@@ -242,7 +343,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         )
     if dist.max_tokens != spec.max_accept_tokens:
         dist = dataclasses.replace(resize(dist, spec.max_accept_tokens), convention=dist.convention,
-                                   samples=dist.samples)
+                                   samples=dist.samples, samples_unknown=dist.samples_unknown)
     warnings: list[str] = []
     cal: Calibration | None = None
     if observation is not None:
@@ -258,11 +359,13 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     t_cyc = cc.cycle_s
     e = dist.mean_tokens
     tps = eq.spec_tokens_per_s(batch, e, t_cyc)
-    lo, hi = eq.tokens_per_s_band(batch, e, dist.std_tokens, t_cyc, generation_tokens)
+    # band and P share one standard error (generation variability + estimation, when counted)
+    lo, hi = eq.tokens_per_s_band(batch, e, dist.std_tokens, t_cyc, generation_tokens, samples=dist.samples)
     be = eq.break_even_accept(t_base, t_cyc)
     p20 = eq.accept_for_speedup(1.2, t_base, t_cyc)
-    n = dist.samples if dist.samples > 0 else max(generation_tokens / e, 1.0)
-    p_gt_1 = eq.p_speedup_gt_1(e, be, dist.std_tokens, n)
+    se = eq.accept_mean_se(e, dist.std_tokens, generation_tokens, dist.samples)
+    n_eff = (dist.std_tokens / se) ** 2 if se > 0 else 1.0
+    p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1(e, be, dist.std_tokens, n_eff)
     sp = eq.speedup(e, t_base, t_cyc)
     verdict, reason = verdict_for(sp, p_gt_1)
     if be > spec.max_accept_tokens:
@@ -290,6 +393,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
         # a calibration modelled off measured costs carries that into every prediction made with it
         extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
+        tp_known=profile.source.get("tp_known", True) is not False,
+        draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
+        accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import AcceptDist
@@ -34,6 +35,8 @@ class WhatIf:
     label: str
     profile: Profile
     assumptions: tuple[str, ...]
+    unavailable: str = ""  # why the engines would not do this on the profiled box ("" = available)
+    memory: str = ""  # for a TP change: "fits" / "does not fit" / "unknown" with the figures
 
     def __post_init__(self) -> None:
         if not self.key or not self.label:
@@ -136,6 +139,81 @@ def custom_allreduce(profile: Profile, fit: AllReduceFit) -> tuple[Profile, int]
     return _relabel(profile.with_costs(rows), "custom one-shot all-reduce"), changed
 
 
+def custom_allreduce_unavailable(profile: Profile) -> str:
+    """Why SGLang and vLLM would not run their custom all-reduce on the profiled box ("" if they would).
+
+    Both engines' ``CustomAllreduce.__init__`` (sglang/srt/distributed/device_communicators/
+    custom_all_reduce.py, vllm/distributed/device_communicators/custom_all_reduce.py) return
+    early — "Custom allreduce is disabled because it's not supported on more than two
+    PCIe-only GPUs" — when ``world_size > 2 and not full_nvlink``. Unknown topology: "" (the
+    caveat is printed with the what-if instead).
+    """
+    hw = profile.hardware
+    nvlink = hw.get("nvlink")
+    inter = str(hw.get("interconnect") or "")
+    if profile.tp > 2 and (nvlink is False or (nvlink is None and inter and "nvlink" not in inter.lower())):
+        return (f"not available: SGLang and vLLM disable custom all-reduce on more than two GPUs without full "
+                f"NVLink (this box: TP {profile.tp}, {inter or 'no NVLink'})")
+    return ""
+
+
+def _config_weights_per_gpu(profile: Profile, tp_to: int) -> tuple[float, str] | None:
+    """Weight bytes per GPU at ``tp_to`` from the profiled model's own config (full-size runs only).
+
+    Uses :func:`specmodel.profile.configs.per_rank_weight_bytes` (per-layer × layers + embeddings
+    and LM head, sharded by TP) at the profiled dtype; a scaled-down CPU run says nothing about
+    the real model, so it gives None.
+    """
+    m = profile.model
+    tgt, width = m.get("target"), m.get("activation_bytes")
+    if not isinstance(tgt, dict) or (m.get("scaling") or {}).get("scaled") or not isinstance(width, int):
+        return None
+    from dataclasses import fields  # config arithmetic only: no torch behind this import
+
+    from specmodel.profile.configs import ModelShape, per_rank_weight_bytes
+
+    names = {f.name for f in fields(ModelShape)}
+    try:
+        kwargs: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in tgt.items() if k in names}
+        shape = ModelShape(**kwargs)
+        per_layer, outside = per_rank_weight_bytes(shape, tp_to, width)
+    except (TypeError, ValueError, SpecmodelError):
+        return None
+    return float(per_layer * shape.num_layers + outside), f"model config at {m.get('dtype', f'{width} B')} weights"
+
+
+def memory_fit(profile: Profile, tp_to: int) -> str:
+    """Do the weights fit on ``tp_to`` GPUs? From the model's weight bytes and the GPU memory, when known.
+
+    Weight bytes per GPU: ``model.weight_bytes`` (all ranks together, split evenly) if the profile
+    records it, else the profiled model's config (:func:`_config_weights_per_gpu`). GPU memory:
+    ``hardware.gpu_memory_bytes``. The weights must leave KV-cache room (10 % of the GPU here,
+    a lower bound: real KV needs depend on context and batch). Returns a sentence starting
+    with "fits", "does not fit" or "unknown".
+    """
+    wb = profile.model.get("weight_bytes")
+    mem = profile.hardware.get("gpu_memory_bytes")
+    per_gpu: float | None = None
+    origin = ""
+    if isinstance(wb, (int, float)) and wb > 0:
+        per_gpu, origin = float(wb) / tp_to, "model.weight_bytes"
+    else:
+        from_cfg = _config_weights_per_gpu(profile, tp_to)
+        if from_cfg is not None:
+            per_gpu, origin = from_cfg
+    if per_gpu is None or not isinstance(mem, (int, float)) or mem <= 0:
+        missing = [n for n, v in (("model weight size", per_gpu), ("GPU memory", mem if isinstance(mem, (int, float))
+                                                                    else None)) if v is None]
+        return f"unknown: {' and '.join(missing)} not recorded in the profile, so this gain assumes the model fits"
+    room = float(mem) * 0.9 - per_gpu
+    gb = 1e9
+    if room <= 0:
+        return (f"does not fit: weights {per_gpu / gb:.1f} GB per GPU on TP {tp_to} vs {float(mem) / gb:.1f} GB "
+                f"(90 % usable; {origin})")
+    return (f"fits: weights {per_gpu / gb:.1f} GB per GPU on TP {tp_to}, {room / gb:.1f} GB left for KV cache "
+            f"(KV need not modelled; {origin})")
+
+
 def retp(profile: Profile, tp_to: int, fit: AllReduceFit) -> Profile:
     """The profile moved from TP ``tp_from`` = profile.tp to ``tp_to``.
 
@@ -144,8 +222,8 @@ def retp(profile: Profile, tp_to: int, fit: AllReduceFit) -> Profile:
       shrink with TP: it is tokens × hidden × bytes on every rank);
     * compute × tp_from / tp_to — ideal sharding (weights and FLOPs split evenly; real
       kernels at small batch scale worse, so fewer GPUs look slightly better than this);
-    * other unchanged; memory feasibility (does the model fit on tp_to GPUs?) is NOT
-      checked: unknown here.
+    * other unchanged; whether the model fits on tp_to GPUs is :func:`memory_fit`, stated
+      with the what-if (not checked here).
     """
     tp_from = profile.tp
     if tp_to < 1:
@@ -181,19 +259,23 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
     if profile.tp > 1:
         custom, changed = custom_allreduce(profile, choice.fit)
         notes = [f"one-shot all-reduce T = (p-1)(alpha + n / beta), alpha-beta {choice.origin}",
-                 "kept the measured per-call time where it is faster; skew kept",
-                 "SGLang disables its custom all-reduce on >2 PCIe-only GPUs"]
+                 "kept the measured per-call time where it is faster; skew kept"]
+        off = custom_allreduce_unavailable(profile)
+        if not off and not profile.hardware.get("interconnect"):
+            notes.append("topology not recorded: SGLang/vLLM disable custom all-reduce on >2 GPUs without NVLink")
         if changed < len(profile.costs):
             notes.append(f"{len(profile.costs) - changed} rows without message size/count left as measured")
         out.append(WhatIf(key="custom_allreduce", label="custom all-reduce (one-shot)", profile=custom,
-                          assumptions=tuple(notes)))
+                          assumptions=tuple(notes), unavailable=off))
         for t in tps:
             if t != profile.tp:
+                mem = memory_fit(profile, t)
                 out.append(WhatIf(key=f"tp{t}", label=f"TP {t} instead of {profile.tp}",
                                   profile=retp(profile, t, choice.fit),
                                   assumptions=(f"all-reduce scaled by the alpha-beta ring model ({choice.origin})",
-                                               f"compute x {profile.tp}/{t} (ideal sharding)",
-                                               "memory feasibility unknown")))
+                                               f"compute x {profile.tp}/{t} (ideal sharding)", f"memory: {mem}"),
+                                  unavailable=f"not available: {mem}" if mem.startswith("does not fit") else "",
+                                  memory=mem))
         if any(r.kind in DRAFT_KINDS for r in profile.costs):
             out.append(WhatIf(key="drafter_no_tp", label="drafter without TP", profile=drafter_without_tp(profile),
                               assumptions=("draft all-reduce removed", f"draft compute x {profile.tp} (one GPU)")))

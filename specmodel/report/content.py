@@ -124,6 +124,8 @@ class WhatIfRow:
     break_even_accept_tokens: float
     cycle_s: float
     verdict: str
+    unavailable: str = ""  # the engines would not do this on the profiled box: shown with the reason, no bar
+    memory: str = ""  # TP changes: fits / does not fit / unknown (prominent, not small print)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +158,19 @@ class OptimizerView:
     grid: tuple[tuple[int, int, float], ...]  # (steps, topk, best tok/s over ndt)
     recommended: Candidate | None = None  # best measured configuration (None: none measured); = best when set
     best_any: Candidate | None = None  # best incl. extrapolated configurations: listed, never recommended
+    recommendation: str = ""  # what page 1 recommends: a config that beats the baseline, or "turn speculation off"
+    recommends_off: bool = False
+    measured_max_batch: int | None = None  # the profile's largest measured decode batch (claims stop there)
+
+    def limit_text(self) -> str:
+        """The batch-limit claim, kept inside the measured range (beyond it the model extrapolates)."""
+        if self.batch_limit is None:
+            return "speculation does not pay at any batch with any configuration"
+        mm = self.measured_max_batch
+        if mm is not None and self.batch_limit > mm:
+            return (f"speculation pays at every measured batch (up to {mm}); beyond that the costs are "
+                    f"extrapolated (model: up to batch {self.batch_limit})")
+        return f"speculation pays up to batch {self.batch_limit} (best configuration per batch)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,7 +268,8 @@ class ReportContent:
                 "best": cand(opt.best), "best_measured_topk": cand(opt.best_measured_topk),
                 "ranked": [cand(c) for c in opt.ranked], "evaluated": opt.evaluated, "gain": opt.gain,
                 "per_batch": [cand(c) for c in opt.per_batch], "batch_limit": opt.batch_limit,
-                "max_batch": opt.max_batch,
+                "max_batch": opt.max_batch, "recommendation": opt.recommendation,
+                "recommends_off": opt.recommends_off, "measured_max_batch": opt.measured_max_batch,
                 "grid": [{"steps": s, "topk": k, "tokens_per_s": t} for s, k, t in opt.grid],
                 "recommended": cand(opt.recommended) if opt.recommended is not None else None,
                 "best_any": cand(opt.best_any) if opt.best_any is not None else None,
@@ -350,10 +366,12 @@ def _allreduce(profile: Profile, p: Prediction, choice: FitChoice) -> AllReduceV
         sizes=tuple(sizes))
 
 
-def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Prediction) -> WhatIfRow:
+def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Prediction, *, unavailable: str = "",
+                memory: str = "") -> WhatIfRow:
     return WhatIfRow(key=key, label=label, assumptions=assumptions, baseline_tokens_per_s=w.baseline_tokens_per_s,
                      tokens_per_s=w.tokens_per_s, speedup=w.speedup,
-                     break_even_accept_tokens=w.break_even_accept_tokens, cycle_s=w.cycle_s, verdict=w.verdict)
+                     break_even_accept_tokens=w.break_even_accept_tokens, cycle_s=w.cycle_s,
+                     verdict="N/A" if unavailable else w.verdict, unavailable=unavailable, memory=memory)
 
 
 def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
@@ -366,14 +384,19 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
     out = [acc]
     out.append(f"costs from the {p.profile_source_kind} profile '{p.profile_name}', interpolated at "
                f"batch {p.batch} ({p.verify_tokens} verify tokens)")
-    out.append(f"draft = {p.steps} drafter forwards ({p.draft_step_s * 1e3:.2f} ms each)" if p.draft_s > 0
+    out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
                else "draft cost not measured: assumed free (upper bound)")
     over = f"per-cycle overhead {p.overhead_s * 1e3:.2f} ms"
     if p.calibrated_overhead_s is not None:
         over += f" (calibration added {p.calibrated_overhead_s * 1e3:.2f} ms)"
     out.append(over)
-    n = f"{dist.samples} observed steps" if dist.samples > 0 else f"one {p.generation_tokens}-token generation"
-    out.append(f"P(speedup > 1) from the sampling error of the mean accept length over {n}")
+    if p.p_speedup_gt_1 is None:
+        out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
+                   f"the band ({p.band_label}) covers one generation's variability only")
+    else:
+        out.append(f"band and P(speedup > 1) {p.band_label}: one generation's variability"
+                   + (" plus the sampling error of the measured mean" if dist.samples > 0 else
+                      " (accept length taken as exact)"))
     out.append(f"GO needs speedup >= {GO_MIN_SPEEDUP:.2f}x and P(speedup > 1) >= {GO_MIN_P:.2f}; "
                "NO-GO below 1.00x")
     if profile.source_kind == "reference":
@@ -388,7 +411,7 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
             ("profile source", profile.label),
             ("hardware", hw_txt or "not recorded"),
             ("model", str(profile.model.get("name", "not recorded"))),
-            ("backend / TP", f"{profile.backend or 'not recorded'} / TP {profile.tp}")]
+            ("backend / TP", f"{profile.backend or 'not recorded'} / {f'TP {p.tp}' if p.tp_known else 'TP unknown'}")]
     versions = {k: v for k, v in profile.source.items() if "version" in k and isinstance(v, (str, int, float))}
     if isinstance(profile.source.get("versions"), dict):
         versions.update({k: v for k, v in profile.source["versions"].items() if isinstance(v, (str, int, float))})
@@ -397,6 +420,10 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
     rows.append(("specmodel", f"{__version__}; python {platform.python_version()}; numpy {_version('numpy')}; "
                               f"matplotlib {_version('matplotlib')}"))
     rows.append(("accept source", p.accept_source))
+    if len({o for _, o in p.cost_sources}) == 1:
+        rows.append(("costs from", p.cost_sources[0][1]))
+    else:
+        rows.extend((f"{what} from", origin) for what, origin in p.cost_sources)
     rows.extend(inputs)
     return tuple(rows)
 
@@ -438,7 +465,8 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
     for w in whatifs:
         wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
                      context_tokens=p.context_tokens)
-        rows.append(_whatif_row(w.key, w.label, w.assumptions, wp))
+        label = w.label + (" (memory fit unknown)" if w.memory.startswith("unknown") else "")
+        rows.append(_whatif_row(w.key, label, w.assumptions, wp, unavailable=w.unavailable, memory=w.memory))
 
     sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens,
                         context_tokens=p.context_tokens)
@@ -459,7 +487,9 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                          best_measured_topk=opt.best_measured_topk, ranked=opt.ranked, evaluated=opt.evaluated,
                          gain=opt.gain, per_batch=tuple(o.best for o in optima), batch_limit=batch_limit(optima),
                          max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())),
-                         recommended=opt.recommended, best_any=opt.best_any)
+                         recommended=opt.recommended, best_any=opt.best_any,
+                         recommendation=opt.recommendation_text(), recommends_off=opt.to_run is None,
+                         measured_max_batch=max((r.batch for r in base.rows("decode")), default=None))
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
     warnings = list(p.warnings)

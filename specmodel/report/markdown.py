@@ -20,14 +20,15 @@ def render_markdown(c: ReportContent) -> str:
     o = c.optimizer
     lines = [f"# {c.title}", "", f"## Verdict: **{p.verdict_label}**", "", p.verdict_reason, ""]
     lines += _table(["figure", "value"], [
-        ["configuration", f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
-        ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"],
+        ["configuration", f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
+        ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.band_label}: {p.tokens_per_s_low:.1f}-"
+                      f"{p.tokens_per_s_high:.1f})"],
         ["baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"],
         ["speedup", f"{p.speedup:.2f}x"],
         ["break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"],
         ["drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"],
         ["margin", f"{p.margin_tokens:+.2f} tokens/step"],
-        ["P(speedup > 1)", f"{p.p_speedup_gt_1:.2f}"],
+        [f"P(speedup > 1, {p.band_label})", p.p_text],
         ["+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"],
         ["cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"],
     ])
@@ -54,8 +55,10 @@ def render_markdown(c: ReportContent) -> str:
     lines += ["", "## What if", ""]
     lines += _table(["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"],
                     [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-                      f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] for w in c.whatifs])
-    lines += [""] + [f"- {w.label}: " + "; ".join(w.assumptions) for w in c.whatifs if w.assumptions]
+                      f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] if not w.unavailable else
+                     [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs])
+    lines += [""] + [f"- {w.label}: " + "; ".join(((w.unavailable,) if w.unavailable else ()) + w.assumptions)
+                     for w in c.whatifs if w.assumptions or w.unavailable]
     stop = c.stop_paying_batch
     lines += ["", "Batch sweep (same accept length): "
               + (f"stops paying at batch {stop}." if stop is not None else "pays at every batch swept."), ""]
@@ -65,7 +68,7 @@ def render_markdown(c: ReportContent) -> str:
                      for r in c.batch_sweep])
 
     b, d = o.best, o.default
-    lines += ["", "## Recommended configuration", "",
+    lines += ["", "## Recommended configuration", "", f"Recommendation: {o.recommendation}.", "",
               ("" if o.recommended is not None else "No configuration has measured costs and acceptance here: "
                "no recommendation. ")
               + f"{'Best' if o.recommended is not None else 'Default'} at batch {o.batch}: steps {b.steps}, "
@@ -74,8 +77,7 @@ def render_markdown(c: ReportContent) -> str:
               f"{d.tokens_per_s:.1f} tok/s).", "", f"`{b.sglang_flags()}`", "",
               f"Best with topk {o.best_measured_topk.topk}: steps {o.best_measured_topk.steps}, draft tokens "
               f"{o.best_measured_topk.num_draft_tokens}: {o.best_measured_topk.tokens_per_s:.1f} tok/s.", "",
-              ("Batch limit: speculation pays up to batch " f"{o.batch_limit}." if o.batch_limit is not None
-               else "Batch limit: speculation does not pay at any batch swept."), "",
+              f"Batch limit: {o.limit_text()}.", "",
               f"Acceptance model: {o.accept_source}. " + " ".join(o.accept_notes), ""]
     lines += _table(["#", "steps", "topk", "ndt", "E[A]", "cycle", "tok/s", "speedup"],
                     [[str(i), str(x.steps), str(x.topk), str(x.num_draft_tokens), f"{x.accept_tokens:.2f}",

@@ -58,6 +58,69 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width=width, break_long_words=True, break_on_hyphens=False)) or text
 
 
+_LINE_SPACING = 1.25  # baseline-to-baseline distance in font sizes (matplotlib draws multi-line text at 1.2)
+FOOTER_TOP = 0.045  # figure fraction above which every page's content stays (footer below)
+
+
+def _text_width_in(text: str, size: float, weight: str = "normal") -> float:
+    """Rendered width of one line of ``text`` in inches (matplotlib's own glyph metrics, no renderer)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(text, FontProperties(size=size, weight=weight), ismath=False)
+    return float(w) / 72.0 * 1.04  # hinted rasters run ~1.5 % wider than the outlines: keep a margin
+
+
+def _fit_lines(text: str, width_in: float, size: float, weight: str = "normal") -> list[str]:
+    """Greedy word wrap by measured width; a word wider than the line is cut (paths, commands)."""
+    out: list[str] = []
+    for para in text.split("\n"):
+        line = ""
+        for word in para.split(" "):
+            cand = word if not line else f"{line} {word}"
+            if _text_width_in(cand, size, weight) <= width_in:
+                line = cand
+                continue
+            if line:
+                out.append(line)
+            line = word
+            while _text_width_in(line, size, weight) > width_in and len(line) > 1:
+                cut = len(line) - 1
+                while cut > 1 and _text_width_in(line[:cut], size, weight) > width_in:
+                    cut = max(1, int(cut * 0.9)) if cut > 20 else cut - 1
+                out.append(line[:cut])
+                line = line[cut:]
+        out.append(line)
+    return out
+
+
+def _line_h(size: float) -> float:
+    """One text line's height as a figure fraction."""
+    return size * _LINE_SPACING / 72.0 / PAGE_SIZE_IN[1]
+
+
+def _flow(fig: Any, x: float, y: float, width: float, items: list[str], size: float, bottom: float, *,
+          bullet: str = "- ", gap: float = 0.35, color: str = "black", more: str = "see the JSON report") -> float:
+    """Write ``items`` top-down from ``y`` inside [x, x + width] (figure fractions), wrapped by measured
+    width, never below ``bottom``: what does not fit is counted in one last line. Returns the next y."""
+    width_in = width * PAGE_SIZE_IN[0]
+    lh = _line_h(size)
+    for i, item in enumerate(items):
+        lines = _fit_lines(bullet + item, width_in, size)
+        lines = [lines[0]] + [" " * len(bullet) + ln for ln in lines[1:]]
+        lines = [lines[0]] + _fit_lines("\n".join(lines[1:]), width_in, size) if len(lines) > 1 else lines
+        need = lh * len(lines)
+        rest = len(items) - i
+        if y - need < bottom + (lh * (1 + gap) if rest > 1 else 0.0):
+            if y - lh >= bottom:
+                fig.text(x, y, f"... {rest} more ({more})", fontsize=size, va="top", color="#555555")
+                y -= lh
+            return y
+        fig.text(x, y, "\n".join(lines), fontsize=size, va="top", color=color, linespacing=_LINE_SPACING)
+        y -= need + gap * lh
+    return y
+
+
 def _frame(fig: Any, c: ReportContent, n: int, title: str, when: str) -> None:
     total = len(c.pages)
     fig.text(0.04, 0.955, title, fontsize=16, weight="bold", va="top")
@@ -74,14 +137,38 @@ def page_verdict(c: ReportContent) -> Any:
     p = c.prediction
     fig = _figure()
     fig.text(0.04, 0.955, c.title, fontsize=14, weight="bold", va="top")
-    fig.text(0.04, 0.915, f"TP{p.tp}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}",
-             fontsize=10, va="top", color="#333333")
+    fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
+             f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
     fig.text(0.04, 0.88, p.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(p.verdict, "black"))
     if p.extrapolated:
         # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
         ext = p.verdict_label[len(p.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
-    fig.text(0.04, 0.745, _wrap(p.verdict_reason, 95), fontsize=10, va="top")
+    _flow(fig, 0.04, 0.755, 0.92, [p.verdict_reason], 10, 0.71, bullet="")
+
+    # provenance first, from the footer up: its height decides how far the columns may run
+    prov_size = 6.5
+    key_w_in = 0.12 * PAGE_SIZE_IN[0]
+    val_w = 0.96 - 0.17
+    prov = []
+    for k, v in c.provenance:
+        vl = _fit_lines(str(v), val_w * PAGE_SIZE_IN[0], prov_size)
+        if len(vl) > 2:  # a long value (a command line) keeps two lines and says where the rest is
+            vl = vl[:1] + _fit_lines(vl[1], val_w * PAGE_SIZE_IN[0] - _text_width_in(" ... (in full in the JSON)",
+                                                                                      prov_size), prov_size)[:1]
+            vl[1] += " ... (in full in the JSON)"
+        prov.append((f"{k}:", vl))
+    prov_lines = sum(len(v) for _, v in prov)
+    lh = _line_h(prov_size)
+    prov_top = FOOTER_TOP + 0.01 + lh * prov_lines + _line_h(10) * 1.3
+    fig.text(0.04, prov_top, "Provenance", fontsize=10, weight="bold", va="top")
+    yp = prov_top - _line_h(10) * 1.3
+    for k, vlines in prov:
+        fig.text(0.05, yp, "\n".join(_fit_lines(k, key_w_in, prov_size)[:1]), fontsize=prov_size, va="top",
+                 color="#333333")
+        fig.text(0.17, yp, "\n".join(vlines), fontsize=prov_size, va="top", linespacing=_LINE_SPACING)
+        yp -= lh * len(vlines)
+    bottom = prov_top + 0.015
 
     figures = [
         ("Predicted (total)", f"{p.tokens_per_s:.1f} tok/s ({p.tokens_per_s_per_request:.1f}/req; "
@@ -94,67 +181,54 @@ def page_verdict(c: ReportContent) -> Any:
          + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
         ("Drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"),
         ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
-        ("P(speedup > 1)", f"{p.p_speedup_gt_1:.2f}"),
+        ("P(speedup > 1)", p.p_text),
         ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
         ("Cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"),
     ]
     y = 0.70
     fig.text(0.04, y, "Key figures", fontsize=12, weight="bold", va="top")
     y -= 0.005
+    row_h = _line_h(10) * 1.1
     for label, value in figures:
-        y -= 0.032
-        fig.text(0.05, y, label, fontsize=10.5, va="top", color="#333333")
-        fig.text(0.25, y, value, fontsize=10.5, va="top", weight="bold")
+        y -= row_h
+        fig.text(0.05, y, label, fontsize=10, va="top", color="#333333")
+        fig.text(0.25, y, value, fontsize=10, va="top", weight="bold")
+    fig.text(0.05, y - row_h * 1.0, f"band and P: {p.band_label}", fontsize=8, va="top", color="#555555")
+    y -= row_h * 2.3
 
     opt = c.optimizer
-    y -= 0.05
-    fig.text(0.04, y, "Recommended configuration (model, page 6)", fontsize=12, weight="bold", va="top")
-    recs = [opt.best] + ([opt.best_measured_topk] if opt.best_measured_topk.key != opt.best.key else [])
+    fig.text(0.04, y, "Recommendation (model, page 6)", fontsize=12, weight="bold", va="top")
+    y -= _line_h(12) * 1.2
+    recs = [opt.recommendation or opt.best.sglang_flags()]
+    m = opt.best_measured_topk
+    if not opt.recommends_off and m.key != opt.best.key and m.speedup >= 1.0:
+        recs.append(f"best with topk {m.topk} (as measured): steps {m.steps}, draft tokens {m.num_draft_tokens} -> "
+                    f"{m.tokens_per_s:.1f} tok/s, {m.speedup:.2f}x")
+    if not opt.recommends_off and opt.best.accept_extrapolated and opt.best.topk > 1:
+        recs[0] += " (tree acceptance extrapolated)"
     if opt.recommended is None:  # nothing measured here: no recommendation, say so instead of "best"
-        recs = []
-        y -= 0.032
-        fig.text(0.05, y, "none: no configuration has measured costs and acceptance at this batch and context",
-                 fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
-    for i, b in enumerate(recs):
-        y -= 0.032
-        tag = ("best" if i == 0 else f"best with topk {b.topk} (as measured)") + ": "
-        fig.text(0.05, y, tag + f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> "
-                 f"{b.tokens_per_s:.1f} tok/s, {b.speedup:.2f}x" + (" (tree acceptance extrapolated)"
-                                                                     if b.accept_extrapolated and b.topk > 1 else ""),
-                 fontsize=9, va="top")
-    y -= 0.032
-    lim = (f"speculation pays up to batch {opt.batch_limit} (best measured configuration per batch)"
-           if opt.batch_limit is not None else "speculation does not pay at any batch with any measured configuration")
-    fig.text(0.05, y, lim, fontsize=9, va="top")
+        recs = [opt.recommendation]
+    recs.append(opt.limit_text())
+    _flow(fig, 0.05, y, 0.46, recs, 9, bottom, bullet="")
 
     ya = 0.70
     fig.text(0.56, ya, "Assumptions", fontsize=12, weight="bold", va="top")
-    ya -= 0.03
-    for a in c.assumptions:
-        ya -= 0.008
-        t = _wrap(a, 62)
-        fig.text(0.565, ya, "- " + t.replace("\n", "\n  "), fontsize=8.5, va="top")
-        ya -= 0.026 * (t.count("\n") + 1)
-    if c.warnings or (c.drafter is not None):
-        ya -= 0.02
+    ya -= _line_h(12) * 1.3
+    items = list(c.warnings)
+    if c.drafter is not None:
+        items.insert(0, f"drafter check: {c.drafter.status} (page {len(c.pages)})")
+    # warnings get the room they need first; assumptions take what is left above them
+    warn_h = 0.0
+    if items:
+        warn_h = _line_h(12) * 1.3 + sum(_line_h(8.5) * (len(_fit_lines("- " + w, 0.40 * PAGE_SIZE_IN[0], 8.5)) + 0.35)
+                                         for w in items)
+        warn_h = min(warn_h, (ya - bottom) * 0.6)
+    ya = _flow(fig, 0.565, ya, 0.40, list(c.assumptions), 8.5, bottom + warn_h, more="all in the JSON report")
+    if items:
+        ya -= 0.01
         fig.text(0.56, ya, "Warnings", fontsize=12, weight="bold", va="top", color="#b26a00")
-        ya -= 0.03
-        items = list(c.warnings)
-        if c.drafter is not None:
-            items.insert(0, f"drafter check: {c.drafter.status} (page {len(c.pages)})")
-        for w in items[:6]:
-            ya -= 0.008
-            t = _wrap(w, 62)
-            fig.text(0.565, ya, "- " + t.replace("\n", "\n  "), fontsize=8.5, va="top")
-            ya -= 0.026 * (t.count("\n") + 1)
-
-    yp = 0.215
-    fig.text(0.04, yp, "Provenance", fontsize=10, weight="bold", va="top")
-    yp -= 0.004
-    for k, v in c.provenance[:10]:
-        yp -= 0.0165
-        fig.text(0.05, yp, f"{k}:", fontsize=7, va="top", color="#333333")
-        fig.text(0.17, yp, _wrap(str(v), 170).split("\n")[0], fontsize=7, va="top")
+        ya -= _line_h(12) * 1.3
+        _flow(fig, 0.565, ya, 0.40, items, 8.5, bottom, more="all in the JSON report")
     return fig
 
 
@@ -170,6 +244,9 @@ def page_curve(c: ReportContent) -> Any:
     ax.axvline(cv.break_even_tokens, color="#c62828", lw=1.5, label=f"break-even {cv.break_even_tokens:.2f}")
     ax.axvline(cv.plus20_tokens, color="#c62828", lw=1, ls=":", label=f"+20% at {cv.plus20_tokens:.2f}")
     ax.axvline(cv.max_tokens, color="#777777", lw=1, ls="-.", label=f"max tokens/step (steps+1) = {cv.max_tokens}")
+    if cv.accept_grid[-1] > cv.max_tokens:
+        ax.axvspan(cv.max_tokens, cv.accept_grid[-1] + 0.3, facecolor="none", edgecolor="#bbbbbb", hatch="//", lw=0,
+                   label=f"hatched: unreachable with steps {cv.max_tokens - 1}")
     if cv.ceiling_tokens is not None:
         ax.axvline(cv.ceiling_tokens, color="#9467bd", lw=2, ls="--",
                    label=f"drafter vocab ceiling {cv.ceiling_tokens:.2f}")
@@ -215,7 +292,9 @@ def page_breakdown(c: ReportContent) -> Any:
         ax.text(x, bottom, f"{bottom:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
     ax.set_xticks([0, 1], ["baseline decode step", "speculative cycle"])
     ax.set_ylabel("milliseconds")
-    ax.set_title("one step vs one cycle", fontsize=11)
+    extrap = [w for w in c.prediction.warnings if "extrapolated" in w]
+    ax.set_title("one step vs one cycle" + ("\n(some costs extrapolated beyond the measured range)" if extrap else ""),
+                 fontsize=11)
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlim(-0.6, 1.6)
     ax.set_ylim(0, sum(s.seconds for s in bd.cycle) * 1e3 * 1.15 + 1e-9)
@@ -260,6 +339,14 @@ def page_allreduce(c: ReportContent) -> Any:
         ax.axvline(size, color=C_AR if "verify" in names else "#555555", lw=1, ls=":")
         ax.text(size, 0.98 - 0.08 * i, " " + " = ".join(names) + f"\n {_bytes(size)}", transform=ax.get_xaxis_transform(),
                 fontsize=8, va="top", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+    measured = [float(b) for _, b, _ in ar.points] + [b for _, b, _ in ar.row_calls]
+    if measured and xs:
+        # the fit is drawn beyond what was measured: hatch those sizes
+        lo, hi = min(measured), max(measured)
+        for a, b in ((xs[0], lo), (hi, xs[-1])):
+            if b > a:
+                ax.axvspan(a, b, facecolor="none", edgecolor="#bbbbbb", hatch="//", lw=0)
+        ax.plot([], [], color="#bbbbbb", lw=6, alpha=0.5, label="hatched: beyond the measured sizes (fit only)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
@@ -284,9 +371,10 @@ def page_whatif(c: ReportContent) -> Any:
     ax_t.axis("off")
     head = ["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"]
     cells = [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-              f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] for w in c.whatifs]
+              f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] if not w.unavailable else
+             [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs]
     tab = ax_t.table(cellText=cells, colLabels=head, loc="upper center", cellLoc="center",
-                     colWidths=[0.30, 0.12, 0.12, 0.1, 0.1, 0.12, 0.1])
+                     colWidths=[0.34, 0.11, 0.11, 0.09, 0.1, 0.12, 0.09])
     tab.auto_set_font_size(False)
     tab.set_fontsize(9)
     tab.scale(1, 1.45)
@@ -294,37 +382,52 @@ def page_whatif(c: ReportContent) -> Any:
         if r == 0:
             cell.set_text_props(weight="bold")
         elif col == 6:
-            cell.set_text_props(color=VERDICT_COLORS.get(cells[r - 1][6], "black"), weight="bold")
-    notes = [f"{w.label}: " + "; ".join(w.assumptions) for w in c.whatifs if w.assumptions]
-    fig.text(0.04, 0.885 - 0.037 * (len(cells) + 1), "\n".join(_wrap(n, 160) for n in notes), fontsize=7, va="top",
-             color="#333333")
+            cell.set_text_props(color=VERDICT_COLORS.get(cells[r - 1][6], "#555555"), weight="bold")
+    notes = [f"{w.label}: " + "; ".join(((w.unavailable,) if w.unavailable else ()) + w.assumptions)
+             for w in c.whatifs if w.assumptions or w.unavailable]
+    _flow(fig, 0.04, 0.885 - 0.037 * (len(cells) + 1), 0.92, notes, 7, 0.49, bullet="", gap=0.1)
 
-    ax = fig.add_axes((0.19, 0.08, 0.30, 0.36))
-    labels = [w.label for w in c.whatifs][::-1]
+    avail = [w for w in c.whatifs if not w.unavailable]
+    ax = fig.add_axes((0.21, 0.08, 0.28, 0.34))
+    labels = [w.label for w in avail][::-1]
     ys = list(range(len(labels)))
-    ax.barh([y + 0.2 for y in ys], [w.baseline_tokens_per_s for w in c.whatifs][::-1], height=0.38,
+    ax.barh([y + 0.2 for y in ys], [w.baseline_tokens_per_s for w in avail][::-1], height=0.38,
             color="#9e9e9e", label="baseline")
-    ax.barh([y - 0.2 for y in ys], [w.tokens_per_s for w in c.whatifs][::-1], height=0.38, color="#1f77b4",
-            label="speculative")
+    unknown = [w.memory.startswith("unknown") for w in avail][::-1]
+    ax.barh([y - 0.2 for y in ys], [w.tokens_per_s for w in avail][::-1], height=0.38,
+            color=["#ffffff" if u else "#1f77b4" for u in unknown], edgecolor="#1f77b4",
+            hatch=["//" if u else "" for u in unknown], label="speculative (hatched: memory fit unknown)")
     ax.set_yticks(ys, labels, fontsize=7.5)
     ax.set_xlabel("tokens / s")
-    ax.legend(fontsize=7.5, loc="lower right")
-    ax.set_title("tok/s per what-if", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    off = [w.label for w in c.whatifs if w.unavailable]
+    ax.set_title("tok/s per what-if" + (f"\n({len(off)} not available on this box: no bar)" if off else ""), fontsize=9)
 
-    ax2 = fig.add_axes((0.57, 0.08, 0.38, 0.36))
+    ax2 = fig.add_axes((0.57, 0.08, 0.38, 0.34))
     bs = [r.batch for r in c.batch_sweep]
     ax2.plot(bs, [r.speedup for r in c.batch_sweep], "o-", color="#1f77b4", label="speedup")
+    ext = [r.batch for r in c.batch_sweep if r.extrapolated]
+    if ext:
+        # beyond the measured costs the curve is the model's extrapolation: hatch that region
+        ax2.axvspan(min(ext) / 1.25, max(bs) * 1.25, facecolor="none", edgecolor="#999999", hatch="//", lw=0,
+                    label="costs extrapolated")
     ax2.axhline(1.0, color="#c62828", lw=1, ls="--", label="break-even (1.0x)")
     ax2.set_xscale("log", base=2)
     ax2.set_xticks(bs, [str(b) for b in bs])
+    ax2.set_xlim(min(bs) / 1.25, max(bs) * 1.25)
     ax2.set_xlabel("batch (concurrent requests)")
     ax2.set_ylabel("speedup")
     stop = c.stop_paying_batch
     title = f"stops paying at batch {stop}" if stop is not None else "pays at every batch swept"
+    if stop is not None and stop in ext:
+        title += " (extrapolated)"
+    elif ext:
+        title += f" (beyond batch {max(b for b in bs if b not in ext)} extrapolated)" if len(ext) < len(bs) else \
+            " (all extrapolated)"
     if c.batch_sweep and c.batch_sweep[0].speedup < 1.0:
         title = "does not pay at any batch swept"
-    ax2.set_title(f"batch sweep (same accept length): {title}", fontsize=10)
-    ax2.legend(fontsize=7.5)
+    ax2.set_title(f"batch sweep (same accept length):\n{title}", fontsize=9)
+    ax2.legend(fontsize=7)
     return fig
 
 
@@ -342,20 +445,16 @@ def page_recommendation(c: ReportContent) -> Any:
         f"{m.num_draft_tokens} -> {m.tokens_per_s:.1f} tok/s, speedup {m.speedup:.2f}x",
         f"Default: steps {d.steps}, topk {d.topk}, draft tokens {d.num_draft_tokens} -> {d.tokens_per_s:.1f} tok/s "
         f"(E[A] {d.accept_tokens:.2f} in the model)",
-        ("Batch limit: speculation pays (best measured configuration per batch) up to batch "
-         f"{o.batch_limit}; above it no measured configuration pays" if o.batch_limit is not None
-         else "Batch limit: speculation does not pay at any batch swept; keep it off"),
+        f"Batch limit: {o.limit_text()}",
     ]
+    lines.insert(0, f"Recommendation: {o.recommendation}")
     if o.recommended is None:
-        lines.insert(0, "No configuration has measured costs and measured acceptance here: no recommendation "
-                        "(the rows below are extrapolations, listed only)")
-    elif not b.speedup >= 1.0:
-        lines.insert(1, "    -> no measured configuration beats the baseline here: keep speculation off")
-    fig.text(0.04, 0.90, "\n".join(lines), fontsize=9.5, va="top", family="DejaVu Sans")
+        lines.insert(1, "    (no configuration has measured costs and acceptance: the rows below are extrapolations, listed only)")
+    _flow(fig, 0.04, 0.90, 0.92, lines, 9.5, 0.735, bullet="", gap=0.05)
     acc = [f"acceptance: {o.accept_source}"] + list(o.accept_notes) + [
         "trees: sibling j accepted with c((1-c)rho)^(j-1), rho = 0.5 (Sequoia positional acceptance, correlated siblings)",
         f"evaluated {o.evaluated} configurations: steps 1-8, topk 1/2/4/8, draft tokens 2..steps*topk+1"]
-    fig.text(0.04, 0.72, "\n".join(_wrap(a, 150) for a in acc), fontsize=7.5, va="top", color="#333333")
+    _flow(fig, 0.04, 0.72, 0.92, acc, 7.5, 0.625, bullet="", gap=0.0, color="#333333")
 
     ax_t = fig.add_axes((0.04, 0.08, 0.50, 0.52))
     ax_t.axis("off")
@@ -383,11 +482,20 @@ def page_recommendation(c: ReportContent) -> Any:
     ax.set_xlabel("steps")
     ax.set_ylabel("best tok/s over draft tokens")
     ax.legend(fontsize=7, ncol=2)
+    depth = c.prediction.steps  # the accept distribution covers 1..steps+1: deeper is the optimizer's extrapolation
+    if o.grid and max(st for st, _, _ in o.grid) > depth:
+        # acceptance deeper than measured is the last-conditional-rate extrapolation
+        ax.axvspan(depth + 0.5, max(st for st, _, _ in o.grid) + 0.5, facecolor="none", edgecolor="#bbbbbb",
+                   hatch="//", lw=0, label="depth extrapolated")
     ax.set_title(f"tok/s by steps and topk (batch {o.batch})", fontsize=9.5)
 
-    ax2 = fig.add_axes((0.62, 0.06, 0.34, 0.18))
+    ax2 = fig.add_axes((0.62, 0.08, 0.34, 0.16))
     bs = [cand.batch for cand in o.per_batch]
     ax2.plot(bs, [cand.speedup for cand in o.per_batch], "o-", color="#1a7f37", label="best config per batch")
+    if o.measured_max_batch is not None and max(bs) > o.measured_max_batch:
+        ax2.axvspan(o.measured_max_batch * 1.1, max(bs) * 1.25, facecolor="none", edgecolor="#999999", hatch="//",
+                    lw=0, label="beyond the measured batches")
+        ax2.set_xlim(min(bs) / 1.25, max(bs) * 1.25)
     ax2.axhline(1.0, color="#c62828", ls="--", lw=1)
     ax2.set_xscale("log", base=2)
     ax2.set_xticks(bs, [str(x) for x in bs])
@@ -473,25 +581,44 @@ def page_drafter(c: ReportContent) -> Any:
     if dv.warning:
         lines.append("WARNING: " + dv.warning)
     lines += [f"{k}: {v}" for k, v in dv.inputs]
-    fig.text(0.04, 0.90, "\n".join(_wrap(x, 150) for x in lines), fontsize=9.5, va="top")
-    ax = fig.add_axes((0.04, 0.06, 0.92, 0.62))
-    ax.axis("off")
-    if dv.findings:
-        cells = [[f.status, f.name, _wrap(f.message, 110)] for f in dv.findings[:22]]
-        tab = ax.table(cellText=cells, colLabels=["status", "check", "message"], loc="upper left", cellLoc="left",
-                       colWidths=[0.07, 0.2, 0.73])
-        tab.auto_set_font_size(False)
-        tab.set_fontsize(8)
-        colors = {"PASS": "#1a7f37", "WARN": "#b26a00", "FAIL": "#c62828"}
-        for (r, col), cell in tab.get_celld().items():
-            if r > 0:
-                n = cells[r - 1][2].count("\n") + 1
-                cell.set_height(0.045 * n)
-                if col == 0:
-                    cell.set_text_props(color=colors.get(cells[r - 1][0], "black"), weight="bold")
-    else:
-        ax.text(0, 1, "no findings", va="top")
+    y = _flow(fig, 0.04, 0.90, 0.92, lines, 9, 0.70, bullet="", gap=0.0)
+    if not dv.findings:
+        fig.text(0.04, y - 0.02, "no findings", va="top")
+        return fig
+    # the table is drawn row by row from measured line counts, so it ends above the footer
+    size = 8.0
+    cols = ((0.04, 0.07, "status"), (0.115, 0.22, "check"), (0.34, 0.62, "message"))
+    lh = _line_h(size)
+    top = y - 0.02
+    bottom = FOOTER_TOP + 0.02
+    fig.text(cols[0][0], top, "status", fontsize=size, weight="bold", va="top")
+    fig.text(cols[1][0], top, "check", fontsize=size, weight="bold", va="top")
+    fig.text(cols[2][0], top, "message", fontsize=size, weight="bold", va="top")
+    yy = top - lh * 1.3
+    colors = {"PASS": "#1a7f37", "WARN": "#b26a00", "FAIL": "#c62828"}
+    # failing and warning findings first: a page that runs out of room drops passes, not problems
+    order = sorted(dv.findings, key=lambda f: {"FAIL": 0, "WARN": 1}.get(f.status, 2))
+    for i, f in enumerate(order):
+        name = _fit_lines(f.name, cols[1][1] * PAGE_SIZE_IN[0], size)
+        msg = _fit_lines(f.message, cols[2][1] * PAGE_SIZE_IN[0], size)
+        n = max(len(name), len(msg))
+        rest = len(order) - i
+        if yy - lh * n < bottom + (lh if rest > 1 else 0):
+            fig.text(cols[0][0], yy, f"... {rest} more findings (all {len(order)} in the JSON report)",
+                     fontsize=size, va="top", color="#555555")
+            break
+        fig.text(cols[0][0], yy, f.status, fontsize=size, va="top", weight="bold", color=colors.get(f.status, "black"))
+        fig.text(cols[1][0], yy, "\n".join(name), fontsize=size, va="top", linespacing=_LINE_SPACING)
+        fig.text(cols[2][0], yy, "\n".join(msg), fontsize=size, va="top", linespacing=_LINE_SPACING)
+        yy -= lh * n + 0.25 * lh
+        fig.add_artist(_hline(fig, yy + 0.125 * lh))
     return fig
+
+
+def _hline(fig: Any, y: float) -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([0.04, 0.96], [y, y], transform=fig.transFigure, color="#dddddd", lw=0.5)
 
 
 PAGE_TITLES: dict[str, tuple[str, Callable[[ReportContent], Any]]] = {

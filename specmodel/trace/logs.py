@@ -171,6 +171,112 @@ class VllmSpecRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """The server's own configuration as it logged it at start-up (None = not in the log).
+
+    SGLang: ``server_args=ServerArgs(model_path='…', tp_size=8, …, speculative_num_steps=3, …)``
+    (``logger.info(f"{server_args=}")`` in ``entrypoints/engine.py``, 0.5.5) or the dict form
+    ``server_args={'model_path': '…', 'speculative_num_steps': 3, …}`` (0.5.23).
+    vLLM: the engine start line ``… with config: model='…', speculative_config=SpeculativeConfig(
+    method='eagle3', model='…', num_spec_tokens=3), …, tensor_parallel_size=4, …``
+    (``VllmConfig.__str__`` + ``SpeculativeConfig.__repr__``) and the user's
+    ``non-default args: {'model': …, 'tensor_parallel_size': 4, 'speculative_config': {…
+    'num_speculative_tokens': 3}}`` (``log_non_default_args``). vLLM drafts a chain: topk 1.
+    """
+
+    engine: str
+    where: str
+    model: str | None = None
+    tp: int | None = None
+    algorithm: str | None = None
+    draft_model: str | None = None
+    steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    decode_log_interval: int | None = None
+
+    def merged(self, other: EngineConfig) -> EngineConfig:
+        """Fill this config's unknowns from ``other`` (a later line of the same log)."""
+        vals = {f: getattr(self, f) if getattr(self, f) is not None else getattr(other, f)
+                for f in ("model", "tp", "algorithm", "draft_model", "steps", "topk", "num_draft_tokens",
+                          "decode_log_interval")}
+        return EngineConfig(engine=self.engine, where=self.where, **vals)
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("model", self.model), ("TP", self.tp), ("steps", self.steps),
+                                          ("topk", self.topk), ("draft tokens", self.num_draft_tokens))
+                 if v is not None]
+        return f"{', '.join(parts)} ({self.where})"
+
+
+_VAL = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[-+\w.]+)"
+_SG_ARGS = re.compile(r"server_args=(ServerArgs\(|\{)")
+_VL_SPEC_REPR = re.compile(r"speculative_config=SpeculativeConfig\(([^)]*)\)")
+_VL_NONDEFAULT = re.compile(r"non-default args: (\{.*\})")
+_VL_SPEC_DICT = re.compile(r"'speculative_config': (\{[^{}]*\})")
+
+
+def _cfg_value(text: str, key: str, dict_form: bool) -> str | None:
+    """The raw value of ``key`` in a dataclass repr (``key=v``) or dict repr (``'key': v``)."""
+    rx = (r"'" + re.escape(key) + r"': " if dict_form else r"(?:^|[(,{ ])" + re.escape(key) + "=") + _VAL
+    m = re.search(rx, text)
+    if m is None:
+        return None
+    v = m.group(1)
+    if v in ("None", "null"):
+        return None
+    return v[1:-1] if v[:1] in "'\"" else v
+
+
+def _cfg_int(text: str, key: str, dict_form: bool, where: str) -> int | None:
+    v = _cfg_value(text, key, dict_form)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise SpecmodelError(f"{where}: {key}: expected an integer, got {v!r}") from None
+
+
+def parse_engine_config(line: str, where: str) -> EngineConfig | None:
+    """The engine configuration logged on ``line``, or None when the line carries none."""
+    m = _SG_ARGS.search(line)
+    if m is not None:
+        body = line[m.end():]
+        d = m.group(1) == "{"
+        return EngineConfig(engine="sglang", where=where, model=_cfg_value(body, "model_path", d),
+                            tp=_cfg_int(body, "tp_size", d, where),
+                            algorithm=_cfg_value(body, "speculative_algorithm", d),
+                            draft_model=_cfg_value(body, "speculative_draft_model_path", d),
+                            steps=_cfg_int(body, "speculative_num_steps", d, where),
+                            topk=_cfg_int(body, "speculative_eagle_topk", d, where),
+                            num_draft_tokens=_cfg_int(body, "speculative_num_draft_tokens", d, where),
+                            decode_log_interval=_cfg_int(body, "decode_log_interval", d, where))
+    m = _VL_SPEC_REPR.search(line)
+    if m is not None:
+        spec = m.group(1)
+        rest = line[: m.start()] + line[m.end():]
+        k = _cfg_int(spec, "num_spec_tokens", False, where)
+        return EngineConfig(engine="vllm", where=where, model=_cfg_value(rest, "model", False),
+                            tp=_cfg_int(rest, "tensor_parallel_size", False, where),
+                            algorithm=_cfg_value(spec, "method", False), draft_model=_cfg_value(spec, "model", False),
+                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None)
+    m = _VL_NONDEFAULT.search(line)
+    if m is not None:
+        body = m.group(1)
+        sm = _VL_SPEC_DICT.search(body)
+        spec = sm.group(1) if sm else ""
+        rest = body.replace(spec, "") if spec else body
+        k = _cfg_int(spec, "num_speculative_tokens", True, where) if spec else None
+        return EngineConfig(engine="vllm", where=where, model=_cfg_value(rest, "model", True),
+                            tp=_cfg_int(rest, "tensor_parallel_size", True, where),
+                            algorithm=_cfg_value(spec, "method", True) if spec else None,
+                            draft_model=_cfg_value(spec, "model", True) if spec else None,
+                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
 class LogFile:
     """Everything matched in one file."""
 
@@ -183,6 +289,7 @@ class LogFile:
     vllm: tuple[VllmSpecRecord, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
     saved: dict[str, Any] | None = None  # a specmodel.accept document
+    config: EngineConfig | None = None  # the server's logged start-up configuration
 
     @property
     def description(self) -> str:
@@ -270,11 +377,16 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
 
+    config: EngineConfig | None = None
     for i, line in enumerate(lines, start=1):
         # cheap substring test first: most lines of a server log are neither
         if "Decode batch" not in line and "SpecDecoding" not in line and "generation throughput" not in line:
             if "KV cache size" in line and (km := _VL_KV_SIZE.search(line)) is not None:
                 kv_size_tokens = int(km.group(1).replace(",", ""))
+            if "server_args=" in line or "speculative_config=" in line or "non-default args" in line:
+                c = parse_engine_config(line, f"{path}:{i}")
+                if c is not None:
+                    config = c if config is None else config.merged(c)
             continue
         where = f"{path}:{i}"
         try:
@@ -355,10 +467,11 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
         fmt = ("0.5.5-style, trailing ', '" if trailing[True] >= trailing[False] else "0.5.23-style") + \
               (", cap/block accept len" if has_cap else "")
         return LogFile(path=path, engine="sglang", fmt=fmt, lines_read=len(lines), lines_matched=matched,
-                       windows=tuple(windows), skipped=skipped)
+                       windows=tuple(windows), skipped=skipped, config=config)
     if vl:
         return LogFile(path=path, engine="vllm", fmt="/".join(sorted(vfmt)) + " format", lines_read=len(lines),
-                       lines_matched=matched, windows=tuple(windows), vllm=tuple(vrecs), skipped=skipped)
+                       lines_matched=matched, windows=tuple(windows), vllm=tuple(vrecs), skipped=skipped,
+                       config=config)
     raise SpecmodelError(
         f"{path}: no SGLang 'Decode batch' lines, vLLM 'SpecDecoding metrics' lines or bench_speculative JSONL rows "
         f"found in {len(lines)} lines (is this the server's log, with speculative decoding enabled?)"
@@ -449,6 +562,43 @@ class AcceptSummary:
     windows_used: int
     windows: tuple[DecodeWindow, ...] = ()  # the windows behind the distribution (tok/s series)
     notes: tuple[str, ...] = ()
+    config: EngineConfig | None = None  # the server's logged configuration, when it logged one
+
+
+def logged_config(files: Sequence[LogFile]) -> EngineConfig | None:
+    """The one configuration the given logs were produced with (None when none logged one).
+
+    Two files whose logged steps, topk, model or TP differ are an error: one distribution
+    cannot mix draft depths.
+    """
+    cfg: EngineConfig | None = None
+    for f in files:
+        c = f.config
+        if c is None:
+            continue
+        if cfg is None:
+            cfg = c
+            continue
+        for key in ("steps", "topk", "num_draft_tokens", "model", "tp"):
+            a, b = getattr(cfg, key), getattr(c, key)
+            if a is not None and b is not None and a != b:
+                raise SpecmodelError(f"{c.where}: {key} {b} but {cfg.where} logged {key} {a}; "
+                                     "give logs of one server configuration at a time")
+        cfg = cfg.merged(c)
+    return cfg
+
+
+def config_of_logs(paths: Sequence[str]) -> EngineConfig | None:
+    """:func:`logged_config` of files on disk (parses them; used to resolve --steps before predicting)."""
+    return logged_config([parse_log(p) for p in paths])
+
+
+def check_flag_against_log(flag: str, value: int | None, logged: int | None, cfg: EngineConfig | None) -> int | None:
+    """A flag that contradicts the server's logged value is an error showing both; else the known one."""
+    if value is not None and logged is not None and value != logged and cfg is not None:
+        raise SpecmodelError(f"{flag} {value} contradicts the log: the server ran with {logged} ({cfg.where}); "
+                             f"drop {flag} or give the log of the server you mean")
+    return value if value is not None else logged
 
 
 def _too_long(where: str, mean: float, max_tokens: int) -> SpecmodelError:
@@ -506,28 +656,41 @@ def _check_saved(doc: dict[str, Any], where: str) -> None:
         raise SpecmodelError(f"{where}: {exc}") from None
 
 
-def _from_saved(lf: LogFile, max_tokens: int) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+def _from_saved(lf: LogFile, max_tokens: int) -> tuple[acc.AcceptDist, tuple[float, ...] | None, str | None]:
+    """A saved distribution on 1..max_tokens, plus a note when it had to be extended.
+
+    Fewer steps: truncation (mass above the new maximum must be zero, else the draft depth
+    is wrong). More steps: :func:`specmodel.model.accept.resize` — the documented rule
+    (docs/logs.md): deeper drafts are accepted with the last observed conditional rate.
+    """
     doc = lf.saved
     assert doc is not None
     probs = [float(p) for p in doc["probs"]]
     rates = tuple(float(r) for r in doc["per_position"]) if doc.get("per_position") else None
+    note = None
     if len(probs) > max_tokens:
         if any(p > 1e-12 for p in probs[max_tokens:]):
             raise SpecmodelError(
                 f"{lf.path}: distribution reaches {len(probs)} tokens/step (steps = {len(probs) - 1}) but --steps is "
                 f"{max_tokens - 1}; pass the --steps the server ran with")
         probs = probs[:max_tokens]
-    probs += [0.0] * (max_tokens - len(probs))
-    if rates is not None:
-        rates = rates[: max_tokens - 1]
     s = sum(probs)
     dist = acc.AcceptDist(probs=tuple(p / s for p in probs), source=str(doc.get("source") or lf.path),
                           samples=int(doc.get("samples", 0)))
-    return dist, rates
+    if len(probs) < max_tokens:
+        have = len(probs) - 1
+        ext = acc.resize(dist, max_tokens, rates=rates[:have] if rates else None)
+        dist = acc.AcceptDist(probs=ext.probs, source=dist.source, samples=dist.samples)
+        rates = dist.per_position_rates()
+        note = (f"{lf.path} was measured with steps = {have}; extended to steps = {max_tokens - 1} with the last "
+                f"observed conditional acceptance rate (docs/logs.md), an extrapolation")
+    elif rates is not None:
+        rates = rates[: max_tokens - 1]
+    return dist, rates, note
 
 
 def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_tokens: int | None = None,
-              decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL) -> AcceptSummary:
+              decode_log_interval: int | None = None) -> AcceptSummary:
     """Parse every file and build one accept-length distribution on 1..max_tokens.
 
     ``max_tokens`` = steps + 1; None infers it from vLLM per-position rates, bench rows or a
@@ -535,17 +698,30 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
     """
     if not paths:
         raise SpecmodelError("give at least one log file")
-    if decode_log_interval < 1:
+    if decode_log_interval is not None and decode_log_interval < 1:
         raise SpecmodelError(f"--decode-log-interval: must be >= 1, got {decode_log_interval}")
     if num_spec_tokens is not None and num_spec_tokens < 1:
         raise SpecmodelError(f"--num-spec-tokens: must be >= 1, got {num_spec_tokens}")
     files = tuple(parse_log(p) for p in paths)
+    cfg = logged_config(files)
+    cfg_notes: list[str] = []
+    if cfg is not None:
+        steps = check_flag_against_log("--steps", max_tokens - 1 if max_tokens is not None else None, cfg.steps, cfg)
+        if max_tokens is None and steps is not None:
+            max_tokens = steps + 1
+            cfg_notes.append(f"steps {steps} from the server's logged configuration ({cfg.where})")
+        num_spec_tokens = check_flag_against_log("--num-spec-tokens", num_spec_tokens,
+                                                 cfg.steps if cfg.engine == "vllm" else None, cfg)
+        decode_log_interval = check_flag_against_log("--decode-log-interval", decode_log_interval,
+                                                     cfg.decode_log_interval, cfg)
+    if decode_log_interval is None:
+        decode_log_interval = DEFAULT_DECODE_LOG_INTERVAL
     engines = {f.engine for f in files}
     if len(engines) > 1:
         raise SpecmodelError(f"mixed inputs ({', '.join(sorted(engines))}): give files of one kind at a time")
     engine = engines.pop()
     label = _label([f.path for f in files])
-    notes: list[str] = []
+    notes: list[str] = cfg_notes
 
     if max_tokens is None:
         max_tokens = _infer_max_tokens(files, engine, num_spec_tokens)
@@ -555,8 +731,10 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
     if engine == "specmodel.accept":
         if len(files) > 1:
             raise SpecmodelError("give one specmodel accept JSON at a time")
-        dist, rates = _from_saved(files[0], max_tokens)
-        return AcceptSummary(dist=dist, rates=rates, files=files, windows_used=0)
+        dist, rates, ext_note = _from_saved(files[0], max_tokens)
+        if ext_note:
+            notes.append(ext_note)
+        return AcceptSummary(dist=dist, rates=rates, files=files, config=cfg, windows_used=0, notes=tuple(notes))
 
     if engine == "sglang":
         ws = [w for f in files for w in f.windows]
@@ -571,7 +749,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
                         max_tokens, f"SGLang log {label}", samples)
         notes.append(f"mixture of geometric distributions around {len(use)} window means, weighted by #running-req; "
                      f"samples = sum(#running-req) x {decode_log_interval} (--decode-log-interval)")
-        return AcceptSummary(dist=dist, rates=None, files=files, windows_used=len(use), windows=tuple(use),
+        return AcceptSummary(dist=dist, rates=None, files=files, config=cfg, windows_used=len(use), windows=tuple(use),
                              notes=tuple(notes))
 
     if engine == "bench_speculative":
@@ -590,7 +768,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         dist = _mixture(((float(w.accept_len or 1.0), 1.0, w.where) for w in match), max_tokens,
                         f"bench_speculative {label}", samples)
         notes.append(f"{len(match)} rows with steps = {want}, equal weight, geometric shape around each acc_length")
-        return AcceptSummary(dist=dist, rates=None, files=files, windows_used=len(match), windows=tuple(match),
+        return AcceptSummary(dist=dist, rates=None, files=files, config=cfg, windows_used=len(match), windows=tuple(match),
                              notes=tuple(notes))
 
     # vLLM
@@ -619,7 +797,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(total)))
         notes.append(f"per-position rates averaged over {len(with_rates)} windows weighted by drafts "
                      f"(drafted tokens / {k}); samples = {int(round(total))} drafts")
-        return AcceptSummary(dist=dist, rates=tuple(avg), files=files, windows_used=len(with_rates),
+        return AcceptSummary(dist=dist, rates=tuple(avg), files=files, config=cfg, windows_used=len(with_rates),
                              windows=tuple(iter_windows(files)), notes=tuple(notes))
     # old format: rate only; the mean needs the number of drafts
     nst = num_spec_tokens
@@ -635,7 +813,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
     dist = acc.from_mean(min(mean, float(max_tokens)), max_tokens, source=f"vLLM log {label}")
     dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(n_drafts)))
     notes.append(f"old vLLM format: mean = 1 + accepted / (drafted / {nst}); geometric shape assumed")
-    return AcceptSummary(dist=dist, rates=None, files=files, windows_used=len(recs),
+    return AcceptSummary(dist=dist, rates=None, files=files, config=cfg, windows_used=len(recs),
                          windows=tuple(iter_windows(files)), notes=tuple(notes))
 
 
@@ -735,6 +913,9 @@ def accept_document(s: AcceptSummary) -> dict[str, Any]:
         "files": [{"path": f.path, "engine": f.engine, "format": f.fmt, "lines_read": f.lines_read,
                    "lines_matched": f.lines_matched, "skipped": dict(f.skipped)} for f in s.files],
         "series": [p.to_dict() for p in throughput_series(s.windows)],
+        "server": None if s.config is None else {
+            k: getattr(s.config, k) for k in ("engine", "where", "model", "tp", "algorithm", "draft_model", "steps",
+                                              "topk", "num_draft_tokens", "decode_log_interval")},
     }
 
 
