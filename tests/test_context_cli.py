@@ -53,19 +53,19 @@ def test_sweep_csv_errors_are_one_line_naming_the_row(tmp_path: Path, text: str,
 
 def test_sweep_with_context_column_and_per_request_throughput(tmp_path: Path) -> None:
     total = _predict("--baseline-sweep", str(_sweep(tmp_path, GOOD)), "--accept-len", "3", "--batch", "4",
-                     "--context", "32K", cwd=tmp_path)
+                     "--context", "32K", "--draft-ms", "1", cwd=tmp_path)
     assert total["context_tokens"] == 32768 and total["baseline_tokens_per_s"] == pytest.approx(240)
     assert total["baseline_tokens_per_s_per_request"] == pytest.approx(60)
     assert total["extrapolated"] == []
     per_req = _sweep(tmp_path, "concurrency,context_tokens,tokens_per_s_per_request\n1,0,80\n4,0,75\n4,32768,60\n")
     d = _predict("--baseline-sweep", str(per_req), "--accept-len", "3", "--batch", "4", "--context", "32768",
-                 cwd=tmp_path)
+                 "--draft-ms", "1", cwd=tmp_path)
     assert d["baseline_tokens_per_s"] == pytest.approx(240)  # 60 per request x 4 requests
 
 
 def test_default_context_is_stated_and_text_gives_total_and_per_request(tmp_path: Path) -> None:
     r = run_cli("predict", "--baseline-sweep", str(_sweep(tmp_path, GOOD)), "--accept-len", "3", "--batch", "4",
-                cwd=tmp_path)
+                "--draft-ms", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "context      0 tokens of KV per request (the profile's smallest measured context)" in r.stdout
     assert "baseline     300.0 tok/s total, 75.0 tok/s per request" in r.stdout

@@ -82,7 +82,7 @@ def test_every_cost_names_its_origin_in_text_and_json(tmp_path: Path) -> None:
 
 def test_baseline_sweep_needs_a_draft_cost_and_prints_no_default_tp(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep.csv"
-    sweep.write_text("concurrency,output_throughput\n1,82\n4,250\n16,700\n64,1500\n")
+    sweep.write_text("batch,tokens_per_s\n1,82\n4,250\n16,700\n64,1500\n")
     msg = _err("predict", "--baseline-sweep", str(sweep), "--accept-len", "3", cwd=tmp_path)
     assert "--draft-ms" in msg and "--calibrate" in msg
     d = _json("--baseline-sweep", str(sweep), "--accept-len", "3", "--draft-ms", "1.0", cwd=tmp_path)

@@ -36,7 +36,8 @@ def build_plan(sc: Scenario, batches: list[int] | None, contexts: list[int] | No
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out = [f"note: {n}" for n in sc.notes]
-    out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), TP{sc.profile.tp}; "
+    tp = "TP unknown" if sc.profile.source.get("tp_known") is False else f"TP{sc.profile.tp}"  # never a default TP1
+    out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), {tp}; "
                f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
                f"{sc.spec.steps}, topk {sc.spec.topk}")
     out.append("             recommended = best (steps, topk, draft tokens) whose costs AND acceptance were measured; "
@@ -102,7 +103,7 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
 @click.option("--contexts", default=None,
               help="Contexts (KV tokens per request) of the grid, e.g. 0,4K,32K (default: the measured ones).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@with_scenario
+@with_scenario(require_costs=False)  # the plan marks what was measured itself
 def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, **_: Any) -> None:
     """Serve plan: best (steps, topk, draft tokens) per (batch, context), or switch speculation off.
 

@@ -337,7 +337,7 @@ def _resolve_spec(base: SpecConfig, steps: int | None, topk: int | None, ndt: in
     return SpecConfig(algorithm=base.algorithm, steps=s, topk=k, num_draft_tokens=ndt)
 
 
-def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
+def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True, **kw: Any) -> Scenario:
     """Flags → :class:`Scenario`. All validation errors are :class:`SpecmodelError`."""
     notes: list[str] = []
     for name in ("accept_len", "alpha", "baseline_tps", "verify_ms", "draft_ms", "overhead_ms", "allreduce_frac"):
@@ -374,14 +374,16 @@ def resolve_scenario(*, require_accept: bool = True, **kw: Any) -> Scenario:
     elif kw.get("baseline_sweep"):
         from specmodel.trace.sweep import sweep_profile
 
-        _missing_plain_pieces(kw, sweep=True)
-        profile = sweep_profile(kw["baseline_sweep"], tp or 1)
+        profile = sweep_profile(kw["baseline_sweep"], tp or 1)  # the file's own errors first
+        if require_costs:
+            _missing_plain_pieces(kw, sweep=True)
         profile = _with_origins(profile, {"decode": f"your sweep {kw['baseline_sweep']}",
                                           "allreduce": "unknown: a throughput sweep has no all-reduce split"},
                                 tp_known=tp is not None)
         notes.append(f"profile from {profile.label}")
     elif plain:
-        _missing_plain_pieces(kw, sweep=False)
+        if require_costs:
+            _missing_plain_pieces(kw, sweep=False)
         profile = None
         notes.append("profile from plain numbers on the command line")
     else:
@@ -503,12 +505,20 @@ def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] |
     return s.dist, s.rates
 
 
-def with_scenario(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: add the flags and pass a resolved Scenario as ``scenario``."""
+def with_scenario(func: Callable[..., Any] | None = None, *,
+                  require_costs: bool = True) -> Callable[..., Any]:
+    """Decorator: add the flags and pass a resolved Scenario as ``scenario``.
 
-    @functools.wraps(func)
-    def wrapper(**kwargs: Any) -> Any:
-        sc = resolve_scenario(**pop_scenario(kwargs))
-        return func(scenario=sc, **kwargs)
+    ``require_costs=False`` (``@with_scenario(require_costs=False)``) lets a sweep or plain numbers
+    go without a draft cost; the output then says "draft assumed free" in its provenance.
+    """
 
-    return scenario_options(wrapper)
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(**kwargs: Any) -> Any:
+            sc = resolve_scenario(require_costs=require_costs, **pop_scenario(kwargs))
+            return f(scenario=sc, **kwargs)
+
+        return scenario_options(wrapper)
+
+    return deco(func) if func is not None else deco
