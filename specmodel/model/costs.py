@@ -197,15 +197,32 @@ def surface(rows: tuple[CostRow, ...], kind: str, tokens: float,
         c0, c1 = vals[-2], vals[-1]
         x0, x1 = context_axis(used[0]), context_axis(used[1])
         w = (x - x0) / (x1 - x0)
-        if w > 1.0:  # beyond the last context: slope clamped ≥ 0 (already so after the running max)
-            res = (c1[0] + (w - 1.0) * (c1[0] - c0[0]), c1[1] + (w - 1.0) * (c1[1] - c0[1]),
-                   c1[2] + (w - 1.0) * (c1[2] - c0[2]))
+        if w > 1.0:
+            # beyond the last context: T(n, L1) + (w − 1)·D(n), D = the last segment's rise, taken as its
+            # running max over the token knots ≤ n so the extrapolation stays non-decreasing in n
+            # (the rise itself can shrink with n; a negative weight on T(n, L0) would then reward
+            # more tokens). D ≥ 0 after the running max in L.
+            d = _rise_upto(curves, upto, float(tokens))
+            res = (c1[0] + (w - 1.0) * d[0], c1[1] + (w - 1.0) * d[1], c1[2] + (w - 1.0) * d[2])
         else:
             res = (c0[0] + w * (c1[0] - c0[0]), c0[1] + w * (c1[1] - c0[1]), c0[2] + w * (c1[2] - c0[2]))
     if L < ctxs[0] or L > ctxs[-1]:
         extrap.append(Extrapolation(kind=kind, axis="context", requested=L, measured_min=float(ctxs[0]),
                                     measured_max=float(ctxs[-1])))
     return res, tuple(extrap)
+
+
+def _rise_upto(curves: dict[int, tuple[list[float], list[Components]]], upto: list[int],
+               tokens: float) -> Components:
+    """max over n' ∈ {token knots ≤ n} ∪ {n} of T(n', L_last) − T(n', L_prev), per component, with T
+    made non-decreasing in L exactly as :func:`surface` does (running max over the contexts)."""
+    knots = sorted({t for c in upto for t in curves[c][0] if t <= tokens} | {tokens})
+    best = (0.0, 0.0, 0.0)
+    for n in knots:
+        vals = _cummax([interpolate(*curves[c], n)[0] for c in upto])
+        a, b = vals[-2], vals[-1]
+        best = (max(best[0], b[0] - a[0]), max(best[1], b[1] - a[1]), max(best[2], b[2] - a[2]))
+    return best
 
 
 def forward_cost(profile: Profile, kind: str, tokens: float, context_tokens: float | None = None) -> ForwardCost:
