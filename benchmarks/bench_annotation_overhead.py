@@ -48,7 +48,7 @@ def main() -> int:
     torch.manual_seed(0)
     shape, _ = C.load_shape(None, C.DEFAULT_PRESET)
     target, _d, _s = C.scale(shape, C.drafter_for(shape), 8, layers=C.CPU_LAYERS, hidden=C.CPU_HIDDEN, reason="bench")
-    model = TargetModel(target, RecordingComm(1), cache_rows=1, past=256, max_new=4, dtype=torch.float32,
+    model = TargetModel(target, RecordingComm(1), kv_tokens=260, max_pos=260, past=256, dtype=torch.float32,
                         device="cpu")
     ids = torch.randint(0, target.vocab_size, (1, 1))
     label = phase_label("decode", 1, 1)

@@ -152,7 +152,7 @@ def test_collectives_per_forward_match_the_architecture(preset, tp):
     s, _ = C.load_shape(None, preset)
     su, du, _ = C.scale(s, C.drafter_for(s), tp, layers=3, hidden=256, reason="t")
     comm = RecordingComm(tp)
-    kw = dict(cache_rows=2, past=16, max_new=4, dtype=torch.float32, device="cpu")
+    kw = dict(kv_tokens=2 * 20, max_pos=20, past=16, dtype=torch.float32, device="cpu")
     torch.manual_seed(0)
     target = TargetModel(su, comm, **kw)
     drafter = Drafter(du, comm, **kw)

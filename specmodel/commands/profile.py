@@ -24,8 +24,10 @@ from specmodel.profile import configs as cfgs
 from specmodel.profile.plan import (
     CPU_AR_SIZES,
     CPU_BATCHES,
+    CPU_CONTEXTS,
     GPU_AR_SIZES,
     GPU_BATCHES,
+    GPU_CONTEXTS,
     SWEEP_KINDS,
     VERIFY_TOKENS,
     RunPlan,
@@ -77,6 +79,50 @@ def _sizes(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
+_CTX_RE = re.compile(r"^(\d+)([kKmM]?)$")
+MAX_CONTEXTS = 16
+
+
+def _contexts(text: str) -> tuple[int, ...]:
+    """``0,4K,32K,128K`` (K = 1024, M = 1024²) → sorted distinct KV lengths in tokens."""
+    from specmodel.profile.plan import MAX_CONTEXT_TOKENS
+
+    out = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        m = _CTX_RE.match(part)
+        if not m:
+            raise SpecmodelError(f"--contexts: expected KV lengths in tokens like 0,4K,32K,128K, got {part!r}")
+        v = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
+        if v > MAX_CONTEXT_TOKENS:
+            raise SpecmodelError(f"--contexts: {part} = {v} tokens is above the limit of {MAX_CONTEXT_TOKENS} (1M)")
+        out.append(v)
+    if not out:
+        raise SpecmodelError("--contexts: expected at least one value")
+    vals = tuple(sorted(set(out)))
+    if len(vals) > MAX_CONTEXTS:
+        raise SpecmodelError(f"--contexts: at most {MAX_CONTEXTS} values, got {len(vals)}")
+    return vals
+
+
+def _percent(text: str | None, flag: str, default: float) -> float:
+    """``2`` or ``2%`` → 0.02."""
+    if text is None:
+        return default
+    try:
+        v = float(str(text).strip().rstrip("%"))
+    except ValueError:
+        raise SpecmodelError(f"{flag}: expected a percentage such as 2 or 2%, got {text!r}") from None
+    if not (0.0 < v <= 100.0):
+        raise SpecmodelError(f"{flag}: must be in (0, 100] %, got {text!r}")
+    return v / 100.0
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB"
+
+
 def default_name(tp: int, backend: str) -> str:
     host = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname().split(".")[0]) or "host"
     return f"{host}-tp{tp}-{backend}"
@@ -98,7 +144,8 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
 
     # ---- flags that need nothing but themselves
     for flag, v, lo in (("--tp", o["tp"], 1), ("--warmup", o["warmup"], 0), ("--repeats", o["repeats"], 1),
-                        ("--context-len", o["context_len"], 1), ("--cycles", o["cycles"], 1),
+                        ("--context-len", o["context_len"], 0), ("--cycles", o["cycles"], 1),
+                        ("--min-passes", o["min_passes"], 1),
                         ("--batch", o["batch"], 1), ("--layers", o["layers"], 1), ("--hidden", o["hidden"], 8)):
         if v is not None and v < lo:
             raise SpecmodelError(f"{flag}: must be >= {lo}, got {v}")
@@ -110,6 +157,16 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         raise SpecmodelError("--profile: only with --spec-loop (to compare a measured loop with that profile)")
     if o["accept_len"] is not None and not o["spec_loop"]:
         raise SpecmodelError("--accept-len: only with --spec-loop (profiles do not depend on acceptance)")
+    if o["contexts"] is not None and o["context_len"] is not None:
+        raise SpecmodelError("--contexts: give either --contexts (a sweep) or --context-len (one context), not both")
+    contexts_given = _contexts(o["contexts"]) if o["contexts"] is not None else None
+    if o["profile_path"] and contexts_given is not None:
+        raise SpecmodelError("--contexts: not with --profile (the loop runs at that profile's context)")
+    ci_target = _percent(o["ci_target"], "--ci-target", 0.02)
+    if o["time_budget"] is not None:
+        require_finite("--time-budget", o["time_budget"], minimum=0.0, strict_min=True)
+        if o["time_budget"] > 86400:
+            raise SpecmodelError(f"--time-budget: at most 86400 s (a day), got {o['time_budget']:g}")
     batches = _ints(o["batches"], "--batches", ())
     verify_tokens = _ints(o["verify_tokens"], "--verify-tokens", ())
     sizes_given = _sizes(o["allreduce_sizes"], ()) if o["allreduce_sizes"] is not None else None
@@ -164,6 +221,20 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     dtype = o["dtype"] if o["dtype"] != "auto" else ("float32" if cpu else "bfloat16")
 
     if given is not None:
+        contexts: tuple[int, ...] = (int(given.model.get("context_len", 256)),)
+    elif contexts_given is not None:
+        contexts = contexts_given
+    elif o["context_len"] is not None:
+        contexts = (o["context_len"],)
+    else:
+        contexts = CPU_CONTEXTS if cpu else GPU_CONTEXTS
+    points = () if given is not None else sweep_points(
+        kinds=kinds, batches=batches or (CPU_BATCHES if cpu else GPU_BATCHES),
+        verify_tokens=verify_tokens or tuple(sorted({*VERIFY_TOKENS, ndt})), topk=topk, num_draft_tokens=ndt,
+        contexts=contexts)
+    loop = (o["batch"] or 1, contexts[0], max(ndt, topk, 1)) if accept is not None else None
+
+    if given is not None:
         target = cfgs.ModelShape.from_dict(given.model["target"])
         drafter = cfgs.DrafterShape.from_dict(given.model["drafter"])
         scaling = dict(given.model.get("scaling") or {})
@@ -180,21 +251,8 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
                 reason="CPU default: scaled down so the default sweep runs in minutes on a few cores "
                        "(--layers/--hidden/--full-size to change)")
         else:
-            layers = o["layers"]
-            if layers is None:
-                from specmodel.profile.device import free_memory_bytes
-
-                elem = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
-                probe, _d, _s = cfgs.scale(shape, drafter, tp, layers=None, hidden=o["hidden"], max_experts=None,
-                                           max_topk=None, max_vocab=None, reason="")
-                layers = cfgs.layers_that_fit(probe, tp, elem, free_memory_bytes(0))
-                if layers < 1:
-                    raise SpecmodelError(f"{source}: not even one layer fits in GPU memory at --tp {tp}; pass a "
-                                         "smaller --hidden")
-            target, drafter, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"],
-                                                  max_experts=None, max_topk=None, max_vocab=None,
-                                                  reason="GPU: as many layers as fit in 60% of free GPU memory")
-        context = o["context_len"] or (256 if cpu else 1024)
+            target, drafter, scaling = _fit_gpu(o, shape, drafter, tp, dtype, source, points, loop)
+        context = contexts[0]
     cfgs.check_tp(target, drafter, tp, source)
 
     spec_loop = None
@@ -203,9 +261,6 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         spec_loop = SpecLoopPlan(batch=o["batch"] or 1, cycles=o["cycles"] or (30 if cpu else 200),
                                  warmup=3 if cpu else 10, accept_probs=tuple(dist.probs), accept_len=acc,
                                  seed=o["seed"])
-    points = () if given is not None else sweep_points(
-        kinds=kinds, batches=batches or (CPU_BATCHES if cpu else GPU_BATCHES),
-        verify_tokens=verify_tokens or tuple(sorted({*VERIFY_TOKENS, ndt})), topk=topk, num_draft_tokens=ndt)
     sizes = () if given is not None else (sizes_given if sizes_given is not None else
                                           (CPU_AR_SIZES if cpu else GPU_AR_SIZES))
 
@@ -217,11 +272,52 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         name=name, tp=tp, backend=placement.backend, device=placement.device, dtype=dtype, target=target,
         drafter=drafter, scaling=scaling, model_source=source, steps=steps, topk=topk, num_draft_tokens=ndt,
         points=points, warmup=o["warmup"] if o["warmup"] is not None else (1 if cpu else 5),
-        repeats=o["repeats"] or (8 if cpu else 20), allreduce_sizes=sizes,
-        allreduce_warmup=2 if cpu else 5, allreduce_repeats=8 if cpu else 20, context_len=context,
+        repeats=o["repeats"] or (4 if cpu else 10), allreduce_sizes=sizes,
+        min_passes=o["min_passes"] if o["min_passes"] is not None else 6, ci_target_rel=ci_target,
+        time_budget_s=float(o["time_budget"]) if o["time_budget"] is not None else (40.0 if cpu else 120.0),
+        graphs=not cpu and not o["eager"],
+        allreduce_warmup=2 if cpu else 5, allreduce_repeats=8 if cpu else 20,
+        allreduce_calls=4 if cpu else 20, context_len=context, contexts=contexts,
         seed=o["seed"], timeout_s=float(o["timeout"]), spec_loop=spec_loop,
     )
     return plan, dest, given
+
+
+def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, source: str,
+             points: tuple[Any, ...], loop: tuple[int, int, int] | None) -> tuple[Any, Any, dict[str, Any]]:
+    """GPU sizing: the real hidden size, as many layers as fit next to the KV pool the sweep's
+    largest (batch, context) needs; a sweep whose KV cache cannot fit is refused with the figure.
+    Sized from this process's GPU; under torchrun rank 0's plan is the one every rank runs."""
+    from specmodel.profile.device import free_memory_bytes_local
+    from specmodel.profile.plan import kv_need
+
+    elem = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+    free = free_memory_bytes_local()
+    t_slots, _ = kv_need(points, "target", loop)
+    d_slots, _ = kv_need(points, "drafter", loop)
+    layers = o["layers"]
+    if layers is None:
+        probe, _d, _s = cfgs.scale(shape, drafter, tp, layers=None, hidden=o["hidden"], max_experts=None,
+                                   max_topk=None, max_vocab=None, reason="")
+        layers = cfgs.layers_that_fit_with_kv(probe, tp, elem, free, t_slots)
+        if layers < 1:
+            raise SpecmodelError(f"{source}: not even one layer and its KV cache ({t_slots} token slots) fit in "
+                                 f"{_gib(free)} of free GPU memory at --tp {tp}; pass a smaller --hidden, "
+                                 "--contexts or --batches")
+    target, d, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"], max_experts=None,
+                                    max_topk=None, max_vocab=None,
+                                    reason="GPU: as many layers as fit in 60% of free GPU memory with the KV cache")
+    per_layer, outside = cfgs.per_rank_weight_bytes(target, tp, elem)
+    weights = per_layer * target.num_layers + outside
+    kv = (t_slots * cfgs.kv_bytes_per_token(target, tp, elem) * target.num_layers
+          + d_slots * cfgs.kv_bytes_per_token(d, tp, elem))
+    if weights + kv > 0.9 * free:  # the rest: activations, NCCL buffers, CUDA graphs
+        worst = max(points, key=lambda p: p.kv_tokens) if points else None
+        at = f" (batch {worst.batch} x context {worst.context} tokens)" if worst else ""
+        raise SpecmodelError(f"--contexts: the KV cache needs {_gib(kv)} per GPU{at} over {target.num_layers} "
+                             f"layers, {_gib(0.9 * free - weights)} free after {_gib(weights)} of weights; pass "
+                             "smaller --contexts, --batches or --layers")
+    return target, d, scaling
 
 
 class _Progress:
@@ -331,9 +427,18 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
 @click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default 3.")
 @click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
 @click.option("--num-draft-tokens", type=int, default=None, help="Tokens verified per request; default steps+1.")
-@click.option("--context-len", type=int, default=None, help="KV-cache tokens per request (default 256 CPU, 1024 GPU).")
+@click.option("--context-len", type=int, default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
+@click.option("--contexts", default=None,
+              help="KV lengths per request to sweep, e.g. 0,4K,32K,128K (K = 1024); every phase at each "
+                   "(default 256,4K on CPU; 1K,8K,32K on GPU).")
+@click.option("--eager", is_flag=True, help="GPU: time eager forwards (default: CUDA-graph replays, as SGLang runs).")
+@click.option("--ci-target", default=None,
+              help="Time each point until its 95%% interval is within this %% of its median (default 2).")
+@click.option("--time-budget", type=float, default=None,
+              help="Seconds for the interleaved timing passes (default 40 CPU, 120 GPU); stops before the target if spent.")
+@click.option("--min-passes", type=int, default=None, help="Timing passes before the interval is judged (default 6).")
 @click.option("--warmup", type=int, default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
-@click.option("--repeats", type=int, default=None, help="Measured forwards per point (default 8 CPU, 20 GPU).")
+@click.option("--repeats", type=int, default=None, help="Profiled forwards per point, for the all-reduce share and the trace (default 4 CPU, 10 GPU).")
 @click.option("--allreduce-sizes", default=None, help="Pure all-reduce sweep sizes, e.g. 4,1K,64K,4M, or 'none'.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True, help="auto: float32 on CPU, bfloat16 on GPU.")

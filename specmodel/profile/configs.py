@@ -482,3 +482,22 @@ def layers_that_fit(shape: ModelShape, tp: int, dtype_bytes: int, free_bytes: in
     per_layer, outside = per_rank_weight_bytes(shape, tp, dtype_bytes)
     budget = free_bytes * fraction - outside
     return max(0, min(shape.num_layers, int(math.floor(budget / max(per_layer, 1)))))
+
+
+def kv_bytes_per_token(shape: ModelShape | DrafterShape, tp: int, dtype_bytes: int) -> int:
+    """One layer's KV-cache bytes per token on one rank, as :mod:`.models` allocates it: MLA keeps
+    the compressed latent + rope key once (shared by all heads); GQA keys and values of this
+    rank's KV heads (replicated when there are fewer KV heads than ranks)."""
+    if isinstance(shape, ModelShape) and shape.attention == "mla":
+        return (shape.kv_lora_rank + shape.qk_rope_head_dim) * dtype_bytes
+    kv = shape.num_kv_heads // tp if shape.num_kv_heads >= tp else 1
+    return 2 * kv * shape.head_dim * dtype_bytes
+
+
+def layers_that_fit_with_kv(shape: ModelShape, tp: int, dtype_bytes: int, free_bytes: int, kv_tokens: int,
+                            fraction: float = 0.6) -> int:
+    """:func:`layers_that_fit` when each layer also holds a KV pool of ``kv_tokens`` token slots."""
+    per_layer, outside = per_rank_weight_bytes(shape, tp, dtype_bytes)
+    per_layer += kv_tokens * kv_bytes_per_token(shape, tp, dtype_bytes)
+    budget = free_bytes * fraction - outside
+    return max(0, min(shape.num_layers, int(math.floor(budget / max(per_layer, 1)))))

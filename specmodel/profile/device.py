@@ -79,3 +79,28 @@ def free_memory_bytes(device_index: int = 0) -> int:
 
     free, _total = torch.cuda.mem_get_info(device_index)
     return int(free)
+
+
+def free_memory_bytes_local() -> int:
+    """Free memory on this process's GPU (``LOCAL_RANK``), not GPU 0's."""
+    return free_memory_bytes(int(os.environ.get("LOCAL_RANK", "0") or 0))
+
+
+def capture_graph(fn: Any, *, warmup: int, pool: Any = None) -> tuple[Any, Any]:
+    """Run ``fn`` ``warmup`` times (≥ 1) on a side stream, then capture one call of it in a
+    ``torch.cuda.CUDAGraph`` (as SGLang's CUDA-graph runners do); returns (replay, memory pool).
+    Pass the pool back for the next capture: points replay one at a time, so they share it."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(max(warmup, 1)):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool):
+        fn()
+    torch.cuda.synchronize()
+    return g.replay, g.pool()

@@ -50,7 +50,7 @@ def _row(r: dict[str, Any], plan: dict[str, Any]) -> CostRow:
                    allreduce_s=r["allreduce_s"], compute_s=r["compute_s"], other_s=0.0,
                    n_allreduce=r["n_allreduce"], allreduce_msg_bytes=r["tokens"] * model["hidden_size"] * elem,
                    spread_s=r["spread_s"], skew_s=r["skew_s"], samples=r["samples"],
-                   context_tokens=int(r.get("context_tokens", plan["context_len"])))
+                   context_tokens=int(r.get("context_tokens", plan["context_len"])), ci95_rel=r.get("ci95_rel"))
 
 
 def build_profile(result: dict[str, Any], *, overhead_s: float | None = None) -> Profile:
@@ -69,9 +69,11 @@ def build_profile(result: dict[str, Any], *, overhead_s: float | None = None) ->
         "description": (f"measured by specmodel profile: TP{plan['tp']} {plan['backend']} on {hw.get('hostname', '?')} "
                         f"({device or 'unknown device'}); {tgt['name']} ({size})"),
         "created_utc": result.get("finished_utc") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "method": ("each forward annotated (record_function + NVTX) and timed with the seam's Stopwatch under "
-                   "torch.profiler; all-reduce = collective time isolated from the trace, compute = the rest; "
-                   "median over repetitions of the rank mean, spread = IQR"),
+        "method": ("each forward annotated (record_function + NVTX); times from interleaved passes over all points "
+                   "without the profiler (CUDA-graph replays on a GPU unless --eager) until each point's 95% interval "
+                   "is within the target or the time budget is spent; all-reduce share from a torch.profiler pass "
+                   "(collective time isolated from the trace, compute = the rest); median over repetitions of the "
+                   "rank mean, spread = IQR, ci95_rel = order-statistic 95% interval of that median"),
     }
     model = {
         "name": tgt["name"], "family": tgt["family"], "architecture": tgt["architecture"],
@@ -122,18 +124,24 @@ def _csv(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def costs_csv(result: dict[str, Any]) -> str:
-    hdr = ["kind", "batch", "tokens", "total_s", "allreduce_s", "compute_s", "other_s", "allreduce_frac", "skew_s",
-           "transfer_s", "spread_s", "n_allreduce", "n_allgather", "samples"]
-    rows = [[r["kind"], r["batch"], r["tokens"], f"{r['total_s']:.9g}", f"{r['allreduce_s']:.9g}",
-             f"{r['compute_s']:.9g}", "0", f"{r['allreduce_s'] / r['total_s']:.6f}", f"{r['skew_s']:.9g}",
-             f"{r['allreduce_s'] - r['skew_s']:.9g}", f"{r['spread_s']:.9g}", r["n_allreduce"], r["n_allgather"],
+    hdr = ["kind", "batch", "tokens", "context_tokens", "total_s", "allreduce_s", "compute_s", "other_s",
+           "allreduce_frac", "skew_s", "transfer_s", "spread_s", "ci95_rel", "busy_s", "n_allreduce", "n_allgather",
+           "samples"]
+
+    def opt(v: Any, fmt: str) -> str:
+        return "" if v is None else format(v, fmt)
+
+    rows = [[r["kind"], r["batch"], r["tokens"], r.get("context_tokens", ""), f"{r['total_s']:.9g}",
+             f"{r['allreduce_s']:.9g}", f"{r['compute_s']:.9g}", "0", f"{r['allreduce_s'] / r['total_s']:.6f}",
+             f"{r['skew_s']:.9g}", f"{r['allreduce_s'] - r['skew_s']:.9g}", f"{r['spread_s']:.9g}",
+             opt(r.get("ci95_rel"), ".6f"), opt(r.get("busy_s"), ".9g"), r["n_allreduce"], r["n_allgather"],
              r["samples"]] for r in result["rows"]]
     return _csv(hdr, rows)
 
 
 def ranks_csv(result: dict[str, Any]) -> str:
-    hdr = ["kind", "batch", "tokens", "rank", "total_s", "allreduce_s", "skew_s", "transfer_s"]
-    rows = [[r["kind"], r["batch"], r["tokens"], pr["rank"], f"{pr['total_s']:.9g}", f"{pr['allreduce_s']:.9g}",
+    hdr = ["kind", "batch", "tokens", "context_tokens", "rank", "total_s", "allreduce_s", "skew_s", "transfer_s"]
+    rows = [[r["kind"], r["batch"], r["tokens"], r.get("context_tokens", ""), pr["rank"], f"{pr['total_s']:.9g}", f"{pr['allreduce_s']:.9g}",
              f"{pr['skew_s']:.9g}", f"{pr['transfer_s']:.9g}"] for r in result["rows"] for pr in r["per_rank"]]
     return _csv(hdr, rows)
 
@@ -246,12 +254,20 @@ def format_comparison(c: dict[str, Any]) -> str:
 def format_summary(profile: Profile, result: dict[str, Any], dest: Path, wall_s: float) -> str:
     ms = 1e3
     lines = [f"profile      {profile.name}: TP{profile.tp} {profile.backend}, {profile.label}",
-             f"{'kind':<13}{'batch':>6}{'tokens':>7}{'total ms':>10}{'all-red ms':>11}{'share':>7}{'skew ms':>9}"
-             f"{'spread ms':>10}{'n_ar':>6}"]
+             f"{'kind':<13}{'batch':>6}{'tokens':>7}{'context':>8}{'total ms':>10}{'±95%':>7}{'all-red ms':>11}"
+             f"{'share':>7}{'skew ms':>9}{'spread ms':>10}{'n_ar':>6}"]
     for r in result["rows"]:
-        lines.append(f"{r['kind']:<13}{r['batch']:>6}{r['tokens']:>7}{r['total_s'] * ms:>10.3f}"
+        ci = r.get("ci95_rel")
+        lines.append(f"{r['kind']:<13}{r['batch']:>6}{r['tokens']:>7}{r.get('context_tokens', 0):>8}"
+                     f"{r['total_s'] * ms:>10.3f}{(f'{ci:.1%}' if ci is not None else '-'):>7}"
                      f"{r['allreduce_s'] * ms:>11.3f}{r['allreduce_s'] / r['total_s']:>7.1%}{r['skew_s'] * ms:>9.3f}"
                      f"{r['spread_s'] * ms:>10.3f}{r['n_allreduce']:>6}")
+    cis = [r["ci95_rel"] for r in result["rows"] if r.get("ci95_rel") is not None]
+    if cis:
+        target = (result.get("plan") or {}).get("ci_target_rel", 0.02)
+        met = sum(1 for c in cis if c <= target)
+        lines.append(f"interval     95% of each point's median: {met}/{len(result['rows'])} within the {target:.0%} "
+                     f"target after {result['rows'][0].get('passes', '?')} interleaved passes (worst {max(cis):.1%})")
     if profile.allreduce_fit is not None:
         f = profile.allreduce_fit
         lines.append(f"all-reduce   {len(profile.allreduce_points)} sizes; ring fit alpha {f.alpha_s * 1e6:.1f} us, "

@@ -30,11 +30,12 @@ import torch.distributed as dist
 
 from specmodel.profile import analysis, hardware, status
 from specmodel.profile.annotate import Stopwatch, timed_phase
-from specmodel.profile.device import Placement, torch_device
+from specmodel.profile.device import Placement, capture_graph, torch_device
 from specmodel.profile.launcher import CHILD_ENV
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import Point, RunPlan
 from specmodel.profile.tp import CollectiveFailed, Comm
+from specmodel.stats import median, median_ci95_rel
 
 EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
 FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill|sleep[,secs=S]"
@@ -109,17 +110,19 @@ class Rank:
         self.unit = 0
         self.target: TargetModel | None = None
         self.drafter: Drafter | None = None
+        self.capture = capture_graph  # the CUDA-graph seam (tests pass a CPU stand-in)
+        self.graph_pool: Any = None
 
     # ------------------------------------------------------------ setup
     def build(self) -> None:
         p = self.plan
         torch.manual_seed(p.seed)  # identical on every rank: replicated weights agree, routing matches
-        tb, tt = p.max_tokens("target")
-        db, dt = p.max_tokens("drafter")
-        self.target = TargetModel(p.target, self.comm, cache_rows=tb, past=p.context_len, max_new=tt,
-                                  dtype=self.dtype, device=self.device)
-        self.drafter = Drafter(p.drafter, self.comm, cache_rows=max(db * p.topk, db), past=p.context_len,
-                               max_new=max(dt, p.num_draft_tokens), dtype=self.dtype, device=self.device)
+        t_slots, t_pos = p.kv_need("target")
+        d_slots, d_pos = p.kv_need("drafter")
+        self.target = TargetModel(p.target, self.comm, kv_tokens=t_slots, max_pos=t_pos, past=p.context_len,
+                                  dtype=self.dtype, device=self.device, static_moe=p.graphs)
+        self.drafter = Drafter(p.drafter, self.comm, kv_tokens=d_slots, max_pos=d_pos, past=p.context_len,
+                               dtype=self.dtype, device=self.device)
 
     def next_unit(self, label: str) -> None:
         if self.board is not None:
@@ -137,35 +140,39 @@ class Rank:
         g = torch.Generator(device="cpu").manual_seed(p.seed + 1)
         assert self.target is not None and self.drafter is not None
         target, drafter = self.target, self.drafter
-        b, t = pt.batch, pt.per_request
+        b, t, L = pt.batch, pt.per_request, pt.context
         vocab = p.target.vocab_size
         ids = torch.randint(0, vocab, (b, t), generator=g).to(self.device)
         if pt.kind in ("decode", "verify"):
-            return lambda: target(ids, "causal")
+            return lambda: target(ids, "causal", past=L)
         H = p.drafter.hidden_size
         if pt.kind == "draft":
             hidden = torch.randn(b, t, H, generator=g).to(self.device, self.dtype)
             mask = "diag" if t > 1 else "causal"
-            return lambda: drafter(ids, hidden, mask)
+            return lambda: drafter(ids, hidden, mask, past=L)
         aux = torch.randn(b, t, 3 * p.drafter.target_hidden_size, generator=g).to(self.device, self.dtype)
-        return lambda: drafter(ids, aux, "causal", last_only=True)
+        return lambda: drafter(ids, aux, "causal", last_only=True, past=L)
 
-    def measure_point(self, pt: Point, trace_dir: Path) -> dict[str, Any]:
+    def point_callable(self, pt: Point) -> Any:
+        """What one repetition of ``pt`` runs, warmed up: a CUDA-graph replay (``plan.graphs``,
+        as SGLang replays decode / verify / draft) or the eager forward."""
         p = self.plan
         fn = self.forward_fn(pt)
+        if p.graphs:
+            self.comm.barrier()
+            replay, self.graph_pool = self.capture(fn, warmup=p.warmup, pool=self.graph_pool)
+            return replay
         for _ in range(p.warmup):
             self.comm.barrier()
             fn()
         self.sync()
-        # Timing pass without the profiler: torch.profiler's per-op bookkeeping inflates a CPU
-        # forward by tens of percent, so the row's totals come from here; the profiled pass
-        # below only supplies how those seconds split into all-reduce and compute.
-        bare: list[float] = []
-        for _ in range(p.repeats):
-            self.comm.barrier()
-            with timed_phase(pt.label, self.device, record=False) as sw:
-                fn()
-            bare.append(sw.elapsed_s)
+        return fn
+
+    def profiled_pass(self, pt: Point, fn: Any, trace_dir: Path) -> dict[str, Any]:
+        """``repeats`` repetitions under torch.profiler: how a forward splits into all-reduce and
+        compute (and, on a GPU, kernel-busy time), plus one representative repetition's trace.
+        The row's seconds come from the unprofiled :meth:`timing_passes`."""
+        p = self.plan
         acts = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -193,22 +200,89 @@ class Rank:
         cpu_spans = analysis.spans(events, pt.label)
         t0 = min(float(cpu_spans[keep]["ts"]), reps[keep].span_ts)
         t1 = max(float(cpu_spans[keep]["ts"]) + float(cpu_spans[keep].get("dur", 0)), reps[keep].span_end)
-        # all-reduce seconds scaled by the profiler's inflation (same share of a shorter forward)
-        scale = analysis.profiler_scale(bare, totals)
         return {
-            "label": pt.label, "kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens,
-            "totals": bare, "profiled_totals": totals, "profiler_scale": scale,
-            "comms": [r.comm_s * scale for r in reps],
-            "calls": [[(c.collective, c.dur_s * scale) for c in r.calls] for r in reps],
+            "label": pt.label, "kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "context": pt.context,
+            "profiled_totals": totals, "comms_raw": [r.comm_s for r in reps],
+            "calls_raw": [[(c.collective, c.dur_s) for c in r.calls] for r in reps],
+            "busy": [kernel_busy_s(events, r.span_ts, r.span_end) for r in reps] if self.cuda else None,
             "trace": analysis.slice_events(events, t0, t1), "trace_meta": {k: v for k, v in raw.items()
                                                                            if k != "traceEvents"}
             if isinstance(raw, dict) else {},
         }
 
+    def timing_passes(self, fns: list[Any]) -> tuple[list[list[float]], int]:
+        """Measure like pyperf: passes over every point in turn (the start rotating each pass), one
+        timed repetition per point per pass, until the 95 % interval of each point's median
+        (rank mean per repetition) is within ``ci_target_rel`` or ``time_budget_s`` is spent.
+
+        Drift on the box then lands on every point alike instead of on whichever ran during it.
+        Every rank decides from the same all-reduced numbers (rank 0's clock for the budget), so
+        all ranks run the same passes. Returns (this rank's samples per point, passes run)."""
+        p = self.plan
+        n = len(fns)
+        mine: list[list[float]] = [[] for _ in range(n)]
+        means: list[list[float]] = [[] for _ in range(n)]
+        done = [False] * n
+        t_start = time.perf_counter()
+        passes = 0
+        while passes < p.max_passes and not all(done):
+            row = [0.0] * (n + 1)
+            for j in range(n):
+                i = (j + passes) % n
+                if done[i]:
+                    continue
+                self.comm.barrier()
+                with timed_phase("specmodel.timing", self.device, record=False) as sw:
+                    fns[i]()
+                mine[i].append(sw.elapsed_s)
+                row[i] = sw.elapsed_s
+            passes += 1
+            if self.rank == 0:
+                row[n] = float(time.perf_counter() - t_start > p.time_budget_s)
+            t = torch.tensor(row, dtype=torch.float64, device=self.device if self.cuda else "cpu")
+            self.comm.all_reduce(t)
+            got = [float(x) for x in t.cpu()]
+            for i in range(n):
+                if not done[i]:
+                    means[i].append(got[i] / self.world)
+            if passes >= p.min_passes:
+                for i in range(n):
+                    rel = median_ci95_rel(means[i])
+                    done[i] = done[i] or (rel is not None and rel <= p.ci_target_rel)
+                if got[n] > 0:
+                    break
+        return mine, passes
+
+    def measure_points(self, trace_dir: Path) -> list[dict[str, Any]]:
+        """Per point: warm-up (or capture) and the profiled pass; then the interleaved timing
+        passes over all points; the all-reduce seconds read under the profiler are carried over
+        to the unprofiled times (:func:`comm_scale`)."""
+        recs, fns = [], []
+        for pt in self.plan.points:
+            self.next_unit(pt.unit)
+            fn = self.point_callable(pt)
+            fns.append(fn)
+            recs.append(self.profiled_pass(pt, fn, trace_dir))
+        if not recs:
+            return []
+        self.next_unit("interleaved timing passes")
+        bare, passes = self.timing_passes(fns)
+        for rec, b in zip(recs, bare, strict=True):
+            scale = comm_scale(b, rec["profiled_totals"], device_timed=self.cuda)
+            rec.update(totals=b, passes=passes, profiler_scale=scale,
+                       comms=[c * scale for c in rec.pop("comms_raw")],
+                       calls=[[(c, d * scale) for c, d in rep] for rep in rec.pop("calls_raw")])
+        self.graph_pool = None
+        return recs
+
     # ------------------------------------------------------------ pure all-reduce sweep
     def allreduce_sweep(self) -> list[dict[str, Any]]:
+        """Per size: ``allreduce_repeats`` samples, each ``allreduce_calls`` back-to-back calls
+        between two timestamps, divided by the count (nccl-tests style): one call between two
+        events would time the host's enqueue of it, not the transfer."""
         p = self.plan
         elem = torch.tensor([], dtype=self.dtype).element_size()
+        calls = max(1, p.allreduce_calls)
         out = []
         for size in p.allreduce_sizes:
             self.next_unit(f"all-reduce {size} B")
@@ -221,21 +295,18 @@ class Rank:
                 self.comm.barrier()
                 sw = Stopwatch.for_device(self.device)
                 sw.start()
-                self.comm.all_reduce(x)
+                for _ in range(calls):
+                    self.comm.all_reduce(x)
                 sw.stop()
-                durs.append(sw.elapsed_s)
-            out.append({"msg_bytes": n * elem, "durs": durs})
+                durs.append(sw.elapsed_s / calls)
+            out.append({"msg_bytes": n * elem, "durs": durs, "calls_per_sample": calls})
         return out
 
     # ------------------------------------------------------------ the whole run
     def run(self, out_dir: Path) -> dict[str, Any]:
         p = self.plan
         self.build()
-        trace_dir = out_dir
-        points = []
-        for pt in p.points:
-            self.next_unit(pt.label)
-            points.append(self.measure_point(pt, trace_dir))
+        points = self.measure_points(out_dir)
         ar = self.allreduce_sweep() if self.world > 1 else []
         loop = None
         if p.spec_loop is not None:
@@ -246,6 +317,40 @@ class Rank:
         hw = hardware.collect(p.device, self.local_world) if self.local_rank == 0 else None
         return {"rank": self.rank, "host": os.uname().nodename, "points": points, "allreduce": ar,
                 "spec_loop": loop, "hardware": hw}
+
+
+def comm_scale(bare_totals: list[float], profiled_totals: list[float], *, device_timed: bool) -> float:
+    """Factor applied to the all-reduce seconds read under the profiler.
+
+    On the CPU the profiler's per-op bookkeeping stretches the host-run forward and the gloo
+    waits inside it alike, so the profiled all-reduce share is applied to the unprofiled time
+    (``analysis.profiler_scale``). On a GPU collective time is NCCL kernel time on the device,
+    which host-side profiler overhead does not stretch: 1."""
+    return 1.0 if device_timed else analysis.profiler_scale(bare_totals, profiled_totals)
+
+
+def kernel_busy_s(events: list[dict[str, Any]], t0_us: float, t1_us: float) -> float:
+    """Seconds the device was busy (union of kernel intervals, clipped) inside [t0, t1] µs of a
+    trace: the forward's GPU-busy time, beside its wall time (the gap is launch / idle time)."""
+    ivs = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        a = float(e.get("ts", 0.0))
+        b = a + float(e.get("dur", 0.0))
+        a, b = max(a, t0_us), min(b, t1_us)
+        if b > a:
+            ivs.append((a, b))
+    ivs.sort()
+    busy, end = 0.0, float("-inf")
+    for a, b in ivs:
+        if a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return busy * 1e-6
 
 
 def gather(rank: Rank, mine: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -267,7 +372,14 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
         stats = analysis.aggregate_point(
             [r["totals"] for r in recs], [r["comms"] for r in recs],
             [[[analysis.Call(c, d) for c, d in rep] for rep in r["calls"]] for r in recs])
+        R = min(len(r["totals"]) for r in recs)
+        rep_means = [sum(r["totals"][j] for r in recs) / W for j in range(R)]
+        busy = None
+        if all(r.get("busy") for r in recs):  # GPU: kernel-busy seconds, rank mean per repetition
+            busy = median([sum(r["busy"][j] for r in recs) / W for j in range(min(len(r["busy"]) for r in recs))])
         rows.append({"kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "label": pt.label,
+                     "context_tokens": pt.context, "ci95_rel": median_ci95_rel(rep_means),
+                     "passes": recs[0].get("passes", R), "busy_s": busy,
                      "total_s": stats.total_s, "allreduce_s": stats.allreduce_s, "compute_s": stats.compute_s,
                      "skew_s": stats.skew_s, "spread_s": stats.spread_s, "samples": stats.samples,
                      "n_allreduce": stats.n_allreduce, "n_allgather": stats.n_allgather,

@@ -115,6 +115,9 @@ class CostRow:
     skew_s: float = 0.0
     samples: int = 1
     context_tokens: int = 0
+    #: half-width of the 95 % interval of ``total_s`` (its median over repetitions) relative to it;
+    #: None when unknown (a reference profile, too few repetitions). Optional in v2 files.
+    ci95_rel: float | None = None
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -151,6 +154,9 @@ class CostRow:
             raise SpecmodelError(f"{where}: context_tokens must be an integer >= 0, got {self.context_tokens!r}")
         if self.n_allreduce < 0 or self.allreduce_msg_bytes < 0 or self.samples < 1:
             raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
+        if self.ci95_rel is not None and (isinstance(self.ci95_rel, bool) or not isinstance(self.ci95_rel, (int, float))
+                                          or not math.isfinite(self.ci95_rel) or self.ci95_rel < 0):
+            raise SpecmodelError(f"{where}: ci95_rel must be a finite number >= 0 or null, got {self.ci95_rel!r}")
 
     @property
     def allreduce_frac(self) -> float:
@@ -190,6 +196,7 @@ class CostRow:
             skew_s=_num(d, "skew_s", where, optional=True),
             samples=_int(d, "samples", where, minimum=1, optional=True, default=1),
             context_tokens=context,
+            ci95_rel=_num(d, "ci95_rel", where) if d.get("ci95_rel") is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +214,7 @@ class CostRow:
             "spread_s": self.spread_s,
             "skew_s": self.skew_s,
             "samples": self.samples,
+            **({"ci95_rel": self.ci95_rel} if self.ci95_rel is not None else {}),
         }
 
 
