@@ -20,7 +20,7 @@ from tests.conftest import DATA, run_cli, specmodel_exe
 pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not
 
 TINY = ["--batches", "1,2", "--verify-tokens", "4", "--warmup", "1", "--repeats", "2", "--layers", "1",
-        "--allreduce-sizes", "none"]
+        "--allreduce-sizes", "none", "--context-len", "64", "--time-budget", "2", "--min-passes", "2"]
 
 
 def earlier_profile(out: Path, name: str) -> dict[Path, bytes]:
@@ -177,6 +177,12 @@ CONFIGS = DATA / "profile_configs"
     (["--tp", "2", "--spec-loop", "--accept-len", "9"], "--accept-len"),
     (["--tp", "2", "--profile", "x"], "--profile: only with --spec-loop"),
     (["--tp", "3", "--model-config", str(CONFIGS / "llama3_8b.json"), "--full-size"], "not divisible by --tp 3"),
+    (["--tp", "2", "--contexts", "0,4Q"], "--contexts: expected KV lengths in tokens like 0,4K,32K,128K, got '4Q'"),
+    (["--tp", "2", "--contexts", "2M"], "--contexts: 2M = 2097152 tokens is above the limit"),
+    (["--tp", "2", "--contexts", ",".join(str(i) for i in range(17))], "--contexts: at most 16 values"),
+    (["--tp", "2", "--contexts", "1K", "--context-len", "64"], "not both"),
+    (["--tp", "2", "--ci-target", "0"], "--ci-target: must be in (0, 100]"),
+    (["--tp", "2", "--time-budget", "-1"], "--time-budget"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     r = run_cli("profile", "--out-dir", str(tmp_path), *args, cwd=tmp_path, timeout=60)

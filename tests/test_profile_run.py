@@ -16,13 +16,14 @@ pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of t
 
 KINDS = ("decode", "verify", "draft", "draft_extend")
 TINY = ["--batches", "1,2", "--verify-tokens", "2,4", "--warmup", "1", "--repeats", "3", "--layers", "2",
-        "--allreduce-sizes", "4,1K,64K", "--timeout", "120"]
+        "--allreduce-sizes", "4,1K,64K", "--timeout", "120", "--time-budget", "3"]
+CONTEXTS = (0, 1024)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("profiles")
-    r2 = run_cli("profile", "--tp", "2", "--name", "tp2", "--out-dir", str(out), *TINY, "--spec-loop",
+    r2 = run_cli("profile", "--tp", "2", "--name", "tp2", "--out-dir", str(out), *TINY, "--contexts", "0,1K", "--spec-loop",
                  "--accept-len", "3.0", "--cycles", "6", cwd=out)
     assert r2.returncode == 0, r2.stderr
     r4 = run_cli("profile", "--tp", "4", "--name", "tp4", "--out-dir", str(out), *TINY, "--json", "--quiet",
@@ -44,7 +45,9 @@ def test_profile_is_valid_and_complete(runs, tp):
     assert prof.model["scaling"]["original"]["num_hidden_layers"] > layers
     for r in prof.costs:
         assert 0.0 < r.allreduce_s / r.total_s < 1.0, r  # the isolated share
-        assert r.skew_s <= r.allreduce_s and r.samples == 3 and r.spread_s >= 0
+        # interleaved timing passes: at least --min-passes (6) repetitions, a 95 % interval per row
+        assert r.skew_s <= r.allreduce_s and r.samples >= 6 and r.spread_s >= 0
+        assert r.ci95_rel is not None and r.ci95_rel >= 0
         expected = 2 * layers + 1 if r.kind in ("decode", "verify") else 3
         assert r.n_allreduce == expected, r
         hidden = prof.model["target" if r.kind in ("decode", "verify") else "drafter"]["hidden_size"]
@@ -52,6 +55,12 @@ def test_profile_is_valid_and_complete(runs, tp):
     assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
     assert len(prof.allreduce_points) == 3 and prof.allreduce_fit is not None and prof.allreduce_fit.tp == tp
     assert prof.hardware["cpu_name"] and prof.hardware["torch_version"]
+    # --contexts sweeps every phase at every context (tp2); the default CPU context otherwise
+    contexts = CONTEXTS if tp == 2 else (256, 4096)
+    assert {r.context_tokens for r in prof.costs} == set(contexts)
+    for ctx in contexts:
+        assert {r.kind for r in prof.costs if r.context_tokens == ctx} == set(KINDS)
+    assert prof.model["context_len"] == contexts[0]
 
 
 def test_more_ranks_more_allreduce_per_forward(runs):
@@ -79,8 +88,9 @@ def test_outputs_csv_and_traces(runs, tp):
     with (d / "costs.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == len(prof.costs)
-    assert {(r["kind"], int(r["batch"]), int(r["tokens"])) for r in rows} == {(c.kind, c.batch, c.tokens)
-                                                                            for c in prof.costs}
+    assert {(r["kind"], int(r["batch"]), int(r["tokens"]), int(r["context_tokens"])) for r in rows} == {
+        (c.kind, c.batch, c.tokens, c.context_tokens) for c in prof.costs}
+    assert all(float(r["ci95_rel"]) >= 0 for r in rows) and all(r["busy_s"] == "" for r in rows)  # no GPU
     with (d / "ranks.csv").open() as fh:
         assert {int(r["rank"]) for r in csv.DictReader(fh)} == set(range(tp))
     for rank in range(tp):
@@ -94,8 +104,10 @@ def test_outputs_csv_and_traces(runs, tp):
 
 def test_json_output_and_text_summary(runs):
     j = runs["json4"]
-    assert j["tp"] == 4 and j["profile"].endswith("tp4") and len(j["rows"]) == 9
+    assert j["tp"] == 4 and j["profile"].endswith("tp4") and len(j["rows"]) == 2 * 9  # 2 default contexts
     assert "wrote" in runs["stdout2"] and "specmodel.decode" in runs["stderr2"]  # progress lines on stderr
+    assert "specmodel.verify[bs=1,toks=4] ctx=1024" in runs["stderr2"]  # the progress line names the context
+    assert "interleaved timing passes" in runs["stderr2"] and "95% of each point's median" in runs["stdout2"]
 
 
 def test_spec_loop_in_the_profile_run(runs):

@@ -35,7 +35,7 @@ from specmodel.profile.launcher import CHILD_ENV
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import Point, RunPlan
 from specmodel.profile.tp import CollectiveFailed, Comm
-from specmodel.stats import median, median_ci95_rel
+from specmodel.stats import iqr, median, median_ci95_rel
 
 EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
 FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill|sleep[,secs=S]"
@@ -369,21 +369,33 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
     rows = []
     for i, pt in enumerate(plan.points):
         recs = [per_rank[w]["points"][i] for w in range(W)]
+        # the split (all-reduce, skew, collective counts) from the profiled repetitions, their
+        # totals carried to the unprofiled scale; the row's seconds from the timing passes
         stats = analysis.aggregate_point(
-            [r["totals"] for r in recs], [r["comms"] for r in recs],
+            [[t * r["profiler_scale"] for t in r["profiled_totals"]] for r in recs], [r["comms"] for r in recs],
             [[[analysis.Call(c, d) for c, d in rep] for rep in r["calls"]] for r in recs])
         R = min(len(r["totals"]) for r in recs)
         rep_means = [sum(r["totals"][j] for r in recs) / W for j in range(R)]
+        total = median(rep_means)
+        share = stats.allreduce_s / stats.total_s if stats.total_s > 0 else 0.0
+        ar = total * min(share, 1.0)
+        skew = min(stats.skew_s / stats.allreduce_s, 1.0) * ar if stats.allreduce_s > 0 else 0.0
+        by_rank = []
+        for w, pr in enumerate(stats.per_rank):
+            t_w = median(recs[w]["totals"][:R])
+            f = t_w / pr["total_s"] if pr["total_s"] > 0 else 1.0
+            a_w, s_w = min(pr["allreduce_s"] * f, t_w), min(pr["skew_s"] * f, t_w)
+            by_rank.append({"rank": w, "total_s": t_w, "allreduce_s": a_w, "skew_s": s_w, "transfer_s": a_w - s_w})
         busy = None
         if all(r.get("busy") for r in recs):  # GPU: kernel-busy seconds, rank mean per repetition
             busy = median([sum(r["busy"][j] for r in recs) / W for j in range(min(len(r["busy"]) for r in recs))])
         rows.append({"kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "label": pt.label,
                      "context_tokens": pt.context, "ci95_rel": median_ci95_rel(rep_means),
                      "passes": recs[0].get("passes", R), "busy_s": busy,
-                     "total_s": stats.total_s, "allreduce_s": stats.allreduce_s, "compute_s": stats.compute_s,
-                     "skew_s": stats.skew_s, "spread_s": stats.spread_s, "samples": stats.samples,
+                     "total_s": total, "allreduce_s": ar, "compute_s": total - ar,
+                     "skew_s": skew, "spread_s": iqr(rep_means), "samples": R,
                      "n_allreduce": stats.n_allreduce, "n_allgather": stats.n_allgather,
-                     "calls_matched": stats.calls_matched, "per_rank": stats.per_rank})
+                     "calls_matched": stats.calls_matched, "per_rank": by_rank})
     ar_points = []
     if W > 1 and per_rank[0]["allreduce"]:
         for j, a in enumerate(per_rank[0]["allreduce"]):
@@ -420,6 +432,26 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
             "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+def agree_plan(plan: RunPlan, rank: int) -> RunPlan:
+    """Rank 0's plan, on every rank. Under torchrun each process sizes the model itself (on a GPU
+    from the free memory it sees at that moment): ranks that built different layer counts would
+    issue different collectives and hang, so one decision is broadcast."""
+    obj: list[Any] = [plan.to_dict() if rank == 0 else None]
+    try:
+        dist.broadcast_object_list(obj, src=0)
+    except Exception as exc:
+        raise CollectiveFailed(f"broadcast of the plan failed on rank {rank}: {exc}") from exc
+    return plan if rank == 0 else RunPlan.from_dict(obj[0])
+
+
+def _plan_diff(mine: RunPlan, agreed: RunPlan) -> str:
+    a, b = mine.to_dict(), agreed.to_dict()
+    keys = [k for k in a if a[k] != b.get(k)]
+    if "target" in keys and a["target"]["num_layers"] != b["target"]["num_layers"]:
+        return f"target layers {a['target']['num_layers']} here, {b['target']['num_layers']} on rank 0"
+    return "differs in " + ", ".join(keys[:5])
+
+
 def setup_process(plan: RunPlan) -> None:
     torch.set_num_threads(1 if plan.device == "cpu" else max(1, torch.get_num_threads()))
     try:
@@ -452,6 +484,12 @@ def run_rank(plan: RunPlan, *, run_dir: Path | None, board_path: Path | None,
         dist.init_process_group(plan.backend, timeout=_dt.timedelta(seconds=plan.timeout_s + grace), **kw)
         if board is not None:
             board.set(stage=status.JOINED)
+        agreed = agree_plan(plan, rank)
+        if json.dumps(agreed.to_dict(), sort_keys=True) != json.dumps(plan.to_dict(), sort_keys=True):
+            # under torchrun each rank built its own plan: run rank 0's
+            sys.stderr.write(f"specmodel profile: rank {rank}: running rank 0's plan ({_plan_diff(plan, agreed)})\n")
+            plan = agreed
+            r = Rank(plan, rank=rank, world=world, local_rank=local_rank, local_world=local_world, board=board)
         tmp_root = Path(tempfile.mkdtemp(prefix=f"specmodel-rank{rank}-"))
         try:
             mine = r.run(tmp_root)

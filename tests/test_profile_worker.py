@@ -1,0 +1,175 @@
+"""The rank's measurement logic on the CPU, with stand-ins where a GPU would act: which time the
+profiler correction applies to, the CUDA-graph path, the interleaved passes and their stopping
+rule, the all-reduce sweep's per-call time, kernel-busy time from a trace."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specmodel.profile import configs as C  # noqa: E402
+from specmodel.profile.plan import RunPlan, sweep_points  # noqa: E402
+from specmodel.profile.worker import Rank, comm_scale, kernel_busy_s  # noqa: E402
+from specmodel.stats import median_ci95, median_ci95_rel  # noqa: E402
+
+
+def tiny_plan(**kw):
+    s, _ = C.load_shape(None, "llama-3.1-8b")
+    t, d, sc = C.scale(s, C.drafter_for(s), 1, layers=1, hidden=64, reason="test")
+    base = dict(name="t", tp=1, backend="gloo", device="cpu", dtype="float32", target=t, drafter=d, scaling=sc,
+                model_source="test", points=sweep_points(kinds=("decode", "verify"), batches=(1,), verify_tokens=(4,),
+                                                         topk=1, num_draft_tokens=4, contexts=(0, 32)),
+                warmup=1, repeats=2, min_passes=3, time_budget_s=5.0, context_len=0, contexts=(0, 32))
+    base.update(kw)
+    return RunPlan(**base)
+
+
+def test_profiler_correction_is_for_cpu_time_only():
+    """Defect 2: under the profiler a CPU forward (and the gloo waits in it) stretches, so the
+    all-reduce share is carried to the unprofiled time; NCCL kernel time on a GPU does not."""
+    bare, profiled = [0.010, 0.011, 0.012], [0.015, 0.016, 0.017]
+    assert comm_scale(bare, profiled, device_timed=False) == pytest.approx(0.011 / 0.016)
+    assert comm_scale(bare, profiled, device_timed=True) == 1.0
+
+
+class CountingComm:
+    world, rank = 2, 0
+
+    def __init__(self, call_s: float) -> None:
+        self.call_s = call_s
+        self.calls = 0
+
+    def all_reduce(self, t, op="sum"):
+        self.calls += 1
+        time.sleep(self.call_s)
+        return t
+
+    def barrier(self):
+        pass
+
+
+def test_allreduce_sweep_times_back_to_back_calls_per_call():
+    """Defect 8: each sample is N calls between two timestamps, reported per call."""
+    r = Rank(tiny_plan(allreduce_sizes=(4, 1024), allreduce_warmup=1, allreduce_repeats=3, allreduce_calls=5),
+             rank=0, world=1, local_rank=0, local_world=1, board=None)
+    r.comm = CountingComm(0.002)
+    out = r.allreduce_sweep()
+    assert r.comm.calls == 2 * (1 + 3 * 5)
+    for a in out:
+        assert a["calls_per_sample"] == 5 and len(a["durs"]) == 3
+        assert all(0.0019 < d < 0.0035 for d in a["durs"]), a["durs"]  # one call's time, not five
+
+
+def test_graph_mode_times_replays_of_a_captured_forward(tmp_path):
+    """Defect 3: with plan.graphs the forward is captured once after warm-up and every timed
+    repetition (profiled and interleaved) is a replay; the pool is passed from one capture to
+    the next. The capture itself is the GPU seam, here a stand-in."""
+    plan = tiny_plan(graphs=True)
+    r = Rank(plan, rank=0, world=1, local_rank=0, local_world=1, board=None)
+    captured, replays, pools = [], [0], []
+
+    def fake_capture(fn, *, warmup, pool=None):
+        for _ in range(warmup):
+            fn()
+        fn()  # the captured call
+        captured.append(fn)
+        pools.append(pool)
+
+        def replay():
+            replays[0] += 1
+            fn()
+        return replay, f"pool{len(captured)}"
+
+    r.capture = fake_capture
+    r.build()
+    assert all(layer.mlp.static for layer in r.target.layers if hasattr(layer.mlp, "static"))
+    recs = r.measure_points(tmp_path)
+    assert len(captured) == len(plan.points) and pools == [None] + [f"pool{i}" for i in range(1, len(plan.points))]
+    passes = recs[0]["passes"]
+    assert passes >= plan.min_passes
+    assert replays[0] == len(plan.points) * plan.repeats + sum(len(x["totals"]) for x in recs)
+    assert all(x["profiler_scale"] > 0 and len(x["totals"]) >= plan.min_passes for x in recs)
+    assert {x["context"] for x in recs} == {0, 32}
+
+
+def test_eager_mode_captures_nothing(tmp_path):
+    r = Rank(tiny_plan(), rank=0, world=1, local_rank=0, local_world=1, board=None)
+    r.capture = lambda *a, **k: pytest.fail("captured in eager mode")
+    r.build()
+    assert len(r.measure_points(tmp_path)) == len(r.plan.points)
+
+
+def test_passes_interleave_and_stop_at_the_target():
+    """A steady point stops once its interval is within the target; a noisy one runs on until
+    the budget; within a pass every point runs once, the start rotating."""
+    r = Rank(tiny_plan(min_passes=6, max_passes=40, ci_target_rel=0.2, time_budget_s=30.0),
+             rank=0, world=1, local_rank=0, local_world=1, board=None)
+    order: list[str] = []
+    rng = iter([0.0005, 0.004] * 100)
+
+    def steady():
+        order.append("s")
+        time.sleep(0.002)
+
+    def noisy():
+        order.append("n")
+        time.sleep(next(rng))
+
+    samples, passes = r.timing_passes([steady, noisy])
+    assert passes == 40  # the noisy point never gets within 20 %
+    assert 6 <= len(samples[0]) < 40 and len(samples[1]) == 40
+    assert order[:4] == ["s", "n", "n", "s"]  # pass 2 starts with the other point
+    r2 = Rank(tiny_plan(min_passes=6, max_passes=1000, ci_target_rel=1e-9, time_budget_s=0.3),
+              rank=0, world=1, local_rank=0, local_world=1, board=None)
+    t0 = time.perf_counter()
+    _, passes2 = r2.timing_passes([steady])
+    assert passes2 < 1000 and time.perf_counter() - t0 < 5.0  # the budget ends it
+
+
+def test_median_interval_from_order_statistics():
+    assert median_ci95([1, 2, 3, 4, 5]) is None  # fewer than 6: no 95 % interval exists
+    assert median_ci95([6, 1, 5, 2, 4, 3]) == (1, 6)  # n = 6: coverage 1 - 2/64 = 96.9 %
+    xs = list(range(1, 21))  # n = 20: P(Bin <= 5) = 2.1 % <= 2.5 % < P(Bin <= 6) = 5.8 %
+    assert median_ci95(xs) == (6, 15)
+    assert median_ci95_rel([10.0] * 8) == 0.0
+    assert median_ci95_rel([9, 10, 10, 10, 10, 11]) == pytest.approx(0.1)
+
+
+def test_kernel_busy_time_is_the_union_inside_the_window():
+    ev = [{"ph": "X", "cat": "kernel", "ts": 0, "dur": 10}, {"ph": "X", "cat": "kernel", "ts": 5, "dur": 10},
+          {"ph": "X", "cat": "kernel", "ts": 30, "dur": 10}, {"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 100},
+          {"ph": "X", "cat": "kernel", "ts": 95, "dur": 20}]
+    assert kernel_busy_s(ev, 0, 100) == pytest.approx((15 + 10 + 5) * 1e-6)
+
+
+def test_torchrun_ranks_that_sized_the_model_differently_run_rank_0s_plan(tmp_path):
+    """Defect 7: under torchrun every process builds its own plan (on a GPU from the free memory
+    it sees); here rank 1 is told another layer count. Both must run rank 0's plan (else their
+    collectives differ and the run hangs until the timeout)."""
+    import json
+    import os
+    import subprocess
+
+    from specmodel.profile.launcher import free_port
+    from specmodel.schema.profile import load_profile
+    from tests.conftest import specmodel_exe
+
+    port = str(free_port())
+    common = ["profile", "--tp", "2", "--name", "tr", "--out-dir", str(tmp_path), "--batches", "1",
+              "--phases", "decode", "--warmup", "1", "--repeats", "2", "--allreduce-sizes", "none",
+              "--context-len", "16", "--time-budget", "1", "--min-passes", "2", "--timeout", "40", "--quiet", "--json"]
+    procs = []
+    for rank, layers in ((0, "1"), (1, "2")):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+        env.pop("SPECMODEL_PROFILE_CHILD", None)
+        procs.append(subprocess.Popen(specmodel_exe() + common + ["--layers", layers], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "running rank 0's plan (target layers 2 here, 1 on rank 0)" in outs[1][1]
+    assert json.loads(outs[0][0])["rows"][0]["kind"] == "decode"
+    assert load_profile(tmp_path / "tr").model["num_hidden_layers"] == 1
