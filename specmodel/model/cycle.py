@@ -7,6 +7,7 @@ step (bonus included), T_base(B) = non-speculative decode step at batch B.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from specmodel.errors import SpecmodelError
 
@@ -106,4 +107,38 @@ def p_speedup_gt_1(accept_tokens: float, break_even_tokens: float, accept_std_to
     se = accept_std_tokens / math.sqrt(n)
     if se <= 0:
         return 1.0 if accept_tokens > break_even_tokens else 0.0
+    return normal_cdf((accept_tokens - break_even_tokens) / se)
+
+
+def cost_ci95_rel(parts: Sequence[tuple[float, float]]) -> float:
+    """Relative 95 % half-width of a sum of independently measured costs.
+
+    ``parts``: (seconds T_i, relative half-width u_i) per term. Independent errors add in
+    quadrature: u = √(Σ (u_i·T_i)²) / Σ T_i (pyperf-style intervals per cost row, combined as for
+    any sum of independent measurements). 0 when nothing was measured with an interval.
+    """
+    total = sum(t for t, _ in parts)
+    if total <= 0:
+        return 0.0
+    return math.sqrt(sum((u * t) ** 2 for t, u in parts)) / total
+
+
+def band_with_cost_uncertainty(tokens_per_s: float, lo: float, hi: float, cycle_ci95_rel: float) -> tuple[float, float]:
+    """Widen the acceptance band [lo, hi] of tok/s = B·E[A]/T_cycle by the cycle cost's own 95 %
+    half-width u_c: each side's half-width h becomes √(h² + (tok/s·u_c)²) (independent errors)."""
+    c = tokens_per_s * cycle_ci95_rel
+    return (max(tokens_per_s - math.sqrt((tokens_per_s - lo) ** 2 + c * c), 0.0),
+            tokens_per_s + math.sqrt((hi - tokens_per_s) ** 2 + c * c))
+
+
+def p_speedup_gt_1_with_costs(accept_tokens: float, break_even_tokens: float, accept_std_tokens: float, n: float,
+                              break_even_ci95_rel: float, z: float = 1.96) -> float:
+    """P(speedup > 1) when the break-even E[A]* = T_cycle/T_base is itself measured:
+    Φ((E[A] − E[A]*) / √((σ_A/√n)² + (E[A]*·u/z)²)), u the relative 95 % half-width of
+    T_cycle/T_base (√(u_cycle² + u_base²)), z = 1.96. Reduces to :func:`p_speedup_gt_1` at u = 0."""
+    if break_even_ci95_rel <= 0:
+        return p_speedup_gt_1(accept_tokens, break_even_tokens, accept_std_tokens, n)
+    if n <= 0:
+        raise SpecmodelError("p_speedup_gt_1: n must be > 0")
+    se = math.sqrt((accept_std_tokens / math.sqrt(n)) ** 2 + (break_even_tokens * break_even_ci95_rel / z) ** 2)
     return normal_cdf((accept_tokens - break_even_tokens) / se)

@@ -283,6 +283,11 @@ class Prediction:
                     f"{self.draft_step_s * 1e3:.2f} ms")
         return f"{self.steps} steps x {self.draft_step_s * 1e3:.2f} ms"
 
+    #: relative 95 % half-widths of the measured costs (0: the profile gives none), already in
+    #: the tok/s band and P(speedup > 1)
+    cycle_cost_ci95_rel: float = 0.0
+    baseline_cost_ci95_rel: float = 0.0
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["accept_probs"] = list(self.accept_probs)
@@ -365,7 +370,15 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     p20 = eq.accept_for_speedup(1.2, t_base, t_cyc)
     se = eq.accept_mean_se(e, dist.std_tokens, generation_tokens, dist.samples)
     n_eff = (dist.std_tokens / se) ** 2 if se > 0 else 1.0
-    p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1(e, be, dist.std_tokens, n_eff)
+    L = cc.context_tokens
+    u_base = row_ci95_rel(profile, "decode", batch, L)
+    u_cyc = eq.cost_ci95_rel([(cc.verify.total_s, row_ci95_rel(profile, "verify", batch * spec.num_draft_tokens, L)),
+                              (cc.draft_total_s, max(row_ci95_rel(profile, "draft", batch * spec.topk, L),
+                                                     row_ci95_rel(profile, "draft_extend",
+                                                                  batch * spec.num_draft_tokens, L)))])
+    lo, hi = eq.band_with_cost_uncertainty(tps, lo, hi, u_cyc)
+    p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1_with_costs(
+        e, be, dist.std_tokens, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
     sp = eq.speedup(e, t_base, t_cyc)
     verdict, reason = verdict_for(sp, p_gt_1)
     if be > spec.max_accept_tokens:
@@ -396,6 +409,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         tp_known=profile.source.get("tp_known", True) is not False,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
+        cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
     )
 
 
@@ -405,3 +419,22 @@ def _unique(extrap: Sequence[Extrapolation]) -> tuple[Extrapolation, ...]:
         if e not in out:
             out.append(e)
     return tuple(out)
+
+
+def row_ci95_rel(profile: Profile, kind: str, tokens: float, context_tokens: float | None = None) -> float:
+    """The measured 95 % half-width (relative) of the ``kind`` rows that bracket (``tokens``,
+    ``context_tokens``): the largest of the neighbours (an interpolated cost is as uncertain as
+    its least certain end); 0 when the rows carry none (reference profiles, v1 files)."""
+    rows = [r for r in profile.costs if r.kind == kind and r.ci95_rel is not None]
+    if not rows:
+        return 0.0
+    if context_tokens is not None:
+        ctxs = sorted({r.context_tokens for r in rows})
+        lo = [c for c in ctxs if c <= context_tokens]
+        hi = [c for c in ctxs if c >= context_tokens]
+        keep = {*(lo[-1:]), *(hi[:1])}
+        rows = [r for r in rows if r.context_tokens in keep]
+    below = [r for r in rows if r.tokens <= tokens]
+    above = [r for r in rows if r.tokens >= tokens]
+    near = ([max(below, key=lambda r: r.tokens)] if below else []) + ([min(above, key=lambda r: r.tokens)] if above else [])
+    return max(float(r.ci95_rel or 0.0) for r in near)

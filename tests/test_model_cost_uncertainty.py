@@ -1,0 +1,54 @@
+"""Cost uncertainty (each profile row's 95 % interval) carried into predict's tok/s band and
+P(speedup > 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specmodel.model import cycle as eq
+from specmodel.model.accept import from_mean
+from specmodel.model.predict import predict, row_ci95_rel
+from specmodel.schema import load_profile
+
+from .conftest import REFERENCE
+
+
+def test_sum_of_independent_costs_adds_in_quadrature():
+    # 20 ms ± 2 % and 10 ms ± 4 %: √(0.4² + 0.4²) ms / 30 ms
+    assert eq.cost_ci95_rel([(0.020, 0.02), (0.010, 0.04)]) == pytest.approx(math.sqrt(0.32) / 30)
+    assert eq.cost_ci95_rel([(0.02, 0.0)]) == 0.0 and eq.cost_ci95_rel([]) == 0.0
+
+
+@given(st.floats(0.5, 0.99), st.floats(0.0, 0.5), st.floats(0.0, 0.3))
+def test_band_only_widens(lo_frac, hi_frac, u):
+    tps = 100.0
+    lo, hi = eq.band_with_cost_uncertainty(tps, tps * lo_frac, tps * (1 + hi_frac), u)
+    assert lo <= tps * lo_frac + 1e-9 and hi >= tps * (1 + hi_frac) - 1e-9
+    assert hi - tps >= tps * u - 1e-9
+
+
+@given(st.floats(1.2, 4.0), st.floats(1.0, 4.0), st.floats(0.01, 1.0), st.floats(0.001, 0.3))
+def test_cost_uncertainty_pulls_p_towards_one_half(e, be, std, u):
+    p0 = eq.p_speedup_gt_1(e, be, std, 100)
+    p1 = eq.p_speedup_gt_1_with_costs(e, be, std, 100, u)
+    assert abs(p1 - 0.5) <= abs(p0 - 0.5) + 1e-12
+    assert eq.p_speedup_gt_1_with_costs(e, be, std, 100, 0.0) == p0
+
+
+def test_predict_uses_the_rows_intervals():
+    prof = load_profile(REFERENCE)
+    dist = from_mean(2.6, prof.spec.max_accept_tokens)
+    plain = predict(prof, dist)
+    assert plain.cycle_cost_ci95_rel == 0.0  # the published case carries no intervals
+    noisy = dataclasses.replace(prof, costs=tuple(dataclasses.replace(r, ci95_rel=0.10) for r in prof.costs))
+    assert row_ci95_rel(noisy, "verify", 4) == pytest.approx(0.10)
+    p = predict(noisy, dist)
+    assert p.tokens_per_s == pytest.approx(plain.tokens_per_s)  # the point estimate does not move
+    assert p.tokens_per_s_low < plain.tokens_per_s_low and p.tokens_per_s_high > plain.tokens_per_s_high
+    assert 0.0 < p.cycle_cost_ci95_rel <= 0.10 + 1e-12 and p.baseline_cost_ci95_rel == pytest.approx(0.10)
+    assert abs(p.p_speedup_gt_1 - 0.5) < abs(plain.p_speedup_gt_1 - 0.5)
