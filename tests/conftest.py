@@ -41,12 +41,25 @@ def reference_profile() -> Path:
     return REFERENCE
 
 
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``torch`` skip, with the reason, only where torch is missing (the profiler's
-    extra); a module-level importorskip would hide that module's torch-free tests as well."""
-    if importlib.util.find_spec("torch") is not None:
-        return
-    skip = pytest.mark.skip(reason="needs torch (the `profile` extra: pip install -e '.[profile]')")
-    for item in items:
-        if "torch" in item.keywords:
-            item.add_marker(skip)
+    extra); a module-level importorskip would hide that module's torch-free tests as well.
+    Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, saying why."""
+    if importlib.util.find_spec("torch") is None:
+        skip = pytest.mark.skip(reason="needs torch (the `profile` extra: pip install -e '.[profile]')")
+        for item in items:
+            if "torch" in item.keywords:
+                item.add_marker(skip)
+    if any("gpu" in item.keywords for item in items) and not _cuda_available():
+        skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (this box has none); run scripts/gpu-check on a GPU box")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
