@@ -1,0 +1,67 @@
+"""Out-of-sample check of the cost model (issue 11): one ``specmodel profile --tp 2``, then three
+separate ``specmodel profile --spec-loop --profile P --accept-len 3`` runs against it; each run's
+measured speedup (speculative loop tok/s over its own decode loop) vs the speedup ``predict``
+gives on the profile for the acceptance the loop drew. Target: median |speedup error| ≤ 5 %.
+
+The profile is never fitted to the loops it is compared with (out of sample): the loops run as
+separate processes, later, on the same box. On a shared 2-core box with gloo the figure moves from
+run to run; it is printed with every run's numbers.
+
+Run: python benchmarks/bench_spec_loop_oos.py [RUNS]   (about 3-5 min on 2 cores)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_REL = 0.05
+
+
+def main() -> int:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    exe = Path(sys.executable).parent / "specmodel"
+    out = Path(tempfile.mkdtemp(prefix="specmodel-oos-"))
+    try:
+        t0 = time.perf_counter()
+        r = subprocess.run([str(exe), "profile", "--tp", "2", "--name", "P", "--out-dir", str(out), "--quiet"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"specmodel profile --tp 2 failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+            return 1
+        print(f"profile --tp 2: {time.perf_counter() - t0:.0f} s", flush=True)
+        errs, tps_errs = [], []
+        for i in range(runs):
+            r = subprocess.run([str(exe), "profile", "--spec-loop", "--profile", str(out / "P"), "--accept-len", "3",
+                                "--json", "--quiet"], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"spec loop run {i + 1} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+                return 1
+            c = json.loads(r.stdout)["comparison"]
+            meas, pred = c["measured"]["speedup"], c["predicted"]["speedup"]
+            err = pred / meas - 1.0
+            errs.append(err)
+            tps_errs.append(c["predicted"]["rel_error"])
+            print(f"run {i + 1}: measured speedup {meas:.3f}x (loop {c['measured']['tokens_per_s']:.1f} tok/s, "
+                  f"baseline {c['measured']['baseline_tokens_per_s']:.1f}), predicted {pred:.3f}x "
+                  f"({c['predicted']['tokens_per_s']:.1f} tok/s, baseline {c['predicted']['baseline_tokens_per_s']:.1f})"
+                  f": speedup error {err:+.1%}, tok/s error {c['predicted']['rel_error']:+.1%}, "
+                  f"baseline error {c['baseline_rel_error']:+.1%}", flush=True)
+        med = statistics.median(abs(e) for e in errs)
+        ok = med <= TARGET_REL
+        print(f"out-of-sample median |speedup error| over {runs} runs: {med:.1%} (target <= {TARGET_REL:.0%}); "
+              f"errors {', '.join(f'{e:+.1%}' for e in errs)}; median |tok/s error| "
+              f"{statistics.median(abs(e) for e in tps_errs):.1%}: {'OK' if ok else 'OVER TARGET'}")
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
