@@ -7,7 +7,7 @@ The profile is never fitted to the loops it is compared with (out of sample): th
 separate processes, later, on the same box. On a shared 2-core box with gloo the figure moves from
 run to run; it is printed with every run's numbers.
 
-Run: python benchmarks/bench_spec_loop_oos.py [RUNS]   (about 3-5 min on 2 cores)
+Run: python benchmarks/bench_spec_loop_oos.py [RUNS [PROFILE FLAGS...]]   (about 4 min on 2 cores)
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ def main() -> int:
     out = Path(tempfile.mkdtemp(prefix="specmodel-oos-"))
     try:
         t0 = time.perf_counter()
-        r = subprocess.run([str(exe), "profile", "--tp", "2", "--name", "P", "--out-dir", str(out), "--quiet"],
-                           capture_output=True, text=True)
+        r = subprocess.run([str(exe), "profile", "--tp", "2", "--name", "P", "--out-dir", str(out), "--quiet",
+                            *sys.argv[2:]], capture_output=True, text=True)
         if r.returncode != 0:
             print(f"specmodel profile --tp 2 failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
             return 1
-        print(f"profile --tp 2: {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"profile --tp 2 {' '.join(sys.argv[2:])}: {time.perf_counter() - t0:.0f} s", flush=True)
         errs, tps_errs = [], []
         for i in range(runs):
             r = subprocess.run([str(exe), "profile", "--spec-loop", "--profile", str(out / "P"), "--accept-len", "3",

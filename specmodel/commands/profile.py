@@ -145,7 +145,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     # ---- flags that need nothing but themselves
     for flag, v, lo in (("--tp", o["tp"], 1), ("--warmup", o["warmup"], 0), ("--repeats", o["repeats"], 1),
                         ("--context-len", o["context_len"], 0), ("--cycles", o["cycles"], 1),
-                        ("--min-passes", o["min_passes"], 1),
+                        ("--min-passes", o["min_passes"], 1), ("--burst", o["burst"], 1),
                         ("--batch", o["batch"], 1), ("--layers", o["layers"], 1), ("--hidden", o["hidden"], 8)):
         if v is not None and v < lo:
             raise SpecmodelError(f"{flag}: must be >= {lo}, got {v}")
@@ -275,12 +275,17 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         repeats=o["repeats"] or (4 if cpu else 10), allreduce_sizes=sizes,
         min_passes=o["min_passes"] if o["min_passes"] is not None else 6, ci_target_rel=ci_target,
         time_budget_s=float(o["time_budget"]) if o["time_budget"] is not None else (40.0 if cpu else 120.0),
-        graphs=not cpu and not o["eager"],
+        graphs=not cpu and not o["eager"], burst=o["burst"] or 1,
         allreduce_warmup=2 if cpu else 5, allreduce_repeats=8 if cpu else 20,
         allreduce_calls=4 if cpu else 20, context_len=context, contexts=contexts,
         seed=o["seed"], timeout_s=float(o["timeout"]), spec_loop=spec_loop,
     )
     return plan, dest, given
+
+
+def _worst(points: tuple[Any, ...]) -> str:
+    w = max(points, key=lambda p: p.kv_tokens) if points else None
+    return f" (batch {w.batch} x context {w.context} tokens)" if w else ""
 
 
 def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, source: str,
@@ -301,9 +306,12 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
                                    max_topk=None, max_vocab=None, reason="")
         layers = cfgs.layers_that_fit_with_kv(probe, tp, elem, free, t_slots)
         if layers < 1:
-            raise SpecmodelError(f"{source}: not even one layer and its KV cache ({t_slots} token slots) fit in "
-                                 f"{_gib(free)} of free GPU memory at --tp {tp}; pass a smaller --hidden, "
-                                 "--contexts or --batches")
+            per_layer, outside = cfgs.per_rank_weight_bytes(probe, tp, elem)
+            kv1 = t_slots * cfgs.kv_bytes_per_token(probe, tp, elem)
+            raise SpecmodelError(f"--contexts: not even one layer fits: the KV cache needs {_gib(kv1)} per layer per "
+                                 f"GPU ({t_slots} token slots){_worst(points)}, weights {_gib(per_layer + outside)}, "
+                                 f"{_gib(0.6 * free)} usable of {_gib(free)} free at --tp {tp}; pass smaller "
+                                 "--contexts, --batches or --hidden")
     target, d, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"], max_experts=None,
                                     max_topk=None, max_vocab=None,
                                     reason="GPU: as many layers as fit in 60% of free GPU memory with the KV cache")
@@ -311,10 +319,11 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
     weights = per_layer * target.num_layers + outside
     kv = (t_slots * cfgs.kv_bytes_per_token(target, tp, elem) * target.num_layers
           + d_slots * cfgs.kv_bytes_per_token(d, tp, elem))
+    if weights > 0.9 * free:
+        raise SpecmodelError(f"--layers {target.num_layers}: the weights need {_gib(weights)} per GPU at --tp {tp}, "
+                             f"{_gib(free)} free; pass fewer --layers or a smaller --hidden")
     if weights + kv > 0.9 * free:  # the rest: activations, NCCL buffers, CUDA graphs
-        worst = max(points, key=lambda p: p.kv_tokens) if points else None
-        at = f" (batch {worst.batch} x context {worst.context} tokens)" if worst else ""
-        raise SpecmodelError(f"--contexts: the KV cache needs {_gib(kv)} per GPU{at} over {target.num_layers} "
+        raise SpecmodelError(f"--contexts: the KV cache needs {_gib(kv)} per GPU{_worst(points)} over {target.num_layers} "
                              f"layers, {_gib(0.9 * free - weights)} free after {_gib(weights)} of weights; pass "
                              "smaller --contexts, --batches or --layers")
     return target, d, scaling
@@ -437,6 +446,8 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
 @click.option("--time-budget", type=float, default=None,
               help="Seconds for the interleaved timing passes (default 40 CPU, 120 GPU); stops before the target if spent.")
 @click.option("--min-passes", type=int, default=None, help="Timing passes before the interval is judged (default 6).")
+@click.option("--burst", type=int, default=None,
+              help="Forwards run back to back per timed sample, as a serving loop runs them (default 1).")
 @click.option("--warmup", type=int, default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
 @click.option("--repeats", type=int, default=None, help="Profiled forwards per point, for the all-reduce share and the trace (default 4 CPU, 10 GPU).")
 @click.option("--allreduce-sizes", default=None, help="Pure all-reduce sweep sizes, e.g. 4,1K,64K,4M, or 'none'.")

@@ -99,6 +99,7 @@ class RunPlan:
     ci_target_rel: float = 0.02  # stop timing a point once its 95 % interval is within this
     time_budget_s: float = 60.0  # … or when the timing passes have run this long
     graphs: bool = False  # time CUDA-graph replays (GPU); False: eager forwards
+    burst: int = 1  # forwards back to back per timed sample (per-forward time = elapsed / burst)
     allreduce_sizes: tuple[int, ...] = ()
     allreduce_warmup: int = 2
     allreduce_repeats: int = 8
