@@ -173,3 +173,16 @@ def test_torchrun_ranks_that_sized_the_model_differently_run_rank_0s_plan(tmp_pa
     assert "running rank 0's plan (target layers 2 here, 1 on rank 0)" in outs[1][1]
     assert json.loads(outs[0][0])["rows"][0]["kind"] == "decode"
     assert load_profile(tmp_path / "tr").model["num_hidden_layers"] == 1
+
+
+def test_burst_times_back_to_back_forwards_per_forward():
+    r = Rank(tiny_plan(min_passes=6, max_passes=6, burst=3), rank=0, world=1, local_rank=0, local_world=1, board=None)
+    calls = [0]
+
+    def fwd():
+        calls[0] += 1
+        time.sleep(0.002)
+
+    samples, passes = r.timing_passes([fwd])
+    assert passes == 6 and calls[0] == 18 and len(samples[0]) == 6
+    assert all(0.0019 < s < 0.004 for s in samples[0]), samples  # one forward's time, not three

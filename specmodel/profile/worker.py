@@ -2,9 +2,11 @@
 
 Started by the command (one process per rank, env ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
 ``MASTER_PORT`` as torchrun sets them), or in-process under ``torchrun`` (see
-``docs/profile.md``). Every rank builds the same TP stack from the plan, runs the sweep with
-the annotation seam around each forward under torch.profiler, isolates all-reduce time from the
-trace, and sends its numbers to rank 0, which writes ``result.json`` + per-rank traces.
+``docs/profile.md``). Every rank runs rank 0's plan (broadcast after joining), builds the same
+TP stack, and per point warms up (or captures a CUDA graph), runs a profiled pass with the
+annotation seam around each forward to isolate all-reduce time from the trace; then times all
+points in interleaved passes until each one's 95 % interval is tight or the budget is spent, and
+sends its numbers to rank 0, which writes ``result.json`` + per-rank traces.
 
 Exit codes: 0 ok; 1 this rank failed; 3 a collective failed (another rank died or hung);
 4 the supervising parent went away.
