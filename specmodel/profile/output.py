@@ -220,7 +220,10 @@ def compare_loop(profile: Profile, loop: dict[str, Any]) -> dict[str, Any]:
         "measured": {"tokens_per_s": measured, "cycle_s": loop["spec"]["cycle_s"],
                      "draft_extend_s": loop["spec"]["draft_extend_s"], "draft_step_s": loop["spec"]["draft_step_s"],
                      "verify_s": loop["spec"]["verify_s"], "overhead_s": loop["spec"]["overhead_s"],
-                     "baseline_tokens_per_s": base_meas, "speedup": measured / base_meas},
+                     "baseline_tokens_per_s": base_meas, "speedup": measured / base_meas,
+                     # per interleaved round, at the loop's mean acceptance: the speedup's spread
+                     "speedup_by_round": [loop["spec"]["accept_mean"] / x for x in loop.get("round_cycle_over_step", [])
+                                          if x > 0]},
         "predicted": main,
         "predicted_forwards_only": one(replace(profile, overhead_s=0.0)),
         "predicted_with_loop_overhead": one(replace(profile, overhead_s=loop["spec"]["overhead_s"])),
@@ -239,7 +242,9 @@ def format_comparison(c: dict[str, Any]) -> str:
         f"measured     {m['tokens_per_s']:.2f} tok/s  cycle {m['cycle_s'] * ms:.2f} ms = draft-extend "
         f"{m['draft_extend_s'] * ms:.2f} + {c['steps'] - 1} x draft {m['draft_step_s'] * ms:.2f} + verify "
         f"{m['verify_s'] * ms:.2f} + overhead {m['overhead_s'] * ms:.2f} ms",
-        f"             baseline {m['baseline_tokens_per_s']:.2f} tok/s, speedup {m['speedup']:.2f}x",
+        f"             baseline {m['baseline_tokens_per_s']:.2f} tok/s, speedup {m['speedup']:.2f}x"
+        + (f" (rounds {min(m['speedup_by_round']):.2f}-{max(m['speedup_by_round']):.2f}x, baseline and "
+           f"speculative interleaved)" if m.get("speedup_by_round") else ""),
         f"predicted    {p['tokens_per_s']:.2f} tok/s  cycle {p['cycle_s'] * ms:.2f} ms (overhead "
         f"{p['overhead_s'] * ms:.2f} ms)  speedup {p['speedup']:.2f}x  error {p['rel_error']:+.1%}",
         f"             baseline {p['baseline_tokens_per_s']:.2f} tok/s  error {c['baseline_rel_error']:+.1%}",

@@ -7,9 +7,11 @@ last verified tokens (target aux hidden states through ``fc``), ``steps − 1`` 
 Weights are random, so acceptance is injected: each request's emitted tokens per cycle
 (bonus included) are drawn from the given distribution with one seed on every rank.
 
-The baseline is the same stack decoding one token per request per step. Both loops are timed
-wall-clock from a barrier to the slowest rank's finish; each forward is also timed (annotation
-seam) so the cycle splits into forwards and the overhead outside them.
+The baseline is the same stack decoding one token per request per step. The two are measured in
+alternating chunks (``rounds`` of each, interleaved like pyperf compares two things, so drift on
+the box lands on both), each chunk timed wall-clock from a barrier to the slowest rank's finish;
+each forward is also timed (annotation seam) so the cycle splits into forwards and the overhead
+outside them.
 """
 
 from __future__ import annotations
@@ -54,15 +56,6 @@ def run_loop(r: Rank) -> dict[str, Any]:
 
     for _ in range(sl.warmup):
         ids = decode_step(ids)
-    comm.barrier()
-    t0 = time.perf_counter()
-    for _ in range(sl.cycles):
-        with phase(dec_label):
-            ids = decode_step(ids)
-    r.sync()
-    base = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev if r.cuda else "cpu")
-    comm.all_reduce(base, op="max")
-    base_elapsed = float(base.item())
 
     # ---------------------------------------------------------------- speculative loop
     r.next_unit("spec loop: speculative")
@@ -103,14 +96,31 @@ def run_loop(r: Rank) -> dict[str, Any]:
 
     for _ in range(sl.warmup):
         cycle(False)
-    comm.barrier()
-    t0 = time.perf_counter()
-    for _ in range(sl.cycles):
-        cycle(True)
-    r.sync()
-    spec = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev if r.cuda else "cpu")
-    comm.all_reduce(spec, op="max")
-    spec_elapsed = float(spec.item())
+
+    # interleaved, as pyperf compares two things: baseline and speculative chunks alternate, so
+    # drift on the box lands on both; each chunk starts after a barrier and ends on the slowest rank
+    def timed(fn: Any, n: int) -> float:
+        comm.barrier()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        r.sync()
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev if r.cuda else "cpu")
+        comm.all_reduce(t, op="max")
+        return float(t.item())
+
+    def base_step() -> None:
+        nonlocal ids
+        with phase(dec_label):
+            ids = decode_step(ids)
+
+    rounds = max(1, min(sl.rounds, sl.cycles))
+    per = [sl.cycles // rounds + (1 if i < sl.cycles % rounds else 0) for i in range(rounds)]
+    base_t, spec_t = [], []
+    for n in per:
+        base_t.append(timed(base_step, n))
+        spec_t.append(timed(lambda: cycle(True), n))
+    base_elapsed, spec_elapsed = sum(base_t), sum(spec_t)
     parts = torch.tensor([_mean(watches["draft_extend"]), _mean(watches["draft"]), _mean(watches["verify"])],
                          dtype=torch.float64, device=dev if r.cuda else "cpu")
     comm.all_reduce(parts)
@@ -119,7 +129,9 @@ def run_loop(r: Rank) -> dict[str, Any]:
     tokens = int(sum((j + 1) * int(c) for j, c in enumerate(hist)))
     return {
         "batch": b, "cycles": sl.cycles, "steps": steps, "topk": topk, "num_draft_tokens": ndt,
-        "accept_len_requested": sl.accept_len,
+        "accept_len_requested": sl.accept_len, "rounds": rounds,
+        # per round: speculative cycles per baseline step time, i.e. speedup at 1 token per cycle
+        "round_cycle_over_step": [(st / n) / (bt / n) for bt, st, n in zip(base_t, spec_t, per, strict=True)],
         "baseline": {"elapsed_s": base_elapsed, "tokens": b * sl.cycles, "tokens_per_s": b * sl.cycles / base_elapsed,
                      "step_s": base_elapsed / sl.cycles},
         "spec": {"elapsed_s": spec_elapsed, "tokens": tokens, "tokens_per_s": tokens / spec_elapsed,
