@@ -52,3 +52,17 @@ def test_predict_uses_the_rows_intervals():
     assert p.tokens_per_s_low < plain.tokens_per_s_low and p.tokens_per_s_high > plain.tokens_per_s_high
     assert 0.0 < p.cycle_cost_ci95_rel <= 0.10 + 1e-12 and p.baseline_cost_ci95_rel == pytest.approx(0.10)
     assert abs(p.p_speedup_gt_1 - 0.5) < abs(plain.p_speedup_gt_1 - 0.5)
+
+
+def test_cost_row_interval_is_optional_validated_and_round_trips():
+    from specmodel.errors import SpecmodelError
+    from specmodel.schema.profile import CostRow
+
+    base = {"kind": "decode", "batch": 1, "tokens": 1, "context_tokens": 0, "total_s": 0.01, "allreduce_s": 0.004,
+            "compute_s": 0.006}
+    assert CostRow.from_dict(base, "r").ci95_rel is None and "ci95_rel" not in CostRow.from_dict(base, "r").to_dict()
+    row = CostRow.from_dict({**base, "ci95_rel": 0.03}, "r")
+    assert row.ci95_rel == 0.03 and CostRow.from_dict(row.to_dict(), "r") == row
+    for bad in (-0.1, "2%", float("nan"), True):
+        with pytest.raises(SpecmodelError, match="ci95_rel"):
+            CostRow.from_dict({**base, "ci95_rel": bad}, "profile.json: costs[0]")
