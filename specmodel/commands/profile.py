@@ -258,7 +258,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     spec_loop = None
     if accept is not None:
         acc, dist = accept
-        spec_loop = SpecLoopPlan(batch=o["batch"] or 1, cycles=o["cycles"] or (60 if cpu else 200),
+        spec_loop = SpecLoopPlan(batch=o["batch"] or 1, cycles=o["cycles"] or (120 if cpu else 200),
                                  warmup=3 if cpu else 10, accept_probs=tuple(dist.probs), accept_len=acc,
                                  seed=o["seed"])
     sizes = () if given is not None else (sizes_given if sizes_given is not None else
@@ -459,7 +459,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
 @click.option("--spec-loop", is_flag=True, help="Also run a real speculative loop and compare its tok/s with the prediction.")
 @click.option("--accept-len", type=float, default=None, help="Spec loop: mean tokens per verify step drawn (default 3.0).")
 @click.option("--batch", type=int, default=None, help="Spec loop: concurrent requests (default 1).")
-@click.option("--cycles", type=int, default=None, help="Spec loop: measured cycles (default 60 CPU, 200 GPU), in 6 rounds alternating with the baseline.")
+@click.option("--cycles", type=int, default=None, help="Spec loop: measured cycles (default 120 CPU, 200 GPU), in 10 rounds alternating with the baseline.")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Spec loop: compare with this existing profile instead of measuring a new one.")
 @click.option("--quiet", is_flag=True, help="No progress output.")

@@ -72,7 +72,7 @@ class SpecLoopPlan:
     batch: int = 1
     cycles: int = 40
     warmup: int = 3
-    rounds: int = 6  # baseline and speculative chunks alternate this many times
+    rounds: int = 10  # baseline and speculative chunks alternate this many times
     accept_probs: tuple[float, ...] = ()
     accept_len: float = 0.0
     seed: int = 0
