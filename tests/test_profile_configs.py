@@ -135,7 +135,8 @@ def test_sweep_points_and_plan_roundtrip(tmp_path):
     plan.save(tmp_path / "plan.json")
     back = RunPlan.load(tmp_path / "plan.json")
     assert back == plan
-    assert back.units()[-1] == "spec loop: speculative" and len(back.units()) == len(pts) + 2 + 2
+    assert back.units()[-1] == "spec loop: speculative" and len(back.units()) == len(pts) + 1 + 2 + 2
+    assert back.units()[len(pts)] == "interleaved timing passes"
     assert isinstance(back.points[0], Point)
 
 

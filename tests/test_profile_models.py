@@ -61,6 +61,11 @@ def test_sdpa_shares_kv_heads_like_repeat_interleave():
         ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(4, 1),
                                                                 v.repeat_interleave(4, 1), attn_mask=dense)
         assert torch.allclose(_sdpa(q, k, v, mask), ref, atol=1e-5)
+    from torch.nn.attention.bias import causal_lower_right  # what a GPU forward passes for causal
+
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1),
+                                                            attn_mask=attn_mask(3, 7, "causal", "cpu"))
+    assert torch.allclose(_sdpa(q, k, v, causal_lower_right(3, 10)), ref, atol=1e-5)
 
 
 def test_forward_reads_the_context_it_is_given():

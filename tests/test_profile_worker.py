@@ -60,7 +60,8 @@ def test_allreduce_sweep_times_back_to_back_calls_per_call():
     assert r.comm.calls == 2 * (1 + 3 * 5)
     for a in out:
         assert a["calls_per_sample"] == 5 and len(a["durs"]) == 3
-        assert all(0.0019 < d < 0.0035 for d in a["durs"]), a["durs"]  # one call's time, not five
+        # one call's time, not five (>= 10 ms): never below one sleep, the median well under two
+        assert min(a["durs"]) > 0.0019 and sorted(a["durs"])[1] < 0.004, a["durs"]
 
 
 def test_graph_mode_times_replays_of_a_captured_forward(tmp_path):
@@ -185,4 +186,5 @@ def test_burst_times_back_to_back_forwards_per_forward():
 
     samples, passes = r.timing_passes([fwd])
     assert passes == 6 and calls[0] == 18 and len(samples[0]) == 6
-    assert all(0.0019 < s < 0.004 for s in samples[0]), samples  # one forward's time, not three
+    # one forward's time, not three (>= 6 ms): never below one sleep, the median well under two
+    assert min(samples[0]) > 0.0019 and sorted(samples[0])[3] < 0.004, samples

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.bias import causal_lower_right
 
 from specmodel.profile.configs import DrafterShape, ModelShape
 from specmodel.profile.tp import (
@@ -36,13 +35,17 @@ from specmodel.profile.tp import (
 
 def attn_mask(t: int, past: int, kind: str, device: Any) -> Any:
     """What may attend to what for ``t`` new tokens after ``past`` cached ones. None when every
-    position may (t == 1); a lower-right causal bias for ``causal`` (SDPA keeps its fused kernels,
-    no (t, past + t) tensor); a boolean (t, past + t) mask, True = may attend, for ``diag``."""
+    position may (t == 1). ``causal`` on a GPU: a lower-right causal bias (SDPA keeps its fused
+    kernels, no (t, past + t) tensor); otherwise a boolean (t, past + t) mask, True = may attend
+    (on the CPU the same result, without importing torch._dynamo — 2 s per rank start)."""
     if t == 1:
         return None
-    if kind == "causal":
+    if kind == "causal" and torch.device(device).type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+
         return causal_lower_right(t, past + t)
-    new = torch.eye(t, dtype=torch.bool, device=device)
+    new = torch.tril(torch.ones(t, t, dtype=torch.bool, device=device)) if kind == "causal" else \
+        torch.eye(t, dtype=torch.bool, device=device)
     return torch.cat([torch.ones(t, past, dtype=torch.bool, device=device), new], dim=1)
 
 
