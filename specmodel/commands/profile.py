@@ -442,7 +442,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
                    "(default 256,4K on CPU; 1K,8K,32K on GPU).")
 @click.option("--eager", is_flag=True, help="GPU: time eager forwards (default: CUDA-graph replays, as SGLang runs).")
 @click.option("--ci-target", default=None,
-              help="Time each point until its 95%% interval is within this %% of its median (default 2).")
+              help="Time each point until its 95% interval is within this % of its median (default 2).")
 @click.option("--time-budget", type=float, default=None,
               help="Seconds for the interleaved timing passes (default 40 CPU, 120 GPU); stops before the target if spent.")
 @click.option("--min-passes", type=int, default=None, help="Timing passes before the interval is judged (default 6).")
