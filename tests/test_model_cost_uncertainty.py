@@ -66,3 +66,14 @@ def test_cost_row_interval_is_optional_validated_and_round_trips():
     for bad in (-0.1, "2%", float("nan"), True):
         with pytest.raises(SpecmodelError, match="ci95_rel"):
             CostRow.from_dict({**base, "ci95_rel": bad}, "profile.json: costs[0]")
+
+
+def test_median_interval_from_order_statistics():
+    from specmodel.stats import median_ci95, median_ci95_rel
+
+    assert median_ci95([1, 2, 3, 4, 5]) is None  # fewer than 6: no 95 % interval exists
+    assert median_ci95([6, 1, 5, 2, 4, 3]) == (1, 6)  # n = 6: coverage 1 - 2/64 = 96.9 %
+    xs = list(range(1, 21))  # n = 20: P(Bin <= 5) = 2.1 % <= 2.5 % < P(Bin <= 6) = 5.8 %
+    assert median_ci95(xs) == (6, 15)
+    assert median_ci95_rel([10.0] * 8) == 0.0
+    assert median_ci95_rel([9, 10, 10, 10, 10, 11]) == pytest.approx(0.1)

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from specmodel.profile import configs as C
 
-from specmodel.profile import configs as C  # noqa: E402
-from specmodel.profile.models import MoE, TargetModel, _sdpa, attn_mask  # noqa: E402
-from specmodel.profile.tp import RecordingComm  # noqa: E402
+pytestmark = pytest.mark.torch  # every test here builds torch modules
+
+
+@pytest.fixture(autouse=True)
+def _torch_modules():
+    """torch and the profiler's modules, imported per test (collection needs no torch)."""
+    global torch, MoE, TargetModel, _sdpa, attn_mask, RecordingComm
+    import torch
+
+    from specmodel.profile.models import MoE, TargetModel, _sdpa, attn_mask
+    from specmodel.profile.tp import RecordingComm
 
 
 def _moe_shape():
