@@ -41,6 +41,27 @@ def test_kernel_names_across_versions(name: str, collective: str, impl: str) -> 
     assert c is not None and (c.collective, c.implementation) == (collective, impl)
 
 
+# Kernels that issue 11 found counted as compute: one row each, names as the sources spell them
+# (NCCL >= 2.27 src/device/symmetric/*, torch c10d/symm_mem/CUDASymmetricMemoryOps.cu, SGLang
+# sgl-kernel trtllm MoE finalize + all-reduce fusion).
+@pytest.mark.parametrize(("name", "collective", "impl"), [
+    ("ncclSymkDevKernel_AllReduce_AGxLL_R_sum_bf16(ncclSymkDevWorkArgs4K)", "all_reduce", "nccl"),
+    ("ncclSymkDevKernel_AllReduce_RSxLDMC_AGxSTMC_sum_bf16(ncclSymkDevWorkArgs4K)", "all_reduce", "nccl"),
+    ("ncclSymkDevKernel_AllGather_STMC(ncclSymkDevWorkArgs4K)", "all_gather", "nccl"),
+    ("ncclSymkDevKernel_ReduceScatter_LL_sum_f32(ncclSymkDevWorkArgs4K)", "reduce_scatter", "nccl"),
+    ("void (anonymous namespace)::one_shot_all_reduce_kernel<c10::BFloat16, 16, 8>(...)", "all_reduce",
+     "torch_symm_mem"),
+    ("void (anonymous namespace)::two_shot_all_reduce_kernel_inplace<c10::BFloat16, 16, 8>(...)", "all_reduce",
+     "torch_symm_mem"),
+    ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16, 8>(...)", "all_reduce",
+     "torch_symm_mem"),
+    ("void sglang::moe_finalize_all_reduce_kernel<__nv_bfloat16, 8>(...)", "all_reduce", "sglang_fused"),
+])
+def test_symmetric_memory_and_fused_kernels(name: str, collective: str, impl: str) -> None:
+    c = classify_kernel(name)
+    assert c is not None and (c.collective, c.implementation) == (collective, impl)
+
+
 @pytest.mark.parametrize("name", [
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_execute_kernel__5x_cublas",
     "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)",

@@ -48,7 +48,8 @@ class Collective:
     implementation: str
 
 
-_NCCL = r"nccl(?:Dev)?Kernel_"
+# NCCL >= 2.27 symmetric-memory kernels are ncclSymkDevKernel_<Op>_<algo>_... (same op names).
+_NCCL = r"nccl(?:Symk)?(?:Dev)?Kernel_"
 
 #: GPU kernels, first match wins (more specific rows first).
 KERNEL_RULES: tuple[Rule, ...] = (
@@ -65,6 +66,12 @@ KERNEL_RULES: tuple[Rule, ...] = (
     # 0.5.23: all_reduce_{1shot,2shot}_{push,pull}_kernel).
     Rule(pattern=r"sglang::cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="sglang_custom"),
     Rule(pattern=r"all_reduce_[12]shot", collective=ALL_REDUCE, implementation="sglang_custom"),
+    # torch symmetric memory (c10d/symm_mem/CUDASymmetricMemoryOps.cu; vLLM/SGLang use it on NVLink):
+    # "void (anonymous namespace)::two_shot_all_reduce_kernel_inplace<c10::BFloat16, 16, 2>(...)".
+    Rule(pattern=r"(?:one|two)_shot_all_reduce_kernel|multimem(?:_one_shot)?_all_reduce_kernel",
+         collective=ALL_REDUCE, implementation="torch_symm_mem"),
+    # SGLang's MoE finalize fused with the all-reduce (sgl-kernel): the kernel IS the collective.
+    Rule(pattern=r"moe_finalize_all_reduce_kernel", collective=ALL_REDUCE, implementation="sglang_fused"),
     # vLLM's PCIe/NVLink custom all-reduce (same kernel family, vllm namespace).
     Rule(pattern=r"vllm::cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="vllm_custom"),
     Rule(pattern=r"cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="custom"),
