@@ -23,8 +23,47 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _nvml(indices: list[int]) -> dict[str, Any]:
-    """Topology of the GPUs ``indices`` via pynvml (``nvidia-ml-py``)."""
+def cuda_uuids(indices: list[int]) -> list[str | None]:
+    """NVML-style UUID (``GPU-…``) of each CUDA device index, as torch sees it (``None`` where unknown)."""
+    out: list[str | None] = []
+    for i in indices:
+        try:
+            import torch
+
+            u = str(torch.cuda.get_device_properties(i).uuid)
+        except Exception:  # noqa: BLE001 - an old torch without .uuid: fall back to the env
+            out.append(None)
+            continue
+        out.append(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}")
+    return out
+
+
+def _visible_entry(i: int) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` entry CUDA device ``i`` stands for (``None``: variable unset)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None or not env.strip():
+        return None
+    parts = [p.strip() for p in env.split(",") if p.strip()]
+    return parts[i] if i < len(parts) else None
+
+
+def _handle(pynvml: Any, i: int, uuid: str | None) -> tuple[Any, str]:
+    """NVML handle of CUDA device ``i``. NVML numbers GPUs in its own (PCI) order and ignores
+    ``CUDA_VISIBLE_DEVICES``, so index i is the wrong GPU whenever that variable (or
+    CUDA_DEVICE_ORDER) reorders devices: go through the UUID, which both sides agree on."""
+    if uuid:
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid), "uuid"
+    entry = _visible_entry(i)
+    if entry is not None and entry.startswith(("GPU-", "MIG-")):
+        return pynvml.nvmlDeviceGetHandleByUUID(entry), "CUDA_VISIBLE_DEVICES uuid"
+    if entry is not None and entry.isdigit() and os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry)), "CUDA_VISIBLE_DEVICES index (PCI order)"
+    return pynvml.nvmlDeviceGetHandleByIndex(i), "index (unverified: no UUID)"
+
+
+def _nvml(indices: list[int], uuids: list[str | None] | None = None) -> dict[str, Any]:
+    """Topology of the CUDA devices ``indices`` via pynvml (``nvidia-ml-py``); ``uuids`` (from
+    :func:`cuda_uuids`) tie each CUDA index to its NVML device."""
     try:
         import pynvml
     except ImportError:
@@ -43,10 +82,15 @@ def _nvml(indices: list[int]) -> dict[str, Any]:
             out["cuda_driver_version"] = int(pynvml.nvmlSystemGetCudaDriverVersion())
         except Exception:
             pass
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        found = [_handle(pynvml, i, u) for i, u in zip(indices, uuids or [None] * len(indices), strict=True)]
+        handles = [h for h, _ in found]
         gpus = []
-        for i, h in zip(indices, handles, strict=True):
-            g: dict[str, Any] = {"index": i, "name": s(pynvml.nvmlDeviceGetName(h))}
+        for i, (h, how) in zip(indices, found, strict=True):
+            g: dict[str, Any] = {"index": i, "name": s(pynvml.nvmlDeviceGetName(h)), "nvml_lookup": how}
+            try:
+                g["uuid"] = s(pynvml.nvmlDeviceGetUUID(h))
+            except Exception:
+                pass
             for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
                             ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
                             ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
@@ -129,7 +173,8 @@ def collect(device: str, local_world: int) -> dict[str, Any]:
         except Exception as exc:
             hw["nccl_version"] = f"unknown ({exc})"
     if device == "cuda":
-        topo = _nvml(list(range(min(local_world, gpus))))
+        idx = list(range(min(local_world, gpus)))
+        topo = _nvml(idx, cuda_uuids(idx))
         hw["nvml"] = topo
         if topo.get("available"):
             hw["driver_version"] = topo.get("driver_version")
