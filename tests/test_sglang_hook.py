@@ -321,3 +321,28 @@ def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -
     assert hook.flush() == 2
     fw = _forwards(tmp_path)
     assert [r.get("gpu_s") for r in fw[-2:]] == [0.004, 0.004]
+
+
+@pytest.mark.parametrize("flavor", ["0.5.5", "0.5.23"])
+def test_graph_capture_warmups_are_not_forwards(standin: Any, tmp_path: Path, flavor: str) -> None:
+    """SGLang runs run_once() twice uncaptured (and once captured) per batch size inside
+    model_capture_mode(): steps - 1 eager draft forwards each, with dummy inputs (issue 11, defect 1)."""
+    serve = standin(flavor)
+    serve.run(tp_rank=0, iterations=2, batch=2, capture_bs=(1, 2, 4))
+    fw = _forwards(tmp_path)
+    eager_draft = [r for r in fw if r["phase"] == "draft" and r["member"] == "ModelRunner.forward"]
+    assert len(eager_draft) == 2  # the two real eager draft steps; none of the 3 x 3 x 2 capture runs
+    assert {r["batch"] for r in fw if r["phase"] == "draft"} == {2}
+    import importlib
+
+    mod = importlib.import_module(hook.CAPTURE_MODE_MODULES[0 if flavor == "0.5.23" else 1])
+    assert mod.get_is_capture_mode() is False  # the flag went back down after capture
+
+
+def test_server_warmup_request_is_not_recorded(standin: Any, tmp_path: Path) -> None:
+    serve = standin("0.5.5")
+    serve.run(tp_rank=0, iterations=2, batch=2, warmup=True)
+    fw = _forwards(tmp_path)
+    assert {r["batch"] for r in fw} == {2}  # the warm-up request ran at batch 1
+    assert Counter(r["phase"] for r in fw)["extend"] == 1  # the real prefill only
+    assert Counter(r["phase"] for r in fw)["verify"] == 2

@@ -93,3 +93,20 @@ def test_draft_runner_members(target: hook.Target) -> None:
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and isinstance(n.func.value, ast.Attribute) and "cuda_graph_runner" in n.func.value.attr}
     assert chosen in calls
+
+
+def test_capture_mode_flag_exists_and_wraps_draft_capture() -> None:
+    """One of CAPTURE_MODE_MODULES defines get_is_capture_mode(), and the draft runner's
+    capture() (whose run_once() warm-ups go through ModelRunner.forward) runs under
+    model_capture_mode(): the flag the hook reads is up exactly then."""
+    found = []
+    for name in hook.CAPTURE_MODE_MODULES:
+        path = _root().joinpath(*name.split(".")[1:]).with_suffix(".py")
+        if path.is_file():
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if any(isinstance(n, ast.FunctionDef) and n.name == "get_is_capture_mode" for n in tree.body):
+                found.append(name)
+    assert found, f"get_is_capture_mode not in any of {hook.CAPTURE_MODE_MODULES}"
+    src = _root().joinpath("srt/speculative/eagle_draft_cuda_graph_runner.py").read_text(encoding="utf-8")
+    assert "with model_capture_mode():" in src and "self.capture()" in src
+    assert "run_once()" in src or "run_once," in src

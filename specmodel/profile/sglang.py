@@ -63,6 +63,10 @@ LINE_SCHEMA = "specmodel.sglang_forward"
 LINE_SCHEMA_VERSION = 1
 
 MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+#: Where SGLang keeps ``get_is_capture_mode()`` (True inside ``model_capture_mode()``, around
+#: every CUDA-graph ``capture()``): 0.5.23 and 0.5.5.
+CAPTURE_MODE_MODULES = ("sglang.srt.model_executor.runner_utils.capture_mode",
+                        "sglang.srt.model_executor.cuda_graph_runner")
 DRAFT_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 DRAFT_EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 
@@ -133,6 +137,9 @@ class _State:
         self.finder: _PatchOnImport | None = None
         self.atexit = False
         self.tls = threading.local()
+        # the server's warm-up request (one /generate after start-up): "pending" until the first
+        # target prefill, "running" until the next one, then "done"; only "done" is recorded
+        self.warmup = "pending"
 
 
 _STATE = _State()
@@ -285,11 +292,46 @@ def _tokens(fb: Any, batch: int) -> int:
 
 
 def _capturing(sw_cuda: bool) -> bool:
+    if _sglang_capture_mode():
+        return True
     if not sw_cuda:
         return False
     import torch
 
     return bool(torch.cuda.is_current_stream_capturing())
+
+
+def _sglang_capture_mode() -> bool:
+    """SGLang's own capture flag. Before capturing each batch size SGLang runs ``run_once()``
+    twice *outside* stream capture (0.5.5 ``capture_one_batch_size``, 0.5.23 ``capture_one`` plus a
+    flashinfer autotune run): forwards with dummy inputs that only this flag tells apart. The
+    module is already imported whenever the flag can be on (the runner imported it to set it)."""
+    for name in CAPTURE_MODE_MODULES:
+        fn = getattr(sys.modules.get(name), "get_is_capture_mode", None)
+        if callable(fn):
+            try:
+                if fn():
+                    return True
+            except Exception:  # noqa: BLE001 - an unreadable flag is "not capturing"
+                pass
+    return False
+
+
+def _in_warmup(role: str, ph: str, runner: Any) -> bool:
+    """True for the forwards of the server's warm-up request (``_execute_server_warmup``: one
+    short generate right after start-up, before the server reports ready). It is the first target
+    prefill and everything up to the next one (nothing but graph capture runs before it);
+    ``--skip-server-warmup`` and PD-disaggregated decode servers (no prefill of their own) have none."""
+    if _STATE.warmup == "done":
+        return False
+    if _STATE.warmup == "pending":
+        sa = getattr(runner, "server_args", None)
+        if getattr(sa, "skip_server_warmup", False) is True or getattr(sa, "disaggregation_mode", "null") == "decode":
+            _STATE.warmup = "done"
+            return False
+    if role == "model_runner" and ph == "extend" and not getattr(runner, "is_draft_worker", False):
+        _STATE.warmup = "running" if _STATE.warmup == "pending" else "done"
+    return _STATE.warmup == "running"
 
 
 def _describe(role: str, member: str, runner_self: Any, fb: Any) -> tuple[str, int, int, int, str, Any] | None:
@@ -370,7 +412,9 @@ def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple
     ph, batch, tokens, forwards, mode, runner = desc
     sw = Stopwatch.for_device(getattr(runner, "device", None))
     if _capturing(sw.use_cuda):
-        return None  # events cannot be recorded while a CUDA graph is being captured
+        return None  # graph capture and its uncaptured warm-up runs: dummy inputs, not a forward
+    if _in_warmup(target.role, ph, runner if runner is not None else self):
+        return None
     if _STATE.fd is None:
         with _STATE.lock:
             if _STATE.fd is None:

@@ -17,7 +17,7 @@ def call_runner(runner, fb):
     return None
 
 
-def run(tp_rank=0, iterations=3, batch=2):
+def run(tp_rank=0, iterations=3, batch=2, capture_bs=(), warmup=False):
     import torch
     from sglang.srt.model_executor.forward_batch_info import FLAVOR, ForwardBatch, ForwardMode
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -26,11 +26,13 @@ def run(tp_rank=0, iterations=3, batch=2):
 
     target = ModelRunner(tp_rank=tp_rank)
     draft = ModelRunner(tp_rank=tp_rank, is_draft_worker=True)
+    for r in (target, draft):  # ServerArgs.skip_server_warmup (SGLang's default: False)
+        r.server_args.skip_server_warmup = not warmup
 
     class Worker:
         model_runner = draft
 
-    draft_graph = EAGLEDraftCudaGraphRunner(Worker())
+    draft_graph = EAGLEDraftCudaGraphRunner(Worker(), capture_bs=capture_bs)
     extend_graph = EAGLEDraftExtendCudaGraphRunner(Worker())
     sa = target.server_args
     steps, topk, ndt = sa.speculative_num_steps, sa.speculative_eagle_topk, sa.speculative_num_draft_tokens
@@ -40,6 +42,11 @@ def run(tp_rank=0, iterations=3, batch=2):
     def fb(mode, n_tokens):
         return ForwardBatch(mode, batch, torch.zeros(n_tokens, dtype=torch.long))
 
+    if warmup:  # the server's own warm-up request (http_server._execute_server_warmup): bs 1, 8 tokens
+        target.forward(ForwardBatch(ForwardMode.EXTEND, 1, torch.zeros(7, dtype=torch.long)))
+        for _ in range(2):
+            call_runner(draft_graph, ForwardBatch(ForwardMode.DECODE, 1, torch.zeros(topk, dtype=torch.long)))
+            target.forward(ForwardBatch(ForwardMode.TARGET_VERIFY, 1, torch.zeros(ndt, dtype=torch.long)))
     target.forward(fb(ForwardMode.EXTEND, batch * 17))  # prefill
     for _ in range(iterations):
         target.forward(fb(ForwardMode.DECODE, batch))  # baseline decode step

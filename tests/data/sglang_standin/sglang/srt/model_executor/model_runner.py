@@ -13,6 +13,8 @@ class ServerArgs:
     speculative_eagle_topk = 1
     speculative_num_draft_tokens = 4
     tp_size = 2
+    skip_server_warmup = False
+    disaggregation_mode = "null"
 
 
 class ModelRunnerOutput:
