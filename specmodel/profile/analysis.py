@@ -1,16 +1,10 @@
-"""All-reduce isolation from torch.profiler (Kineto / Chrome trace) events, per-rank skew, and
-the aggregation of repetitions × ranks into one cost row. Pure Python: no torch.
+"""The profiler's side of all-reduce isolation: a thin caller of the one attribution engine
+(:mod:`specmodel.trace.attribution`, which ``specmodel ingest`` uses too), plus per-rank skew,
+the aggregation of repetitions × ranks into one cost row, and trace slimming. Pure Python: no torch.
 
-One measured forward is a ``specmodel.<kind>[bs=B,toks=T]`` span (the annotation seam). Inside it:
-
-* **CPU / gloo.** The caller issues ``c10d::allreduce_`` (enqueue only) and blocks in
-  ``work.wait()`` while a ``pt_gloo_runloop`` thread runs ``gloo:all_reduce``. A collective's
-  time is what the *caller* loses: from its ``c10d::`` op to the next op the caller runs (at the
-  earliest the end of the gloo work). Summed over the collectives in the span (no overlap: they
-  are synchronous).
-* **GPU / NCCL.** The union of NCCL (or custom all-reduce) kernel time inside the forward's
-  device window (its ``gpu_user_annotation``, else the kernels launched from the CPU span).
-
+One measured forward is a ``specmodel.<kind>[bs=B,toks=T]`` span (the annotation seam). The
+engine's definitions apply: CPU/gloo = what the caller loses to each collective (until it runs
+its next op); GPU = the union of collective-kernel time in the forward's device window.
 Compute = the forward's time − all-reduce time. **Skew**: a rank that reaches a collective early
 waits inside it for the slowest; the last to arrive waits for no one, so its duration is the
 transfer itself. Matching the i-th collective of a repetition across ranks, skew on rank r =
@@ -25,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmodel.stats import iqr, median
-from specmodel.trace import _intervals as iv
-from specmodel.trace.collectives import ALL_GATHER, ALL_REDUCE, classify_cpu_op, classify_kernel
+from specmodel.trace import attribution as engine
+from specmodel.trace.collectives import ALL_GATHER, ALL_REDUCE, classify_cpu_op
 
 US = 1e-6
 
@@ -45,6 +39,7 @@ class RepMeasure:
     span_end: float
     comm_s: float
     calls: list[Call] = field(default_factory=list)
+    msg_bytes: list[int] = field(default_factory=list)  # of each all-reduce whose size the trace tells
 
     @property
     def n_allreduce(self) -> int:
@@ -55,113 +50,53 @@ class RepMeasure:
         return sum(1 for c in self.calls if c.collective == ALL_GATHER)
 
 
-def _x_events(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for e in events:
-        if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)):
-            out.append(e)
-    return out
-
-
 def _end(e: dict[str, Any]) -> float:
     return float(e["ts"]) + float(e.get("dur", 0.0) or 0.0)
 
 
 def spans(events: Sequence[dict[str, Any]], label: str, cat: str = "user_annotation") -> list[dict[str, Any]]:
-    return sorted((e for e in _x_events(events) if e.get("cat") == cat and e.get("name") == label),
-                  key=lambda e: e["ts"])
+    return sorted((e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == cat
+                   and e.get("name") == label and isinstance(e.get("ts"), (int, float))), key=lambda e: e["ts"])
+
+
+def _collect(events: Sequence[dict[str, Any]], label: str) -> engine.Collector:
+    col = engine.Collector(path="profiled forward", span_name=label.__eq__)
+    for e in events:
+        col.on_event(e)
+    return col
+
+
+def _phases(spans_: Sequence[engine.Span], label: str) -> list[engine.PhaseSpan]:
+    return [engine.PhaseSpan(span=s, kind="", batch=1, tokens=1, label=label) for s in sorted(spans_, key=lambda s: s.ts)]
+
+
+def _reps(records: Sequence[engine.PassRecord]) -> list[RepMeasure]:
+    return [RepMeasure(span_ts=r.t0_us, span_end=r.t1_us, comm_s=r.comm_s,
+                       calls=[Call(c, d) for c, d in zip(r.coll_names, r.coll_durs_s, strict=True)],
+                       msg_bytes=list(r.msg_bytes)) for r in records]
 
 
 def analyse_cpu(events: Sequence[dict[str, Any]], label: str) -> list[RepMeasure]:
     """Per repetition of ``label``: caller-side collective time (gloo traces)."""
-    xs = _x_events(events)
-    reps = spans(xs, label)
-    if not reps:
-        return []
-    tid = reps[0].get("tid")
-    main = sorted((e for e in xs if e.get("tid") == tid and e.get("cat") in ("cpu_op", "user_annotation")),
-                  key=lambda e: e["ts"])
-    main_ts = [float(e["ts"]) for e in main]
-    callers: list[tuple[float, float, str]] = []
-    work: list[tuple[float, float, str]] = []
-    for e in xs:
-        c = classify_cpu_op(str(e.get("name", "")), e.get("args"))
-        if c is None:
-            continue
-        if e.get("tid") == tid and c.implementation != "gloo":
-            callers.append((float(e["ts"]), _end(e), c.collective))
-        elif c.implementation == "gloo":
-            work.append((float(e["ts"]), _end(e), c.collective))
-    callers.sort()
-    outer: list[tuple[float, float, str]] = []  # record_param_comms > c10d::allreduce_: count once
-    for op in callers:
-        if outer and op[0] >= outer[-1][0] and op[1] <= outer[-1][1]:
-            if outer[-1][2] not in (ALL_REDUCE, ALL_GATHER) and op[2] != outer[-1][2]:
-                outer[-1] = (outer[-1][0], outer[-1][1], op[2])
-            continue
-        outer.append(op)
-    work.sort()
-    work_starts = [w[0] for w in work]
-    used = [False] * len(work)
-    out = []
-    for sp in reps:
-        s0, s1 = float(sp["ts"]), _end(sp)
-        calls: list[Call] = []
-        blocked: list[tuple[float, float]] = []
-        for ts, te, coll in outer:
-            if ts < s0 or ts >= s1:
-                continue
-            end = te
-            j = bisect.bisect_left(work_starts, ts - 1.0)  # the gloo work this call enqueued
-            while j < len(work) and (used[j] or work[j][2] != coll):
-                j += 1
-            if j < len(work) and work[j][0] < s1:
-                used[j] = True
-                end = max(end, work[j][1])
-            k = bisect.bisect_left(main_ts, te)  # the caller resumes at its next op
-            while k < len(main) and _end(main[k]) <= te:
-                k += 1
-            nxt = main_ts[k] if k < len(main) else s1
-            end = max(end, min(nxt, s1))
-            end = min(end, s1)
-            blocked.append((ts, end))
-            calls.append(Call(coll, (end - ts) * US))
-        comm = iv.length(iv.merge(blocked)) * US
-        out.append(RepMeasure(span_ts=s0, span_end=s1, comm_s=comm, calls=calls))
-    return out
+    col = _collect(events, label)
+    return _reps(engine.cpu_passes(col, _phases(col.cpu_spans, label)))
 
 
 def analyse_gpu(events: Sequence[dict[str, Any]], label: str) -> list[RepMeasure]:
     """Per repetition of ``label``: union of collective-kernel time in its device window."""
-    xs = _x_events(events)
-    cpu = spans(xs, label)
-    gpu = spans(xs, label, cat="gpu_user_annotation")
-    kernels = sorted((e for e in xs if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-    k_ts = [float(e["ts"]) for e in kernels]
-    windows: list[tuple[float, float]] = []
-    if gpu and len(gpu) == len(cpu):
-        windows = [(float(g["ts"]), _end(g)) for g in gpu]
-    else:  # kernels launched (correlation) from inside each CPU span
-        launches = [(float(e["ts"]), (e.get("args") or {}).get("correlation")) for e in xs
-                    if e.get("cat") in ("cuda_runtime", "cuda_driver")]
-        by_corr: dict[Any, dict[str, Any]] = {(k.get("args") or {}).get("correlation"): k for k in kernels}
-        for sp in cpu:
-            s0, s1 = float(sp["ts"]), _end(sp)
-            ks = [by_corr[c] for t, c in launches if s0 <= t < s1 and c in by_corr]
-            windows.append((min(float(k["ts"]) for k in ks), max(_end(k) for k in ks)) if ks else (s0, s0))
-    out = []
-    for w0, w1 in windows:
-        i0, i1 = bisect.bisect_left(k_ts, w0), bisect.bisect_left(k_ts, w1)
-        calls, ivs = [], []
-        for k in kernels[i0:i1]:
-            c = classify_kernel(str(k.get("name", "")), k.get("args"))
-            if c is None:
-                continue
-            e = min(_end(k), w1)
-            ivs.append((float(k["ts"]), e))
-            calls.append(Call(c.collective, (e - float(k["ts"])) * US))
-        out.append(RepMeasure(span_ts=w0, span_end=w1, comm_s=iv.length(iv.merge(ivs)) * US, calls=calls))
-    return out
+    col = _collect(events, label)
+    gpu = engine.merge_gpu_spans(col.gpu_spans)
+    use_gpu = bool(gpu) and len(gpu) == len(col.cpu_spans)
+    _, records = engine.gpu_passes(col, _phases(gpu, label) if use_gpu else [], _phases(col.cpu_spans, label))
+    return _reps(records)
+
+
+def trace_window(cpu_spans: Sequence[dict[str, Any]], reps: Sequence[RepMeasure]) -> tuple[float, float]:
+    """[t0, t1] (µs) covering every repetition, host spans and device windows alike: the written
+    trace keeps them all, so ``specmodel ingest`` of it re-derives the profile's rows."""
+    t0 = min([float(s["ts"]) for s in cpu_spans] + [r.span_ts for r in reps])
+    t1 = max([_end(s) for s in cpu_spans] + [r.span_end for r in reps])
+    return t0, t1
 
 
 #: Host-side ops shorter than this are left out of the kept traces (views, strides: thousands
@@ -171,25 +106,51 @@ _SLIM_CATS = ("cpu_op", "cuda_runtime", "cuda_driver", "python_function")
 
 
 def slice_events(events: Sequence[dict[str, Any]], t0: float, t1: float) -> list[dict[str, Any]]:
-    """Events of one repetition (every thread/stream) plus the trace's metadata events, slimmed
-    for a small file: short host ops dropped, args kept only where they say something (collectives,
-    kernels, annotations), flow arrows dropped."""
-    keep = []
+    """Events in [t0, t1] (every thread/stream) plus the trace's metadata events, slimmed for a
+    small file: short host ops dropped — except the one a blocked caller resumes with after each
+    collective (where the engine ends the caller's wait) — args kept only where they say something
+    (collectives, kernels, annotations), flow arrows dropped."""
+    inside = []
+    meta = []
     for e in events:
         if not isinstance(e, dict):
             continue
         ph = e.get("ph")
         if ph == "M":
-            keep.append(e)
+            meta.append(e)
             continue
         ts = e.get("ts")
         if ph != "X" or not isinstance(ts, (int, float)) or _end(e) < t0 or ts > t1:
             continue
+        inside.append(e)
+    host: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    colls = []
+    for e in inside:
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            host.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+            kind = classify_cpu_op(str(e.get("name", "")), e.get("args"))
+            if kind is not None and kind.implementation != "gloo":
+                colls.append(e)
+    resumes: set[int] = set()
+    starts: dict[tuple[Any, Any], list[float]] = {}
+    for key, ops in host.items():
+        ops.sort(key=lambda e: float(e["ts"]))
+        starts[key] = [float(e["ts"]) for e in ops]
+    for c in colls:
+        key = (c.get("pid"), c.get("tid"))
+        ops, st = host[key], starts[key]
+        te = _end(c)
+        k = bisect.bisect_left(st, te)
+        while k < len(ops) and _end(ops[k]) <= te:
+            k += 1
+        if k < len(ops):
+            resumes.add(id(ops[k]))
+    keep = list(meta)
+    for e in inside:
         cat = e.get("cat")
         if cat in _SLIM_CATS:
-            name = str(e.get("name", ""))
-            coll = classify_cpu_op(name, e.get("args")) is not None
-            if not coll and float(e.get("dur", 0.0) or 0.0) < TRACE_MIN_US:
+            coll = classify_cpu_op(str(e.get("name", "")), e.get("args")) is not None
+            if not coll and float(e.get("dur", 0.0) or 0.0) < TRACE_MIN_US and id(e) not in resumes:
                 continue
             if not coll:
                 e = {k: v for k, v in e.items() if k != "args"}
@@ -266,18 +227,18 @@ def aggregate_point(totals: Sequence[Sequence[float]], comms: Sequence[Sequence[
     """
     W = len(totals)
     R = min(len(t) for t in totals)
-    comm_c = [[min(comms[w][r], totals[w][r]) for r in range(R)] for w in range(W)]
+    # ``totals`` come from the unprofiled pass and ``comms`` from the profiled one: repetition r of
+    # one is not repetition r of the other, so only the final figures are bounded by each other
+    comm_c = [[comms[w][r] for r in range(R)] for w in range(W)]
     sk, matched = skews([[[c.dur_s for c in calls[w][r]] for r in range(R)] for w in range(W)])
     sk = [[min(sk[w][r], comm_c[w][r]) for r in range(R)] for w in range(W)]
     rep_total = [sum(totals[w][r] for w in range(W)) / W for r in range(R)]
-    rep_comm = [sum(comm_c[w][r] for w in range(W)) / W for r in range(R)]
-    rep_skew = [sum(sk[w][r] for w in range(W)) / W for r in range(R)]
-    total = median(rep_total)
-    ar = min(median(rep_comm), total)
-    skew = min(median(rep_skew), ar)
+    total = engine.median_of_rank_means([totals[w][r] for w in range(W)] for r in range(R))
+    ar = min(engine.median_of_rank_means([comm_c[w][r] for w in range(W)] for r in range(R)), total)
+    skew = min(engine.median_of_rank_means([sk[w][r] for w in range(W)] for r in range(R)), ar)
     per_rank = []
     for w in range(W):
-        ar_w = median(comm_c[w][:R])
+        ar_w = min(median(comm_c[w][:R]), median(totals[w][:R]))
         sk_w = min(median(sk[w][:R]), ar_w)
         per_rank.append({"rank": w, "total_s": median(totals[w][:R]), "allreduce_s": ar_w, "skew_s": sk_w,
                          "transfer_s": ar_w - sk_w})

@@ -172,14 +172,15 @@ class Rank:
 
     def profiled_pass(self, pt: Point, fn: Any, trace_dir: Path) -> dict[str, Any]:
         """``repeats`` repetitions under torch.profiler: how a forward splits into all-reduce and
-        compute (and, on a GPU, kernel-busy time), plus one representative repetition's trace.
+        compute (and, on a GPU, kernel-busy time), plus the trace of every repetition.
         The row's seconds come from the unprofiled :meth:`timing_passes`."""
         p = self.plan
         acts = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         watches: list[Stopwatch] = []
-        with torch.profiler.profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+        # record_shapes: the collectives' Input Dims/type give the all-reduce message bytes
+        with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=False) as prof:
             for _ in range(p.repeats):
                 self.comm.barrier()
                 with timed_phase(pt.label, self.device) as sw:
@@ -195,13 +196,8 @@ class Rank:
         reps = (analysis.analyse_gpu if self.cuda else analysis.analyse_cpu)(events, pt.label)
         if len(reps) != len(totals):
             raise RuntimeError(f"{pt.label}: found {len(reps)} annotated spans in the trace, expected {len(totals)}")
-        # every rank keeps the same repetition in its trace: the one closest to the rank-mean median
-        t = torch.tensor(totals, dtype=torch.float64, device=self.device if self.cuda else "cpu")
-        self.comm.all_reduce(t)
-        keep = analysis.representative([float(x) for x in t.cpu()])
-        cpu_spans = analysis.spans(events, pt.label)
-        t0 = min(float(cpu_spans[keep]["ts"]), reps[keep].span_ts)
-        t1 = max(float(cpu_spans[keep]["ts"]) + float(cpu_spans[keep].get("dur", 0)), reps[keep].span_end)
+        # the trace keeps every repetition: `specmodel ingest` of it re-derives this point's row
+        t0, t1 = analysis.trace_window(analysis.spans(events, pt.label), reps)
         return {
             "label": pt.label, "kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "context": pt.context,
             "profiled_totals": totals, "comms_raw": [r.comm_s for r in reps],
@@ -422,7 +418,8 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
                 events.append(e)
         other = dict(meta.pop("otherData", None) or {})
         other["specmodel"] = {"rank": w, "tp": plan.tp, "backend": plan.backend, "name": plan.name,
-                              "note": "one representative repetition per measured forward"}
+                              "note": "every profiled repetition of each measured forward",
+                              "profiler_scale": {r["label"]: r["profiler_scale"] for r in per_rank[w]["points"]}}
         doc = {**meta, "traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
         (trace_dir / f"rank{w}.trace.json").write_text(json.dumps(doc))
     hosts = sorted({r["host"] for r in per_rank})

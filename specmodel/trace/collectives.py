@@ -123,6 +123,9 @@ DTYPE_BYTES: dict[str, int] = {
     "Half": 2, "half": 2, "float16": 2, "BFloat16": 2, "bfloat16": 2,
     "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Byte": 1, "Char": 1, "Bool": 1,
     "Int": 4, "int32": 4, "Long": 8, "int64": 8, "Short": 2,
+    # record_shapes' ``Input type`` spelling (C++ type names)
+    "int": 4, "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
 }
 
 _KERNEL_RES = tuple((re.compile(r.pattern), r) for r in KERNEL_RULES)
@@ -171,12 +174,31 @@ def classify_cpu_op(name: str, args: Any = None) -> Collective | None:
     return _classify(name, args, cpu=True)
 
 
+def _dtype_bytes(name: Any) -> int:
+    n = str(name)
+    return DTYPE_BYTES.get(n) or DTYPE_BYTES.get(n.removeprefix("c10::"), 0)
+
+
 def message_bytes(args: Any) -> int:
-    """Bytes of one collective message from ``In msg nelems`` × ``dtype`` (0 when unknown)."""
+    """Bytes of one collective message (0 when the trace does not tell): ``In msg nelems`` ×
+    ``dtype`` (``record_param_comms``, copied onto NCCL kernels), else the op's first tensor from
+    ``Input Dims`` × ``Input type`` (a ``gloo:*`` op in a trace recorded with shapes)."""
     if not isinstance(args, dict):
         return 0
     n = args.get("In msg nelems")
-    size = DTYPE_BYTES.get(str(args.get("dtype", "")), 0)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            return 0
+        return n * _dtype_bytes(args.get("dtype", ""))
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not (isinstance(dims, list) and isinstance(types, list) and dims and types):
         return 0
-    return n * size
+    shape = dims[0]
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        return 0  # a TensorList (c10d::allreduce_) or an odd value: the gloo op says it plainly
+    size = _dtype_bytes(types[0])
+    count = 1
+    for d in shape:
+        count *= d
+    return count * size if shape else 0

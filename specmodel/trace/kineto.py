@@ -25,14 +25,13 @@ Per phase (kind, batch, tokens) every figure is the median over passes × ranks.
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,17 @@ from specmodel.errors import SpecmodelError
 from specmodel.profile.annotate import parse_phase_label
 from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
 from specmodel.stats import iqr, median
-from specmodel.trace import _intervals as iv
 from specmodel.trace._jsonstream import scan_trace
-from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
+from specmodel.trace.attribution import (
+    Collector,
+    PassRecord,
+    PhaseSpan,
+    Span,
+    cpu_passes,
+    gpu_passes,
+    median_of_rank_means,
+    merge_gpu_spans,
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: Traces of one run start within seconds of each other; further apart = different runs.
@@ -59,9 +66,6 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _SGLANG_FILE = re.compile(r"(?:^|-)(?P<pid>[^-]+)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?"
                           r"(?:-EP-(?P<ep>\d+))?(?:-(?:EXTEND|DECODE))?\.trace\.json(?:\.gz)?$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-_EPS_US = 1e-3
-_MISSING = object()  # ts are printed with 3 decimals (ns) in µs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,27 +129,6 @@ def _label_key(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------------
 # per-file results (picklable; returned by the worker processes)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PassRecord:
-    """One forward pass on one rank (seconds)."""
-
-    label: str
-    occurrence: int  # n-th pass with this label on this rank (matches passes across ranks)
-    kind: str
-    batch: int
-    tokens: int
-    span_s: float
-    busy_s: float
-    comm_s: float
-    exposed_s: float
-    n_collectives: int
-    n_allreduce: int
-    msg_bytes: tuple[int, ...] = ()
-    coll_keys: tuple[Any, ...] = ()
-    coll_durs_s: tuple[float, ...] = ()
-    comm_by_impl_s: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,127 +248,12 @@ def check_same_run(metas: Sequence[TraceMeta]) -> None:
 # one file
 
 
-@dataclass
-class _Span:
-    name: str
-    ts: float
-    end: float
-    pid: Any
-    ext: Any
-
-
-@dataclass
-class _Collector:
-    """Keeps only what the analysis needs from the event stream (bounded by kernels, not bytes)."""
-
-    path: str
-    n_events: int = 0
-    # (start, end, pid, correlation, collective, implementation, msg_bytes, seq_key)
-    kernels: list[tuple[float, float, Any, Any, str | None, str, int, Any]] = field(default_factory=list)
-    n_kernels: int = 0
-    launches: list[tuple[float, Any, Any]] = field(default_factory=list)  # (ts, pid, correlation)
-    cpu_spans: list[_Span] = field(default_factory=list)
-    gpu_spans: list[_Span] = field(default_factory=list)
-    cpu_colls: list[tuple[float, float, Any, str, str]] = field(default_factory=list)  # ts, end, pid, coll, impl
-    _cpu_rules: dict[str, Any] = field(default_factory=dict)  # cpu_op name -> classification by name
-
-    def _times(self, e: dict[str, Any]) -> tuple[float, float]:
-        ts, dur = e.get("ts"), e.get("dur", 0.0)
-        try:
-            t0 = float(ts)  # type: ignore[arg-type]
-            d = float(dur)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} ({e.get('cat')}) has no numeric "
-                                 f"ts/dur (ts={ts!r}, dur={dur!r})") from None
-        if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
-            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} has invalid ts/dur ({ts!r}, {dur!r})")
-        return t0, t0 + d
-
-    def on_event(self, e: Any) -> None:
-        # hot path: most events are cpu_ops / runtime calls we drop after two dict lookups
-        self.n_events += 1
-        if type(e) is not dict or e.get("ph") != "X":
-            return
-        cat = e.get("cat")
-        if cat == "cpu_op":
-            name = e.get("name")
-            if not isinstance(name, str):
-                return
-            rule = self._cpu_rules.get(name, _MISSING)
-            if rule is _MISSING:
-                rule = self._cpu_rules[name] = classify_cpu_op(name)
-            args = e.get("args")
-            if rule is None and not (type(args) is dict and "Collective name" in args):
-                return
-            self._cpu_coll(e, name, args)
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
-            name = e.get("name", "")
-            if isinstance(name, str) and ("aunch" in name or "emcpy" in name or "emset" in name):
-                args = e.get("args")
-                if type(args) is dict and "correlation" in args:
-                    self.launches.append((self._times(e)[0], e.get("pid"), args["correlation"]))
-        elif cat in _GPU_BUSY_CATS:
-            t0, t1 = self._times(e)
-            args = e.get("args")
-            args = args if type(args) is dict else {}
-            coll = None
-            impl = ""
-            nbytes = 0
-            seq = None
-            if cat == "kernel":
-                self.n_kernels += 1
-                c = classify_kernel(str(e.get("name", "")), args)
-                if c is not None:
-                    coll, impl = c.collective, c.implementation
-                    nbytes = message_bytes(args)
-                    if "Seq" in args:
-                        seq = (args.get("Process Group Name"), args.get("Seq"))
-            self.kernels.append((t0, t1, e.get("pid"), args.get("correlation"), coll, impl, nbytes, seq))
-        elif cat == "user_annotation" or cat == "gpu_user_annotation":
-            name = e.get("name", "")
-            if not isinstance(name, str):
-                return
-            if _is_span_name(name):
-                t0, t1 = self._times(e)
-                args = e.get("args")
-                ext = args.get("External id") if type(args) is dict else None
-                span = _Span(name=name, ts=t0, end=t1, pid=e.get("pid"), ext=ext)
-                (self.gpu_spans if cat == "gpu_user_annotation" else self.cpu_spans).append(span)
-            elif cat == "user_annotation":  # gloo:all_reduce is recorded as a user_annotation
-                self._cpu_coll(e, name, e.get("args"))
-
-    def _cpu_coll(self, e: dict[str, Any], name: str, args: Any) -> None:
-        c = classify_cpu_op(name, args)
-        if c is not None:
-            t0, t1 = self._times(e)
-            self.cpu_colls.append((t0, t1, e.get("pid"), c.collective, c.implementation))
-
-
-def _merge_gpu_spans(spans: list[_Span]) -> list[_Span]:
-    """Kineto may emit one gpu_user_annotation per stream for one CPU range: one window each."""
-    out: list[_Span] = []
-    groups: dict[tuple[str, Any], _Span] = {}
-    for s in sorted(spans, key=lambda s: (s.name, s.ts)):
-        if s.ext is not None:
-            g = groups.get((s.name, s.ext))
-            if g is not None:
-                g.ts, g.end = min(g.ts, s.ts), max(g.end, s.end)
-                continue
-            groups[(s.name, s.ext)] = s
-            out.append(s)
-        elif out and out[-1].name == s.name and out[-1].ext is None and s.ts <= out[-1].end:
-            out[-1].end = max(out[-1].end, s.end)
-        else:
-            out.append(s)
-    return sorted(out, key=lambda s: s.ts)
-
-
-def _phase_spans(spans: list[_Span], opts: IngestOptions) -> list[tuple[_Span, tuple[str, int, int]]]:
+def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
     """Spans that are forward passes, in time order, with (kind, batch, tokens)."""
     spans = sorted(spans, key=lambda s: s.ts)
     labelled = [s for s in spans if not _PROFILER_STEP.match(s.name)]
     use = labelled or spans  # ProfilerStep# only when nothing better is there
-    out: list[tuple[_Span, tuple[str, int, int]]] = []
+    out: list[PhaseSpan] = []
     last_batch: int | None = None
     for s in use:
         ph = phase_of(s.name, opts, last_batch)
@@ -393,158 +261,54 @@ def _phase_spans(spans: list[_Span], opts: IngestOptions) -> list[tuple[_Span, t
             continue
         if s.name not in _STAGE_SPANS:
             last_batch = ph[1]
-        out.append((s, ph))
+        out.append(PhaseSpan(span=s, kind=ph[0], batch=ph[1], tokens=ph[2], label=_label_key(s.name)))
     return out
 
 
-def _record(label: str, occ: int, ph: tuple[str, int, int], span_us: float, busy_us: float,
-            comm: list[iv.Interval], comp: list[iv.Interval],
-            colls: Sequence[tuple[float, float, str | None, str, int, Any]], cpu: bool) -> PassRecord:
-    comm_m = iv.merge(comm)
-    comm_us = iv.length(comm_m)
-    exposed_us = comm_us if cpu else comm_us - iv.overlap(comm_m, iv.merge(comp))
-    colls = sorted(colls, key=lambda c: c[0])
-    keyed = all(c[5] is not None for c in colls)
-    keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
-    by_impl: dict[str, float] = defaultdict(float)
-    for c in colls:
-        by_impl[c[3] or "unknown"] += (c[1] - c[0]) * 1e-6
-    kind, batch, tokens = ph
-    return PassRecord(
-        label=label, occurrence=occ, kind=kind, batch=batch, tokens=tokens,
-        span_s=span_us * 1e-6, busy_s=min(busy_us, span_us) * 1e-6, comm_s=min(comm_us, busy_us) * 1e-6,
-        exposed_s=max(exposed_us, 0.0) * 1e-6, n_collectives=len(colls),
-        n_allreduce=sum(1 for c in colls if c[2] == ALL_REDUCE),
-        msg_bytes=tuple(c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0),
-        coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
-        comm_by_impl_s=tuple(sorted(by_impl.items())),
-    )
+def profiler_scales(path: str | Path, header: dict[str, Any]) -> dict[str, float]:
+    """``otherData.specmodel.profiler_scale`` of a trace written by ``specmodel profile``: per
+    label, how much the profiler stretched that forward (bare / profiled time). The profile's
+    rows apply it; so does ingest, so both report the same seconds."""
+    other = header.get("otherData")
+    sm = other.get("specmodel") if isinstance(other, dict) else None
+    scales = sm.get("profiler_scale") if isinstance(sm, dict) else None
+    if scales is None:
+        return {}
+    if not isinstance(scales, dict):
+        raise SpecmodelError(f"{path}: otherData.specmodel.profiler_scale: expected an object")
+    out = {}
+    for k, v in scales.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SpecmodelError(f"{path}: otherData.specmodel.profiler_scale[{k!r}]: expected a number > 0, "
+                                 f"got {v!r}")
+        out[str(k)] = float(v)
+    return out
 
-
-def _gpu_passes(col: _Collector, opts: IngestOptions) -> tuple[str, list[PassRecord]]:
-    kernels = sorted(col.kernels, key=lambda k: k[0])
-    starts = [k[0] for k in kernels]
-    pids_with_kernels = {k[2] for k in kernels}
-    occ: dict[str, int] = defaultdict(int)
-    records: list[PassRecord] = []
-    gpu_phases = _phase_spans(_merge_gpu_spans(col.gpu_spans), opts)
-    if gpu_phases:
-        attribution = "gpu_user_annotation"
-        for span, ph in gpu_phases:
-            lo, hi = span.ts, span.end
-            i0 = bisect.bisect_left(starts, lo - _EPS_US)
-            i1 = bisect.bisect_left(starts, hi)
-            ks = [k for k in kernels[i0:i1] if span.pid not in pids_with_kernels or k[2] == span.pid]
-            records.append(_pass_from_kernels(span.name, occ, ph, lo, hi, ks))
-        return attribution, records
-    cpu_phases = _phase_spans(col.cpu_spans, opts)
-    if not cpu_phases:
-        raise SpecmodelError(f"{col.path}: {col.n_kernels} GPU kernels but no forward-pass spans "
-                             "(step[...], specmodel.<kind>[...], ProfilerStep#N): cannot tell passes apart")
-    by_corr: dict[Any, list[int]] = defaultdict(list)
-    for i, k in enumerate(kernels):
-        if k[3] is not None:
-            by_corr[k[3]].append(i)
-    launches = sorted(col.launches, key=lambda x: x[0])
-    lts = [x[0] for x in launches]
-    for span, ph in cpu_phases:
-        j0 = bisect.bisect_left(lts, span.ts)
-        j1 = bisect.bisect_right(lts, span.end)
-        idx = sorted({i for x in launches[j0:j1] if x[1] == span.pid or span.pid is None
-                      for i in by_corr.get(x[2], ())})
-        ks = [kernels[i] for i in idx]
-        if not ks:
-            continue  # no GPU work launched from this span (e.g. a CPU-only step)
-        lo, hi = min(k[0] for k in ks), max(k[1] for k in ks)
-        records.append(_pass_from_kernels(span.name, occ, ph, lo, hi, ks))
-    if not records:
-        raise SpecmodelError(f"{col.path}: no GPU kernel is linked (correlation) to any forward-pass span")
-    return "correlation", records
-
-
-def _pass_from_kernels(name: str, occ: dict[str, int], ph: tuple[str, int, int], lo: float, hi: float,
-                       ks: Iterable[tuple[float, float, Any, Any, str | None, str, int, Any]]) -> PassRecord:
-    comm: list[iv.Interval] = []
-    comp: list[iv.Interval] = []
-    colls: list[tuple[float, float, str | None, str, int, Any]] = []
-    for k in ks:
-        s, e = max(k[0], lo), min(k[1], hi)
-        if e <= s:
-            continue
-        if k[4] is not None:
-            comm.append((s, e))
-            colls.append((k[0], k[1], k[4], k[5], k[6], k[7]))
-        else:
-            comp.append((s, e))
-    busy = iv.length(iv.merge(comm + comp))
-    label = _label_key(name)
-    rec = _record(label, occ[label], ph, hi - lo, busy, comm, comp, colls, cpu=False)
-    occ[label] += 1
-    return rec
-
-
-def _cpu_passes(col: _Collector, opts: IngestOptions) -> list[PassRecord]:
-    phases = _phase_spans(col.cpu_spans, opts)
-    if not phases:
-        raise SpecmodelError(f"{col.path}: CPU collectives but no forward-pass spans "
-                             "(step[...], specmodel.<kind>[...], ProfilerStep#N)")
-    # The caller (c10d::allreduce_ / record_param_comms on the span's thread) enqueues; the
-    # gloo:* op on gloo's thread is the work, and the caller blocks until it ends. So a
-    # collective's interval is [caller start, end of the gloo work it enqueued].
-    colls_sorted = sorted(col.cpu_colls, key=lambda c: c[0])
-    work = [c for c in colls_sorted if c[4] == "gloo"]
-    callers = [c for c in colls_sorted if c[4] != "gloo"]
-    outer: list[tuple[float, float, Any, str, str]] = []
-    for c in callers:  # nested ops (record_param_comms > c10d::allreduce_) count once
-        if outer and c[1] <= outer[-1][1] and c[2] == outer[-1][2] and c[0] >= outer[-1][0]:
-            continue
-        outer.append(c)
-    if not outer:
-        outer = work
-    elif work:
-        wstarts = [w[0] for w in work]
-        used = [False] * len(work)
-        joined = []
-        for ts, te, pid, coll, _impl in outer:
-            j = bisect.bisect_left(wstarts, ts - 1.0)
-            while j < len(work) and (used[j] or work[j][3] != coll):
-                j += 1
-            end = te
-            if j < len(work):
-                used[j] = True
-                end = max(te, work[j][1])
-            joined.append((ts, end, pid, coll, "gloo"))
-        outer = joined
-    starts = [c[0] for c in outer]
-    occ: dict[str, int] = defaultdict(int)
-    records = []
-    for span, ph in phases:
-        i0 = bisect.bisect_left(starts, span.ts)
-        i1 = bisect.bisect_left(starts, span.end)
-        cs = [c for c in outer[i0:i1] if c[2] == span.pid]  # (gloo work runs in the same process)
-        comm = iv.clip([(c[0], c[1]) for c in cs], span.ts, span.end)
-        colls = [(c[0], min(c[1], span.end), c[3], c[4], 0, None) for c in cs]
-        label = _label_key(span.name)
-        dur = span.end - span.ts
-        if dur <= 0:
-            continue
-        records.append(_record(label, occ[label], ph, dur, dur, comm, [], colls, cpu=True))
-        occ[label] += 1
-    return records
 
 
 def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> RankTrace:
     """Stream one rank's trace and measure each forward pass in it (runs in a worker process)."""
-    col = _Collector(path=path)
+    col = Collector(path=path, span_name=_is_span_name)
     header = scan_trace(path, col.on_event)
     if "traceEvents" not in header:
         raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
     meta = meta_from_header(Path(path), header, single=single)
     if col.n_kernels:
-        attribution, records = _gpu_passes(col, opts)
+        gpu_ph = _phase_spans(merge_gpu_spans(col.gpu_spans), opts)
+        cpu_ph = [] if gpu_ph else _phase_spans(col.cpu_spans, opts)
+        if not gpu_ph and not cpu_ph:
+            raise SpecmodelError(f"{path}: {col.n_kernels} GPU kernels but no forward-pass spans "
+                                 "(step[...], specmodel.<kind>[...], ProfilerStep#N): cannot tell passes apart")
+        attribution, records = gpu_passes(col, gpu_ph, cpu_ph)
+        if not records:
+            raise SpecmodelError(f"{path}: no GPU kernel is linked (correlation) to any forward-pass span")
         mode = "gpu"
     elif col.cpu_colls:
-        records, attribution, mode = _cpu_passes(col, opts), "cpu span", "cpu"
+        phases = _phase_spans(col.cpu_spans, opts)
+        if not phases:
+            raise SpecmodelError(f"{path}: CPU collectives but no forward-pass spans "
+                                 "(step[...], specmodel.<kind>[...], ProfilerStep#N)")
+        records, attribution, mode = cpu_passes(col, phases), "cpu span", "cpu"
     elif col.n_events == 0:
         raise SpecmodelError(f"{path}: traceEvents is empty")
     else:
@@ -552,6 +316,9 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
                              f"{col.n_events} events: nothing to measure (was the GPU activity recorded?)")
     if not records:
         raise SpecmodelError(f"{path}: no forward-pass spans with any duration")
+    scales = profiler_scales(path, header)
+    if scales:
+        records = [r.scaled(scales.get(r.label, 1.0)) for r in records]
     return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
                      n_kernels=col.n_kernels, passes=tuple(records))
 
@@ -691,9 +458,16 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
     phases = []
     for (kind, batch, tokens), items in sorted(by_phase.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
         recs = [p for _, p in items]
-        comm = median([p.comm_s for p in recs])
-        compute = median([p.busy_s - p.comm_s for p in recs])
-        other = median([p.span_s - p.busy_s for p in recs])
+        # one repetition = one (label, occurrence) across ranks: the engine's aggregation (a
+        # typical rank per repetition, median over repetitions), the same as `specmodel profile`
+        reps: dict[tuple[str, int], list[tuple[int, PassRecord]]] = defaultdict(list)
+        for r, p in items:
+            reps[(p.label, p.occurrence)].append((r, p))
+
+        def agg(f: Callable[[int, PassRecord], float], reps: dict[tuple[str, int], list[tuple[int, PassRecord]]]
+                = reps) -> float:
+            return median_of_rank_means([f(r, p) for r, p in rep] for rep in reps.values())
+
         impl: dict[str, list[float]] = defaultdict(list)
         for p in recs:
             for name, s in p.comm_by_impl_s:
@@ -702,9 +476,10 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
         phases.append(PhaseStats(
             kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
             samples=len(recs), ranks=len({r for r, _ in items}),
-            span_s=median([p.span_s for p in recs]), busy_s=median([p.busy_s for p in recs]),
-            allreduce_s=comm, exposed_s=median([p.exposed_s for p in recs]), compute_s=compute, other_s=other,
-            skew_s=median([sk.get((r, p.label, p.occurrence), 0.0) for r, p in items]),
+            span_s=agg(lambda r, p: p.span_s), busy_s=agg(lambda r, p: p.busy_s),
+            allreduce_s=agg(lambda r, p: p.comm_s), exposed_s=agg(lambda r, p: p.exposed_s),
+            compute_s=agg(lambda r, p: p.busy_s - p.comm_s), other_s=agg(lambda r, p: p.span_s - p.busy_s),
+            skew_s=agg(lambda r, p: sk.get((r, p.label, p.occurrence), 0.0)),
             spread_s=iqr([p.span_s for p in recs]),
             n_collectives=round(median([p.n_collectives for p in recs])),
             n_allreduce=round(median([p.n_allreduce for p in recs])),
@@ -717,7 +492,8 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
         skew_s=median([sk.get((t.meta.rank, p.label, p.occurrence), 0.0) for p in t.passes]),
     ) for t in sorted(traces, key=lambda t: t.meta.rank))
     world = max((t.meta.world_size or 0 for t in traces), default=0) or len(traces)
-    notes = [f"per-phase figures are medians over forward passes x ranks ({len(traces)} rank trace(s)); "
+    notes = [f"per-phase figures: per forward pass the mean over ranks, then the median over passes "
+             f"({len(traces)} rank trace(s)); "
              "a profile row's total is the median span, its parts the medians scaled to add up to it"]
     if mode == "cpu":
         notes.append("CPU trace (no GPU kernels): communication = gloo collective ops inside each span; "

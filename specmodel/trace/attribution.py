@@ -1,0 +1,377 @@
+"""The one attribution engine: trace events -> per forward pass all-reduce / compute / other
+seconds, all-reduce message bytes and the per-collective durations that skew is computed from.
+
+``specmodel ingest`` (:mod:`specmodel.trace.kineto`, streaming files) and ``specmodel profile``
+(:mod:`specmodel.profile.analysis`, the worker's in-memory events) both feed events to a
+:class:`Collector` and call :func:`gpu_passes` / :func:`cpu_passes` on the spans they chose, and
+both aggregate repetitions × ranks with :func:`median_of_rank_means`: the same trace gives the same
+numbers through either path.
+
+* **GPU.** A pass's window is its ``gpu_user_annotation`` span (kernels starting inside it, same
+  device), or without one the kernels launched (``correlation``) from inside its CPU span.
+  ``busy`` = union of kernel/memcpy/memset time; ``comm`` = union of collective-kernel time
+  (:mod:`specmodel.trace.collectives`); ``exposed`` = comm not overlapped by other GPU work.
+* **CPU (gloo).** The caller issues ``c10d::allreduce_`` (enqueue) and blocks while a gloo thread
+  runs ``gloo:all_reduce``. A collective costs the caller from its ``c10d::`` op until it runs its
+  next op (at the earliest, the end of the gloo work it enqueued): wake-up latency included.
+  Nested ops (``record_param_comms`` > ``c10d::allreduce_``) count once. ``busy`` = the span.
+* **Message bytes** = ``In msg nelems`` × ``dtype`` (``record_param_comms`` args, copied onto NCCL
+  kernels), else the gloo op's ``Input Dims`` × ``Input type`` (traces recorded with shapes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.stats import median
+from specmodel.trace import _intervals as iv
+from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
+
+GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_EPS_US = 1e-3  # ts are printed with 3 decimals (ns) in µs
+_MISSING = object()
+
+#: (start, end, pid, correlation, collective, implementation, msg_bytes, seq_key)
+Kernel = tuple[float, float, Any, Any, "str | None", str, int, Any]
+#: (start, end, collective, implementation, msg_bytes, seq_key) of one collective in a pass
+Coll = tuple[float, float, "str | None", str, int, Any]
+
+
+@dataclass
+class Span:
+    name: str
+    ts: float
+    end: float
+    pid: Any
+    ext: Any
+    tid: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseSpan:
+    """A span the caller decided is a forward pass (or ``forwards`` of them), and what it is."""
+
+    span: Span
+    kind: str
+    batch: int
+    tokens: int
+    label: str  # passes with the same label are matched across ranks by occurrence
+    forwards: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassRecord:
+    """One forward pass on one rank (seconds)."""
+
+    label: str
+    occurrence: int  # n-th pass with this label on this rank (matches passes across ranks)
+    kind: str
+    batch: int
+    tokens: int
+    span_s: float
+    busy_s: float
+    comm_s: float
+    exposed_s: float
+    n_collectives: int
+    n_allreduce: int
+    msg_bytes: tuple[int, ...] = ()
+    coll_keys: tuple[Any, ...] = ()
+    coll_durs_s: tuple[float, ...] = ()
+    coll_names: tuple[str, ...] = ()
+    comm_by_impl_s: tuple[tuple[str, float], ...] = ()
+    t0_us: float = 0.0  # the pass's window on the trace clock
+    t1_us: float = 0.0
+    forwards: int = 1
+
+    def scaled(self, f: float) -> PassRecord:
+        """Every duration × ``f`` (the profiler's stretch of this forward, measured by the run)."""
+        from dataclasses import replace
+
+        return replace(self, span_s=self.span_s * f, busy_s=self.busy_s * f, comm_s=self.comm_s * f,
+                       exposed_s=self.exposed_s * f, coll_durs_s=tuple(d * f for d in self.coll_durs_s),
+                       comm_by_impl_s=tuple((k, v * f) for k, v in self.comm_by_impl_s))
+
+
+@dataclass
+class Collector:
+    """Keeps only what attribution needs from an event stream (bounded by kernels, not bytes)."""
+
+    path: str
+    n_events: int = 0
+    kernels: list[Kernel] = field(default_factory=list)
+    n_kernels: int = 0
+    launches: list[tuple[float, Any, Any]] = field(default_factory=list)  # (ts, pid, correlation)
+    cpu_spans: list[Span] = field(default_factory=list)
+    gpu_spans: list[Span] = field(default_factory=list)
+    # (ts, end, pid, collective, implementation, msg_bytes, tid)
+    cpu_colls: list[tuple[float, float, Any, str, str, int, Any]] = field(default_factory=list)
+    # host op starts and ends per (pid, tid): where a blocked caller resumes (CPU traces only)
+    host_ops: dict[tuple[Any, Any], array[float]] = field(default_factory=dict)
+    span_name: Any = None  # predicate: is this annotation name a pass span?
+    _cpu_rules: dict[str, Any] = field(default_factory=dict)
+
+    def _times(self, e: dict[str, Any]) -> tuple[float, float]:
+        ts, dur = e.get("ts"), e.get("dur", 0.0)
+        try:
+            t0 = float(ts)  # type: ignore[arg-type]
+            d = float(dur)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} ({e.get('cat')}) has no numeric "
+                                 f"ts/dur (ts={ts!r}, dur={dur!r})") from None
+        if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
+            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} has invalid ts/dur ({ts!r}, {dur!r})")
+        return t0, t0 + d
+
+    def _host_op(self, e: dict[str, Any]) -> None:
+        key = (e.get("pid"), e.get("tid"))
+        ops = self.host_ops.get(key)
+        if ops is None:
+            ops = self.host_ops[key] = array("d")
+        ops.extend(self._times(e))  # start, end interleaved: 16 bytes an op
+
+    def on_event(self, e: Any) -> None:
+        # hot path: most events are cpu_ops / runtime calls we drop after a few dict lookups
+        self.n_events += 1
+        if type(e) is not dict or e.get("ph") != "X":
+            return
+        cat = e.get("cat")
+        if cat == "cpu_op":
+            name = e.get("name")
+            if not isinstance(name, str):
+                return
+            if not self.n_kernels:  # GPU traces attribute by kernels; keep the host timeline for CPU ones
+                self._host_op(e)
+            rule = self._cpu_rules.get(name, _MISSING)
+            if rule is _MISSING:
+                rule = self._cpu_rules[name] = classify_cpu_op(name)
+            args = e.get("args")
+            if rule is None and not (type(args) is dict and "Collective name" in args):
+                return
+            self._cpu_coll(e, name, args)
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            name = e.get("name", "")
+            if isinstance(name, str) and ("aunch" in name or "emcpy" in name or "emset" in name):
+                args = e.get("args")
+                if type(args) is dict and "correlation" in args:
+                    self.launches.append((self._times(e)[0], e.get("pid"), args["correlation"]))
+        elif cat in GPU_BUSY_CATS:
+            t0, t1 = self._times(e)
+            args = e.get("args")
+            args = args if type(args) is dict else {}
+            coll = None
+            impl = ""
+            nbytes = 0
+            seq = None
+            if cat == "kernel":
+                if not self.n_kernels:
+                    self.host_ops.clear()  # a GPU trace: the host timeline is not needed
+                self.n_kernels += 1
+                c = classify_kernel(str(e.get("name", "")), args)
+                if c is not None:
+                    coll, impl = c.collective, c.implementation
+                    nbytes = message_bytes(args)
+                    if "Seq" in args:
+                        seq = (args.get("Process Group Name"), args.get("Seq"))
+            self.kernels.append((t0, t1, e.get("pid"), args.get("correlation"), coll, impl, nbytes, seq))
+        elif cat == "user_annotation" or cat == "gpu_user_annotation":
+            name = e.get("name", "")
+            if not isinstance(name, str):
+                return
+            if self.span_name is not None and self.span_name(name):
+                t0, t1 = self._times(e)
+                args = e.get("args")
+                ext = args.get("External id") if type(args) is dict else None
+                span = Span(name=name, ts=t0, end=t1, pid=e.get("pid"), ext=ext, tid=e.get("tid"))
+                (self.gpu_spans if cat == "gpu_user_annotation" else self.cpu_spans).append(span)
+            elif cat == "user_annotation":  # gloo:all_reduce is recorded as a user_annotation
+                if not self.n_kernels and not self._cpu_coll(e, name, e.get("args")):
+                    self._host_op(e)
+
+    def _cpu_coll(self, e: dict[str, Any], name: str, args: Any) -> bool:
+        c = classify_cpu_op(name, args)
+        if c is None:
+            return False
+        t0, t1 = self._times(e)
+        self.cpu_colls.append((t0, t1, e.get("pid"), c.collective, c.implementation, message_bytes(args),
+                               e.get("tid")))
+        return True
+
+
+def merge_gpu_spans(spans: list[Span]) -> list[Span]:
+    """Kineto may emit one gpu_user_annotation per stream for one CPU range: one window each."""
+    out: list[Span] = []
+    groups: dict[tuple[str, Any], Span] = {}
+    for s in sorted(spans, key=lambda s: (s.name, s.ts)):
+        if s.ext is not None:
+            g = groups.get((s.name, s.ext))
+            if g is not None:
+                g.ts, g.end = min(g.ts, s.ts), max(g.end, s.end)
+                continue
+            groups[(s.name, s.ext)] = s
+            out.append(s)
+        elif out and out[-1].name == s.name and out[-1].ext is None and s.ts <= out[-1].end:
+            out[-1].end = max(out[-1].end, s.end)
+        else:
+            out.append(s)
+    return sorted(out, key=lambda s: s.ts)
+
+
+def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm: list[iv.Interval],
+            comp: list[iv.Interval], colls: Sequence[Coll], cpu: bool) -> PassRecord:
+    span_us = hi - lo
+    comm_m = iv.merge(comm)
+    comm_us = iv.length(comm_m)
+    exposed_us = comm_us if cpu else comm_us - iv.overlap(comm_m, iv.merge(comp))
+    colls = sorted(colls, key=lambda c: c[0])
+    keyed = all(c[5] is not None for c in colls)
+    keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
+    by_impl: dict[str, float] = defaultdict(float)
+    for c in colls:
+        by_impl[c[3] or "unknown"] += (c[1] - c[0]) * 1e-6
+    return PassRecord(
+        label=ph.label, occurrence=occ, kind=ph.kind, batch=ph.batch, tokens=ph.tokens,
+        span_s=span_us * 1e-6, busy_s=min(busy_us, span_us) * 1e-6, comm_s=min(comm_us, busy_us) * 1e-6,
+        exposed_s=max(exposed_us, 0.0) * 1e-6, n_collectives=len(colls),
+        n_allreduce=sum(1 for c in colls if c[2] == ALL_REDUCE),
+        msg_bytes=tuple(c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0),
+        coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
+        coll_names=tuple(c[2] or "unknown" for c in colls),
+        comm_by_impl_s=tuple(sorted(by_impl.items())), t0_us=lo, t1_us=hi, forwards=ph.forwards,
+    )
+
+
+def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
+                       ks: Iterable[Kernel]) -> PassRecord:
+    comm: list[iv.Interval] = []
+    comp: list[iv.Interval] = []
+    colls: list[Coll] = []
+    for k in ks:
+        s, e = max(k[0], lo), min(k[1], hi)
+        if e <= s:
+            continue
+        if k[4] is not None:
+            comm.append((s, e))
+            colls.append((k[0], k[1], k[4], k[5], k[6], k[7]))
+        else:
+            comp.append((s, e))
+    busy = iv.length(iv.merge(comm + comp))
+    rec = _record(ph, occ[ph.label], lo, hi, busy, comm, comp, colls, cpu=False)
+    occ[ph.label] += 1
+    return rec
+
+
+def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
+               cpu_phases: Sequence[PhaseSpan]) -> tuple[str, list[PassRecord]]:
+    """Passes of a GPU trace: by ``gpu_phases`` (device windows) when there are any, else the
+    kernels each of ``cpu_phases`` launched. Returns (attribution method, records)."""
+    kernels = sorted(col.kernels, key=lambda k: k[0])
+    starts = [k[0] for k in kernels]
+    pids_with_kernels = {k[2] for k in kernels}
+    occ: dict[str, int] = defaultdict(int)
+    records: list[PassRecord] = []
+    if gpu_phases:
+        for ph in gpu_phases:
+            lo, hi = ph.span.ts, ph.span.end
+            i0 = bisect.bisect_left(starts, lo - _EPS_US)
+            i1 = bisect.bisect_left(starts, hi)
+            ks = [k for k in kernels[i0:i1] if ph.span.pid not in pids_with_kernels or k[2] == ph.span.pid]
+            records.append(_pass_from_kernels(ph, occ, lo, hi, ks))
+        return "gpu_user_annotation", records
+    by_corr: dict[Any, list[int]] = defaultdict(list)
+    for i, k in enumerate(kernels):
+        if k[3] is not None:
+            by_corr[k[3]].append(i)
+    launches = sorted(col.launches, key=lambda x: x[0])
+    lts = [x[0] for x in launches]
+    for ph in cpu_phases:
+        span = ph.span
+        j0 = bisect.bisect_left(lts, span.ts)
+        j1 = bisect.bisect_right(lts, span.end)
+        idx = sorted({i for x in launches[j0:j1] if x[1] == span.pid or span.pid is None
+                      for i in by_corr.get(x[2], ())})
+        ks = [kernels[i] for i in idx]
+        if not ks:
+            continue  # no GPU work launched from this span (e.g. a CPU-only step)
+        lo, hi = min(k[0] for k in ks), max(k[1] for k in ks)
+        records.append(_pass_from_kernels(ph, occ, lo, hi, ks))
+    return "correlation", records
+
+
+def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, str, int]]:
+    """Each collective the callers issued, as (start, end of the caller's wait, pid, tid,
+    collective, implementation, msg_bytes)."""
+    colls = sorted(col.cpu_colls, key=lambda c: c[0])
+    work = [c for c in colls if c[4] == "gloo"]
+    callers = [c for c in colls if c[4] != "gloo"]
+    outer: list[tuple[float, float, Any, str, str, int, Any]] = []
+    for c in callers:  # nested ops (record_param_comms > c10d::allreduce_) count once
+        o = outer[-1] if outer else None
+        if o is not None and c[1] <= o[1] and c[0] >= o[0] and c[2] == o[2] and c[6] == o[6]:
+            if o[3] not in (ALL_REDUCE, "all_gather") and c[3] != o[3]:  # the inner one names it
+                outer[-1] = (o[0], o[1], o[2], c[3], o[4], max(o[5], c[5]), o[6])
+            continue
+        outer.append(c)
+    if not outer:  # only the gloo work is in the trace: it is the cost
+        return [(w[0], w[1], w[2], w[6], w[3], w[4], w[5]) for w in work]
+    wstarts = [w[0] for w in work]
+    used = [False] * len(work)
+    host = {}
+    for key, flat in col.host_ops.items():
+        pairs = sorted(zip(flat[0::2], flat[1::2], strict=True))
+        host[key] = (pairs, [p[0] for p in pairs])
+    out = []
+    for ts, te, pid, coll, impl, nbytes, tid in outer:
+        end = te
+        j = bisect.bisect_left(wstarts, ts - 1.0)  # the gloo work this call enqueued
+        while j < len(work) and (used[j] or work[j][3] != coll or work[j][2] != pid):
+            j += 1
+        if j < len(work):
+            used[j] = True
+            end = max(end, work[j][1])
+            nbytes = nbytes or work[j][5]
+            impl = "gloo"
+        ops = host.get((pid, tid))
+        if ops is not None:  # the caller resumes at its next op
+            k = bisect.bisect_left(ops[1], te)
+            while k < len(ops[0]) and ops[0][k][1] <= te:
+                k += 1
+            if k < len(ops[0]):
+                end = max(end, ops[0][k][0])
+        out.append((ts, end, pid, tid, coll, impl, nbytes))
+    return out
+
+
+def cpu_passes(col: Collector, phases: Sequence[PhaseSpan]) -> list[PassRecord]:
+    """Passes of a CPU (gloo) trace: busy = the span, comm = the caller's blocked time."""
+    calls = _blocked_calls(col)
+    starts = [c[0] for c in calls]
+    occ: dict[str, int] = defaultdict(int)
+    records = []
+    for ph in phases:
+        span = ph.span
+        if span.end - span.ts <= 0:
+            continue
+        i0 = bisect.bisect_left(starts, span.ts)
+        i1 = bisect.bisect_left(starts, span.end)
+        cs = [c for c in calls[i0:i1] if c[2] == span.pid]  # (gloo work runs in the same process)
+        comm = iv.clip([(c[0], c[1]) for c in cs], span.ts, span.end)
+        colls = [(c[0], min(c[1], span.end), c[4], c[5], c[6], None) for c in cs]
+        dur = span.end - span.ts
+        records.append(_record(ph, occ[ph.label], span.ts, span.end, dur, comm, [], colls, cpu=True))
+        occ[ph.label] += 1
+    return records
+
+
+def median_of_rank_means(reps: Iterable[Sequence[float]]) -> float:
+    """``reps[r]`` = one repetition's value on each rank: per repetition the ranks' mean (a
+    typical rank), then the median over repetitions. The profile's rows and ingest's phases
+    both aggregate this way."""
+    means = [sum(v) / len(v) for v in reps if len(v)]
+    return median(means)
