@@ -87,7 +87,8 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
     """
     if jobs is not None and jobs < 1:
         raise SpecmodelError(f"--jobs: must be >= 1, got {jobs}")
-    opts = IngestOptions(num_draft_tokens=num_draft_tokens, topk=topk, step_kind=step_kind, step_batch=step_batch)
+    opts = IngestOptions(num_draft_tokens=num_draft_tokens, topk=topk, step_kind=step_kind, step_batch=step_batch,
+                         steps=steps)
     if name is None:
         name = output.name if output is not None else (
             inputs[0].resolve().name if len(inputs) == 1 and inputs[0].is_dir() else "ingested")

@@ -425,7 +425,7 @@ def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple
            "phase": ph, "batch": batch, "tokens": tokens, "forwards": forwards,
            "forward_mode": mode, "runner": runner_kind, "member": member,
            "t_start_unix_s": time.time()}
-    cm = phase(phase_label(ph, batch, tokens))
+    cm = phase(phase_label(ph, batch, tokens, forwards=forwards))
     cm.__enter__()
     try:
         sw.start()

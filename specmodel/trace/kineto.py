@@ -5,9 +5,10 @@ Reads one trace per rank (``.json`` or ``.json.gz``: SGLang's ``/start_profile``
 (:mod:`specmodel.trace._jsonstream`) in a process pool (one file per worker).
 
 A *forward pass* is a span named ``step[VERIFY bs=4]`` / ``step[DECODE bs=8]`` /
-``step[EXTEND bs=2 toks=300]`` / ``step[DRAFT bs=N]`` (SGLang 0.5.23), the stage span
-``draft_extend``, our own ``specmodel.<kind>[bs=B,toks=T]``, or — only when a file has none of
-those — ``ProfilerStep#N``. For each pass on each rank:
+``step[EXTEND bs=2 toks=300]`` / ``step[DRAFT bs=N]`` (SGLang 0.5.23), a stage span ``draft`` /
+``draft_extend`` with no pass inside, our own ``specmodel.<kind>[bs=B,toks=T(,fwd=N)]``, or —
+only when a file has none of those — ``ProfilerStep#N`` (rules: :func:`_phase_spans`). The
+numbers themselves come from the one attribution engine, :mod:`specmodel.trace.attribution`. For each pass on each rank:
 
 * GPU traces: the pass window is its ``gpu_user_annotation`` span (kernels starting inside it
   on the same device), or, without one, the kernels launched (``correlation``) from inside the
@@ -31,13 +32,13 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.profile.annotate import parse_phase_label
+from specmodel.profile.annotate import parse_phase_forwards, parse_phase_label
 from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
 from specmodel.stats import iqr, median
 from specmodel.trace._jsonstream import scan_trace
@@ -61,7 +62,9 @@ _SGLANG_MODES = {
     "VERIFY": "verify", "TARGET_VERIFY": "verify", "DECODE": "decode", "EXTEND": "extend",
     "DRAFT": "draft", "DRAFT_EXTEND": "draft_extend", "DRAFT_EXTEND_V2": "draft_extend",
 }
-_STAGE_SPANS = {"draft_extend": "draft_extend"}
+#: SGLang 0.5.23 stage spans (speculative/spec_utils.spec_stage_span) around a whole stage.
+_STAGE_SPANS = {"draft_extend": "draft_extend", "draft": "draft"}
+_TARGET_KINDS = ("decode", "verify", "extend")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _SGLANG_FILE = re.compile(r"(?:^|-)(?P<pid>[^-]+)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?"
                           r"(?:-EP-(?P<ep>\d+))?(?:-(?:EXTEND|DECODE))?\.trace\.json(?:\.gz)?$")
@@ -74,6 +77,7 @@ class IngestOptions:
 
     num_draft_tokens: int = 4  # tokens per request in a verify (SGLang --speculative-num-draft-tokens)
     topk: int = 1  # tokens per request in one draft step (--speculative-eagle-topk)
+    steps: int | None = None  # --speculative-num-steps (default: from draft tokens and topk)
     step_kind: str = "decode"  # what a ProfilerStep# span is, when a file has no other labels
     step_batch: int = 1
 
@@ -86,6 +90,13 @@ class IngestOptions:
             raise SpecmodelError(f"--step-kind: expected one of {', '.join(KINDS)}, got {self.step_kind!r}")
         if self.step_batch < 1:
             raise SpecmodelError(f"--batch: must be >= 1, got {self.step_batch}")
+        if self.steps is not None and self.steps < 1:
+            raise SpecmodelError(f"--steps: must be >= 1, got {self.steps}")
+
+    @property
+    def draft_steps(self) -> int:
+        """Draft depth: --steps, else what the draft tokens and topk imply (a chain: ndt - 1)."""
+        return self.steps if self.steps is not None else max(1, math.ceil((self.num_draft_tokens - 1) / self.topk))
 
     def tokens(self, kind: str, batch: int) -> int:
         if kind in ("verify", "draft_extend"):
@@ -248,21 +259,124 @@ def check_same_run(metas: Sequence[TraceMeta]) -> None:
 # one file
 
 
+@dataclass(eq=False)
+class _Node:
+    span: Span
+    ph: tuple[str, int, int] | None  # None: a stage span (its batch comes from its neighbours)
+    forwards: int
+    parent: _Node | None
+    n_inner: int = 0  # forward-pass spans nested inside (at any depth)
+    drop: bool = False
+
+    def stage(self) -> str | None:
+        n: _Node | None = self
+        while n is not None:
+            if n.ph is None:
+                return n.span.name
+            n = n.parent
+        return None
+
+
 def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
-    """Spans that are forward passes, in time order, with (kind, batch, tokens)."""
-    spans = sorted(spans, key=lambda s: s.ts)
+    """The forward passes among ``spans``, in time order.
+
+    * ``step[DRAFT ..]`` (SGLang 0.5.23 labels every forward of the draft runner so) is a draft
+      step inside a ``draft`` stage and a draft-extend inside a ``draft_extend`` stage.
+    * A draft-extend right after a prefill (the last target forward was EXTEND) extends the
+      prompt, not a decode step: dropped, with everything inside it.
+    * Nested pass spans are one forward: the innermost is kept (Kineto gives each kernel to the
+      innermost annotation only). A hook span (``specmodel.*``) around exactly one SGLang span
+      lends it its own kind/tokens/forward count.
+    * A stage span with no pass inside is the pass: a ``draft`` stage with CUDA graphs is one
+      replay of ``steps - 1`` forwards.
+    """
+    spans = sorted(spans, key=lambda s: (s.ts, -s.end))
     labelled = [s for s in spans if not _PROFILER_STEP.match(s.name)]
-    use = labelled or spans  # ProfilerStep# only when nothing better is there
-    out: list[PhaseSpan] = []
-    last_batch: int | None = None
-    for s in use:
-        ph = phase_of(s.name, opts, last_batch)
-        if ph is None:
+    if not labelled:  # ProfilerStep# only when nothing better is there
+        out = []
+        for s in spans:
+            ph = phase_of(s.name, opts)
+            if ph is not None:
+                out.append(PhaseSpan(span=s, kind=ph[0], batch=ph[1], tokens=ph[2], label=_label_key(s.name)))
+        return out
+    nodes: list[_Node] = []
+    stacks: dict[Any, list[_Node]] = defaultdict(list)
+    for s in labelled:
+        is_stage = s.name in _STAGE_SPANS
+        ph = None if is_stage else phase_of(s.name, opts)
+        if ph is None and not is_stage:
             continue
-        if s.name not in _STAGE_SPANS:
-            last_batch = ph[1]
-        out.append(PhaseSpan(span=s, kind=ph[0], batch=ph[1], tokens=ph[2], label=_label_key(s.name)))
+        stack = stacks[s.pid]
+        while stack and not (stack[-1].span.ts <= s.ts and s.end <= stack[-1].span.end + 1e-3):
+            stack.pop()
+        node = _Node(span=s, ph=ph, forwards=parse_phase_forwards(s.name), parent=stack[-1] if stack else None)
+        stack.append(node)
+        nodes.append(node)
+    last_target: str | None = None
+    for n in nodes:
+        if n.ph is not None and n.ph[0] in _TARGET_KINDS:
+            last_target = n.ph[0]
+        kind = n.span.name if n.ph is None else n.ph[0]
+        stage = n.stage()
+        if n.ph is not None and n.ph[0] == "draft" and stage == "draft_extend" and n.span.name.startswith("step["):
+            bs = n.ph[1]
+            n.ph = ("draft_extend", bs, opts.tokens("draft_extend", bs))
+            kind = "draft_extend"
+        if (kind == "draft_extend" or stage == "draft_extend") and last_target == "extend":
+            n.drop = True  # the prefill's draft-extend
+        if n.parent is not None and n.parent.drop:
+            n.drop = True
+    for n in nodes:
+        if not n.drop:
+            p = n.parent
+            while p is not None:
+                p.n_inner += 1
+                p = p.parent
+    for n in nodes:
+        if n.drop or n.n_inner == 0:
+            continue
+        n.drop = True  # an outer span: its forwards are the ones inside
+        inner = [c for c in nodes if c.parent is n and not c.drop]
+        if n.ph is not None and n.n_inner == 1 and len(inner) == 1 and n.span.name.startswith("specmodel."):
+            inner[0].ph, inner[0].forwards = n.ph, n.forwards
+    out = []
+    last_batch: int | None = None
+    for n in nodes:
+        if n.ph is not None:
+            last_batch = n.ph[1]
+        if n.drop or n.n_inner:
+            continue
+        if n.ph is None:  # a stage span with no pass inside: the stage is the pass
+            kind = _STAGE_SPANS[n.span.name]
+            bs = last_batch or opts.step_batch
+            ph = (kind, bs, opts.tokens(kind, bs))
+            fwd = max(1, opts.draft_steps - 1) if kind == "draft" else 1
+        else:
+            ph, fwd = n.ph, n.forwards
+        out.append(PhaseSpan(span=n.span, kind=ph[0], batch=ph[1], tokens=ph[2], label=_label_key(n.span.name),
+                             forwards=fwd))
     return out
+
+
+def _gpu_phase_spans(col: Collector, opts: IngestOptions) -> list[PhaseSpan]:
+    """Device windows of the passes. Nesting is read on the host spans (Kineto may leave out the
+    device span of an annotation whose kernels all belong to an inner one) and carried over to the
+    device spans by External id; without ids, the device spans are read the same way."""
+    gpu = merge_gpu_spans(col.gpu_spans)
+    if not gpu:
+        return []
+    if col.cpu_spans and all(g.ext is not None for g in gpu):
+        decided = {(p.span.name, p.span.ext): p for p in _phase_spans(col.cpu_spans, opts)}
+        return [replace(decided[(g.name, g.ext)], span=g) for g in gpu if (g.name, g.ext) in decided]
+    return _phase_spans(gpu, opts)
+
+
+def _per_forward(r: PassRecord) -> PassRecord:
+    """A pass that holds N forwards (a CUDA-graph draft replay) as the cost of one of them."""
+    if r.forwards <= 1:
+        return r
+    f = r.forwards
+    return replace(r.scaled(1.0 / f), n_collectives=round(r.n_collectives / f), n_allreduce=round(r.n_allreduce / f))
 
 
 def profiler_scales(path: str | Path, header: dict[str, Any]) -> dict[str, float]:
@@ -294,7 +408,7 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
         raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
     meta = meta_from_header(Path(path), header, single=single)
     if col.n_kernels:
-        gpu_ph = _phase_spans(merge_gpu_spans(col.gpu_spans), opts)
+        gpu_ph = _gpu_phase_spans(col, opts)
         cpu_ph = [] if gpu_ph else _phase_spans(col.cpu_spans, opts)
         if not gpu_ph and not cpu_ph:
             raise SpecmodelError(f"{path}: {col.n_kernels} GPU kernels but no forward-pass spans "
@@ -319,6 +433,7 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
     scales = profiler_scales(path, header)
     if scales:
         records = [r.scaled(scales.get(r.label, 1.0)) for r in records]
+    records = [_per_forward(r) for r in records]
     return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
                      n_kernels=col.n_kernels, passes=tuple(records))
 
