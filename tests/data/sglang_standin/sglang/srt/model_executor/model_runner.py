@@ -24,13 +24,13 @@ class ModelRunnerOutput:
 
 
 class ModelRunner:
-    def __init__(self, tp_rank=0, is_draft_worker=False, hidden=64):
-        self.device = "cpu"
+    def __init__(self, tp_rank=0, is_draft_worker=False, hidden=64, device="cpu"):
+        self.device = device
         self.tp_rank = tp_rank
         self.tp_size = 2
         self.is_draft_worker = is_draft_worker
         self.server_args = ServerArgs()
-        self.weight = torch.randn(hidden, hidden)
+        self.weight = torch.randn(hidden, hidden, device=device)
         self.forward_pass_id = 0
 
     def forward(
@@ -44,7 +44,7 @@ class ModelRunner:
         """Stand-in forward docstring."""
         self.forward_pass_id += 1
         n = forward_batch.input_ids.numel()
-        out = torch.randn(n, self.weight.shape[0]) @ self.weight
+        out = torch.randn(n, self.weight.shape[0], device=self.weight.device) @ self.weight
         if FLAVOR == "0.5.5":
             return out, False
         return ModelRunnerOutput(out, False)

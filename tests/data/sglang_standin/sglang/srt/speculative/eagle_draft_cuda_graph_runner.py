@@ -25,6 +25,7 @@ class EAGLEDraftCudaGraphRunner:
         self.speculative_num_steps = self.model_runner.server_args.speculative_num_steps
         self.num_tokens_per_bs = self.topk
         self.capture_bs = list(capture_bs)
+        self.graphs = {}
         if self.capture_bs:
             with model_capture_mode():
                 self.capture()
@@ -39,9 +40,19 @@ class EAGLEDraftCudaGraphRunner:
 
             for _ in range(2):  # warm-up runs, outside stream capture
                 run_once()
-            run_once()  # the captured run (torch.cuda.graph on a GPU)
+            if str(self.model_runner.device).startswith("cuda"):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    run_once()
+                self.graphs[bs] = graph
+            else:
+                run_once()  # the captured run (torch.cuda.graph on a GPU)
 
     def _run(self, forward_batch):
+        graph = self.graphs.get(forward_batch.batch_size)
+        if graph is not None:
+            graph.replay()
+            return None
         w = self.model_runner.weight
         x = w[: forward_batch.batch_size * self.topk]
         for _ in range(self.speculative_num_steps - 1):
