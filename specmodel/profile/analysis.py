@@ -173,12 +173,6 @@ def profiler_scale(bare_totals: Sequence[float], profiled_totals: Sequence[float
     return median(bare_totals) / prof
 
 
-def representative(totals: Sequence[float]) -> int:
-    """Index of the repetition closest to the median (the one kept in the trace)."""
-    m = median(totals)
-    return min(range(len(totals)), key=lambda i: (abs(totals[i] - m), i)) if totals else 0
-
-
 def skews(per_rank_calls: Sequence[Sequence[Sequence[float]]]) -> tuple[list[list[float]], bool]:
     """``per_rank_calls[w][r]`` = durations of repetition r's collectives on rank w, in order.
 
