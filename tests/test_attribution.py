@@ -12,8 +12,6 @@ from specmodel.profile import analysis
 from specmodel.trace import attribution as engine
 from tests.conftest import run_cli
 
-pytest.importorskip("torch")
-
 SMALL = ["--layers", "2", "--hidden", "128", "--batches", "1,2", "--verify-tokens", "4", "--warmup", "1",
          "--repeats", "4", "--allreduce-sizes", "none", "--timeout", "120"]
 
@@ -28,6 +26,7 @@ def tp2(tmp_path_factory):
     return json.loads((out / "p" / "profile.json").read_text()), json.loads(ing.stdout)
 
 
+@pytest.mark.torch
 def test_ingest_of_a_profiles_traces_reproduces_its_allreduce_and_message_bytes(tp2) -> None:
     prof, ing = tp2
     phases = {(p["kind"], p["batch"], p["tokens"]): p for p in ing["phases"]}

@@ -21,6 +21,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
     return r, json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.mark.torch
 def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
     r, doc = _run(tmp_path, "--cpu-dry-run")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -36,8 +37,10 @@ def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
     assert by["innermost_annotation"]["observed"]["verify_passes_counted"] == 2
 
 
+@pytest.mark.torch
 def test_without_cuda_the_gpu_mode_refuses(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU mode runs (test_full_gpu_check)")
     r, doc = _run(tmp_path)
@@ -45,8 +48,10 @@ def test_without_cuda_the_gpu_mode_refuses(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.torch
 def test_full_gpu_check(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run scripts/gpu_check_trace.py on a GPU box)")
     r, doc = _run(tmp_path)
