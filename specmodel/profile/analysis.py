@@ -221,9 +221,9 @@ def aggregate_point(totals: Sequence[Sequence[float]], comms: Sequence[Sequence[
     """
     W = len(totals)
     R = min(len(t) for t in totals)
-    # ``totals`` come from the unprofiled pass and ``comms`` from the profiled one: repetition r of
-    # one is not repetition r of the other, so only the final figures are bounded by each other
-    comm_c = [[comms[w][r] for r in range(R)] for w in range(W)]
+    # each repetition's all-reduce is bounded by that repetition's (unprofiled) total; the trace
+    # carries those totals (otherData.specmodel.bare_totals_s), so ingest applies the same bound
+    comm_c = [[min(comms[w][r], totals[w][r]) for r in range(R)] for w in range(W)]
     sk, matched = skews([[[c.dur_s for c in calls[w][r]] for r in range(R)] for w in range(W)])
     sk = [[min(sk[w][r], comm_c[w][r]) for r in range(R)] for w in range(W)]
     rep_total = [sum(totals[w][r] for w in range(W)) / W for r in range(R)]
@@ -232,7 +232,7 @@ def aggregate_point(totals: Sequence[Sequence[float]], comms: Sequence[Sequence[
     skew = min(engine.median_of_rank_means([sk[w][r] for w in range(W)] for r in range(R)), ar)
     per_rank = []
     for w in range(W):
-        ar_w = min(median(comm_c[w][:R]), median(totals[w][:R]))
+        ar_w = median(comm_c[w][:R])
         sk_w = min(median(sk[w][:R]), ar_w)
         per_rank.append({"rank": w, "total_s": median(totals[w][:R]), "allreduce_s": ar_w, "skew_s": sk_w,
                          "transfer_s": ar_w - sk_w})

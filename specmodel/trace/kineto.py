@@ -371,6 +371,14 @@ def _gpu_phase_spans(col: Collector, opts: IngestOptions) -> list[PhaseSpan]:
     return _phase_spans(gpu, opts)
 
 
+def _bounded(r: PassRecord, bare: list[float]) -> PassRecord:
+    """A ``specmodel profile`` repetition: its unprofiled total, which bounds its all-reduce."""
+    if r.occurrence >= len(bare):
+        return r
+    b = bare[r.occurrence]
+    return replace(r, bare_total_s=b, comm_s=min(r.comm_s, b), exposed_s=min(r.exposed_s, b))
+
+
 def _per_forward(r: PassRecord) -> PassRecord:
     """A pass that holds N forwards (a CUDA-graph draft replay) as the cost of one of them."""
     if r.forwards <= 1:
@@ -396,6 +404,26 @@ def profiler_scales(path: str | Path, header: dict[str, Any]) -> dict[str, float
             raise SpecmodelError(f"{path}: otherData.specmodel.profiler_scale[{k!r}]: expected a number > 0, "
                                  f"got {v!r}")
         out[str(k)] = float(v)
+    return out
+
+
+def bare_totals(path: str | Path, header: dict[str, Any]) -> dict[str, list[float]]:
+    """``otherData.specmodel.bare_totals_s``: per label, each repetition's total timed without the
+    profiler (``specmodel profile``); a repetition's all-reduce is bounded by it, as in the profile."""
+    other = header.get("otherData")
+    sm = other.get("specmodel") if isinstance(other, dict) else None
+    raw = sm.get("bare_totals_s") if isinstance(sm, dict) else None
+    if raw is None:
+        return {}
+    where = f"{path}: otherData.specmodel.bare_totals_s"
+    if not isinstance(raw, dict):
+        raise SpecmodelError(f"{where}: expected an object")
+    out: dict[str, list[float]] = {}
+    for k, v in raw.items():
+        if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                              and math.isfinite(x) and x > 0 for x in v):
+            raise SpecmodelError(f"{where}[{k!r}]: expected a list of numbers > 0")
+        out[str(k)] = [float(x) for x in v]
     return out
 
 
@@ -433,6 +461,9 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
     scales = profiler_scales(path, header)
     if scales:
         records = [r.scaled(scales.get(r.label, 1.0)) for r in records]
+    bare = bare_totals(path, header)
+    if bare:
+        records = [_bounded(r, bare.get(r.label, [])) for r in records]
     records = [_per_forward(r) for r in records]
     return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
                      n_kernels=col.n_kernels, passes=tuple(records))
@@ -583,6 +614,10 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
                 = reps) -> float:
             return median_of_rank_means([f(r, p) for r, p in rep] for rep in reps.values())
 
+        allreduce_s = agg(lambda r, p: p.comm_s)
+        bare = [p.bare_total_s for p in recs]
+        if bare and all(b is not None for b in bare):  # as the profile: all-reduce <= the row's total
+            allreduce_s = min(allreduce_s, agg(lambda r, p: p.bare_total_s or 0.0))
         impl: dict[str, list[float]] = defaultdict(list)
         for p in recs:
             for name, s in p.comm_by_impl_s:
@@ -592,7 +627,7 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
             kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
             samples=len(recs), ranks=len({r for r, _ in items}),
             span_s=agg(lambda r, p: p.span_s), busy_s=agg(lambda r, p: p.busy_s),
-            allreduce_s=agg(lambda r, p: p.comm_s), exposed_s=agg(lambda r, p: p.exposed_s),
+            allreduce_s=allreduce_s, exposed_s=agg(lambda r, p: p.exposed_s),
             compute_s=agg(lambda r, p: p.busy_s - p.comm_s), other_s=agg(lambda r, p: p.span_s - p.busy_s),
             skew_s=agg(lambda r, p: sk.get((r, p.label, p.occurrence), 0.0)),
             spread_s=iqr([p.span_s for p in recs]),
