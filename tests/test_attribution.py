@@ -12,8 +12,9 @@ from specmodel.profile import analysis
 from specmodel.trace import attribution as engine
 from tests.conftest import run_cli
 
+# one context: a span label names kind, batch and tokens, not the context (see docs/ingest.md)
 SMALL = ["--layers", "2", "--hidden", "128", "--batches", "1,2", "--verify-tokens", "4", "--warmup", "1",
-         "--repeats", "4", "--allreduce-sizes", "none", "--timeout", "120"]
+         "--repeats", "4", "--contexts", "256", "--allreduce-sizes", "none", "--timeout", "120"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_ingest_of_a_profiles_traces_reproduces_its_allreduce_and_message_bytes(
         assert row["allreduce_msg_bytes"] > 0
         assert p["allreduce_msg_bytes"] == pytest.approx(row["allreduce_msg_bytes"], rel=0.01), row
         assert p["n_allreduce"] == row["n_allreduce"]
-        assert p["samples"] == 2 * 4  # every repetition of every rank is in the traces
+        assert p["samples"] == 2 * 4  # every profiled repetition of every rank is in the traces
 
 
 def test_profiler_path_and_ingest_path_are_one_engine() -> None:

@@ -420,7 +420,8 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
         other["specmodel"] = {"rank": w, "tp": plan.tp, "backend": plan.backend, "name": plan.name,
                               "note": "every profiled repetition of each measured forward",
                               "profiler_scale": {r["label"]: r["profiler_scale"] for r in per_rank[w]["points"]},
-                              "bare_totals_s": {r["label"]: r["totals"] for r in per_rank[w]["points"]}}
+                              "bare_totals_s": {r["label"]: r["totals"] for r in per_rank[w]["points"]},
+                              "profiled_totals_s": {r["label"]: r["profiled_totals"] for r in per_rank[w]["points"]}}
         doc = {**meta, "traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
         (trace_dir / f"rank{w}.trace.json").write_text(json.dumps(doc))
     hosts = sorted({r["host"] for r in per_rank})

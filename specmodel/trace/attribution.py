@@ -89,7 +89,6 @@ class PassRecord:
     t0_us: float = 0.0  # the pass's window on the trace clock
     t1_us: float = 0.0
     forwards: int = 1
-    bare_total_s: float | None = None  # the same repetition timed without the profiler (specmodel profile)
 
     def scaled(self, f: float) -> PassRecord:
         """Every duration × ``f`` (the profiler's stretch of this forward, measured by the run)."""

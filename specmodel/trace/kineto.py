@@ -166,6 +166,8 @@ class RankTrace:
     n_events: int
     n_kernels: int
     passes: tuple[PassRecord, ...]
+    #: ``specmodel profile`` traces: per label, the forward's totals from the unprofiled timing passes
+    bare_totals_s: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -371,12 +373,10 @@ def _gpu_phase_spans(col: Collector, opts: IngestOptions) -> list[PhaseSpan]:
     return _phase_spans(gpu, opts)
 
 
-def _bounded(r: PassRecord, bare: list[float]) -> PassRecord:
-    """A ``specmodel profile`` repetition: its unprofiled total, which bounds its all-reduce."""
-    if r.occurrence >= len(bare):
-        return r
-    b = bare[r.occurrence]
-    return replace(r, bare_total_s=b, comm_s=min(r.comm_s, b), exposed_s=min(r.exposed_s, b))
+def _timed(r: PassRecord, total_s: float) -> PassRecord:
+    """A pass whose duration its own stopwatch measured (``specmodel profile``): parts bounded by it."""
+    return replace(r, span_s=total_s, busy_s=min(r.busy_s, total_s), comm_s=min(r.comm_s, total_s),
+                   exposed_s=min(r.exposed_s, total_s))
 
 
 def _per_forward(r: PassRecord) -> PassRecord:
@@ -407,15 +407,16 @@ def profiler_scales(path: str | Path, header: dict[str, Any]) -> dict[str, float
     return out
 
 
-def bare_totals(path: str | Path, header: dict[str, Any]) -> dict[str, list[float]]:
-    """``otherData.specmodel.bare_totals_s``: per label, each repetition's total timed without the
-    profiler (``specmodel profile``); a repetition's all-reduce is bounded by it, as in the profile."""
+def bare_totals(path: str | Path, header: dict[str, Any], key: str = "bare_totals_s") -> dict[str, list[float]]:
+    """``otherData.specmodel.bare_totals_s``: per label, the forward's totals from ``specmodel
+    profile``'s unprofiled timing passes (its rows are the profiled all-reduce share of those);
+    ``profiled_totals_s``: each profiled repetition's own stopwatch total (the share's base)."""
     other = header.get("otherData")
     sm = other.get("specmodel") if isinstance(other, dict) else None
-    raw = sm.get("bare_totals_s") if isinstance(sm, dict) else None
+    raw = sm.get(key) if isinstance(sm, dict) else None
     if raw is None:
         return {}
-    where = f"{path}: otherData.specmodel.bare_totals_s"
+    where = f"{path}: otherData.specmodel.{key}"
     if not isinstance(raw, dict):
         raise SpecmodelError(f"{where}: expected an object")
     out: dict[str, list[float]] = {}
@@ -462,11 +463,14 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
     if scales:
         records = [r.scaled(scales.get(r.label, 1.0)) for r in records]
     bare = bare_totals(path, header)
-    if bare:
-        records = [_bounded(r, bare.get(r.label, [])) for r in records]
+    profiled = bare_totals(path, header, "profiled_totals_s")
+    if profiled:  # the share's base: each repetition's stopwatch total (the span adds the annotation's own cost)
+        records = [_timed(r, profiled[r.label][r.occurrence] * scales.get(r.label, 1.0))
+                   if r.occurrence < len(profiled.get(r.label, [])) else r for r in records]
     records = [_per_forward(r) for r in records]
     return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
-                     n_kernels=col.n_kernels, passes=tuple(records))
+                     n_kernels=col.n_kernels, passes=tuple(records),
+                     bare_totals_s=tuple((k, tuple(v)) for k, v in sorted(bare.items())))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -597,6 +601,7 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
                              "(one has GPU kernels, the other none)")
     mode = modes.pop()
     sk = skews(traces)
+    bare_by_rank = {t.meta.rank: dict(t.bare_totals_s) for t in traces}
     by_phase: dict[tuple[str, int, int], list[tuple[int, PassRecord]]] = defaultdict(list)
     for t in traces:
         for p in t.passes:
@@ -615,9 +620,15 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
             return median_of_rank_means([f(r, p) for r, p in rep] for rep in reps.values())
 
         allreduce_s = agg(lambda r, p: p.comm_s)
-        bare = [p.bare_total_s for p in recs]
-        if bare and all(b is not None for b in bare):  # as the profile: all-reduce <= the row's total
-            allreduce_s = min(allreduce_s, agg(lambda r, p: p.bare_total_s or 0.0))
+        labels = {p.label for p in recs}
+        timed = [bare_by_rank.get(r, {}).get(lbl) for r in {r for r, _ in items} for lbl in labels]
+        if len(labels) == 1 and timed and all(timed):
+            # a `specmodel profile` trace: as its rows, the profiled all-reduce share (typical rank,
+            # median repetition) applied to the unprofiled total (rank mean per timing pass, median)
+            prof_total = agg(lambda r, p: p.span_s)
+            share = min(allreduce_s, prof_total) / prof_total if prof_total > 0 else 0.0
+            n = min(len(t) for t in timed if t)
+            allreduce_s = median_of_rank_means([t[j] for t in timed if t] for j in range(n)) * min(share, 1.0)
         impl: dict[str, list[float]] = defaultdict(list)
         for p in recs:
             for name, s in p.comm_by_impl_s:
