@@ -9,7 +9,7 @@ TP ?= 8
 SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# the readers' fuzz test for 10 minutes instead of the suite's 30 s (figures: docs/reliability.md)
+FUZZ_SECONDS ?= 600
+fuzz: $(VENV)/.installed
+	SPECMODEL_FUZZ_SECONDS=$(FUZZ_SECONDS) SPECMODEL_FUZZ_REPORT=$(CURDIR)/fuzz-report.jsonl \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	@cat fuzz-report.jsonl && rm -f fuzz-report.jsonl
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check specmodel tests benchmarks scripts

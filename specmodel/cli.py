@@ -7,6 +7,7 @@ Commands are imported lazily so ``specmodel predict`` never pays for torch or ma
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from typing import Any
 
@@ -68,27 +69,65 @@ def cli() -> None:
     """
 
 
+_LONG_WORD = re.compile(r"\S{200,}")
+#: click >= 8.2 raises this for a bare group (older versions print the help themselves)
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _one_line(msg: str) -> str:
+    """A message on one line whatever it quotes (a file name with a newline, a multi-line click error)."""
+    line = " ".join(msg.replace("\r", "\n").split("\n")).strip() or "bad input"
+    # a value echoed back (a 5,000-digit number, a 40 KB path) is shortened: the line stays readable
+    return _LONG_WORD.sub(lambda m: f"{m.group()[:40]}...({len(m.group())} characters)...{m.group()[-20:]}", line)
+
+
+def _usage_error(exc: click.ClickException) -> str:
+    """click's usage errors as one line naming the command and the flag (no 'Usage:'/'Try' lines)."""
+    msg = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None and ctx.info_name and ctx.parent is not None:
+        return f"{ctx.info_name}: {msg}"
+    return msg
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: user errors become one line on stderr and exit 2, never a traceback."""
     try:
         return cli.main(args=argv, prog_name="specmodel", standalone_mode=False)
     except SpecmodelError as exc:
-        click.echo(f"specmodel: error: {exc}", err=True)
+        click.echo(f"specmodel: error: {_one_line(str(exc))}", err=True)
         sys.exit(EXIT_USAGE)
     except FindingsFailed as exc:
         if str(exc):
-            click.echo(f"specmodel: {exc}", err=True)
+            click.echo(f"specmodel: {_one_line(str(exc))}", err=True)
         sys.exit(EXIT_FINDINGS)
     except click.exceptions.Abort:
         click.echo("specmodel: aborted", err=True)
         sys.exit(130)
+    except _NO_ARGS_IS_HELP as exc:
+        # bare `specmodel` / a group with no command: the normal help, as click prints it
+        ctx = getattr(exc, "ctx", None)
+        click.echo(ctx.get_help() if ctx is not None else exc.format_message(), err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE if exc.exit_code != 0 else 0)
+        if exc.exit_code == 0:
+            sys.exit(0)
+        click.echo(f"specmodel: error: {_one_line(_usage_error(exc))}", err=True)
+        sys.exit(EXIT_USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("specmodel: interrupted", err=True)
+        sys.exit(130)
+    except OSError as exc:
+        # the last net for the environment refusing a path the user gave (permissions, a full disk,
+        # a name too long): the readers and writers name the file themselves; this keeps the promise
+        # where one was missed
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"specmodel: error: {_one_line(where + (exc.strerror or str(exc)))}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_STEPS, bounded_int
 from specmodel.trace.logs import (
     DEFAULT_DECODE_LOG_INTERVAL,
     AcceptSummary,
@@ -51,13 +52,13 @@ def format_summary(s: AcceptSummary) -> str:
 
 @click.command("accept")
 @click.argument("files", nargs=-1, type=click.Path())
-@click.option("--steps", type=int, default=None,
+@click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None,
               help="Draft depth the server ran with (--speculative-num-steps / num_speculative_tokens); "
                    "default: the log's own server_args / speculative_config, vLLM per-position rates or "
                    "bench_speculative rows. A value that contradicts the log is an error.")
-@click.option("--num-spec-tokens", type=int, default=None,
+@click.option("--num-spec-tokens", type=bounded_int(1, MAX_STEPS), default=None,
               help="vLLM num_speculative_tokens, needed for old vLLM logs that print only the acceptance rate.")
-@click.option("--decode-log-interval", type=int, default=None,
+@click.option("--decode-log-interval", type=bounded_int(1, 1_000_000), default=None,
               help="SGLang --decode-log-interval (decode batches per logged window), for the sample count "
                    f"(default: the log's server_args, else {DEFAULT_DECODE_LOG_INTERVAL}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")

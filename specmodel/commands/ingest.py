@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_text
+from specmodel.io import atomic_write_text, check_path_components, confined_name, safe_name
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_JOBS, MAX_STEPS, MAX_TOPK, bounded_int
 from specmodel.schema.profile import KINDS, load_profile, save_profile
 from specmodel.trace.kineto import IngestOptions, IngestResult, build_profile, ingest
 
@@ -56,18 +57,18 @@ def format_csv(result: IngestResult) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Profile directory to write (default: profiles/<name>).")
 @click.option("--name", default=None, help="Profile name (default: the input directory's name).")
-@click.option("--num-draft-tokens", type=int, default=4, show_default=True,
+@click.option("--num-draft-tokens", type=bounded_int(1, MAX_DRAFT_TOKENS), default=4, show_default=True,
               help="Tokens per request in a verify forward (SGLang --speculative-num-draft-tokens); "
                    "used when a span has no toks=.")
-@click.option("--topk", type=int, default=1, show_default=True,
+@click.option("--topk", type=bounded_int(1, MAX_TOPK), default=1, show_default=True,
               help="Tokens per request in one draft step (--speculative-eagle-topk).")
-@click.option("--steps", type=int, default=None,
+@click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None,
               help="Draft depth recorded in the profile's spec (default: from draft tokens and topk).")
 @click.option("--step-kind", type=click.Choice(KINDS), default="decode", show_default=True,
               help="What a ProfilerStep#N span is (only used when a trace has no other labels).")
-@click.option("--batch", "step_batch", type=int, default=1, show_default=True,
+@click.option("--batch", "step_batch", type=bounded_int(1, MAX_BATCH), default=1, show_default=True,
               help="Batch of a ProfilerStep#N span.")
-@click.option("-j", "--jobs", type=int, default=None, help="Worker processes (default: every core).")
+@click.option("-j", "--jobs", type=click.IntRange(max=MAX_JOBS), default=None, help="Worker processes (default: every core).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
               help="Also write the per-phase table as CSV.")
@@ -89,11 +90,16 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
         raise SpecmodelError(f"--jobs: must be >= 1, got {jobs}")
     opts = IngestOptions(num_draft_tokens=num_draft_tokens, topk=topk, step_kind=step_kind, step_batch=step_batch,
                          steps=steps)
-    if name is None:
-        name = output.name if output is not None else (
-            inputs[0].resolve().name if len(inputs) == 1 and inputs[0].is_dir() else "ingested")
+    if name is not None:
+        confined_name(name, "--name")  # `--name ../../x` must not write outside profiles/
+    else:
+        name = safe_name(output.name if output is not None else (
+            inputs[0].resolve().name if len(inputs) == 1 and inputs[0].is_dir() else "ingested"))
     if output is None:
         output = Path("profiles") / name
+    check_path_components(output, "-o/--output")
+    if csv_path is not None:
+        check_path_components(csv_path, "--csv")
     baseline = load_profile(baseline_path) if baseline_path is not None else None
     result = ingest(inputs, opts, jobs=jobs or os.cpu_count())
     profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps, baseline=baseline)

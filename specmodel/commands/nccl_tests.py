@@ -12,6 +12,7 @@ import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json
+from specmodel.limits import MAX_TP
 from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
 from specmodel.schema.profile import AllReducePoint, load_profile, resolve_profile_path, save_profile
 from specmodel.trace.nccl_tests import (
@@ -40,7 +41,7 @@ def _merge(runs: list[NcclRun], tp: int) -> tuple[AllReducePoint, ...]:
 
 @click.command("nccl-tests")
 @click.argument("files", nargs=-1, type=click.Path())
-@click.option("--tp", type=int, default=None,
+@click.option("--tp", type=click.IntRange(max=MAX_TP), default=None,
               help="Ranks in the all-reduce (default: the GPUs listed in the output's '#  Rank' lines).")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Profile to copy the all-reduce points and fit into (written to -o, the input is left as is).")
@@ -77,6 +78,8 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         raise SpecmodelError(f"--tp {tp}: {runs[0].path} ran on {found} GPUs")
     if tp < 2:
         raise SpecmodelError(f"{runs[0].path}: ran on {tp} GPU; an all-reduce fit needs >= 2 ranks")
+    if tp > MAX_TP:
+        raise SpecmodelError(f"{runs[0].path}: lists {tp} ranks, more than {MAX_TP} (the bound specmodel accepts)")
     points = _merge(runs, tp)
     if len(points) < 2:
         raise SpecmodelError(f"{runs[0].path}: needs at least two message sizes > 0 to fit α and β, found {len(points)}")

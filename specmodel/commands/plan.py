@@ -9,6 +9,7 @@ import click
 
 from specmodel.commands.scenario import Scenario, parse_token_list, with_scenario
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_BATCH
 from specmodel.model.costs import default_context, measured_contexts
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import calibrate
@@ -99,7 +100,8 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
 
 
 @click.command("plan")
-@click.option("--batches", default=None, help="Batches of the grid, e.g. 1,4,16 (default: the profile's measured ones).")
+@click.option("--batches", default=None,
+              help=f"Batches of the grid, e.g. 1,4,16, each at most {MAX_BATCH} (default: the profile's measured ones).")
 @click.option("--contexts", default=None,
               help="Contexts (KV tokens per request) of the grid, e.g. 0,4K,32K (default: the measured ones).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -109,7 +111,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
     """
-    plan = build_plan(scenario, parse_token_list(batches, "--batches") if batches else None,
+    plan = build_plan(scenario, parse_token_list(batches, "--batches", MAX_BATCH) if batches else None,
                       parse_token_list(contexts, "--contexts") if contexts else None)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))

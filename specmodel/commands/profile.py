@@ -20,6 +20,20 @@ from typing import Any
 import click
 
 from specmodel.errors import SpecmodelError, require_finite
+from specmodel.io import check_output_dir, confined_name
+from specmodel.limits import (
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_CYCLES,
+    MAX_DRAFT_TOKENS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_REPEATS,
+    MAX_STEPS,
+    MAX_TOPK,
+    MAX_TP,
+    MAX_WARMUP,
+)
 from specmodel.profile import configs as cfgs
 from specmodel.profile.plan import (
     CPU_AR_SIZES,
@@ -37,7 +51,6 @@ from specmodel.profile.plan import (
 )
 from specmodel.schema.profile import SpecConfig
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _SIZE_RE = re.compile(r"^(\d+)([kKmMgG]?)(i?[bB])?$")
 
 
@@ -49,11 +62,13 @@ def _ints(text: str | None, flag: str, default: tuple[int, ...], minimum: int = 
         if not part:
             continue
         try:
-            v = int(part)
+            v = int(part) if len(part) <= 12 else MAX_BATCH + 1
         except ValueError:
-            raise SpecmodelError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+            raise SpecmodelError(f"{flag}: expected comma-separated integers, got {text[:80]!r}") from None
         if v < minimum:
             raise SpecmodelError(f"{flag}: values must be >= {minimum}, got {v}")
+        if v > MAX_BATCH:
+            raise SpecmodelError(f"{flag}: values must be <= {MAX_BATCH}, got {part[:24]}")
         out.append(v)
     if not out:
         raise SpecmodelError(f"{flag}: expected at least one value")
@@ -72,7 +87,9 @@ def _sizes(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
         if not m:
             raise SpecmodelError(f"--allreduce-sizes: expected sizes like 4,1K,64K,4M, got {part!r}")
         mult = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
-        v = int(m.group(1)) * mult
+        v = int(m.group(1)[:13]) * mult
+        if v > 1 << 34:  # 16 GiB: more than any GPU's all-reduce buffer
+            raise SpecmodelError(f"--allreduce-sizes: sizes must be <= 16G, got {part[:24]!r}")
         if v < 1:
             raise SpecmodelError(f"--allreduce-sizes: sizes must be >= 1 byte, got {part!r}")
         out.append(v)
@@ -149,10 +166,11 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
                         ("--batch", o["batch"], 1), ("--layers", o["layers"], 1), ("--hidden", o["hidden"], 8)):
         if v is not None and v < lo:
             raise SpecmodelError(f"{flag}: must be >= {lo}, got {v}")
+    # (upper bounds: click.IntRange(max=...) on each option, so --help states them)
     require_finite("--timeout", o["timeout"], minimum=0.0, strict_min=True)
-    if o["name"] is not None and not _NAME_RE.match(o["name"]):
-        raise SpecmodelError(f"--name: {o['name']!r}: use letters, digits, '.', '_', '+', '-' (no '/'; not "
-                             "starting with '.')")
+    if o["name"] is not None:
+        confined_name(o["name"], "--name")
+    check_output_dir(o["out_dir"], "--out-dir")  # unwritable: refused now, not after the run
     if o["profile_path"] and not o["spec_loop"]:
         raise SpecmodelError("--profile: only with --spec-loop (to compare a measured loop with that profile)")
     if o["accept_len"] is not None and not o["spec_loop"]:
@@ -418,7 +436,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
 
 
 @click.command("profile")
-@click.option("--tp", type=int, default=None, help="Ranks (tensor-parallel degree). Default: the GPUs present, else 8.")
+@click.option("--tp", type=click.IntRange(max=MAX_TP), default=None, help="Ranks (tensor-parallel degree). Default: the GPUs present, else 8.")
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
               help="nccl when --tp CUDA GPUs are present, else gloo on the CPU.")
 @click.option("--name", default=None, help="Profile name: writes OUT_DIR/NAME/ (default <host>-tp<N>-<backend>).")
@@ -427,16 +445,16 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
               help="Hugging Face config.json (or its directory): DeepSeek-V3 / Kimi-K2(.5) / Llama / Qwen families.")
 @click.option("--preset", default=None, help=f"Named model ({', '.join(sorted(cfgs.PRESETS))}); default {cfgs.DEFAULT_PRESET}.")
 @click.option("--draft-config", type=click.Path(), default=None, help="The EAGLE-3 drafter's config.json (default: derived).")
-@click.option("--layers", type=int, default=None, help="Target layers to build (CPU default 4; GPU: as many as fit).")
-@click.option("--hidden", type=int, default=None, help="Hidden size to build (CPU default 512; GPU: the model's).")
+@click.option("--layers", type=click.IntRange(max=MAX_LAYERS), default=None, help="Target layers to build (CPU default 4; GPU: as many as fit).")
+@click.option("--hidden", type=click.IntRange(max=MAX_HIDDEN), default=None, help="Hidden size to build (CPU default 512; GPU: the model's).")
 @click.option("--full-size", is_flag=True, help="Build the model at its real size (no scaling).")
 @click.option("--batches", default=None, help="Batch sizes to sweep (default 1,2,4,8 on CPU; 1..64 on GPU).")
 @click.option("--verify-tokens", default=None, help="Tokens per request for verify forwards at the smallest batch (default 2,4,8 + --num-draft-tokens; other batches: --num-draft-tokens).")
 @click.option("--phases", default=None, help="Forward kinds to measure (default decode,verify,draft,draft_extend).")
-@click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default 3.")
-@click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
-@click.option("--num-draft-tokens", type=int, default=None, help="Tokens verified per request; default steps+1.")
-@click.option("--context-len", type=int, default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
+@click.option("--steps", type=click.IntRange(max=MAX_STEPS), default=None, help="Draft depth (--speculative-num-steps); default 3.")
+@click.option("--topk", type=click.IntRange(max=MAX_TOPK), default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
+@click.option("--num-draft-tokens", type=click.IntRange(max=MAX_DRAFT_TOKENS), default=None, help="Tokens verified per request; default steps+1.")
+@click.option("--context-len", type=click.IntRange(max=MAX_CONTEXT_TOKENS), default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
 @click.option("--contexts", default=None,
               help="KV lengths per request to sweep, e.g. 0,4K,32K,128K (K = 1024); every phase at each "
                    "(default 256,4K on CPU; 1K,8K,32K on GPU).")
@@ -445,11 +463,11 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
               help="Time each point until its 95% interval is within this % of its median (default 2).")
 @click.option("--time-budget", type=float, default=None,
               help="Seconds for the interleaved timing passes (default 40 CPU, 120 GPU); stops before the target if spent.")
-@click.option("--min-passes", type=int, default=None, help="Timing passes before the interval is judged (default 6).")
-@click.option("--burst", type=int, default=None,
+@click.option("--min-passes", type=click.IntRange(max=MAX_REPEATS), default=None, help="Timing passes before the interval is judged (default 6).")
+@click.option("--burst", type=click.IntRange(max=MAX_REPEATS), default=None,
               help="Forwards run back to back per timed sample, as a serving loop runs them (default 1).")
-@click.option("--warmup", type=int, default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
-@click.option("--repeats", type=int, default=None, help="Profiled forwards per point, for the all-reduce share and the trace (default 4 CPU, 10 GPU).")
+@click.option("--warmup", type=click.IntRange(max=MAX_WARMUP), default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
+@click.option("--repeats", type=click.IntRange(max=MAX_REPEATS), default=None, help="Profiled forwards per point, for the all-reduce share and the trace (default 4 CPU, 10 GPU).")
 @click.option("--allreduce-sizes", default=None, help="Pure all-reduce sweep sizes, e.g. 4,1K,64K,4M, or 'none'.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True, help="auto: float32 on CPU, bfloat16 on GPU.")
@@ -458,8 +476,8 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
               help="Stop when no rank makes progress for this many seconds (crash or hang); name the rank.")
 @click.option("--spec-loop", is_flag=True, help="Also run a real speculative loop and compare its tok/s with the prediction.")
 @click.option("--accept-len", type=float, default=None, help="Spec loop: mean tokens per verify step drawn (default 3.0).")
-@click.option("--batch", type=int, default=None, help="Spec loop: concurrent requests (default 1).")
-@click.option("--cycles", type=int, default=None, help="Spec loop: measured cycles (default 120 CPU, 200 GPU), in 10 rounds alternating with the baseline.")
+@click.option("--batch", type=click.IntRange(max=MAX_BATCH), default=None, help="Spec loop: concurrent requests (default 1).")
+@click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help="Spec loop: measured cycles (default 120 CPU, 200 GPU), in 10 rounds alternating with the baseline.")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Spec loop: compare with this existing profile instead of measuring a new one.")
 @click.option("--quiet", is_flag=True, help="No progress output.")

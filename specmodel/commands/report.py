@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,14 +15,15 @@ import click
 from specmodel.commands.predict import run_prediction
 from specmodel.commands.scenario import Scenario, with_scenario
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json, atomic_write_text
+from specmodel.io import check_output_dir, check_path_components, commit_set, os_error, staging_dir
+from specmodel.limits import MAX_BATCH
 
 REPORTS_DIR = Path("reports")
 
 
 def output_paths(output: str | None, profile_name: str) -> tuple[Path, Path, Path]:
     """(pdf, json, md) for ``-o``; validated before any work is done."""
-    pdf = Path(output) if output else REPORTS_DIR / f"{profile_name}.pdf"
+    pdf = check_path_components(Path(output) if output else REPORTS_DIR / f"{profile_name}.pdf", "-o/--output")
     if pdf.suffix.lower() != ".pdf":
         raise SpecmodelError(f"-o/--output: {pdf}: must end in .pdf (the .json and .md are written beside it)")
     if pdf.is_dir():
@@ -28,6 +31,7 @@ def output_paths(output: str | None, profile_name: str) -> tuple[Path, Path, Pat
     for parent in (pdf.parent, *pdf.parent.parents):
         if parent.exists() and not parent.is_dir():
             raise SpecmodelError(f"-o/--output: {parent}: is a file, cannot create the report directory there")
+    check_output_dir(pdf.parent, "-o/--output")
     return pdf, pdf.with_suffix(".json"), pdf.with_suffix(".md")
 
 
@@ -64,7 +68,7 @@ def _drafter_report(drafter: str | None, target: str | None, reference: str | No
 @click.command("report")
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Where the PDF goes (default reports/<profile-name>.pdf); .json and .md are written beside it.")
-@click.option("--max-batch", type=int, default=64, show_default=True,
+@click.option("--max-batch", type=click.IntRange(max=MAX_BATCH), default=64, show_default=True,
               help="Largest batch for the batch sweep and the optimizer's batch limit (powers of two up to it).")
 @click.option("--png-dir", type=click.Path(), default=None,
               help="Also write every page as a PNG into this directory (<name>-p<N>-<page>.png).")
@@ -88,6 +92,8 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
     if max_batch < 1:
         raise SpecmodelError(f"--max-batch: must be >= 1, got {max_batch}")
     pdf_path, json_path, md_path = output_paths(output, scenario.profile.name)
+    if png_dir is not None:
+        check_output_dir(png_dir, "--png-dir")
     pred = run_prediction(scenario)  # the same Prediction `predict --json` prints
     drafter_rep, drafter_inputs = _drafter_report(drafter, target, reference_drafter, token_freq)
 
@@ -106,14 +112,18 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
         pdf_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecmodelError(f"-o/--output: cannot create {pdf_path.parent}: {exc.strerror}") from None
-    tmp, figures = render_pdf_to_temp(content, pdf_path)
+    # the three files are one result: staged together, then renamed as a set (io.commit_set)
+    staging = staging_dir(pdf_path.parent, pdf_path.stem)
     try:
-        atomic_write_json(json_path, data)
-        atomic_write_text(md_path, md)
-        os.replace(tmp, pdf_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        tmp, figures = render_pdf_to_temp(content, staging / pdf_path.name)
+        os.replace(tmp, staging / pdf_path.name)
+        (staging / json_path.name).write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        (staging / md_path.name).write_text(md)
+        commit_set(staging, [pdf_path.name, json_path.name, md_path.name])
+    except OSError as exc:
+        raise os_error(pdf_path, exc, "cannot write") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     pngs = write_pngs(figures, Path(png_dir), pdf_path.stem) if png_dir else []
 
     for n in scenario.notes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +15,17 @@ from typing import Any
 import click
 
 from specmodel.errors import SpecmodelError, require_finite
+from specmodel.io import loads_json, read_bytes, read_json
+from specmodel.limits import (
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_GEN_TOKENS,
+    MAX_STEPS,
+    MAX_TOPK,
+    MAX_TP,
+    bounded_int,
+)
 from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import forward_cost
@@ -41,10 +52,10 @@ def find_default_profile() -> tuple[Path, str]:
     if PROFILES_DIR.is_dir():
         for pj in sorted(PROFILES_DIR.glob("*/profile.json")):
             try:
-                with pj.open() as fh:
-                    kind = (json.load(fh).get("source") or {}).get("kind")
-            except (OSError, ValueError, AttributeError):
-                continue
+                doc = read_json(pj, max_bytes=64 << 20)
+                kind = (doc.get("source") or {}).get("kind") if isinstance(doc, dict) else None
+            except (SpecmodelError, OSError, AttributeError):
+                continue  # not a profile we could use: the default skips it, --profile would name it
             if kind in ("measured", "ingested", "derived"):
                 candidates.append(pj)
                 kinds[pj] = str(kind)
@@ -90,15 +101,31 @@ def _parse_float_list(text: str, flag: str) -> list[float]:
     return vals
 
 
+#: ``1:10,2:30`` (also JSON-ish ``{"1": 10}`` is a file): digits, ':', ',', '.', exponents, spaces only
+_HIST_SPEC = re.compile(r"^[\s\d:.,eE+\-]*:[\s\d:.,eE+\-]*$")
+
+
+def read_text(flag: str, path: Path, what: str) -> str:
+    """A small text input file named by ``flag`` (bounded, not binary, not a directory)."""
+    raw = read_bytes(path, what, max_bytes=64 << 20)
+    if b"\x00" in raw[:65536]:
+        raise SpecmodelError(f"{flag}: {path}: binary file, expected {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecmodelError(f"{flag}: {path}: not UTF-8 text, expected {what}") from None
+
+
 def parse_histogram(text: str) -> dict[int, float]:
     """``1:10,2:30,3:40`` or a file: JSON ``{"1": 10, ...}``, or CSV with value,count rows."""
+    # a histogram spec is never tried as a path: a long valid one would be 'File name too long'
     p = Path(text)
-    if p.exists():
-        raw = p.read_text()
+    if not _HIST_SPEC.match(text):
+        raw = read_text("--accept-hist", p, "a JSON/CSV histogram")
         where = str(p)
         try:
-            obj = json.loads(raw)
-        except ValueError:
+            obj = loads_json(raw, where) if raw.lstrip().startswith(("{", "[")) else None
+        except SpecmodelError:
             obj = None
         if isinstance(obj, dict):
             items = list(obj.items())
@@ -127,10 +154,20 @@ def parse_histogram(text: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for k, v in items:
         try:
-            key = int(str(k))
-            val = float(v)
-        except ValueError:
-            raise SpecmodelError(f"{where}: bad histogram entry {k!r}: {v!r} (value must be an integer, count a number)") from None
+            ks = str(k).strip()
+            if len(ks) > 6:  # a tokens/step value beyond MAX_STEPS + 1 either way
+                raise ValueError(ks)
+            key = int(ks)
+            val = float(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else float(v)
+            if isinstance(v, bool):
+                raise ValueError(v)
+        except (ValueError, TypeError, OverflowError):
+            raise SpecmodelError(f"{where}: bad histogram entry {str(k)[:40]!r}: {str(v)[:40]!r} (value must be an "
+                                 "integer, count a number)") from None
+        if not math.isfinite(val) or val < 0:
+            raise SpecmodelError(f"{where}: histogram count for {key} must be a finite number >= 0, got {str(v)[:40]}")
+        if not 0 <= key <= MAX_STEPS + 1:
+            raise SpecmodelError(f"{where}: histogram value {key} outside 0..{MAX_STEPS + 1} (steps are at most {MAX_STEPS})")
         out[key] = out.get(key, 0.0) + val
     if not out:
         raise SpecmodelError(f"{where}: empty histogram")
@@ -184,7 +221,11 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
 
     def put(kind: str, tokens: int, total_s: float, frac: float | None) -> None:
         nonlocal rows
-        new = _number_row(kind, batch, tokens, total_s, frac, like, context_tokens)
+        try:
+            new = _number_row(kind, batch, tokens, total_s, frac, like, context_tokens)
+        except SpecmodelError as exc:  # (a forward-pass time out of range: name the flag that set it)
+            flag = {"decode": "--baseline-tps", "verify": "--verify-ms", "draft": "--draft-ms"}[kind]
+            raise SpecmodelError(f"{flag}: {exc}") from None
         rows = [r for r in rows if r.kind != kind] + [new]
 
     # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
@@ -282,20 +323,20 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Chain acceptance rate per draft (Leviathan et al. 2023); k = --steps drafts."),
         click.option("--accept-log", "accept_logs", multiple=True, type=click.Path(),
                      help="SGLang/vLLM server log or bench_speculative JSONL to take the accept length from (repeatable)."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Concurrent requests (batch size)."),
+        click.option("--batch", type=bounded_int(1, MAX_BATCH), default=1, show_default=True, help="Concurrent requests (batch size)."),
         click.option("--context", "context", default=None,
-                     help="KV tokens per request (context length L), e.g. 32768 or 32K (K = 1024); "
-                          "default: the profile's smallest measured context."),
-        click.option("--steps", type=int, default=None, help="Draft depth (--speculative-num-steps); default: the profile's."),
-        click.option("--topk", type=int, default=None, help="Draft branching (--speculative-eagle-topk); default: the profile's."),
-        click.option("--num-draft-tokens", type=int, default=None,
+                     help="KV tokens per request (context length L), e.g. 32768 or 32K (K = 1024), at most "
+                          f"{MAX_CONTEXT_TOKENS}; default: the profile's smallest measured context."),
+        click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None, help="Draft depth (--speculative-num-steps); default: the profile's."),
+        click.option("--topk", type=bounded_int(1, MAX_TOPK), default=None, help="Draft branching (--speculative-eagle-topk); default: the profile's."),
+        click.option("--num-draft-tokens", type=bounded_int(2, MAX_DRAFT_TOKENS), default=None,
                      help="Tokens verified per request (--speculative-num-draft-tokens); default: steps+1 with topk 1, else the profile's."),
         click.option("--baseline-tps", type=float, default=None, help="Baseline (non-speculative) tok/s at --batch: the TOTAL over all --batch requests."),
         click.option("--verify-ms", type=float, default=None, help="One verify forward, ms."),
         click.option("--draft-ms", type=float, default=None, help="One draft step (one drafter forward), ms; run --steps times per cycle."),
         click.option("--overhead-ms", type=float, default=None, help="Per-cycle overhead outside any forward, ms."),
         click.option("--allreduce-frac", type=float, default=None, help="Share of --verify-ms / baseline step spent in all-reduce (0..1)."),
-        click.option("--tp", type=int, default=None, help="TP degree, for profiles built from plain numbers."),
+        click.option("--tp", type=bounded_int(1, MAX_TP), default=None, help="TP degree, for profiles built from plain numbers."),
         click.option("--baseline-sweep", type=click.Path(), default=None,
                      help="CSV of a baseline sweep used as T_fwd(n, L): header 'batch,[context,]tokens_per_s' "
                           "(tokens_per_s = total over all requests) or '...,tokens_per_s_per_request'."),
@@ -306,7 +347,7 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--allreduce-fit", type=click.Path(), default=None,
                      help="specmodel.allreduce_fit JSON from `specmodel nccl-tests -o`: re-cost every all-reduce of the "
                           "profile with it (per call at the row's message size; waiting/skew kept as measured)."),
-        click.option("--gen-tokens", type=int, default=256, show_default=True,
+        click.option("--gen-tokens", type=bounded_int(1, MAX_GEN_TOKENS), default=256, show_default=True,
                      help="Generation length per request for the tok/s band and P(speedup > 1)."),
     ]
     for o in reversed(opts):
@@ -344,8 +385,13 @@ def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True,
         v = kw.get(name)
         if v is not None:
             flag = "--" + name.replace("_", "-")
-            if name in ("baseline_tps", "verify_ms", "draft_ms"):
-                require_finite(flag, v, minimum=0.0, strict_min=True)
+            # bounded both ways: 1e308 ms or 1e-300 ms is a typo, and plots of it are NaN axes
+            if name == "baseline_tps":
+                require_finite(flag, v, minimum=1e-3, maximum=1e9)
+            elif name in ("verify_ms", "draft_ms"):
+                require_finite(flag, v, minimum=1e-3, maximum=1e6)
+            elif name == "overhead_ms":
+                require_finite(flag, v, minimum=0.0, maximum=1e6)
             elif name == "allreduce_frac":
                 require_finite(flag, v, minimum=0.0, maximum=1.0)
             elif name == "alpha":
@@ -418,8 +464,8 @@ def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True,
 _TOKEN_SUFFIX = {"k": 1024, "m": 1024 * 1024}
 
 
-def parse_tokens(text: str | int, flag: str) -> int:
-    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted)."""
+def parse_tokens(text: str | int, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> int:
+    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted), at most ``maximum``."""
     t = str(text).strip().lower().replace("_", "")
     mult = 1
     if t and t[-1] in _TOKEN_SUFFIX:
@@ -430,12 +476,14 @@ def parse_tokens(text: str | int, flag: str) -> int:
         raise SpecmodelError(f"{flag}: expected a token count like 32768 or 32K, got {text!r}") from None
     if v < 0:
         raise SpecmodelError(f"{flag}: must be >= 0 tokens, got {text!r}")
+    if v > maximum:
+        raise SpecmodelError(f"{flag}: must be <= {maximum}, got {str(text)[:40]!r}")
     return v
 
 
-def parse_token_list(text: str, flag: str) -> list[int]:
+def parse_token_list(text: str, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> list[int]:
     """``1,4,16`` / ``0,4K,32K`` → sorted unique token counts."""
-    vals = sorted({parse_tokens(x, flag) for x in text.split(",") if x.strip()})
+    vals = sorted({parse_tokens(x, flag, maximum) for x in text.split(",") if x.strip()})
     if not vals:
         raise SpecmodelError(f"{flag}: expected a comma-separated list, got {text!r}")
     return vals

@@ -17,6 +17,7 @@ from types import FrameType
 import click
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_TP
 
 
 def shim_dir() -> Path:
@@ -88,7 +89,7 @@ def _count_lines(out_dir: Path) -> tuple[int, int]:
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="With --summarize: profile directory or .json to write (e.g. profiles/my-box).")
 @click.option("--name", default=None, help="With --summarize: profile name (default: the output directory's name).")
-@click.option("--tp", type=click.IntRange(min=1), default=None,
+@click.option("--tp", type=click.IntRange(min=1, max=MAX_TP), default=None,
               help="With --summarize: TP degree, when the logs do not say.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context

@@ -12,6 +12,7 @@ import click
 
 from specmodel.commands.scenario import resolve_scenario
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
@@ -79,6 +80,8 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
     obs_spec: SpecConfig | None = None
     for w in windows:
         reason = None
+        if w.batch > MAX_BATCH:
+            raise SpecmodelError(f"{w.where}: batch {w.batch} is more than {MAX_BATCH} (the bound specmodel accepts)")
         if w.batch < 1:
             reason = "#running-req 0"
         elif w.tokens_per_s <= 0:
@@ -156,9 +159,9 @@ def check_log_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
 @click.argument("logs", nargs=-1, type=click.Path())
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="profile.json or its directory (default: the one measured profile under ./profiles, else the shipped reference).")
-@click.option("--steps", type=int, default=None, help="Draft depth the server ran with (default: the profile's).")
-@click.option("--topk", type=int, default=None, help="Draft branching the server ran with (default: the profile's).")
-@click.option("--num-draft-tokens", type=int, default=None, help="Tokens verified per request (default: as predict).")
+@click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None, help="Draft depth the server ran with (default: the profile's).")
+@click.option("--topk", type=bounded_int(1, MAX_TOPK), default=None, help="Draft branching the server ran with (default: the profile's).")
+@click.option("--num-draft-tokens", type=bounded_int(2, MAX_DRAFT_TOKENS), default=None, help="Tokens verified per request (default: as predict).")
 @click.option("--calibrate-first", is_flag=True,
               help="Use the first window as the calibration point (its unseen cost carries to the rest).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")

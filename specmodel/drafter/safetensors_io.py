@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,7 @@ def read_checkpoint_headers(directory: str | Path) -> dict[str, TensorInfo]:
 
 
 def _from_index(d: Path, index: Path) -> dict[str, TensorInfo]:
-    from specmodel.io import read_json
+    from specmodel.io import is_within, read_json
 
     doc = read_json(index)
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
@@ -163,9 +164,18 @@ def _from_index(d: Path, index: Path) -> dict[str, TensorInfo]:
     out: dict[str, TensorInfo] = {}
     for name, fname in wm.items():
         if fname not in headers:
+            # a shard is a file of this checkpoint: an absolute path, '..' or a symlink leading out
+            # of the directory is refused (the index must not make us read /etc/passwd or a neighbour)
+            if ("\x00" in fname or Path(fname).is_absolute() or ".." in Path(fname).parts or not fname.strip()
+                    or any(len(os.fsencode(part)) > 255 for part in Path(fname).parts)):
+                raise SpecmodelError(f"{index}: weight_map names {fname[:120]!r}, outside {d} (shards must be files "
+                                     "in the checkpoint directory)")
             f = d / fname
+            if not is_within(f, d):
+                raise SpecmodelError(f"{index}: weight_map names {fname[:120]!r}, which resolves outside {d} "
+                                     "(a symlink out of the checkpoint directory)")
             if not f.is_file():
-                raise SpecmodelError(f"{index}: weight_map names {fname!r}, which is not in {d}")
+                raise SpecmodelError(f"{index}: weight_map names {fname[:120]!r}, which is not in {d}")
             headers[fname] = read_header(f)
         info = headers[fname].get(name)
         if info is None:

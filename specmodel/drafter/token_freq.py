@@ -11,7 +11,6 @@ Counts are non-negative numbers (floats allowed: weights); ids must be in the ta
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import read_json
+from specmodel.io import read_bytes, read_json
 
 _SPLIT = re.compile(r"[,\t ]+")
 
@@ -50,13 +49,9 @@ def read_token_freq(path: str | Path, vocab_size: int) -> tuple[np.ndarray, np.n
         raise SpecmodelError(f"{p}: token-frequency file not found")
     if p.is_dir():
         raise SpecmodelError(f"{p}: --token-freq must be a file, got a directory")
+    raw = read_bytes(p, "a token-frequency file")
     try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         text = raw.decode("utf-8")
-    except (OSError, EOFError) as exc:
-        raise SpecmodelError(f"{p}: cannot read ({exc})") from None
     except UnicodeDecodeError:
         raise SpecmodelError(f"{p}: not UTF-8 text") from None
 

@@ -11,9 +11,17 @@ length is the one the server logged at that point; it is not carried to other po
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS
+
+#: an observed cycle shorter than this share of the modelled forwards (verify + draft, no
+#: overhead) is not noise between a profile and a server: the point or the profile is wrong
+MIN_PLAUSIBLE_CYCLE_FRAC = 0.5
+#: logged accept lengths carry 2 decimals: steps + 1 may be exceeded by rounding only
+_ROUND_SLACK = 0.0051
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,14 +38,15 @@ class Observation:
     context_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.batch < 1:
-            raise SpecmodelError(f"--calibrate: batch must be >= 1, got {self.batch}")
-        if self.context_tokens is not None and self.context_tokens < 0:
-            raise SpecmodelError(f"--calibrate: context must be >= 0 tokens, got {self.context_tokens}")
-        if not self.accept_tokens >= 1.0:
-            raise SpecmodelError(f"--calibrate: accept length must be >= 1 token/step, got {self.accept_tokens}")
-        if not self.tokens_per_s > 0:
-            raise SpecmodelError(f"--calibrate: tok/s must be > 0, got {self.tokens_per_s}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or not 1 <= self.batch <= MAX_BATCH:
+            raise SpecmodelError(f"--calibrate: batch must be an integer in 1..{MAX_BATCH}, got {self.batch}")
+        if self.context_tokens is not None and not 0 <= self.context_tokens <= MAX_CONTEXT_TOKENS:
+            raise SpecmodelError(f"--calibrate: context must be 0..{MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
+        if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + _ROUND_SLACK:
+            raise SpecmodelError(f"--calibrate: accept length must be a finite number of tokens/step in "
+                                 f"1..{MAX_STEPS + 1}, got {self.accept_tokens}")
+        if not math.isfinite(self.tokens_per_s) or not self.tokens_per_s > 0:
+            raise SpecmodelError(f"--calibrate: tok/s must be a finite number > 0, got {self.tokens_per_s}")
 
     @property
     def cycle_s(self) -> float:
@@ -64,6 +73,26 @@ def unseen_cycle_s(obs: Observation, modelled_cycle_s: float) -> float:
 _FORMS = "BATCH,ACCEPT_LEN,TOKENS_PER_S or BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"
 
 
+def check_observation(obs: Observation, *, max_accept_tokens: int, modelled_forward_s: float) -> None:
+    """Refuse an observed point the model cannot be calibrated on (SpecmodelError naming it).
+
+    * accept length above steps + 1 (``max_accept_tokens``): no verify emits more than every
+      draft plus the bonus token;
+    * an observed cycle (B × E[A] / tok/s) shorter than :data:`MIN_PLAUSIBLE_CYCLE_FRAC` of the
+      modelled forwards alone: the per-cycle overhead would have to be negative by more than
+      any profile/server mismatch (``1,2.0,1e9`` is a 2 ns cycle).
+    """
+    if obs.accept_tokens > max_accept_tokens + _ROUND_SLACK:
+        raise SpecmodelError(f"--calibrate: accept length {obs.accept_tokens:g} exceeds steps + 1 = {max_accept_tokens} "
+                             "(a verify emits at most every draft plus the bonus token); pass the --steps it ran with")
+    if modelled_forward_s > 0 and obs.cycle_s < MIN_PLAUSIBLE_CYCLE_FRAC * modelled_forward_s:
+        raise SpecmodelError(
+            f"--calibrate: {obs.tokens_per_s:g} tok/s at batch {obs.batch}, accept {obs.accept_tokens:g} means a "
+            f"{obs.cycle_s * 1e3:.4g} ms cycle, less than {MIN_PLAUSIBLE_CYCLE_FRAC:.0%} of the profile's "
+            f"{modelled_forward_s * 1e3:.4g} ms of forwards: the calibrated overhead would be negative (wrong point "
+            "or wrong profile?)")
+
+
 def parse_observation(text: str) -> Observation:
     """Parse ``BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S`` or the older ``BATCH,ACCEPT_LEN,TOKENS_PER_S``.
 
@@ -74,6 +103,8 @@ def parse_observation(text: str) -> Observation:
     if len(parts) not in (3, 4):
         raise SpecmodelError(f"--calibrate: expected {_FORMS}, got {text!r}")
     try:
+        if len(parts[0]) > 12 or (len(parts) == 4 and len(parts[1]) > 12):
+            raise ValueError(parts[0])
         b = int(parts[0])
         ctx = int(parts[1]) if len(parts) == 4 else None
         a = float(parts[-2])

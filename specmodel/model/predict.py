@@ -10,7 +10,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
-from specmodel.model.calibrate import Observation, unseen_cycle_s
+from specmodel.model.calibrate import Observation, check_observation, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.schema.profile import Profile, SpecConfig
 
@@ -171,6 +171,7 @@ def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
     """
     ctx = obs.context_tokens if obs.context_tokens is not None else context_tokens
     cc = cycle_costs(profile, batch=obs.batch, spec=spec, context_tokens=ctx)
+    check_observation(obs, max_accept_tokens=spec.max_accept_tokens, modelled_forward_s=cc.cycle_s - cc.overhead_s)
     extra = unseen_cycle_s(obs, cc.cycle_s)
     warnings = [f"calibration point: {e.label}" for e in cc.extrapolations]
     if extra < 0:

@@ -35,6 +35,11 @@ def parse_phase_label(name: str) -> tuple[str, int, int] | None:
     m = _LABEL_RE.match(name)
     if not m:
         return None
+    if len(m.group("batch")) > 12 or len(m.group("tokens")) > 12:
+        # (int() of 4,300+ digits raises ValueError; no batch has 13 digits)
+        from specmodel.errors import SpecmodelError
+
+        raise SpecmodelError(f"span {name[:60]!r}: batch/tokens is not a plausible number")
     return m.group("kind"), int(m.group("batch")), int(m.group("tokens"))
 
 

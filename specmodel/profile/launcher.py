@@ -236,6 +236,12 @@ def _hang(plan: RunPlan, slots: list[status.Slot], timeout_s: float, run_dir: Pa
         unit = next(s.unit for s in slots if s.rank == r)
         return RankFailed(f"rank {r} hung during {_unit_label(plan, unit)}: no progress for {timeout_s:g} s "
                           f"({why})", rank=r, log_dir=run_dir)
+    frozen = status.stopped(slots)
+    if frozen:
+        r = frozen[0]
+        unit = next(s.unit for s in slots if s.rank == r)
+        return RankFailed(f"rank {r} is stopped (SIGSTOP or a debugger) during {_unit_label(plan, unit)}: no progress "
+                          f"for {timeout_s:g} s (stopped ranks: {', '.join(map(str, frozen))})", rank=r, log_dir=run_dir)
     unit = min(s.unit for s in slots)
     return RankFailed(f"no rank made progress for {timeout_s:g} s during {_unit_label(plan, unit)} "
                       "(all ranks waiting; raise --timeout for a slow machine)", rank=None, log_dir=run_dir)

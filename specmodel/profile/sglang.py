@@ -603,13 +603,10 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     """Read one ``rank<k>.jsonl``. A truncated (unterminated, undecodable) last line is ignored
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
+    from specmodel.io import read_bytes
+
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise SpecmodelError(f"{p}: file not found") from None
-    except OSError as exc:
-        raise SpecmodelError(f"{p}: cannot read ({exc.strerror})") from None
+    raw = read_bytes(p, "a specmodel sglang forward log")
     lines = raw.split(b"\n")
     metas: list[dict[str, Any]] = []
     fwds: list[dict[str, Any]] = []
@@ -621,7 +618,7 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
         last_unterminated = i == len(lines) and not raw.endswith(b"\n")
         try:
             rec = json.loads(bline.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # (ValueError: JSON, or 4,300+ digit ints)
             if last_unterminated:
                 log.warning("%s: truncated last line ignored (the process stopped mid-write)", where)
                 truncated = True

@@ -119,3 +119,24 @@ def laggard(slots: list[Slot]) -> tuple[int, str] | None:
     if len(outside) == 1 and len(live) > 1:
         return outside[0].rank, "the only rank not waiting in a collective"
     return None
+
+
+def stopped(slots: list[Slot]) -> list[int]:
+    """Ranks whose process is stopped (SIGSTOP, a debugger: state T/t in /proc/PID/stat), Linux only.
+
+    A rank frozen *inside* a collective looks like every other waiting rank on the board (same
+    counts, no heartbeat while blocked); the kernel still knows it is not runnable.
+    """
+    out = []
+    for s in slots:
+        if not s.pid:
+            continue
+        try:
+            stat = Path(f"/proc/{s.pid}/stat").read_text()
+        except OSError:
+            continue
+        # "PID (comm) STATE ...": comm may hold spaces or parentheses, the state follows the last ')'
+        state = stat.rsplit(")", 1)[-1].split()[:1]
+        if state and state[0] in ("T", "t"):
+            out.append(s.rank)
+    return out

@@ -24,6 +24,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, read_json
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
 
 PROFILE_SCHEMA = "specmodel.profile"
 PROFILE_SCHEMA_VERSION = 2
@@ -137,12 +138,16 @@ class CostRow:
             raise SpecmodelError(f"{where}: batch must be >= 1")
         if self.tokens < self.batch:
             raise SpecmodelError(f"{where}: tokens must be >= batch")
+        if self.batch > MAX_BATCH or self.tokens > MAX_BATCH * MAX_DRAFT_TOKENS:
+            raise SpecmodelError(f"{where}: batch must be <= {MAX_BATCH} and tokens <= {MAX_BATCH * MAX_DRAFT_TOKENS}")
         for name in ("total_s", "allreduce_s", "compute_s", "other_s", "spread_s", "skew_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or math.isnan(v) or math.isinf(v) or v < 0:
                 raise SpecmodelError(f"{where}: {name} must be a finite number >= 0, got {v!r}")
         if self.total_s <= 0:
             raise SpecmodelError(f"{where}: total_s must be > 0")
+        if not 1e-9 <= self.total_s <= 1e3:  # 1 ns .. 1000 s: outside is a unit error, and NaN plots
+            raise SpecmodelError(f"{where}: total_s must be within 1e-9..1e3 s (one forward pass), got {self.total_s:g}")
         parts = self.allreduce_s + self.compute_s + self.other_s
         if abs(parts - self.total_s) > _SUM_TOLERANCE * self.total_s + 1e-12:
             raise SpecmodelError(
@@ -152,6 +157,8 @@ class CostRow:
             raise SpecmodelError(f"{where}: skew_s must not exceed allreduce_s")
         if isinstance(self.context_tokens, bool) or not isinstance(self.context_tokens, int) or self.context_tokens < 0:
             raise SpecmodelError(f"{where}: context_tokens must be an integer >= 0, got {self.context_tokens!r}")
+        if self.context_tokens > MAX_CONTEXT_TOKENS:
+            raise SpecmodelError(f"{where}: context_tokens must be <= {MAX_CONTEXT_TOKENS}, got {self.context_tokens}")
         if self.n_allreduce < 0 or self.allreduce_msg_bytes < 0 or self.samples < 1:
             raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
         if self.ci95_rel is not None and (isinstance(self.ci95_rel, bool) or not isinstance(self.ci95_rel, (int, float))
@@ -306,6 +313,11 @@ class SpecConfig:
             raise SpecmodelError(f"spec.steps: must be >= 1, got {self.steps}")
         if self.topk < 1:
             raise SpecmodelError(f"spec.topk: must be >= 1, got {self.topk}")
+        # bounded: the model allocates per step (a file's steps: 1e9 must not exhaust memory)
+        for fld, v, hi in (("steps", self.steps, MAX_STEPS), ("topk", self.topk, MAX_TOPK),
+                           ("num_draft_tokens", self.num_draft_tokens, MAX_DRAFT_TOKENS)):
+            if v > hi:
+                raise SpecmodelError(f"spec.{fld}: must be <= {hi}, got {v}")
         if self.num_draft_tokens < 2:
             raise SpecmodelError(f"spec.num_draft_tokens: must be >= 2, got {self.num_draft_tokens}")
         if self.topk == 1 and self.num_draft_tokens > self.steps + 1:
@@ -362,8 +374,12 @@ class Profile:
             raise SpecmodelError("profile: name: must not be empty")
         if self.tp < 1:
             raise SpecmodelError(f"profile: tp: must be >= 1, got {self.tp}")
+        if self.tp > MAX_TP:
+            raise SpecmodelError(f"profile: tp: must be <= {MAX_TP}, got {self.tp}")
         if not math.isfinite(self.overhead_s) or self.overhead_s < 0:
             raise SpecmodelError(f"profile: overhead_s: must be finite and >= 0, got {self.overhead_s}")
+        if self.overhead_s > 1e3:
+            raise SpecmodelError(f"profile: overhead_s: must be <= 1000 s per cycle, got {self.overhead_s:g}")
         if not any(r.kind == "decode" for r in self.costs):
             raise SpecmodelError("profile: costs: needs at least one 'decode' row (the baseline step)")
         seen: set[tuple[str, int, int, int]] = set()
@@ -481,6 +497,8 @@ def resolve_profile_path(path: str | Path) -> Path:
     """A profile argument may name ``profile.json`` or the directory holding it."""
     p = Path(path)
     if p.is_dir():
+        if p.suffix == ".json" and not (p / "profile.json").exists():
+            raise SpecmodelError(f"{p}: is a directory, expected a profile.json file")
         p = p / "profile.json"
     return p
 

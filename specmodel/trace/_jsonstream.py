@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from specmodel.errors import SpecmodelError
+from specmodel.io import os_error, stat_input
 
 CHUNK_CHARS = 1 << 20
 #: A decode error this far before the end of the buffer cannot be "the object continues in the
@@ -82,6 +83,8 @@ class _Scanner:
         while True:
             try:
                 obj, end = _DECODER.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise self._error("nested too deeply") from None
             except json.JSONDecodeError as exc:
                 if self.eof:
                     if exc.pos >= len(self.buf) - 1 or "Unterminated" in exc.msg:
@@ -91,6 +94,8 @@ class _Scanner:
                     raise self._error(exc.msg, exc.pos) from None
                 self._fill()
                 continue
+            except ValueError as exc:  # an integer beyond Python's int-string digit limit
+                raise self._error(f"bad number ({str(exc)[:80]})") from None
             if end >= len(self.buf) and not self.eof:
                 self._fill()  # a number cut at the chunk edge would decode short: retry with more
                 continue
@@ -153,6 +158,12 @@ class _Scanner:
                     return
             except json.JSONDecodeError as exc:
                 err_pos, msg = exc.pos, exc.msg
+            except RecursionError:
+                self.pos = pos
+                raise self._error("an event nested too deeply") from None
+            except ValueError as exc:  # an integer beyond Python's int-string digit limit
+                self.pos = pos
+                raise self._error(f"bad number in an event ({str(exc)[:80]})") from None
             else:
                 m = after(buf, end)
                 if m is not None and (m.end() < len(buf) or self.eof):
@@ -196,10 +207,7 @@ def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None) -> dict
     had that array. With ``on_event=None`` only the header before ``traceEvents`` is read.
     """
     p = Path(path)
-    if not p.exists():
-        raise SpecmodelError(f"{p}: file not found")
-    if p.is_dir():
-        raise SpecmodelError(f"{p}: is a directory, expected a trace file")
+    stat_input(p, "a trace file")
     try:
         with p.open("rb") as raw, _open_text(raw) as text:
             return _Scanner(text, p).run(on_event)
@@ -212,4 +220,4 @@ def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None) -> dict
     except UnicodeDecodeError:
         raise SpecmodelError(f"{p}: not UTF-8 text (is it a trace?)") from None
     except OSError as exc:
-        raise SpecmodelError(f"{p}: cannot read ({exc})") from None
+        raise os_error(p, exc) from None

@@ -122,8 +122,8 @@ class Collector:
         try:
             t0 = float(ts)  # type: ignore[arg-type]
             d = float(dur)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} ({e.get('cat')}) has no numeric "
+        except (TypeError, ValueError, OverflowError):
+            raise SpecmodelError(f"{self.path}: event {str(e.get('name', '?'))[:80]!r} ({str(e.get('cat'))[:40]}) has no numeric "
                                  f"ts/dur (ts={ts!r}, dur={dur!r})") from None
         if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
             raise SpecmodelError(f"{self.path}: event {e.get('name', '?')!r} has invalid ts/dur ({ts!r}, {dur!r})")
@@ -136,11 +136,21 @@ class Collector:
             ops = self.host_ops[key] = array("d")
         ops.extend(self._times(e))  # start, end interleaved: 16 bytes an op
 
+    def _key(self, e: dict[str, Any], v: Any, what: str) -> Any:
+        """An id used as a dict/set key (pid, tid, correlation, External id): a list or object is no id."""
+        if type(v) in (list, dict):
+            raise SpecmodelError(f"{self.path}: event {str(e.get('name', '?'))[:80]!r}: {what} must be a number or "
+                                 f"string, got a {type(v).__name__}")
+        return v
+
     def on_event(self, e: Any) -> None:
         # hot path: most events are cpu_ops / runtime calls we drop after a few dict lookups
         self.n_events += 1
         if type(e) is not dict or e.get("ph") != "X":
             return
+        if type(e.get("pid")) in (list, dict) or type(e.get("tid")) in (list, dict):
+            self._key(e, e.get("pid"), "pid")
+            self._key(e, e.get("tid"), "tid")
         cat = e.get("cat")
         if cat == "cpu_op":
             name = e.get("name")
@@ -160,7 +170,8 @@ class Collector:
             if isinstance(name, str) and ("aunch" in name or "emcpy" in name or "emset" in name):
                 args = e.get("args")
                 if type(args) is dict and "correlation" in args:
-                    self.launches.append((self._times(e)[0], e.get("pid"), args["correlation"]))
+                    self.launches.append((self._times(e)[0], e.get("pid"),
+                                          self._key(e, args["correlation"], "args.correlation")))
         elif cat in GPU_BUSY_CATS:
             t0, t1 = self._times(e)
             args = e.get("args")
@@ -178,8 +189,10 @@ class Collector:
                     coll, impl = c.collective, c.implementation
                     nbytes = message_bytes(args)
                     if "Seq" in args:
-                        seq = (args.get("Process Group Name"), args.get("Seq"))
-            self.kernels.append((t0, t1, e.get("pid"), args.get("correlation"), coll, impl, nbytes, seq))
+                        seq = (self._key(e, args.get("Process Group Name"), "args.Process Group Name"),
+                               self._key(e, args.get("Seq"), "args.Seq"))
+            self.kernels.append((t0, t1, e.get("pid"), self._key(e, args.get("correlation"), "args.correlation"),
+                                 coll, impl, nbytes, seq))
         elif cat == "user_annotation" or cat == "gpu_user_annotation":
             name = e.get("name", "")
             if not isinstance(name, str):
@@ -187,7 +200,7 @@ class Collector:
             if self.span_name is not None and self.span_name(name):
                 t0, t1 = self._times(e)
                 args = e.get("args")
-                ext = args.get("External id") if type(args) is dict else None
+                ext = self._key(e, args.get("External id"), "args.External id") if type(args) is dict else None
                 span = Span(name=name, ts=t0, end=t1, pid=e.get("pid"), ext=ext, tid=e.get("tid"))
                 (self.gpu_spans if cat == "gpu_user_annotation" else self.cpu_spans).append(span)
             elif cat == "user_annotation":  # gloo:all_reduce is recorded as a user_annotation

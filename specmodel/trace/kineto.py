@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.procs import die_with_parent
 from specmodel.profile.annotate import parse_phase_forwards, parse_phase_label
 from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
 from specmodel.stats import iqr, median
@@ -57,7 +58,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 #: Traces of one run start within seconds of each other; further apart = different runs.
 MAX_BASE_TIME_APART_S = 600.0
 
-_SGLANG_STEP = re.compile(r"^step\[(?P<mode>[A-Z_0-9]+) bs=(?P<bs>\d+)(?: toks=(?P<toks>\d+))?[^\]]*\]$")
+_SGLANG_STEP = re.compile(r"^step\[(?P<mode>[A-Z_0-9]+) bs=(?P<bs>\d{1,12})(?!\d)(?: toks=(?P<toks>\d{1,12})(?!\d))?[^\]]*\]$")
 _SGLANG_MODES = {
     "VERIFY": "verify", "TARGET_VERIFY": "verify", "DECODE": "decode", "EXTEND": "extend",
     "DRAFT": "draft", "DRAFT_EXTEND": "draft_extend", "DRAFT_EXTEND_V2": "draft_extend",
@@ -695,7 +696,9 @@ def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, j
         traces = [_parse_one(w) for w in work]
     else:
         ctx = get_context("fork") if "fork" in _start_methods() else None
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        # workers die with this process: a SIGKILLed `ingest` must not leave them parsing for minutes
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             traces = list(pool.map(_parse_one, work))
     if progress:
         for t in traces:

@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json, read_text_lines
+from specmodel.io import atomic_write_json, loads_json, read_text_lines
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
 from specmodel.model import accept as acc
 
 ACCEPT_SCHEMA = "specmodel.accept"
@@ -66,7 +67,9 @@ _ROUND_SLACK = 0.0051
 # ---------------------------------------------------------------------------------------------
 # regexes, one per key
 
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+# one way to match any digit string (``\d+\.?\d*`` splits n digits n ways: backtracking on a
+# failed suffix such as " tokens/s" was quadratic in the number's length)
+_NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
 _SG_MARK = re.compile(r"Decode batch(?: \[\d+\])?, ")
 _SG_PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ")
 _SG_KEYS: dict[str, re.Pattern[str]] = {
@@ -306,6 +309,13 @@ def _read_lines(path: str) -> list[str]:
     return [_ANSI.sub("", line) for line in read_text_lines(path, "a text log")]
 
 
+def _count(text: str, where: str, key: str) -> int:
+    """A count printed by the server; a number no server prints (beyond int64) is an error, not a hang."""
+    if len(text) > 18:
+        raise SpecmodelError(f"{where}: {key}: {len(text)}-digit number is not a plausible count")
+    return int(text)
+
+
 def _num(text: str, where: str, key: str) -> float:
     try:
         v = float(text)
@@ -382,7 +392,7 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
         # cheap substring test first: most lines of a server log are neither
         if "Decode batch" not in line and "SpecDecoding" not in line and "generation throughput" not in line:
             if "KV cache size" in line and (km := _VL_KV_SIZE.search(line)) is not None:
-                kv_size_tokens = int(km.group(1).replace(",", ""))
+                kv_size_tokens = _count(km.group(1).replace(",", ""), f"{path}:{i}", "GPU KV cache size")
             if "server_args=" in line or "speculative_config=" in line or "non-default args" in line:
                 c = parse_engine_config(line, f"{path}:{i}")
                 if c is not None:
@@ -398,7 +408,7 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
             sg += 1
             trailing[bool(d["trailing_comma"])] += 1
             has_cap = has_cap or "cap_len" in d or "block_accept_len" in d
-            batch = int(d["running_req"])
+            batch = _count(d["running_req"], where, "#running-req")
             tput = _num(d["gen_tokens_per_s"], where, "gen throughput")
             a = _num(d["accept_len"], where, "accept len") if "accept_len" in d else None
             if not math.isfinite(tput) or tput < 0:
@@ -406,7 +416,7 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
             if a is not None and (not math.isfinite(a) or a < 1.0 - _ROUND_SLACK):
                 raise SpecmodelError(f"{where}: accept len {d['accept_len']} is not >= 1 token/step "
                                      "(SGLang counts the bonus token, so the minimum is 1)")
-            ctx = int(d["tokens"]) / batch if "tokens" in d and batch > 0 else None
+            ctx = _count(d["tokens"], where, "#token") / batch if "tokens" in d and batch > 0 else None
             windows.append(DecodeWindow(file=path, line=i, engine="sglang", batch=batch, accept_len=a,
                                         tokens_per_s=tput, timestamp=d.get("timestamp", ""), rank=d.get("rank", ""),
                                         context_tokens=ctx))
@@ -418,7 +428,7 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
                 raise SpecmodelError(f"{where}: vLLM throughput line without 'Running: N reqs'")
             pm = _VL_PREFIX.search(line)
             matched += 1
-            running = int(rm.group(1))
+            running = _count(rm.group(1), where, "Running")
             um = _VL_KV_USAGE.search(line)
             vctx = None
             if um is not None and kv_size_tokens is not None and running > 0:
@@ -441,10 +451,14 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
         vfmt.add(fmt)
         rates: tuple[float, ...] | None = None
         if "per_position" in v:
-            rates = tuple(_num(x.strip(), where, "Per-position acceptance rate") for x in v["per_position"].split(","))
+            parts = v["per_position"].split(",")
+            if len(parts) > MAX_STEPS:
+                raise SpecmodelError(f"{where}: {len(parts)} per-position rates, more than {MAX_STEPS} draft positions")
+            rates = tuple(_num(x.strip(), where, "Per-position acceptance rate") for x in parts)
         mean = _num(v["mean_accept_len"], where, "Mean acceptance length") if "mean_accept_len" in v else None
         rate = _num(v["draft_accept_rate_pct"], where, "Draft acceptance rate") if "draft_accept_rate_pct" in v else None
-        rec = VllmSpecRecord(file=path, line=i, fmt=fmt, accepted=int(v["accepted"]), drafted=int(v["drafted"]),
+        rec = VllmSpecRecord(file=path, line=i, fmt=fmt, accepted=_count(v["accepted"], where, "Accepted"),
+                             drafted=_count(v["drafted"], where, "Drafted"),
                              mean_accept_len=mean if mean is not None and math.isfinite(mean) else None,
                              per_position=rates if rates and all(math.isfinite(r) for r in rates) else None,
                              draft_accept_rate_pct=rate if rate is not None and math.isfinite(rate) else None)
@@ -491,8 +505,8 @@ def _parse_bench(path: str, lines: list[str]) -> LogFile:
             continue
         where = f"{path}:{i}"
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = loads_json(line, where)
+        except SpecmodelError:
             raise SpecmodelError(f"{where}: not a JSON object (bench_speculative JSONL has one per line)") from None
         if not isinstance(row, dict):
             raise SpecmodelError(f"{where}: expected a JSON object")
@@ -510,6 +524,10 @@ def _parse_bench(path: str, lines: list[str]) -> LogFile:
                 raise SpecmodelError(f"{where}: {k}: expected an integer, got {row[k]!r}")
         if vals["batch_size"] < 1:
             raise SpecmodelError(f"{where}: batch_size must be >= 1")
+        for k, hi in (("batch_size", MAX_BATCH), ("steps", MAX_STEPS), ("topk", MAX_TOPK),
+                      ("num_draft_tokens", MAX_DRAFT_TOKENS)):
+            if vals[k] > hi:
+                raise SpecmodelError(f"{where}: {k} must be <= {hi}, got {row[k]!r}")
         if vals["acc_length"] < 1.0 - _ROUND_SLACK:
             raise SpecmodelError(f"{where}: acc_length {row['acc_length']} is not >= 1 token/step")
         b = int(vals["batch_size"])
@@ -535,8 +553,8 @@ def parse_log(path: str | Path) -> LogFile:
     if first.startswith("{"):
         text = "\n".join(lines)
         try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = loads_json(text, spath)
+        except SpecmodelError:
             doc = None
         if isinstance(doc, dict) and doc.get("schema") == ACCEPT_SCHEMA:
             _check_saved(doc, spath)
@@ -641,6 +659,8 @@ def _check_saved(doc: dict[str, Any], where: str) -> None:
     if not isinstance(probs, list) or not probs or not all(
             isinstance(p, (int, float)) and not isinstance(p, bool) for p in probs):
         raise SpecmodelError(f"{where}: probs: expected a non-empty list of numbers")
+    if len(probs) > MAX_STEPS + 1:
+        raise SpecmodelError(f"{where}: probs: {len(probs)} entries, at most steps + 1 = {MAX_STEPS + 1}")
     samples = doc.get("samples", 0)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
         raise SpecmodelError(f"{where}: samples: expected an integer >= 0")
@@ -700,8 +720,10 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         raise SpecmodelError("give at least one log file")
     if decode_log_interval is not None and decode_log_interval < 1:
         raise SpecmodelError(f"--decode-log-interval: must be >= 1, got {decode_log_interval}")
-    if num_spec_tokens is not None and num_spec_tokens < 1:
-        raise SpecmodelError(f"--num-spec-tokens: must be >= 1, got {num_spec_tokens}")
+    if num_spec_tokens is not None and not 1 <= num_spec_tokens <= MAX_STEPS:
+        raise SpecmodelError(f"--num-spec-tokens: must be in 1..{MAX_STEPS}, got {num_spec_tokens}")
+    if max_tokens is not None and not 2 <= max_tokens <= MAX_STEPS + 1:
+        raise SpecmodelError(f"--steps: must be in 1..{MAX_STEPS}, got {max_tokens - 1}")
     files = tuple(parse_log(p) for p in paths)
     cfg = logged_config(files)
     cfg_notes: list[str] = []
@@ -727,6 +749,8 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         max_tokens = _infer_max_tokens(files, engine, num_spec_tokens)
     if max_tokens < 2:
         raise SpecmodelError(f"--steps: must be >= 1, got {max_tokens - 1}")
+    if max_tokens > MAX_STEPS + 1:
+        raise SpecmodelError(f"{label}: steps {max_tokens - 1} is more than {MAX_STEPS} (the bound specmodel accepts)")
 
     if engine == "specmodel.accept":
         if len(files) > 1:

@@ -92,6 +92,12 @@ def _header_columns(line: str) -> list[str] | None:
     return None
 
 
+def _small_int(tok: str, where: str, name: str) -> int:
+    if len(tok) > 20:
+        raise SpecmodelError(f"{where}: {name}: {len(tok)}-digit number is not plausible")
+    return int(tok)
+
+
 def _value(tok: str, where: str, name: str) -> float | None:
     if tok.upper() == "N/A":
         return None
@@ -132,29 +138,37 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
             elif m := _VERSION.search(line):
                 version = m.group(1)
             elif m := _RANK.search(line):
-                ranks.add(int(m.group(1)))
+                ranks.add(_small_int(m.group(1), where, "Rank"))
             elif m := _CONFIG.search(line):
-                config.update(nThread=int(m.group(1)), nGpus=int(m.group(2)), minBytes=int(m.group(3)),
-                              maxBytes=int(m.group(4)))
+                config.update(nThread=_small_int(m.group(1), where, "nThread"),
+                              nGpus=_small_int(m.group(2), where, "nGpus"),
+                              minBytes=_small_int(m.group(3), where, "minBytes"),
+                              maxBytes=_small_int(m.group(4), where, "maxBytes"))
                 if im := _ITERS.search(line):
-                    config["iters"] = int(im.group(1))
+                    config["iters"] = _small_int(im.group(1), where, "iters")
             elif m := _OOB.search(line):
-                oob = (oob or 0) + int(m.group(1))
+                oob = (oob or 0) + _small_int(m.group(1), where, "Out of bounds values")
             elif m := _AVG_BW.search(line):
                 avg_bw = _value(m.group(1), where, "Avg bus bandwidth")
             continue
+        toks = line.split()
         if not _ROW.match(line):
+            if columns is not None and toks and toks[0].isdigit():
+                # a row cut short (a killed run, a truncated copy): dropping it would bias the fit
+                raise SpecmodelError(f"{where}: data row has {len(toks)} fields, the header names {len(columns)} "
+                                     "(truncated row?)")
             continue
         if columns is None:
             raise SpecmodelError(f"{where}: data row before the column header (size count type redop ...)")
-        toks = line.split()
+        if len(toks[0]) > 20 or len(toks[1]) > 20:
+            raise SpecmodelError(f"{where}: size/count {toks[0][:24]!r}/{toks[1][:24]!r}: not a plausible message size")
         try:
             t0 = next(j for j, c in enumerate(columns) if c in _TIME_NAMES)
             t1 = next(j for j, c in enumerate(columns) if c in _TIME_NAMES and j > t0)
         except StopIteration:
             raise SpecmodelError(f"{where}: column header has no out-of-place and in-place 'time' columns") from None
         width = t1 - t0
-        if len(toks) < t1 + 3:
+        if len(toks) < max(t1 + 3, len(columns)):
             raise SpecmodelError(f"{where}: row has {len(toks)} fields, the header names {len(columns)} (truncated?)")
         named = dict(zip(columns, toks, strict=False))
         oop = dict(zip(columns[t0:t1], toks[t0:t1], strict=True))

@@ -12,6 +12,15 @@ import sys
 def _install() -> None:
     if not os.environ.get("SPECMODEL_SGLANG_DIR"):
         return
+    # PYTHONPATH reaches every descendant of the server (compilers, helper scripts, other venvs):
+    # an interpreter that cannot import SGLang is none of its processes, so the shim stays silent there
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("sglang") is None:
+            return
+    except (ImportError, ValueError):
+        return
     try:
         from specmodel.profile.sglang import install
 

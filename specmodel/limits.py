@@ -1,0 +1,45 @@
+"""Upper bounds on every count a user or a file can set, and on what a reader will take in.
+
+Why bounds at all: the model allocates per step (an accept distribution has steps + 1 entries),
+the profiler starts one process per rank, and a parser's work grows with its input; a typo such
+as ``--steps 1000000000`` must be a one-line error, not an out-of-memory kill. Each bound is far
+above anything a real deployment uses (SGLang/vLLM drafts run 1-10 steps, TP is 1-16 on a box,
+decode batches stay in the hundreds) and is stated in the flag's ``--help``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import click
+
+# ---- speculative shape (SGLang --speculative-num-steps / -eagle-topk / -num-draft-tokens)
+MAX_STEPS = 64
+MAX_TOPK = 64
+MAX_DRAFT_TOKENS = 1024
+# ---- operating point
+MAX_BATCH = 65_536
+MAX_TP = 64
+MAX_CONTEXT_TOKENS = 10_000_000
+MAX_GEN_TOKENS = 100_000_000
+# ---- profiler work (processes, forwards per point)
+MAX_CYCLES = 100_000
+MAX_REPEATS = 10_000
+MAX_WARMUP = 10_000
+MAX_LAYERS = 1_024
+MAX_HIDDEN = 1 << 17
+MAX_JOBS = 1_024
+# ---- readers (specmodel.io): what a file may hold before it is refused
+MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
+MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp
+MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
+MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
+
+
+def bounded_int(minimum: int, maximum: int) -> click.IntRange:
+    """A click int type that refuses values outside [minimum, maximum]; click prints the range in --help."""
+    import click  # (only the commands need it: model/ and schema/ import the constants alone)
+
+    return click.IntRange(min=minimum, max=maximum)
+

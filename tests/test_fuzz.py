@@ -1,0 +1,148 @@
+"""Bounded fuzzing of every reader a user's file reaches: only SpecmodelError may escape.
+
+CI budget: SPECMODEL_FUZZ_SECONDS (default 30 s over all six targets); `make fuzz` runs 600 s.
+The sequence of inputs is deterministic for a given budget and machine speed (seeded RNG)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA, REFERENCE
+from tests.fuzz import FuzzResult, fuzz
+
+TOTAL_S = float(os.environ.get("SPECMODEL_FUZZ_SECONDS", "30"))
+TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors")
+PER_TARGET_S = TOTAL_S / len(TARGETS)
+#: one input may take this long at most (bounded work; generous for a loaded CI box)
+MAX_EXAMPLE_S = 20.0
+
+
+def _trace(p: Path) -> object:
+    from specmodel.trace.kineto import IngestOptions, parse_rank_file
+
+    name = p.with_name("rank0.trace.json" + (".gz" if p.read_bytes()[:2] == b"\x1f\x8b" else ""))
+    p.replace(name)
+    return parse_rank_file(str(name), IngestOptions(), single=True)
+
+
+def _log(p: Path) -> object:
+    from specmodel.trace.logs import summarize
+
+    try:
+        return summarize([str(p)])
+    except Exception as exc:  # the SGLang path needs --steps: try it both ways
+        from specmodel.errors import SpecmodelError
+
+        if not isinstance(exc, SpecmodelError):
+            raise
+        return summarize([str(p)], 4)
+
+
+def _nccl(p: Path) -> object:
+    from specmodel.model.allreduce import fit_alpha_beta
+    from specmodel.trace.nccl_tests import allreduce_points, check_corruption, parse_nccl_tests
+
+    run = parse_nccl_tests(p)
+    check_corruption(run)
+    pts = allreduce_points(run, run.n_ranks or 8) if (run.n_ranks or 8) >= 2 else ()
+    if len(pts) >= 2:
+        fit_alpha_beta([x.msg_bytes for x in pts], [x.latency_s for x in pts], run.n_ranks or 8)
+    return run
+
+
+def _profile(p: Path) -> object:
+    from specmodel.commands.predict import format_prediction
+    from specmodel.model.accept import from_mean
+    from specmodel.model.predict import predict
+    from specmodel.schema.profile import load_profile
+
+    prof = load_profile(p)
+    pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec)
+    format_prediction(pred)  # what `predict` prints,
+    return json.dumps(pred.to_dict(), allow_nan=False)  # and what `predict --json` prints
+
+
+def _accept_hist(p: Path) -> object:
+    from specmodel.commands.scenario import parse_histogram
+    from specmodel.model.accept import from_histogram
+
+    raw = p.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    for arg in ((text if "\x00" not in text else text.replace("\x00", "")), str(p)):
+        try:
+            from_histogram(parse_histogram(arg), max_tokens=65)
+        except Exception as exc:
+            from specmodel.errors import SpecmodelError
+
+            if not isinstance(exc, SpecmodelError):
+                raise
+    return None
+
+
+def _safetensors(p: Path) -> object:
+    from specmodel.drafter.safetensors_io import read_checkpoint_headers, read_header
+
+    if p.read_bytes()[:1] == b"{":  # an index: the shard it names sits beside it
+        d = p.parent / "ckpt"
+        d.mkdir(exist_ok=True)
+        p.replace(d / "model.safetensors.index.json")
+        return read_checkpoint_headers(d)
+    return read_header(p)
+
+
+def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
+    if target == "trace":
+        return [DATA / "kineto_cpu_gloo_tp2" / "cpu-gloo-rank0.trace.json.gz",
+                DATA / "kineto_gpu_tp2" / "1764000000-TP-0.trace.json"], _trace
+    if target == "log":
+        return [DATA / "logs_sglang_055" / "server.log", DATA / "logs_vllm_new" / "server.log",
+                DATA / "logs_vllm_old" / "server.log", DATA / "logs_bench_speculative" / "output.jsonl"], _log
+    if target == "nccl_tests":
+        return [DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt", DATA / "nccl_tests_per_iter" / "all_reduce_perf.txt",
+                DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"], _nccl
+    if target == "profile":
+        return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json"], _profile
+    if target == "accept_hist":
+        h1 = tmp / "h1.csv"
+        h1.write_text("value,count\n1,10\n2,30\n3,40\n4,20\n")
+        h2 = tmp / "h2.json"
+        h2.write_text('{"1": 10, "2": 30, "3": 40, "4": 20}')
+        h3 = tmp / "h3.txt"
+        h3.write_text("1:10,2:30,3:40,4:20")
+        return [h1, h2, h3], _accept_hist
+    # safetensors: a small drafter checkpoint's shard header and its index
+    from tests.test_drafter_safetensors import write_drafter
+
+    d = write_drafter(tmp / "drafter", shards=2)
+    shard = sorted(d.glob("*.safetensors"))[0]
+    small = tmp / "small.safetensors"  # header + a little data: mutations land in the header
+    small.write_bytes(shard.read_bytes()[:4096])
+    return [small, d / "model.safetensors.index.json"], _safetensors
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fuzz_reader_raises_only_specmodel_error(tmp_path: Path, target: str) -> None:
+    seeds, reader = _seeds(target, tmp_path)
+    if target == "safetensors":
+        # shards named by the mutated index must resolve: keep them beside the index's directory
+        ck = tmp_path / "work" / "ckpt"
+        ck.mkdir(parents=True)
+        for f in (tmp_path / "drafter").glob("*.safetensors"):
+            shutil.copy(f, ck / f.name)
+    res: FuzzResult = fuzz(target, seeds, reader, seconds=PER_TARGET_S, work=tmp_path / "work")  # type: ignore[arg-type]
+    report = os.environ.get("SPECMODEL_FUZZ_REPORT")
+    if report:
+        with open(report, "a") as fh:
+            fh.write(json.dumps({"target": target, "examples": res.examples, "seconds": round(res.seconds, 2),
+                                 "examples_per_s": round(res.examples / max(res.seconds, 1e-9), 1),
+                                 "rejected": res.rejected, "crashes": len(res.crashes),
+                                 "slowest_s": round(res.slowest_s, 3)}) + "\n")
+    assert res.examples > 0
+    assert not res.crashes, "\n\n".join(f"{c.target} example {c.example} (seed {c.seed_file}, input kept at "
+                                        f"{c.input_path}):\n{c.error[-3000:]}" for c in res.crashes)
+    assert res.slowest_s < MAX_EXAMPLE_S, f"{target}: one input took {res.slowest_s:.1f} s"
