@@ -184,6 +184,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("name-ingest-absolute", ["ingest", TRACE, "--name", "/tmp/escaped"]),
     ("name-ingest-hidden", ["ingest", TRACE, "--name", ".hidden"]),
     ("name-profile-dotdot", ["profile", "--name", "../escaped"]),
+    ("out-profile-deep-destination", ["profile", "--out-dir", "{W}/deepdest", "--name", "x"]),
     ("out-profile-out-dir-proc", ["profile", "--out-dir", "/proc/specmodel-profiles", "--name", "x"]),
     ("drafter-index-absolute", ["check-drafter", "--drafter", "{W}/drafter_abs", "--target", "{W}/target"]),
     ("drafter-index-dotdot", ["check-drafter", "--drafter", "{W}/drafter_dotdot", "--target", "{W}/target"]),
@@ -206,6 +207,8 @@ def _workspace(w: Path) -> None:
         (d / "model.safetensors.index.json").write_text(json.dumps(idx))
         if name == "drafter_symlink":
             (d / "shard.safetensors").symlink_to(w / "drafter_ok" / "model.safetensors")
+    (w / "deepdest" / "x").mkdir(parents=True)
+    (w / "deepdest" / "x" / "profile.json").write_text("[" * 20000 + "]" * 20000)
     d = write_drafter(w / "drafter_deep_config")
     (d / "config.json").write_text("[" * 20000 + "]" * 20000)
 

@@ -36,7 +36,7 @@ def check_destination(dest: Path) -> None:
         kind = None
         try:
             kind = (json.loads(pj.read_text()).get("source") or {}).get("kind")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):  # (RecursionError: a deeply nested file)
             pass
         if kind != "measured":
             raise SpecmodelError(f"{dest}: exists and does not hold a measured profile; choose another --name "
