@@ -40,8 +40,10 @@ class Observation:
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or not 1 <= self.batch <= MAX_BATCH:
             raise SpecmodelError(f"--calibrate: batch must be an integer in 1..{MAX_BATCH}, got {self.batch}")
-        if self.context_tokens is not None and not 0 <= self.context_tokens <= MAX_CONTEXT_TOKENS:
-            raise SpecmodelError(f"--calibrate: context must be 0..{MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
+        if self.context_tokens is not None and self.context_tokens < 0:
+            raise SpecmodelError(f"--calibrate: context must be >= 0 tokens, got {self.context_tokens}")
+        if self.context_tokens is not None and self.context_tokens > MAX_CONTEXT_TOKENS:
+            raise SpecmodelError(f"--calibrate: context must be <= {MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
         if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + _ROUND_SLACK:
             raise SpecmodelError(f"--calibrate: accept length must be a finite number of tokens/step in "
                                  f"1..{MAX_STEPS + 1}, got {self.accept_tokens}")
