@@ -23,7 +23,6 @@ from specmodel.errors import SpecmodelError, require_finite
 from specmodel.io import check_output_dir, confined_name
 from specmodel.limits import (
     MAX_BATCH,
-    MAX_CONTEXT_TOKENS,
     MAX_CYCLES,
     MAX_DRAFT_TOKENS,
     MAX_HIDDEN,
@@ -42,6 +41,7 @@ from specmodel.profile.plan import (
     GPU_AR_SIZES,
     GPU_BATCHES,
     GPU_CONTEXTS,
+    MAX_CONTEXT_TOKENS,  # the profiler's own bound (1M), tighter than specmodel.limits'
     SWEEP_KINDS,
     VERIFY_TOKENS,
     RunPlan,
