@@ -187,8 +187,8 @@ def message_bytes(args: Any) -> int:
         return 0
     n = args.get("In msg nelems")
     if n is not None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            return 0
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > 1 << 53:
+            return 0  # (beyond 2^53 elements is no real message: unknown, like a missing field)
         return n * _dtype_bytes(args.get("dtype", ""))
     dims, types = args.get("Input Dims"), args.get("Input type")
     if not (isinstance(dims, list) and isinstance(types, list) and dims and types):
@@ -201,4 +201,6 @@ def message_bytes(args: Any) -> int:
     count = 1
     for d in shape:
         count *= d
+    if count > 1 << 53:
+        return 0  # (a 5,000-digit dimension is no real message)
     return count * size if shape else 0
