@@ -7,13 +7,14 @@ from typing import Any
 
 import click
 
-from specmodel.commands.scenario import Scenario, parse_token_list, with_scenario
+from specmodel.commands.scenario import with_scenario
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
 from specmodel.model.costs import default_context, measured_contexts
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import calibrate
 from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, serve_plan, sglang_flags, vllm_speculative_config
+from specmodel.scenario import Scenario, parse_token_list
 
 PLAN_SCHEMA = "specmodel.plan"
 PLAN_SCHEMA_VERSION = 1

@@ -7,13 +7,9 @@ from typing import Any
 
 import click
 
-from specmodel.commands.scenario import Scenario, with_scenario
-from specmodel.model.predict import Prediction, predict
-
-
-def run_prediction(sc: Scenario) -> Prediction:
-    return predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
-                   observation=sc.observation, context_tokens=sc.context_tokens)
+from specmodel.commands.scenario import with_scenario
+from specmodel.model.predict import Prediction
+from specmodel.scenario import Scenario, run_prediction
 
 
 def _ms(s: float) -> str:

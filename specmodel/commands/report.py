@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from specmodel.commands.predict import run_prediction
-from specmodel.commands.scenario import Scenario, with_scenario
+from specmodel.commands.scenario import with_scenario
 from specmodel.errors import SpecmodelError
 from specmodel.io import check_output_dir, check_path_components, commit_set, os_error, staging_dir
 from specmodel.limits import MAX_BATCH
+from specmodel.scenario import Scenario, run_prediction
 
 REPORTS_DIR = Path("reports")
 

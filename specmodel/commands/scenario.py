@@ -8,7 +8,7 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,12 @@ from specmodel.limits import (
     bounded_int,
 )
 from specmodel.model import accept as acc
-from specmodel.model.calibrate import Observation, parse_observation
+from specmodel.model.calibrate import parse_observation
 from specmodel.model.costs import forward_cost
+from specmodel.scenario import Scenario, accept_dist, parse_tokens, reference_profile_path, resolve_spec
 from specmodel.schema.profile import CostRow, Profile, SpecConfig, load_profile, resolve_profile_path
 
-REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
 PROFILES_DIR = Path("profiles")
-
-
-def reference_profile_path() -> Path:
-    """The shipped reference profile (package data; ``profiles/`` links to it in the repo)."""
-    return Path(__file__).resolve().parent.parent / "reference" / REFERENCE_PROFILE / "profile.json"
 
 
 def find_default_profile() -> tuple[Path, str]:
@@ -71,21 +66,6 @@ def find_default_profile() -> tuple[Path, str]:
         "using the shipped reference profile (derived from a published write-up, not measured by this tool); "
         "run `specmodel profile --tp N` to measure your own"
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scenario:
-    """Everything the model needs for one prediction, resolved from flags."""
-
-    profile: Profile
-    dist: acc.AcceptDist
-    spec: SpecConfig
-    batch: int
-    generation_tokens: int
-    observation: Observation | None
-    notes: tuple[str, ...]
-    per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
-    context_tokens: int | None = None  # --context; None = the profile's smallest measured context
 
 
 def _parse_float_list(text: str, flag: str) -> list[float]:
@@ -365,19 +345,6 @@ def pop_scenario(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
 
 
-def _resolve_spec(base: SpecConfig, steps: int | None, topk: int | None, ndt: int | None) -> SpecConfig:
-    for name, v in (("--steps", steps), ("--topk", topk), ("--num-draft-tokens", ndt)):
-        if v is not None and v < 1:
-            raise SpecmodelError(f"{name}: must be >= 1, got {v}")
-    s = steps if steps is not None else base.steps
-    k = topk if topk is not None else base.topk
-    if ndt is None:
-        ndt = s + 1 if k == 1 else min(base.num_draft_tokens, s * k + 1)
-        if steps is None and topk is None:
-            ndt = base.num_draft_tokens
-    return SpecConfig(algorithm=base.algorithm, steps=s, topk=k, num_draft_tokens=ndt)
-
-
 def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True, **kw: Any) -> Scenario:
     """Flags → :class:`Scenario`. All validation errors are :class:`SpecmodelError`."""
     notes: list[str] = []
@@ -442,7 +409,7 @@ def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True,
     if kw.get("accept_logs"):
         _steps_from_logs(kw, profile, notes)
     base_spec = profile.spec if profile is not None else SpecConfig()
-    spec = _resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
+    spec = resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
     context = parse_tokens(kw["context"], "--context") if kw.get("context") is not None else None
     if plain:
         profile = apply_numbers(profile, batch=batch, spec=spec, tp=tp, baseline_tps=kw.get("baseline_tps"),
@@ -459,34 +426,6 @@ def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True,
     obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
                     notes=tuple(notes), per_position=per_pos, context_tokens=context)
-
-
-_TOKEN_SUFFIX = {"k": 1024, "m": 1024 * 1024}
-
-
-def parse_tokens(text: str | int, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> int:
-    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted), at most ``maximum``."""
-    t = str(text).strip().lower().replace("_", "")
-    mult = 1
-    if t and t[-1] in _TOKEN_SUFFIX:
-        mult, t = _TOKEN_SUFFIX[t[-1]], t[:-1]
-    try:
-        v = int(t) * mult
-    except ValueError:
-        raise SpecmodelError(f"{flag}: expected a token count like 32768 or 32K, got {text!r}") from None
-    if v < 0:
-        raise SpecmodelError(f"{flag}: must be >= 0 tokens, got {text!r}")
-    if v > maximum:
-        raise SpecmodelError(f"{flag}: must be <= {maximum}, got {str(text)[:40]!r}")
-    return v
-
-
-def parse_token_list(text: str, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> list[int]:
-    """``1,4,16`` / ``0,4K,32K`` → sorted unique token counts."""
-    vals = sorted({parse_tokens(x, flag, maximum) for x in text.split(",") if x.strip()})
-    if not vals:
-        raise SpecmodelError(f"{flag}: expected a comma-separated list, got {text!r}")
-    return vals
 
 
 def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[str]) -> None:
@@ -522,10 +461,10 @@ def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] |
         return acc.from_mean(1.0, k, source="none"), None
     src = given[0]
     if src == "accept_len":
-        return acc.from_mean(kw["accept_len"], k, convention=conv, shape=kw.get("accept_shape") or "geometric",
-                             source=f"mean {kw['accept_len']:g} ({conv})"), None
+        return accept_dist(kw["accept_len"], max_tokens=k, convention=conv,
+                           shape=kw.get("accept_shape") or "geometric"), None
     if src == "accept_hist":
-        return acc.from_histogram(parse_histogram(kw["accept_hist"]), convention=conv, max_tokens=k), None
+        return accept_dist(parse_histogram(kw["accept_hist"]), max_tokens=k, convention=conv), None
     if src == "per_position":
         rates = _parse_float_list(kw["per_position"], "--per-position")
         if len(rates) > spec.steps:

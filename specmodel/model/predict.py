@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.model import cycle as eq
@@ -13,6 +13,9 @@ from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.schema.profile import Profile, SpecConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Verdict thresholds. GO needs a real margin (measurement noise on a PCIe box is a few %)
 #: and, when known, confidence that the speedup is > 1; below 1.0 speculation loses.
@@ -302,6 +305,14 @@ class Prediction:
         d["cost_sources"] = dict(self.cost_sources)
         d["band_label"] = self.band_label
         return d
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: every scalar of :meth:`to_dict` as a column (SI units, as named); list
+        fields (``accept_probs``, ``warnings``, ``extrapolated``) are kept as one cell each.
+        ``pd.concat([p.to_frame() for p in preds])`` tabulates a sweep."""
+        import pandas as pd  # only here: pandas stays off predict's cold path
+
+        return pd.DataFrame([self.to_dict()])
 
 
 def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation]) -> str:

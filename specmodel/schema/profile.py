@@ -20,11 +20,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, read_json
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROFILE_SCHEMA = "specmodel.profile"
 PROFILE_SCHEMA_VERSION = 2
@@ -406,6 +409,15 @@ class Profile:
 
     def with_costs(self, costs: tuple[CostRow, ...] | list[CostRow]) -> Profile:
         return replace(self, costs=tuple(costs))
+
+    def costs_frame(self) -> pd.DataFrame:
+        """The cost table as a pandas DataFrame: one row per :class:`CostRow` (its serialised
+        fields, SI units) plus ``allreduce_frac``, sorted by kind, context, batch and tokens."""
+        import pandas as pd  # only here: pandas stays off predict's cold path
+
+        frame = pd.DataFrame([r.to_dict() for r in self.costs])  # never empty: a decode row is required
+        frame["allreduce_frac"] = frame["allreduce_s"] / frame["total_s"]
+        return frame.sort_values(["kind", "context_tokens", "batch", "tokens"], ignore_index=True)
 
 
 def profile_to_dict(p: Profile) -> dict[str, Any]:

@@ -1,0 +1,73 @@
+"""The Python API, for notebooks and scripts: the same functions the CLI runs.
+
+>>> import specmodel
+>>> prof = specmodel.load_profile("profiles/my-box")          # or the shipped reference
+>>> pred = specmodel.predict(prof, accept=3.2, batch=4, context="32K")
+>>> pred.tokens_per_s, pred.speedup, pred.verdict
+>>> pred.to_frame()                                          # pandas, one row
+>>> prof.costs_frame()                                       # pandas, one row per cost row
+
+``accept`` follows one convention, named by ``convention``: ``"tokens"`` (default) = tokens
+emitted per verify step INCLUDING the bonus token, 1..steps+1 (SGLang's ``accept len``, vLLM's
+``Mean acceptance length``); ``"drafts"`` = accepted draft tokens only (one less). It may be a
+mean, a histogram ``{tokens_per_step: count}`` or an :class:`AcceptDist` (e.g. from
+:func:`load_accept`). ``specmodel predict`` builds the same :class:`~specmodel.scenario.Scenario`
+from its flags and calls the same :func:`~specmodel.scenario.run_prediction`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from specmodel.model.accept import AcceptDist
+from specmodel.model.calibrate import Observation
+from specmodel.model.predict import Prediction
+from specmodel.scenario import reference_profile_path, run_prediction, scenario
+from specmodel.schema.profile import Profile, resolve_profile_path
+from specmodel.schema.profile import load_profile as _load_profile_file
+
+__all__ = ["AcceptDist", "Prediction", "Profile", "load_accept", "load_profile", "predict", "reference_profile_path"]
+
+
+def load_profile(path: str | Path | None = None) -> Profile:
+    """A validated profile from ``profile.json`` or its directory (``None``: the shipped reference).
+
+    Raises :class:`specmodel.errors.SpecmodelError` naming the file and field on bad input.
+    """
+    return _load_profile_file(resolve_profile_path(path) if path is not None else reference_profile_path())
+
+
+def load_accept(log: str | Path | Sequence[str | Path], *, steps: int | None = None,
+                num_spec_tokens: int | None = None) -> AcceptDist:
+    """The accept-length distribution (tokens/step incl. the bonus token) from SGLang/vLLM server
+    logs, bench_speculative JSONL or a ``specmodel accept -o`` file: what ``specmodel accept``
+    reads. ``steps`` (the server's ``--speculative-num-steps``) is needed for SGLang logs; vLLM's
+    per-position rates and bench_speculative rows carry it."""
+    from specmodel.trace.logs import summarize
+
+    paths = [str(log)] if isinstance(log, (str, Path)) else [str(p) for p in log]
+    return summarize(paths, steps + 1 if steps is not None else None, num_spec_tokens=num_spec_tokens).dist
+
+
+def predict(profile: Profile | str | Path | None = None, *,
+            accept: float | Mapping[int, float] | AcceptDist,
+            batch: int = 1, context: int | str | None = None, steps: int | None = None, topk: int | None = None,
+            num_draft_tokens: int | None = None, convention: str = "tokens", shape: str = "geometric",
+            calibrate: Observation | str | tuple[float, ...] | None = None,
+            generation_tokens: int = 256) -> Prediction:
+    """Predict tok/s, speedup, break-even accept length and a verdict at one operating point.
+
+    ``profile``: a :class:`Profile`, a path, or ``None`` for the shipped reference.
+    ``accept``: see the module docstring (``convention``: ``"tokens"`` incl. bonus, or ``"drafts"``).
+    ``batch``: concurrent requests; tok/s figures are totals over them (``*_per_request`` divides).
+    ``context``: KV tokens per request, ``32768`` or ``"32K"`` (``None``: the profile's smallest).
+    ``steps``/``topk``/``num_draft_tokens``: the speculative config (default: the profile's).
+    ``calibrate``: one observed point ``(batch, accept, tok/s)`` or ``(batch, context, accept, tok/s)``,
+    as ``--calibrate`` takes it.
+    """
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
+                  num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
+                  generation_tokens=generation_tokens)
+    return run_prediction(sc)
