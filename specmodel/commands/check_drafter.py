@@ -10,7 +10,7 @@ import click
 from specmodel.errors import FindingsFailed
 
 if TYPE_CHECKING:
-    from specmodel.drafter.check import DrafterReport
+    from specmodel.drafter.checks import DrafterReport
 
 _COLOURS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
 
@@ -51,7 +51,7 @@ def check_drafter_cmd(drafter: str, target: str, reference: str | None, token_fr
 
     Example: specmodel check-drafter --drafter ./k2-eagle3 --target ./Kimi-K2.5 --reference-drafter ./k25-eagle3
     """
-    from specmodel.drafter.check import check_drafter
+    from specmodel.drafter.checks import check_drafter
 
     report = check_drafter(drafter_dir=drafter, target_dir=target, reference_dir=reference, token_freq=token_freq)
     if as_json:

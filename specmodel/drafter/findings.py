@@ -1,4 +1,4 @@
-"""Result types of ``check-drafter`` (re-exported by :mod:`specmodel.drafter.check`)."""
+"""Result types of ``check-drafter`` (re-exported by :mod:`specmodel.drafter`)."""
 
 from __future__ import annotations
 

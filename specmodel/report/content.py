@@ -47,7 +47,7 @@ class FindingLike(Protocol):
 
 
 class DrafterReportLike(Protocol):
-    """What :func:`specmodel.drafter.check.check_drafter` returns (duck-typed; imported lazily)."""
+    """What :func:`specmodel.drafter.checks.check_drafter` returns (duck-typed; imported lazily)."""
 
     findings: Sequence[Any]
     status: str
