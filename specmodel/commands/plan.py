@@ -15,9 +15,7 @@ from specmodel.model.optimize import accept_model
 from specmodel.model.predict import calibrate
 from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, serve_plan, sglang_flags, vllm_speculative_config
 from specmodel.scenario import Scenario, parse_token_list
-
-PLAN_SCHEMA = "specmodel.plan"
-PLAN_SCHEMA_VERSION = 1
+from specmodel.schema.formats import PLAN
 
 
 def build_plan(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
@@ -94,7 +92,7 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
             d["sglang_flags"] = sglang_flags(c.recommended, plan.algorithm)
             d["vllm_speculative_config"] = vllm_speculative_config(c.recommended, plan.algorithm)
         cells.append(d)
-    return {"schema": PLAN_SCHEMA, "schema_version": PLAN_SCHEMA_VERSION, "profile": sc.profile.name,
+    return {**PLAN.header(), "profile": sc.profile.name,
             "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,
             "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
             "batches": list(plan.batches), "contexts": list(plan.contexts), "cells": cells, "notes": list(sc.notes)}

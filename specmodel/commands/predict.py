@@ -10,6 +10,7 @@ import click
 from specmodel.commands.scenario import with_scenario
 from specmodel.model.predict import Prediction
 from specmodel.scenario import Scenario, run_prediction
+from specmodel.schema.formats import PREDICTION
 
 
 def _ms(s: float) -> str:
@@ -68,7 +69,7 @@ def predict_cmd(scenario: Scenario, as_json: bool, **_: Any) -> None:
     """
     pred = run_prediction(scenario)
     if as_json:
-        d = pred.to_dict()
+        d = PREDICTION.stamp(pred.to_dict())
         d["notes"] = list(scenario.notes)
         click.echo(json.dumps(d, indent=2, allow_nan=False))
     else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.schema.formats import DRAFTER_CHECK
 
 STATUSES = ("PASS", "WARN", "FAIL")
 _RANK = {s: i for i, s in enumerate(STATUSES)}
@@ -72,8 +73,7 @@ class DrafterReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "specmodel.check_drafter",
-            "schema_version": 1,
+            **DRAFTER_CHECK.header(),
             "drafter_dir": self.drafter_dir,
             "target_dir": self.target_dir,
             "reference_dir": self.reference_dir,

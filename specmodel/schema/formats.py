@@ -1,0 +1,92 @@
+"""Every on-disk and ``--json`` format specmodel writes, named and versioned in one place.
+
+A document starts with ``{"schema": NAME, "schema_version": N, ...}`` (:meth:`Format.stamp`);
+a reader calls :meth:`Format.check` first, which refuses another format or an unreadable
+version with one line naming the file. The body of each format is built and validated by the
+code that owns its content (``schema/profile.py`` for profiles; the modules named below for the
+rest); a test checks that every ``--json`` output carries its header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Format:
+    """One versioned document type: ``name`` (``specmodel.<what>``), the ``version`` written,
+    the versions still ``readable``, and what it is."""
+
+    name: str
+    version: int
+    readable: tuple[int, ...] = ()
+    what: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith("specmodel."):
+            raise ValueError(f"format name {self.name!r} must start with 'specmodel.'")
+        if self.version not in self.readable_versions:
+            raise ValueError(f"{self.name}: the version written ({self.version}) must be readable")
+
+    @property
+    def readable_versions(self) -> tuple[int, ...]:
+        return self.readable or (self.version,)
+
+    def header(self) -> dict[str, Any]:
+        return {"schema": self.name, "schema_version": self.version}
+
+    def stamp(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``body`` with this format's header first (a header already in ``body`` is replaced)."""
+        out = self.header()
+        out.update({k: v for k, v in body.items() if k not in out})
+        return out
+
+    def matches(self, doc: Any) -> bool:
+        return isinstance(doc, Mapping) and doc.get("schema") == self.name
+
+    def check(self, doc: Any, where: str) -> int:
+        """Validate the header of a decoded document; returns its version."""
+        if not isinstance(doc, Mapping):
+            raise SpecmodelError(f"{where}: expected a JSON object at top level (a {self.what or self.name} file)")
+        if doc.get("schema") != self.name:
+            raise SpecmodelError(f"{where}: schema: expected {self.name!r}, got {doc.get('schema')!r} "
+                                 f"(not a {self.what or self.name} file)")
+        ver = doc.get("schema_version")
+        if isinstance(ver, bool) or ver not in self.readable_versions:
+            raise SpecmodelError(f"{where}: schema_version: this specmodel reads "
+                                 f"{', '.join(map(str, self.readable_versions))}, file has {ver!r}")
+        return int(ver)
+
+
+# on disk, read back ------------------------------------------------------------------------------
+#: profile.json (schema/profile.py); v1 rows carry no context_tokens
+PROFILE = Format(name="specmodel.profile", version=2, readable=(1, 2), what="specmodel profile")
+#: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
+ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
+#: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
+ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
+#: the SGLang hook's per-rank JSONL, one record per line (profile/sglang.py)
+SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
+
+# written for people and tools, not read back -----------------------------------------------------
+#: `specmodel predict --json` (model/predict.py Prediction.to_dict)
+PREDICTION = Format(name="specmodel.prediction", version=1, what="specmodel predict")
+#: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
+PLAN = Format(name="specmodel.plan", version=1, what="specmodel plan")
+#: the report's JSON beside the PDF (report/content.py)
+REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
+#: `specmodel validate --json`
+VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
+#: `specmodel check-drafter --json` (drafter/findings.py)
+DRAFTER_CHECK = Format(name="specmodel.check_drafter", version=1, what="specmodel check-drafter")
+#: `specmodel ingest --json`: what was read and written
+INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
+#: `specmodel profile --json`: the run's outcome
+PROFILE_RUN = Format(name="specmodel.profile_run", version=1, what="specmodel profile run")
+
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
+       PROFILE_RUN)
