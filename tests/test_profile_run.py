@@ -34,6 +34,13 @@ def runs(tmp_path_factory):
             "json4": json.loads(r4.stdout)}
 
 
+def test_profile_json_carries_its_schema(runs):
+    doc = runs["json4"]
+    assert list(doc)[:2] == ["schema", "schema_version"]
+    assert (doc["schema"], doc["schema_version"]) == ("specmodel.profile_run", 1)
+    assert Path(doc["profile"]) == runs[4]
+
+
 @pytest.mark.parametrize("tp", [2, 4])
 def test_profile_is_valid_and_complete(runs, tp):
     prof = load_profile(runs[tp])
@@ -126,7 +133,9 @@ def test_spec_loop_against_a_given_profile(runs):
     r = run_cli("profile", "--spec-loop", "--profile", str(runs[4]), "--accept-len", "2.5", "--cycles", "4",
                 "--quiet", "--json", "--timeout", "120", cwd=runs["dir"])
     assert r.returncode == 0, r.stderr
-    c = json.loads(r.stdout)["comparison"]
+    doc = json.loads(r.stdout)
+    assert (doc["schema"], doc["schema_version"]) == ("specmodel.profile_run", 1)
+    c = doc["comparison"]
     assert c["accept_len_requested"] == 2.5 and c["batch"] == 1
     assert c["measured"]["tokens_per_s"] > 0 and c["measured"]["baseline_tokens_per_s"] > 0
     assert abs(c["predicted"]["rel_error"]) < 10  # a number, not a crash; accuracy is reported, not gated

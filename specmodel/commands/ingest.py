@@ -13,6 +13,7 @@ import click
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text, check_path_components, confined_name, safe_name
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_JOBS, MAX_STEPS, MAX_TOPK, bounded_int
+from specmodel.schema.formats import INGEST
 from specmodel.schema.profile import KINDS, load_profile, save_profile
 from specmodel.trace.kineto import IngestOptions, IngestResult, build_profile, ingest
 
@@ -107,7 +108,7 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
     if csv_path is not None:
         atomic_write_text(csv_path, format_csv(result))
     if as_json:
-        d = result.to_dict()
+        d = INGEST.stamp(result.to_dict())
         d["profile"] = str(written) if written else None
         click.echo(json.dumps(d, indent=2, allow_nan=False))
         return

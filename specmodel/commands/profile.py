@@ -49,6 +49,7 @@ from specmodel.profile.plan import (
     check_kinds,
     sweep_points,
 )
+from specmodel.schema.formats import PROFILE_RUN
 from specmodel.schema.profile import SpecConfig
 
 _SIZE_RE = re.compile(r"^(\d+)([kKmMgG]?)(i?[bB])?$")
@@ -409,7 +410,8 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
     if given is not None:  # compare with an existing profile; write nothing
         assert loop is not None
         against = compare_loop(given, loop)
-        click.echo(json.dumps({"comparison": against}, indent=2) if as_json else format_comparison(against))
+        click.echo(json.dumps({**PROFILE_RUN.header(), "comparison": against}, indent=2) if as_json
+                   else format_comparison(against))
         return
     overhead = loop["spec"]["overhead_s"] if loop else None
     extra: dict[str, Any] = {}
@@ -420,7 +422,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
         extra["specloop.json"] = comp
     profile = write_output(result, dest, trace_dir, overhead_s=overhead, extra=extra)
     if as_json:
-        out = {"profile": str(dest), "wall_s": wall_s, "tp": profile.tp, "backend": profile.backend,
+        out = {**PROFILE_RUN.header(), "profile": str(dest), "wall_s": wall_s, "tp": profile.tp, "backend": profile.backend,
                "rows": result["rows"], "allreduce_points": result.get("allreduce_points"),
                "allreduce_fit": profile.allreduce_fit.to_dict() if profile.allreduce_fit else None,
                "scaling": plan.scaling}

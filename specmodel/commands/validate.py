@@ -16,6 +16,7 @@ from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, b
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
+from specmodel.schema.formats import VALIDATION
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.logs import DecodeWindow, EngineConfig, check_flag_against_log, logged_config, parse_log
 
@@ -196,7 +197,7 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
         raise SpecmodelError(f"{files[0].path}: no usable window ({why})")
     summ = summary(results)
     if as_json:
-        click.echo(json.dumps({"profile": sc.profile.name, "profile_path": sc.profile.path,
+        click.echo(json.dumps({**VALIDATION.header(), "profile": sc.profile.name, "profile_path": sc.profile.path,
                                "spec": sc.spec.to_dict(), "notes": list(sc.notes),
                                "files": [{"path": f.path, "engine": f.engine, "format": f.fmt} for f in files],
                                "windows": [r.to_dict() for r in results], "skipped": skipped,

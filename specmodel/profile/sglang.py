@@ -53,14 +53,15 @@ from types import ModuleType
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.schema.formats import SGLANG_FORWARD
 
 log = logging.getLogger("specmodel.sglang")
 
 #: Environment variable naming the output directory (set by ``specmodel sglang --out``).
 ENV_DIR = "SPECMODEL_SGLANG_DIR"
 DEFAULT_DIR = "sglang-forward"
-LINE_SCHEMA = "specmodel.sglang_forward"
-LINE_SCHEMA_VERSION = 1
+LINE_SCHEMA = SGLANG_FORWARD.name
+LINE_SCHEMA_VERSION = SGLANG_FORWARD.version
 
 MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 #: Where SGLang keeps ``get_is_capture_mode()`` (True inside ``model_capture_mode()``, around

@@ -30,10 +30,11 @@ from specmodel.model.whatif import (
     standard_whatifs,
     stop_paying_batch,
 )
+from specmodel.schema.formats import REPORT
 from specmodel.schema.profile import Profile, SpecConfig
 
-REPORT_SCHEMA = "specmodel.report"
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA = REPORT.name
+REPORT_SCHEMA_VERSION = REPORT.version
 PAGES = ("verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation", "context")
 
 #: Contexts (KV tokens per request) the context page sweeps besides the measured ones and the user's.

@@ -25,15 +25,16 @@ from typing import TYPE_CHECKING, Any
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, read_json
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
+from specmodel.schema.formats import PROFILE
 
 if TYPE_CHECKING:
     import pandas as pd
 
-PROFILE_SCHEMA = "specmodel.profile"
-PROFILE_SCHEMA_VERSION = 2
+PROFILE_SCHEMA = PROFILE.name
+PROFILE_SCHEMA_VERSION = PROFILE.version
 #: Older versions this reader still accepts (v1 rows carry no ``context_tokens``; the profile's
 #: recorded ``model.context_len`` becomes every row's context).
-PROFILE_READABLE_VERSIONS = (1, 2)
+PROFILE_READABLE_VERSIONS = PROFILE.readable_versions
 
 #: Forward kinds a cost row can describe.
 #: decode: one token per request (the non-speculative baseline step);

@@ -56,9 +56,10 @@ from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, loads_json, read_text_lines
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
 from specmodel.model import accept as acc
+from specmodel.schema.formats import ACCEPT
 
-ACCEPT_SCHEMA = "specmodel.accept"
-ACCEPT_SCHEMA_VERSION = 1
+ACCEPT_SCHEMA = ACCEPT.name
+ACCEPT_SCHEMA_VERSION = ACCEPT.version
 #: SGLang ``--decode-log-interval`` default (server_args.py, 0.5.5 and 0.5.23).
 DEFAULT_DECODE_LOG_INTERVAL = 40
 #: printed values carry 2 decimals: a window mean may exceed steps+1 by rounding only

@@ -24,6 +24,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_json, read_text_lines
+from specmodel.schema.formats import ALLREDUCE_FIT
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
@@ -245,8 +246,8 @@ def allreduce_points(run: NcclRun, tp: int) -> tuple[AllReducePoint, ...]:
     return tuple(pts)
 
 
-FIT_SCHEMA = "specmodel.allreduce_fit"
-FIT_SCHEMA_VERSION = 1
+FIT_SCHEMA = ALLREDUCE_FIT.name
+FIT_SCHEMA_VERSION = ALLREDUCE_FIT.version
 
 
 def fit_document(fit: AllReduceFit, points: Sequence[AllReducePoint], sources: Sequence[NcclRun]) -> dict[str, Any]:
