@@ -378,7 +378,7 @@ def test_sglang_with_no_forwards_does_not_suggest_summarize(tmp_path: Path) -> N
 def test_d2t_mismatch_cites_this_drafters_figures(tmp_path: Path) -> None:
     import numpy as np
 
-    from specmodel.drafter.check import check_drafter
+    from specmodel.drafter.checks import check_drafter
     from tests.test_drafter_checks import published_pair
 
     d, tgt, r, k2, ref = published_pair(tmp_path)
