@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
-from specmodel.commands.scenario import resolve_scenario
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
+from specmodel.scenario import resolve_scenario
 from specmodel.schema.formats import VALIDATION
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.logs import DecodeWindow, EngineConfig, check_flag_against_log, logged_config, parse_log
