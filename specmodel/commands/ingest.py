@@ -16,19 +16,17 @@ from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_JOBS, MAX_STEPS, M
 from specmodel.schema.formats import INGEST
 from specmodel.schema.profile import KINDS, load_profile, save_profile
 from specmodel.trace.kineto import IngestOptions, IngestResult, build_profile, ingest
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.3f}"
-
+from specmodel.units import ms
 
 _COLUMNS = ("phase", "batch", "tokens", "samples", "ranks", "span_ms", "busy_ms", "comm_ms", "exposed_ms",
             "compute_ms", "other_ms", "skew_ms", "n_coll", "n_ar", "ar_msg_B")
 
 
 def phase_rows(result: IngestResult) -> list[list[str]]:
-    return [[p.kind, str(p.batch), str(p.tokens), str(p.samples), str(p.ranks), _ms(p.span_s), _ms(p.busy_s),
-             _ms(p.allreduce_s), _ms(p.exposed_s), _ms(p.compute_s), _ms(p.other_s), _ms(p.skew_s),
+    # the *_ms columns: 3 decimals, the unit is in the header
+    return [[p.kind, str(p.batch), str(p.tokens), str(p.samples), str(p.ranks),
+             *(ms(v, 3, unit=False) for v in (p.span_s, p.busy_s, p.allreduce_s, p.exposed_s, p.compute_s, p.other_s,
+                                              p.skew_s)),
              str(p.n_collectives), str(p.n_allreduce), str(p.allreduce_msg_bytes)] for p in result.phases]
 
 
@@ -40,8 +38,8 @@ def format_table(result: IngestResult) -> str:
     lines.append("")
     lines.append("rank  passes  busy_ms  comm_ms  skew_ms  file")
     for r in result.ranks:
-        lines.append(f"{r.rank:>4}  {r.passes:>6}  {_ms(r.busy_s):>7}  {_ms(r.comm_s):>7}  {_ms(r.skew_s):>7}  "
-                     f"{Path(r.path).name}")
+        busy, comm, skew = (ms(v, 3, unit=False) for v in (r.busy_s, r.comm_s, r.skew_s))
+        lines.append(f"{r.rank:>4}  {r.passes:>6}  {busy:>7}  {comm:>7}  {skew:>7}  {Path(r.path).name}")
     return "\n".join(lines)
 
 

@@ -11,10 +11,7 @@ from specmodel.commands.scenario import with_scenario
 from specmodel.model.predict import Prediction
 from specmodel.scenario import Scenario, run_prediction
 from specmodel.schema.formats import PREDICTION
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.2f} ms"
+from specmodel.units import ms
 
 
 def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
@@ -30,15 +27,15 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
                  f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
                  f"source: {p.accept_source}")
     lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s total, {p.baseline_tokens_per_s_per_request:.1f} "
-                 f"tok/s per request  (decode step {_ms(p.baseline_step_s)}, all-reduce {_ms(p.baseline_allreduce_s)})")
-    lines.append(f"cycle        {_ms(p.cycle_s)}")
-    lines.append(f"  verify     {_ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {_ms(p.verify_allreduce_s)}, "
-                 f"compute {_ms(p.verify_compute_s)}, other {_ms(p.verify_other_s)}")
-    lines.append(f"  draft      {_ms(p.draft_s):>10}  ({p.draft_parts})  "
-                 f"all-reduce {_ms(p.draft_allreduce_s)}")
-    cal = f"  (calibration added {_ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
-    lines.append(f"  overhead   {_ms(p.overhead_s):>10}{cal}")
-    lines.append(f"  all-reduce {_ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
+                 f"tok/s per request  (decode step {ms(p.baseline_step_s)}, all-reduce {ms(p.baseline_allreduce_s)})")
+    lines.append(f"cycle        {ms(p.cycle_s)}")
+    lines.append(f"  verify     {ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {ms(p.verify_allreduce_s)}, "
+                 f"compute {ms(p.verify_compute_s)}, other {ms(p.verify_other_s)}")
+    lines.append(f"  draft      {ms(p.draft_s):>10}  ({p.draft_parts})  "
+                 f"all-reduce {ms(p.draft_allreduce_s)}")
+    cal = f"  (calibration added {ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
+    lines.append(f"  overhead   {ms(p.overhead_s):>10}{cal}")
+    lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
                  f"(95% band {p.band_label}: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
                  f"total)  speedup {p.speedup:.2f}x")

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from specmodel.report.content import ReportContent
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.2f} ms"
+from specmodel.units import ms
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -30,7 +27,7 @@ def render_markdown(c: ReportContent) -> str:
         ["margin", f"{p.margin_tokens:+.2f} tokens/step"],
         [f"P(speedup > 1, {p.band_label})", p.p_text],
         ["+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"],
-        ["cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"],
+        ["cycle", f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"],
     ])
     lines += ["", "### Assumptions", ""] + [f"- {a}" for a in c.assumptions]
     if c.warnings:
@@ -40,9 +37,9 @@ def render_markdown(c: ReportContent) -> str:
     bd = c.breakdown
     lines += ["", "## Where the cycle goes", ""]
     lines += _table(["part", "baseline step", "speculative cycle"],
-                    [[s.label, "", _ms(s.seconds)] for s in bd.cycle]
-                    + [[s.label, _ms(s.seconds), ""] for s in bd.baseline]
-                    + [["per emitted token", _ms(bd.baseline_per_token_s), _ms(bd.cycle_per_token_s)]])
+                    [[s.label, "", ms(s.seconds)] for s in bd.cycle]
+                    + [[s.label, ms(s.seconds), ""] for s in bd.baseline]
+                    + [["per emitted token", ms(bd.baseline_per_token_s), ms(bd.cycle_per_token_s)]])
 
     ar = c.allreduce
     lines += ["", "## All-reduce", "",
@@ -55,7 +52,7 @@ def render_markdown(c: ReportContent) -> str:
     lines += ["", "## What if", ""]
     lines += _table(["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"],
                     [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-                      f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] if not w.unavailable else
+                      f"{w.break_even_accept_tokens:.2f}", ms(w.cycle_s), w.verdict] if not w.unavailable else
                      [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs])
     lines += [""] + [f"- {w.label}: " + "; ".join(((w.unavailable,) if w.unavailable else ()) + w.assumptions)
                      for w in c.whatifs if w.assumptions or w.unavailable]
@@ -81,7 +78,7 @@ def render_markdown(c: ReportContent) -> str:
               f"Acceptance model: {o.accept_source}. " + " ".join(o.accept_notes), ""]
     lines += _table(["#", "steps", "topk", "ndt", "E[A]", "cycle", "tok/s", "speedup"],
                     [[str(i), str(x.steps), str(x.topk), str(x.num_draft_tokens), f"{x.accept_tokens:.2f}",
-                      _ms(x.cycle_s), f"{x.tokens_per_s:.1f}", f"{x.speedup:.2f}x"]
+                      ms(x.cycle_s), f"{x.tokens_per_s:.1f}", f"{x.speedup:.2f}x"]
                      for i, x in enumerate(o.ranked, start=1)])
     if c.context is not None:
         v = c.context

@@ -18,6 +18,7 @@ from typing import Any
 
 from specmodel.io import atomic_write_bytes
 from specmodel.report.content import ReportContent
+from specmodel.units import ms
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
 VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00"}
@@ -41,10 +42,6 @@ def _figure() -> Any:
     from matplotlib.figure import Figure
 
     return Figure(figsize=PAGE_SIZE_IN)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.2f} ms"
 
 
 def _bytes(b: float) -> str:
@@ -183,7 +180,7 @@ def page_verdict(c: ReportContent) -> Any:
         ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
         ("P(speedup > 1)", p.p_text),
         ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
-        ("Cycle", f"{_ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"),
+        ("Cycle", f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"),
     ]
     y = 0.70
     fig.text(0.04, y, "Key figures", fontsize=12, weight="bold", va="top")
@@ -371,7 +368,7 @@ def page_whatif(c: ReportContent) -> Any:
     ax_t.axis("off")
     head = ["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"]
     cells = [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-              f"{w.break_even_accept_tokens:.2f}", _ms(w.cycle_s), w.verdict] if not w.unavailable else
+              f"{w.break_even_accept_tokens:.2f}", ms(w.cycle_s), w.verdict] if not w.unavailable else
              [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs]
     tab = ax_t.table(cellText=cells, colLabels=head, loc="upper center", cellLoc="center",
                      colWidths=[0.34, 0.11, 0.11, 0.09, 0.1, 0.12, 0.09])
@@ -465,7 +462,7 @@ def page_recommendation(c: ReportContent) -> Any:
                                          ("depth extrap.", cand.accept_extrapolated and cand.topk == 1),
                                          ("cost extrap.", cand.cost_extrapolated)) if on)
         cells.append([str(i), str(cand.steps), str(cand.topk), str(cand.num_draft_tokens), f"{cand.accept_tokens:.2f}",
-                      _ms(cand.cycle_s), f"{cand.tokens_per_s:.1f}", f"{cand.speedup:.2f}x", note])
+                      ms(cand.cycle_s), f"{cand.tokens_per_s:.1f}", f"{cand.speedup:.2f}x", note])
     tab = ax_t.table(cellText=cells, colLabels=head, loc="upper left", cellLoc="center",
                      colWidths=[0.05, 0.08, 0.08, 0.07, 0.09, 0.14, 0.11, 0.11, 0.27])
     tab.auto_set_font_size(False)
