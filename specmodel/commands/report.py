@@ -48,12 +48,7 @@ def _drafter_report(drafter: str | None, target: str | None, reference: str | No
             raise SpecmodelError(f"{flag}: {v}: not a directory")
     if token_freq is not None and not Path(token_freq).is_file():
         raise SpecmodelError(f"--token-freq: {token_freq}: file not found")
-    try:
-        from specmodel.drafter.checks import check_drafter
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("specmodel"):
-            raise SpecmodelError("--drafter: the drafter checks (specmodel.drafter.checks) are not part of this build") from None
-        raise SpecmodelError(f"--drafter: the drafter checks need the Python package '{exc.name}'") from None
+    from specmodel.drafter.checks import check_drafter  # numpy + safetensors: declared dependencies
     rep = check_drafter(drafter_dir=Path(drafter), target_dir=Path(target),
                         reference_dir=Path(reference) if reference else None,
                         token_freq=Path(token_freq) if token_freq else None)
