@@ -54,6 +54,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.schema.formats import SGLANG_FORWARD
+from specmodel.stats import iqr, median
 
 log = logging.getLogger("specmodel.sglang")
 
@@ -657,14 +658,6 @@ def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return files
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`.
 
@@ -720,11 +713,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     for (ph, b, t), xs in sorted(groups.items()):
         if t < b:
             continue  # cannot be a cost row (tokens < batch): idle padding artefacts
-        med = _quantile(xs, 0.5)
+        med = median(xs)
         if med <= 0:
             continue
         rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=med, allreduce_s=0.0, compute_s=0.0, other_s=med,
-                            spread_s=_quantile(xs, 0.75) - _quantile(xs, 0.25), samples=len(xs)))
+                            spread_s=iqr(xs), samples=len(xs)))
     tp_val = tp if tp is not None else (max(tp_sizes) if tp_sizes else max(1, len(ranks)))
     spec = _spec_from(spec_meta, groups, draft_fwds)
     notes = ["Timed with CUDA events around each forward: the all-reduce share is not separable, so all "
