@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from specmodel.drafter.findings import DrafterReport, Finding
-from specmodel.drafter.hfconfig import SGLANG_EAGLE3_ARCHS, VLLM_EAGLE3_ARCHS, HFConfig, load_config, vllm_eagle3_name
 from specmodel.drafter.safetensors_io import FLOAT_DTYPES, TensorInfo, read_checkpoint_headers
 from specmodel.drafter.token_freq import read_token_freq
 from specmodel.errors import SpecmodelError
+from specmodel.hfconfig import SGLANG_EAGLE3_ARCHS, VLLM_EAGLE3_ARCHS, HFConfig, load_config, vllm_eagle3_name
 from specmodel.model.accept import chain_mean
 
 #: config dtype name -> safetensors dtype

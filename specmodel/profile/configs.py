@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from specmodel.drafter.hfconfig import HFConfig
 from specmodel.errors import SpecmodelError
+from specmodel.hfconfig import HFConfig
 from specmodel.io import read_json
 
 FAMILIES = ("deepseek", "llama", "qwen")

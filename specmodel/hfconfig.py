@@ -1,4 +1,5 @@
-"""Hugging Face ``config.json`` reading for drafters and (possibly multimodal) targets.
+"""Hugging Face ``config.json`` reading for drafters and (possibly multimodal) targets, shared by
+the drafter checks and the profiler's model shapes.
 
 Multimodal targets nest the language model's config: Kimi-K2.5
 (``KimiK25ForConditionalGeneration``) under ``text_config``, others under
