@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError, require_finite
-from specmodel.io import loads_json, read_bytes, read_json
+from specmodel.io import loads_json, read_bytes
 from specmodel.limits import (
     MAX_CONTEXT_TOKENS,
     MAX_STEPS,
@@ -26,7 +26,15 @@ from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import forward_cost
 from specmodel.model.predict import Prediction, predict
-from specmodel.schema.profile import CostRow, Profile, SpecConfig, load_profile, resolve_profile_path
+from specmodel.schema.profile import (
+    OWN_BOX_KINDS,
+    CostRow,
+    Profile,
+    SpecConfig,
+    load_profile,
+    read_source_kind,
+    resolve_profile_path,
+)
 
 REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
 
@@ -167,12 +175,8 @@ def find_default_profile() -> tuple[Path, str]:
     kinds: dict[Path, str] = {}
     if PROFILES_DIR.is_dir():
         for pj in sorted(PROFILES_DIR.glob("*/profile.json")):
-            try:
-                doc = read_json(pj, max_bytes=64 << 20)
-                kind = (doc.get("source") or {}).get("kind") if isinstance(doc, dict) else None
-            except (SpecmodelError, OSError, AttributeError):
-                continue  # not a profile we could use: the default skips it, --profile would name it
-            if kind in ("measured", "ingested", "derived"):
+            kind = read_source_kind(pj)
+            if kind in OWN_BOX_KINDS:
                 candidates.append(pj)
                 kinds[pj] = str(kind)
     if len(candidates) > 1:

@@ -91,3 +91,22 @@ def test_rows_differing_only_in_context_are_distinct(ref_dict):
     ref_dict["costs"].append(extra)
     p = profile_from_dict(ref_dict, "p.json")
     assert sorted(r.context_tokens for r in p.rows("decode") if r.batch == 1 and r.tokens == 1) == [0, 32768]
+
+
+def test_source_kind_is_checked_on_load_and_when_scanning(tmp_path, ref_dict):
+    from specmodel.schema.profile import SOURCE_KINDS, read_source_kind
+
+    bad = dict(ref_dict, source={"kind": "measurd"})
+    with pytest.raises(SpecmodelError, match=r"source: kind: unknown 'measurd' \(expected one of measured, "):
+        profile_from_dict(bad, "p.json")
+    assert read_source_kind(REFERENCE / "profile.json") == "reference" and "reference" in SOURCE_KINDS
+    (tmp_path / "typo.json").write_text(json.dumps(bad))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "junk.json").write_text("{not json")
+    other = dict(ref_dict, schema="specmodel.accept")
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    for name in ("typo.json", "list.json", "junk.json", "other.json", "missing.json"):
+        assert read_source_kind(tmp_path / name) is None, name
+    ok = dict(ref_dict, source={"kind": "ingested"})
+    (tmp_path / "ok.json").write_text(json.dumps(ok))
+    assert read_source_kind(tmp_path / "ok.json") == "ingested"

@@ -21,7 +21,7 @@ from typing import Any
 from specmodel import __version__
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text
-from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, save_profile
+from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, read_source_kind, save_profile
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -33,12 +33,7 @@ def check_destination(dest: Path) -> None:
                              "choose another --name or --out-dir")
     pj = dest / "profile.json"
     if dest.is_dir() and any(dest.iterdir()):
-        kind = None
-        try:
-            kind = (json.loads(pj.read_text()).get("source") or {}).get("kind")
-        except (OSError, ValueError, AttributeError, RecursionError):  # (RecursionError: a deeply nested file)
-            pass
-        if kind != "measured":
+        if read_source_kind(pj) != "measured":
             raise SpecmodelError(f"{dest}: exists and does not hold a measured profile; choose another --name "
                                  "or --out-dir (it is never overwritten)")
 

@@ -355,6 +355,28 @@ class SpecConfig:
                 "num_draft_tokens": self.num_draft_tokens}
 
 
+#: Where a profile's costs came from (``source.kind``): measured by ``specmodel profile``, ingested
+#: from traces or hook logs, derived (a profile re-costed with a measured all-reduce fit), the shipped
+#: reference, a baseline sweep CSV, plain numbers on the command line.
+SOURCE_KINDS = ("measured", "ingested", "derived", "reference", "sweep", "numbers")
+#: The kinds measured on the user's own box: a bare command picks one up from ./profiles.
+OWN_BOX_KINDS = ("measured", "ingested", "derived")
+
+
+def read_source_kind(path: str | Path) -> str | None:
+    """``source.kind`` of a profile file, checked against :data:`SOURCE_KINDS`, without building the
+    profile; None when the file is unreadable, not a profile or of an unknown kind (a caller that
+    scans a folder skips it; loading it names the problem)."""
+    try:
+        d = read_json(path, max_bytes=64 << 20)
+    except (SpecmodelError, OSError, RecursionError):  # (RecursionError: a deeply nested file)
+        return None
+    if not isinstance(d, Mapping) or d.get("schema") != PROFILE_SCHEMA or not isinstance(d.get("source"), Mapping):
+        return None
+    kind = d["source"].get("kind")
+    return kind if kind in SOURCE_KINDS else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Profile:
     """A validated profile. Construct via :func:`load_profile` / :func:`profile_from_dict`."""
@@ -391,6 +413,9 @@ class Profile:
             if r.key in seen:
                 raise SpecmodelError(f"profile: costs: duplicate {r.where}")
             seen.add(r.key)
+        kind = self.source.get("kind")
+        if kind is not None and kind not in SOURCE_KINDS:
+            raise SpecmodelError(f"profile: source: kind: unknown {kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
 
     @property
     def source_kind(self) -> str:
