@@ -24,8 +24,11 @@ from specmodel.limits import (
 )
 from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
-from specmodel.model.costs import forward_cost
+from specmodel.model.costs import default_context, forward_cost, measured_contexts
+from specmodel.model.optimize import accept_model
 from specmodel.model.predict import Prediction, predict
+from specmodel.model.predict import calibrate as calibrate_profile
+from specmodel.model.serveplan import ServePlan, serve_plan
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -155,6 +158,24 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
     ctx = parse_tokens(context, "context") if context is not None else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=generation_tokens,
                     observation=observation(calibrate), notes=notes, context_tokens=ctx)
+
+
+def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
+    """The scenario's serve plan (``specmodel plan``): per (batch, context) the best measured
+    speculative configuration or "off"; the grid defaults to the measured batches and contexts
+    plus the asked-for ones."""
+    profile = sc.profile
+    if sc.observation is not None:
+        profile = calibrate_profile(profile, sc.observation, sc.spec, sc.context_tokens)[0]
+    ctx = sc.context_tokens if sc.context_tokens is not None else default_context(profile)
+    if batches is None:
+        batches = sorted({r.batch for r in profile.rows("decode")} | {sc.batch})
+    if contexts is None:
+        contexts = sorted(set(measured_contexts(profile, "decode")) | {ctx})
+    if min(batches) < 1:
+        raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
+    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,30 +8,10 @@ from typing import Any
 import click
 
 from specmodel.commands.scenario import with_scenario
-from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
-from specmodel.model.costs import default_context, measured_contexts
-from specmodel.model.optimize import accept_model
-from specmodel.model.predict import calibrate
-from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, serve_plan, sglang_flags, vllm_speculative_config
-from specmodel.scenario import Scenario, parse_token_list
+from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, sglang_flags, vllm_speculative_config
+from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import PLAN
-
-
-def build_plan(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
-    """The scenario's serve plan; the grid defaults to the measured batches and contexts plus the asked-for ones."""
-    profile = sc.profile
-    if sc.observation is not None:
-        profile = calibrate(profile, sc.observation, sc.spec, sc.context_tokens)[0]
-    ctx = sc.context_tokens if sc.context_tokens is not None else default_context(profile)
-    if batches is None:
-        batches = sorted({r.batch for r in profile.rows("decode")} | {sc.batch})
-    if contexts is None:
-        contexts = sorted(set(measured_contexts(profile, "decode")) | {ctx})
-    if min(batches) < 1:
-        raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
-    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
 
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:
@@ -110,7 +90,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
     """
-    plan = build_plan(scenario, parse_token_list(batches, "--batches", MAX_BATCH) if batches else None,
+    plan = serve_plan_for(scenario, parse_token_list(batches, "--batches", MAX_BATCH) if batches else None,
                       parse_token_list(contexts, "--contexts") if contexts else None)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))
