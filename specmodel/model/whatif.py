@@ -16,6 +16,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
 from specmodel.model.predict import Prediction, predict
+from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 
 #: Used only when a profile carries no all-reduce data at all (no fit, no points, no per-call
@@ -23,8 +24,6 @@ from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 #: ~25 GB/s achievable over a PCIe Gen4/Gen5 x16 link. Marked as a default wherever used.
 DEFAULT_ALPHA_S = 5e-6
 DEFAULT_BETA_BYTES_PER_S = 25e9
-
-DRAFT_KINDS = ("draft", "draft_extend")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, read_json
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
 from specmodel.schema.formats import PROFILE
+from specmodel.schema.phases import FORWARD_KINDS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,13 +37,8 @@ PROFILE_SCHEMA_VERSION = PROFILE.version
 #: recorded ``model.context_len`` becomes every row's context).
 PROFILE_READABLE_VERSIONS = PROFILE.readable_versions
 
-#: Forward kinds a cost row can describe.
-#: decode: one token per request (the non-speculative baseline step);
-#: verify: target forward over batch × num_draft_tokens;
-#: draft: one drafter forward (batch × topk tokens);
-#: draft_extend: drafter forward over the accepted tokens after a verify;
-#: extend: prefill (kept for completeness; not used by the cycle model).
-KINDS = ("decode", "verify", "draft", "draft_extend", "extend")
+#: Forward kinds a cost row can describe (the phase vocabulary of :mod:`specmodel.schema.phases`).
+KINDS = FORWARD_KINDS
 
 #: |total - (allreduce + compute + other)| allowed, relative to total.
 _SUM_TOLERANCE = 0.02
