@@ -16,5 +16,7 @@ FORWARD_KINDS = ("decode", "verify", "draft", "draft_extend", "extend")
 CYCLE_KINDS = tuple(k for k in FORWARD_KINDS if k != "extend")
 #: The drafter's forwards (their costs scale with the drafter, not the target).
 DRAFT_KINDS = tuple(k for k in FORWARD_KINDS if k.startswith("draft"))
+#: The target model's forwards.
+TARGET_KINDS = tuple(k for k in FORWARD_KINDS if k not in DRAFT_KINDS)
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
