@@ -418,8 +418,8 @@ def test_accept_json_records_the_servers_config(tmp_path: Path) -> None:
 
 def test_memory_fit_from_the_profiled_models_config() -> None:
     """A full-size profile carries its model's shape: the weights per GPU follow from it."""
+    from specmodel.model.memory import per_rank_weight_bytes
     from specmodel.model.whatif import memory_fit
-    from specmodel.profile.configs import per_rank_weight_bytes
     from tests.test_report_cli import measured_like_profile
 
     target = {"name": "llama-8b-like", "family": "llama", "model_type": "llama", "architecture": "LlamaForCausalLM",
@@ -429,7 +429,7 @@ def test_memory_fit_from_the_profiled_models_config() -> None:
     p = dataclasses.replace(p, model={**p.model, "target": target, "activation_bytes": 2, "dtype": "bfloat16",
                                       "scaling": {"scaled": False}},
                             hardware={**p.hardware, "gpu_memory_bytes": 24e9})
-    from specmodel.profile.configs import ModelShape
+    from specmodel.schema.shapes import ModelShape
 
     per_layer, outside = per_rank_weight_bytes(ModelShape(**target), 1, 2)
     want = (per_layer * 32 + outside) / 1e9

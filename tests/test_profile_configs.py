@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specmodel.errors import SpecmodelError
+from specmodel.model import memory as M
 from specmodel.profile import configs as C
 from specmodel.profile.plan import Point, RunPlan, SpecLoopPlan, sweep_points
 
@@ -110,10 +111,10 @@ def test_check_tp_names_the_dimension():
 
 def test_layers_that_fit():
     s, _ = C.load_shape(None, "kimi-k2.5")
-    per_layer, outside = C.per_rank_weight_bytes(s, 8, 2)
+    per_layer, outside = M.per_rank_weight_bytes(s, 8, 2)
     assert per_layer > 1e9  # 384 experts x 3 x 7168 x 256 x 2 B per rank
-    assert C.layers_that_fit(s, 8, 2, 140 * 2**30) == int((140 * 2**30 * 0.6 - outside) // per_layer)
-    assert C.layers_that_fit(s, 8, 2, 2**20) == 0
+    assert M.layers_that_fit(s, 8, 2, 140 * 2**30) == int((140 * 2**30 * 0.6 - outside) // per_layer)
+    assert M.layers_that_fit(s, 8, 2, 2**20) == 0
 
 
 def test_sweep_points_and_plan_roundtrip(tmp_path):

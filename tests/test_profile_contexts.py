@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specmodel.errors import SpecmodelError
+from specmodel.model import memory as M
 from specmodel.profile import configs as C
 from specmodel.profile import device
 from specmodel.profile.plan import _contexts, _fit_gpu, kv_need, sweep_points
@@ -44,9 +45,9 @@ def test_gpu_sizing_leaves_room_for_the_kv_pool(monkeypatch):
     (t_small, _d, _s), _ = _fit(monkeypatch, 80 * GiB, (1024,), (1, 8))
     (t_big, d, _s), pts = _fit(monkeypatch, 80 * GiB, (131072,), (1, 8))
     assert 1 <= t_big.num_layers < t_small.num_layers  # a longer context leaves room for fewer layers
-    per_layer, outside = C.per_rank_weight_bytes(t_big, 8, 2)
+    per_layer, outside = M.per_rank_weight_bytes(t_big, 8, 2)
     slots, _ = kv_need(pts, "target")
-    kv = slots * C.kv_bytes_per_token(t_big, 8, 2) * t_big.num_layers
+    kv = slots * M.kv_bytes_per_token(t_big, 8, 2) * t_big.num_layers
     assert per_layer * t_big.num_layers + outside + kv <= 0.6 * 80 * GiB
 
 

@@ -15,9 +15,11 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
+from specmodel.model.memory import per_rank_weight_bytes
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
+from specmodel.schema.shapes import ModelShape
 
 #: Used only when a profile carries no all-reduce data at all (no fit, no points, no per-call
 #: latencies in its rows): order-of-magnitude PCIe figures, a few µs per NCCL hop and
@@ -159,7 +161,7 @@ def custom_allreduce_unavailable(profile: Profile) -> str:
 def _config_weights_per_gpu(profile: Profile, tp_to: int) -> tuple[float, str] | None:
     """Weight bytes per GPU at ``tp_to`` from the profiled model's own config (full-size runs only).
 
-    Uses :func:`specmodel.profile.configs.per_rank_weight_bytes` (per-layer × layers + embeddings
+    Uses :func:`specmodel.model.memory.per_rank_weight_bytes` (per-layer × layers + embeddings
     and LM head, sharded by TP) at the profiled dtype; a scaled-down CPU run says nothing about
     the real model, so it gives None.
     """
@@ -167,9 +169,7 @@ def _config_weights_per_gpu(profile: Profile, tp_to: int) -> tuple[float, str] |
     tgt, width = m.get("target"), m.get("activation_bytes")
     if not isinstance(tgt, dict) or (m.get("scaling") or {}).get("scaled") or not isinstance(width, int):
         return None
-    from dataclasses import fields  # config arithmetic only: no torch behind this import
-
-    from specmodel.profile.configs import ModelShape, per_rank_weight_bytes
+    from dataclasses import fields
 
     names = {f.name for f in fields(ModelShape)}
     try:

@@ -22,14 +22,14 @@ each all-reduce message ``tokens * hidden * dtype bytes`` (SGLang/Megatron tenso
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.hfconfig import HFConfig
 from specmodel.io import read_json
+from specmodel.schema.shapes import DrafterShape, ModelShape
 
 FAMILIES = ("deepseek", "llama", "qwen")
 
@@ -108,88 +108,6 @@ CPU_MAX_TOPK = 2
 CPU_MAX_VOCAB = 4096
 #: EAGLE-3 drafters for these targets use a 32k draft vocabulary.
 DRAFT_VOCAB = 32000
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelShape:
-    """Everything the TP stack needs to build one target model (all sizes are totals, not per rank)."""
-
-    name: str
-    family: str
-    model_type: str
-    architecture: str
-    hidden_size: int
-    num_layers: int
-    vocab_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    attention: str = "gqa"  # gqa | mla
-    qkv_bias: bool = False
-    qk_norm: bool = False
-    rms_norm_eps: float = 1e-6
-    # MLA (deepseek)
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    # MoE (0 experts = dense)
-    n_experts: int = 0
-    topk: int = 0
-    moe_intermediate_size: int = 0
-    shared_intermediate_size: int = 0
-    first_dense_layers: int = 0
-    moe_every: int = 1
-    aux_layer_ids: tuple[int, ...] = ()
-
-    def layer_is_moe(self, i: int) -> bool:
-        return self.n_experts > 0 and i >= self.first_dense_layers and (i + 1) % max(self.moe_every, 1) == 0
-
-    @property
-    def allreduce_per_forward(self) -> int:
-        return 2 * self.num_layers + 1
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["aux_layer_ids"] = list(self.aux_layer_ids)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelShape:
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        kw["aux_layer_ids"] = tuple(kw.get("aux_layer_ids") or ())
-        return cls(**kw)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DrafterShape:
-    """An EAGLE-3 drafter (SGLang ``LlamaForCausalLMEagle3``): one decoder layer whose attention
-    reads [embedding, hidden] (2 × hidden), an ``fc`` (3 × target hidden → hidden) over the target's
-    aux hidden states, the target vocabulary for the embedding and a draft vocabulary for the head.
-    Same TP degree as the target: embedding, ``o_proj`` and MLP down all-reduce (3 per forward)."""
-
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    draft_vocab_size: int
-    target_hidden_size: int
-    rms_norm_eps: float = 1e-6
-
-    allreduce_per_forward: int = 3
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DrafterShape:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 # ---------------------------------------------------------------- parsing
@@ -454,50 +372,3 @@ def scale(shape: ModelShape, drafter: DrafterShape, tp: int, *, layers: int | No
                  "message sizes scale with hidden; times are for the scaled model, not extrapolated"),
     }
     return used, d_used, scaling
-
-
-def per_rank_weight_bytes(shape: ModelShape, tp: int, dtype_bytes: int) -> tuple[int, int]:
-    """(bytes per layer, bytes outside the layers) of one rank's weights: for fitting a model in memory."""
-    H = shape.hidden_size
-    if shape.attention == "mla":
-        qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
-        attn = (H * shape.q_lora_rank + shape.q_lora_rank * shape.num_heads * qk // tp if shape.q_lora_rank
-                else H * shape.num_heads * qk // tp)
-        attn += H * (shape.kv_lora_rank + shape.qk_rope_head_dim)
-        attn += shape.kv_lora_rank * shape.num_heads * (shape.qk_nope_head_dim + shape.v_head_dim) // tp
-        attn += shape.num_heads * shape.v_head_dim * H // tp
-    else:
-        attn = H * (shape.num_heads + 2 * max(shape.num_kv_heads, tp)) * shape.head_dim // tp
-        attn += shape.num_heads * shape.head_dim * H // tp
-    dense = 3 * H * shape.intermediate_size // tp
-    moe = 3 * H * (shape.n_experts * shape.moe_intermediate_size + shape.shared_intermediate_size) // tp \
-        + H * shape.n_experts
-    n_moe = sum(1 for i in range(shape.num_layers) if shape.layer_is_moe(i))
-    per_layer = attn + (moe if n_moe else dense)
-    outside = 2 * shape.vocab_size * H // tp
-    return per_layer * dtype_bytes, outside * dtype_bytes
-
-
-def layers_that_fit(shape: ModelShape, tp: int, dtype_bytes: int, free_bytes: int, fraction: float = 0.6) -> int:
-    per_layer, outside = per_rank_weight_bytes(shape, tp, dtype_bytes)
-    budget = free_bytes * fraction - outside
-    return max(0, min(shape.num_layers, int(math.floor(budget / max(per_layer, 1)))))
-
-
-def kv_bytes_per_token(shape: ModelShape | DrafterShape, tp: int, dtype_bytes: int) -> int:
-    """One layer's KV-cache bytes per token on one rank, as :mod:`.models` allocates it: MLA keeps
-    the compressed latent + rope key once (shared by all heads); GQA keys and values of this
-    rank's KV heads (replicated when there are fewer KV heads than ranks)."""
-    if isinstance(shape, ModelShape) and shape.attention == "mla":
-        return (shape.kv_lora_rank + shape.qk_rope_head_dim) * dtype_bytes
-    kv = shape.num_kv_heads // tp if shape.num_kv_heads >= tp else 1
-    return 2 * kv * shape.head_dim * dtype_bytes
-
-
-def layers_that_fit_with_kv(shape: ModelShape, tp: int, dtype_bytes: int, free_bytes: int, kv_tokens: int,
-                            fraction: float = 0.6) -> int:
-    """:func:`layers_that_fit` when each layer also holds a KV pool of ``kv_tokens`` token slots."""
-    per_layer, outside = per_rank_weight_bytes(shape, tp, dtype_bytes)
-    per_layer += kv_tokens * kv_bytes_per_token(shape, tp, dtype_bytes)
-    budget = free_bytes * fraction - outside
-    return max(0, min(shape.num_layers, int(math.floor(budget / max(per_layer, 1)))))

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specmodel.profile.configs import DrafterShape, ModelShape
 from specmodel.profile.tp import (
     ColumnParallelLinear,
     Comm,
@@ -31,6 +30,7 @@ from specmodel.profile.tp import (
     VocabParallelEmbedding,
     shard,
 )
+from specmodel.schema.shapes import DrafterShape, ModelShape
 
 
 def attn_mask(t: int, past: int, kind: str, device: Any) -> Any:

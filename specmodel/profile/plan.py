@@ -17,11 +17,12 @@ from typing import Any
 from specmodel.errors import SpecmodelError, require_finite
 from specmodel.io import check_output_dir, confined_name
 from specmodel.limits import MAX_BATCH
+from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
 from specmodel.profile.annotate import phase_label
-from specmodel.profile.configs import DrafterShape, ModelShape
 from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS
 from specmodel.schema.profile import SpecConfig
+from specmodel.schema.shapes import DrafterShape, ModelShape
 
 #: Forward kinds the sweep measures, in the order they run (every kind the cycle model uses).
 SWEEP_KINDS = CYCLE_KINDS
@@ -422,8 +423,8 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     loop = (o["batch"] or 1, contexts[0], max(ndt, topk, 1)) if accept is not None else None
 
     if given is not None:
-        target = cfgs.ModelShape.from_dict(given.model["target"])
-        drafter = cfgs.DrafterShape.from_dict(given.model["drafter"])
+        target = ModelShape.from_dict(given.model["target"])
+        drafter = DrafterShape.from_dict(given.model["drafter"])
         scaling = dict(given.model.get("scaling") or {})
         source = str(given.model.get("config_source", given.name))
         dtype = str(given.model.get("dtype", dtype)) if o["dtype"] == "auto" else dtype
@@ -489,10 +490,10 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
     if layers is None:
         probe, _d, _s = cfgs.scale(shape, drafter, tp, layers=None, hidden=o["hidden"], max_experts=None,
                                    max_topk=None, max_vocab=None, reason="")
-        layers = cfgs.layers_that_fit_with_kv(probe, tp, elem, free, t_slots)
+        layers = layers_that_fit_with_kv(probe, tp, elem, free, t_slots)
         if layers < 1:
-            per_layer, outside = cfgs.per_rank_weight_bytes(probe, tp, elem)
-            kv1 = t_slots * cfgs.kv_bytes_per_token(probe, tp, elem)
+            per_layer, outside = per_rank_weight_bytes(probe, tp, elem)
+            kv1 = t_slots * kv_bytes_per_token(probe, tp, elem)
             raise SpecmodelError(f"--contexts: not even one layer fits: the KV cache needs {_gib(kv1)} per layer per "
                                  f"GPU ({t_slots} token slots){_worst(points)}, weights {_gib(per_layer + outside)}, "
                                  f"{_gib(0.6 * free)} usable of {_gib(free)} free at --tp {tp}; pass smaller "
@@ -500,10 +501,10 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
     target, d, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"], max_experts=None,
                                     max_topk=None, max_vocab=None,
                                     reason="GPU: as many layers as fit in 60% of free GPU memory with the KV cache")
-    per_layer, outside = cfgs.per_rank_weight_bytes(target, tp, elem)
+    per_layer, outside = per_rank_weight_bytes(target, tp, elem)
     weights = per_layer * target.num_layers + outside
-    kv = (t_slots * cfgs.kv_bytes_per_token(target, tp, elem) * target.num_layers
-          + d_slots * cfgs.kv_bytes_per_token(d, tp, elem))
+    kv = (t_slots * kv_bytes_per_token(target, tp, elem) * target.num_layers
+          + d_slots * kv_bytes_per_token(d, tp, elem))
     if weights > 0.9 * free:
         raise SpecmodelError(f"--layers {target.num_layers}: the weights need {_gib(weights)} per GPU at --tp {tp}, "
                              f"{_gib(free)} free; pass fewer --layers or a smaller --hidden")
