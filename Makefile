@@ -9,7 +9,7 @@ TP ?= 8
 SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
-.PHONY: demo test lint bench fuzz clean
+.PHONY: demo test test-fast lint bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# everything but the tests marked slow (real TP ranks, the end-to-end report): for the edit-test loop
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
 # the readers' fuzz test for 10 minutes instead of the suite's 30 s (figures: docs/reliability.md)
 FUZZ_SECONDS ?= 600

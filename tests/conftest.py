@@ -31,6 +31,14 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300,
     return subprocess.run(specmodel_exe() + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def run_python(code: str, *, cwd: str | Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (what a cold start imports, a documented example as
+    written); a failure shows its stderr."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 @pytest.fixture
 def cli():
     return run_cli

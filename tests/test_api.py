@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 
 import pytest
 
 import specmodel
 from specmodel.errors import SpecmodelError
-from tests.conftest import DATA, REPO, run_cli
+from tests.conftest import DATA, REPO, run_cli, run_python
 
 
 def _doc_example() -> str:
@@ -23,9 +21,7 @@ def _doc_example() -> str:
 
 
 def test_docs_api_example_runs_and_prints_the_reference_figures():
-    r = subprocess.run([sys.executable, "-c", _doc_example()], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
+    out = run_python(_doc_example(), cwd=REPO).stdout
     # the write-up's seed figures: model 66.7 tok/s at accept 2.0; calibrated on the observed 60
     assert "predicted 66.7 tok/s vs baseline 82.0" in out
     assert "break-even 2.46 tokens/step" in out
@@ -120,5 +116,5 @@ def test_import_specmodel_is_cheap_and_predict_needs_no_pandas():
         "print(sorted(m for m in ('torch', 'matplotlib', 'pandas', 'scipy') if m in sys.modules))\n"
         "p.to_frame()\nprint('pandas' in sys.modules)"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    r = run_python(code)
     assert r.stdout.split() == ["[]", "True"]

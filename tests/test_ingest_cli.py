@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import DATA, run_cli
 
-DATA = Path(__file__).parent / "data"
 GPU = DATA / "kineto_gpu_tp2"
 BAD = DATA / "kineto_bad"
 

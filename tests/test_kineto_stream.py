@@ -11,8 +11,8 @@ import pytest
 from specmodel.errors import SpecmodelError
 from specmodel.trace import _jsonstream
 from specmodel.trace._jsonstream import scan_trace
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 GPU0 = DATA / "kineto_gpu_tp2" / "1764000000-TP-0.trace.json"
 GPU1 = DATA / "kineto_gpu_tp2" / "1764000000-TP-1.trace.json.gz"
 

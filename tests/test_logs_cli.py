@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data"
+from tests.conftest import DATA
+
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
 SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 VNEW = str(DATA / "logs_vllm_new" / "server.log")

@@ -22,8 +22,8 @@ from specmodel.trace.logs import (
     throughput_series,
     write_accept_json,
 )
+from tests.conftest import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
 SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 SG0523 = str(DATA / "logs_sglang_0523" / "server.log")

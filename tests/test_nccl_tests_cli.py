@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from specmodel.model.allreduce import allreduce_s
 from specmodel.schema.profile import load_profile
+from tests.conftest import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
 PCIE8 = str(DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt")
 PERITER = str(DATA / "nccl_tests_per_iter" / "all_reduce_perf.txt")
 REDUCE = str(DATA / "nccl_tests_reduce" / "reduce_perf.txt")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,8 +19,8 @@ from specmodel.trace.nccl_tests import (
     load_fit_document,
     parse_nccl_tests,
 )
+from tests.conftest import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
 PCIE8 = DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt"
 OLD = DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"
 PERITER = DATA / "nccl_tests_per_iter" / "all_reduce_perf.txt"

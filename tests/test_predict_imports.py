@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.conftest import run_python
 
 
 def test_predict_path_imports_no_torch_matplotlib_pandas():
@@ -13,5 +12,5 @@ def test_predict_path_imports_no_torch_matplotlib_pandas():
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "print(sorted(m for m in ('torch','matplotlib','pandas','scipy') if m in sys.modules))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    r = run_python(code)
     assert r.stdout.strip().splitlines()[-1] == "[]"

@@ -107,6 +107,7 @@ class Run:
 PAUSE = {"SPECMODEL_PROFILE_FAULT": "rank=1,at=verify,mode=sleep,secs=60"}
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_run(tmp_path):
     before = earlier_profile(tmp_path, "box")
     run = Run("--tp", "3", "--name", "box", "--out-dir", str(tmp_path), *TINY, "--timeout", "60", cwd=tmp_path,
@@ -126,6 +127,7 @@ def test_a_rank_killed_mid_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["box"]  # no staging directory left
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_is_named_within_the_timeout(tmp_path):
     before = earlier_profile(tmp_path, "box")
     # 8 s: above the few seconds a first torch.profiler start takes on a loaded 2-core box (no
@@ -139,6 +141,7 @@ def test_a_rank_that_hangs_is_named_within_the_timeout(tmp_path):
     assert snapshot(tmp_path / "box") == before
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_is_named_not_its_peers(tmp_path):
     r = run_cli("profile", "--tp", "2", "--name", "box", "--out-dir", str(tmp_path), *TINY, "--quiet",
                 cwd=tmp_path, env={"SPECMODEL_PROFILE_FAULT": "rank=0,at=draft_extend,mode=raise"}, timeout=120)
@@ -148,6 +151,7 @@ def test_a_rank_that_raises_is_named_not_its_peers(tmp_path):
     assert not (tmp_path / "box").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank(tmp_path):
     run = Run("--tp", "2", "--name", "box", "--out-dir", str(tmp_path), *TINY, cwd=tmp_path, env=PAUSE)
     run.wait_for("] specmodel.verify")

@@ -12,7 +12,7 @@ import pytest
 from specmodel.schema.profile import load_profile
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # the profiler itself needs torch; the rest of the suite does not
 
 KINDS = ("decode", "verify", "draft", "draft_extend")
 TINY = ["--batches", "1,2", "--verify-tokens", "2,4", "--warmup", "1", "--repeats", "3", "--layers", "2",

@@ -7,7 +7,6 @@ module and shared by the tests that read it.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 from specmodel.model.accept import chain_mean
 from specmodel.model.allreduce import fit_alpha_beta
 from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, save_profile
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_python
 
 PAGES = ["verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation", "context"]
 N_PAGES = {"ref_report": 7, "measured_report": 8}
@@ -207,12 +206,9 @@ def test_every_page_is_also_a_non_blank_png(which: str, request: pytest.FixtureR
 
 
 def test_report_command_does_not_import_matplotlib_for_predict() -> None:
-    import subprocess
-
     code = ("import sys, specmodel.commands.predict, specmodel.commands.report, specmodel.report.content; "
             "print('matplotlib' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "False"
+    assert run_python(code).stdout.strip() == "False"
 
 
 def test_drafter_page_shows_findings_and_the_vocab_ceiling(measured_report: dict) -> None:
@@ -233,6 +229,7 @@ def test_drafter_page_shows_findings_and_the_vocab_ceiling(measured_report: dict
     assert "exceeds the drafter's vocabulary ceiling" in r.stdout
 
 
+@pytest.mark.slow
 def test_main_job_real_cpu_profile_then_report_with_the_default_output(tmp_path: Path) -> None:
     """`specmodel profile --tp 2` for real (smallest sweep, ~10 s on CPU/gloo), then `report` finds it by itself."""
     prof = run_cli("profile", "--tp", "2", "--name", "ci-tp2", "--layers", "1", "--hidden", "64", "--batches", "1,2",

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
 from specmodel.model.accept import from_mean
 from specmodel.model.predict import predict
 from specmodel.schema.profile import load_profile
+from tests.conftest import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
 SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
 BENCH = str(DATA / "logs_bench_speculative" / "output.jsonl")
