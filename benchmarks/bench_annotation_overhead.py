@@ -39,9 +39,10 @@ def main() -> int:
     import torch
 
     from specmodel.profile import configs as C
-    from specmodel.profile.annotate import phase_label, timed_phase
+    from specmodel.profile.annotate import timed_phase
     from specmodel.profile.models import TargetModel
     from specmodel.profile.tp import RecordingComm
+    from specmodel.schema.phases import phase_label
 
     pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     torch.set_num_threads(1)

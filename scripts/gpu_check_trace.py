@@ -83,7 +83,7 @@ def check_kineto_categories(tmp: Path, cuda: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from specmodel.profile.annotate import phase_label
+    from specmodel.schema.phases import phase_label
     from specmodel.trace import attribution as engine
     from specmodel.trace.collectives import classify_cpu_op, classify_kernel
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from specmodel.profile import annotate
-from specmodel.profile.annotate import NVTX_DOMAIN, PHASE_COLORS, PHASES, phase, phase_label
+from specmodel.profile.annotate import NVTX_DOMAIN, PHASE_COLORS, phase
+from specmodel.schema.phases import PHASES, phase_label
 
 
 class FakeEventAttributes:

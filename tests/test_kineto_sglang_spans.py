@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.profile.annotate import parse_phase_forwards, parse_phase_label, phase_label
+from specmodel.schema.phases import parse_phase_forwards, parse_phase_label, phase_label
 from specmodel.trace.kineto import IngestOptions, ingest
 
 US = 1e-6

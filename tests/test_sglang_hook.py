@@ -17,7 +17,7 @@ import pytest
 
 from specmodel.errors import SpecmodelError
 from specmodel.profile import sglang as hook
-from specmodel.profile.annotate import parse_phase_label
+from specmodel.schema.phases import parse_phase_label
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 

@@ -9,45 +9,13 @@ nowhere else; everything degrades to no-ops / CPU timing without CUDA.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
-#: Phase kinds (same vocabulary as the profile's cost rows).
-PHASES = ("decode", "verify", "draft", "draft_extend", "extend", "allreduce", "idle")
-
-_LABEL_RE = re.compile(r"^specmodel\.(?P<kind>[a-z_]+)\[bs=(?P<batch>\d+),toks=(?P<tokens>\d+)(?:,fwd=(?P<fwd>\d+))?\]$")
-
-
-def phase_label(kind: str, batch: int, tokens: int, forwards: int = 1) -> str:
-    """``specmodel.verify[bs=1,toks=4]``: parseable back by :func:`parse_phase_label`.
-
-    ``forwards`` > 1 (``...,fwd=N]``): the span holds N forwards, e.g. the hook around a draft
-    CUDA-graph replay (steps - 1 drafter forwards). Kineto gives a kernel to the innermost
-    annotation only, so the span is the only place that count can travel; ingest divides by it."""
-    fwd = f",fwd={forwards}" if forwards != 1 else ""
-    return f"specmodel.{kind}[bs={batch},toks={tokens}{fwd}]"
-
-
-def parse_phase_label(name: str) -> tuple[str, int, int] | None:
-    m = _LABEL_RE.match(name)
-    if not m:
-        return None
-    if len(m.group("batch")) > 12 or len(m.group("tokens")) > 12:
-        # (int() of 4,300+ digits raises ValueError; no batch has 13 digits)
-        from specmodel.errors import SpecmodelError
-
-        raise SpecmodelError(f"span {name[:60]!r}: batch/tokens is not a plausible number")
-    return m.group("kind"), int(m.group("batch")), int(m.group("tokens"))
-
-
-def parse_phase_forwards(name: str) -> int:
-    """Forwards in a ``specmodel.*`` span (1 when the label has no ``fwd=``, or is not ours)."""
-    m = _LABEL_RE.match(name)
-    return int(m.group("fwd")) if m and m.group("fwd") else 1
+from specmodel.schema.phases import parse_phase_label
 
 
 def _torch() -> Any:

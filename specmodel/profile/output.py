@@ -21,6 +21,7 @@ from typing import Any
 from specmodel import __version__
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text
+from specmodel.schema.phases import TARGET_KINDS
 from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, read_source_kind, save_profile
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -39,7 +40,7 @@ def check_destination(dest: Path) -> None:
 
 
 def _row(r: dict[str, Any], plan: dict[str, Any]) -> CostRow:
-    model = plan["target"] if r["kind"] in ("decode", "verify") else plan["drafter"]
+    model = plan["target"] if r["kind"] in TARGET_KINDS else plan["drafter"]
     elem = DTYPE_BYTES.get(plan["dtype"], 4)
     return CostRow(kind=r["kind"], batch=r["batch"], tokens=r["tokens"], total_s=r["total_s"],
                    allreduce_s=r["allreduce_s"], compute_s=r["compute_s"], other_s=0.0,

@@ -19,8 +19,7 @@ from specmodel.io import check_output_dir, confined_name
 from specmodel.limits import MAX_BATCH
 from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
-from specmodel.profile.annotate import phase_label
-from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS
+from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, phase_label
 from specmodel.schema.profile import SpecConfig
 from specmodel.schema.shapes import DrafterShape, ModelShape
 

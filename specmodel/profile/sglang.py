@@ -54,6 +54,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.schema.formats import SGLANG_FORWARD
+from specmodel.schema.phases import FORWARD_KINDS
 from specmodel.stats import iqr, median
 
 log = logging.getLogger("specmodel.sglang")
@@ -100,7 +101,7 @@ TARGETS: tuple[Target, ...] = (
 )
 
 #: ForwardMode name -> phase (``None``: deliberately not recorded). "DECODE" depends on the runner.
-MODE_PHASES: dict[str, str | None] = {
+MODEFORWARD_KINDS: dict[str, str | None] = {
     "TARGET_VERIFY": "verify",
     "DRAFT_EXTEND": "draft_extend",
     "DRAFT_EXTEND_V2": "draft_extend",
@@ -117,7 +118,7 @@ def phase_for_mode(mode_name: str, *, is_draft: bool) -> str | None:
     """Phase of a ``ModelRunner.forward`` call; raises ``KeyError`` for a mode we do not know."""
     if mode_name == "DECODE":
         return "draft" if is_draft else "decode"
-    return MODE_PHASES[mode_name]
+    return MODEFORWARD_KINDS[mode_name]
 
 
 # --------------------------------------------------------------------------- state
@@ -403,7 +404,8 @@ def _make_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Call
 
 def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple[Any, ...],
            kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
-    from specmodel.profile.annotate import Stopwatch, phase, phase_label
+    from specmodel.profile.annotate import Stopwatch, phase
+    from specmodel.schema.phases import phase_label
 
     fb = args[0] if args else kwargs.get("forward_batch")
     if fb is None:
@@ -581,12 +583,11 @@ class ForwardLog:
     truncated: bool = False
 
 
-_PHASES = ("decode", "verify", "draft", "draft_extend", "extend")
 
 
 def _check_forward(rec: dict[str, Any], where: str) -> None:
-    if rec.get("phase") not in _PHASES:
-        raise SpecmodelError(f"{where}: phase: expected one of {', '.join(_PHASES)}, got {rec.get('phase')!r}")
+    if rec.get("phase") not in FORWARD_KINDS:
+        raise SpecmodelError(f"{where}: phase: expected one of {', '.join(FORWARD_KINDS)}, got {rec.get('phase')!r}")
     for k in ("batch", "tokens", "forwards"):
         v = rec.get(k, 1 if k == "forwards" else None)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from specmodel.profile.annotate import Stopwatch, phase, phase_label, timed_phase
+from specmodel.profile.annotate import Stopwatch, phase, timed_phase
+from specmodel.schema.phases import phase_label
 
 if TYPE_CHECKING:
     from specmodel.profile.worker import Rank

@@ -37,6 +37,7 @@ from specmodel.profile.launcher import CHILD_ENV
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import Point, RunPlan
 from specmodel.profile.tp import CollectiveFailed, Comm
+from specmodel.schema.phases import TARGET_KINDS
 from specmodel.stats import iqr, median, median_ci95_rel
 
 EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
@@ -145,7 +146,7 @@ class Rank:
         b, t, L = pt.batch, pt.per_request, pt.context
         vocab = p.target.vocab_size
         ids = torch.randint(0, vocab, (b, t), generator=g).to(self.device)
-        if pt.kind in ("decode", "verify"):
+        if pt.kind in TARGET_KINDS:
             return lambda: target(ids, "causal", past=L)
         H = p.drafter.hidden_size
         if pt.kind == "draft":

@@ -39,7 +39,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.procs import die_with_parent
-from specmodel.profile.annotate import parse_phase_forwards, parse_phase_label
+from specmodel.schema.phases import TARGET_KINDS, parse_phase_forwards, parse_phase_label
 from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
 from specmodel.stats import iqr, median
 from specmodel.trace._jsonstream import scan_trace
@@ -65,7 +65,6 @@ _SGLANG_MODES = {
 }
 #: SGLang 0.5.23 stage spans (speculative/spec_utils.spec_stage_span) around a whole stage.
 _STAGE_SPANS = {"draft_extend": "draft_extend", "draft": "draft"}
-_TARGET_KINDS = ("decode", "verify", "extend")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _SGLANG_FILE = re.compile(r"(?:^|-)(?P<pid>[^-]+)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?"
                           r"(?:-EP-(?P<ep>\d+))?(?:-(?:EXTEND|DECODE))?\.trace\.json(?:\.gz)?$")
@@ -317,7 +316,7 @@ def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
         nodes.append(node)
     last_target: str | None = None
     for n in nodes:
-        if n.ph is not None and n.ph[0] in _TARGET_KINDS:
+        if n.ph is not None and n.ph[0] in TARGET_KINDS:
             last_target = n.ph[0]
         kind = n.span.name if n.ph is None else n.ph[0]
         stage = n.stage()

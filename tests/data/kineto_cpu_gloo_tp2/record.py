@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from specmodel.profile.annotate import phase, phase_label
+from specmodel.profile.annotate import phase
+from specmodel.schema.phases import phase_label
 
 HERE = Path(__file__).resolve().parent
 LAYERS = 2
