@@ -101,7 +101,7 @@ TARGETS: tuple[Target, ...] = (
 )
 
 #: ForwardMode name -> phase (``None``: deliberately not recorded). "DECODE" depends on the runner.
-MODEFORWARD_KINDS: dict[str, str | None] = {
+MODE_PHASES: dict[str, str | None] = {
     "TARGET_VERIFY": "verify",
     "DRAFT_EXTEND": "draft_extend",
     "DRAFT_EXTEND_V2": "draft_extend",
@@ -118,7 +118,7 @@ def phase_for_mode(mode_name: str, *, is_draft: bool) -> str | None:
     """Phase of a ``ModelRunner.forward`` call; raises ``KeyError`` for a mode we do not know."""
     if mode_name == "DECODE":
         return "draft" if is_draft else "decode"
-    return MODEFORWARD_KINDS[mode_name]
+    return MODE_PHASES[mode_name]
 
 
 # --------------------------------------------------------------------------- state
