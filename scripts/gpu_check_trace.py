@@ -142,7 +142,8 @@ def check_kineto_categories(tmp: Path, cuda: bool) -> dict[str, Any]:
 def check_innermost_annotation(tmp: Path, cuda: bool) -> dict[str, Any]:
     import torch
 
-    from specmodel.trace.kineto import IngestOptions, ingest
+    from specmodel.trace.ingest import ingest
+    from specmodel.trace.kineto import IngestOptions
 
     dev = "cuda" if cuda else "cpu"
     a = torch.randn(512, 512, device=dev)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from specmodel.trace import _intervals as iv
-from specmodel.trace.kineto import IngestOptions, build_profile, ingest
+from specmodel.trace.ingest import build_profile, ingest
+from specmodel.trace.kineto import IngestOptions
 
 CPU = Path(__file__).parent / "data" / "kineto_cpu_gloo_tp2"
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from specmodel.errors import SpecmodelError
-from specmodel.trace.kineto import IngestOptions, PhaseStats, build_profile, ingest, phase_of
+from specmodel.trace.ingest import PhaseStats, build_profile, ingest
+from specmodel.trace.kineto import IngestOptions, phase_of
 
 DATA = Path(__file__).parent / "data"
 GPU = DATA / "kineto_gpu_tp2"

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from specmodel.schema.phases import parse_phase_forwards, parse_phase_label, phase_label
-from specmodel.trace.kineto import IngestOptions, ingest
+from specmodel.trace.ingest import ingest
+from specmodel.trace.kineto import IngestOptions
 
 US = 1e-6
 

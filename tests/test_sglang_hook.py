@@ -18,6 +18,7 @@ import pytest
 from specmodel.errors import SpecmodelError
 from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
+from specmodel.trace.sglang_forward import read_forward_log, summarize
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -239,9 +240,9 @@ def _standin_logs(standin: Any, tmp_path: Path) -> Path:
 
 def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
     logs = _standin_logs(standin, tmp_path)
-    lg = hook.read_forward_log(logs / "rank0.jsonl")
+    lg = read_forward_log(logs / "rank0.jsonl")
     assert len(lg.meta) == 1 and not lg.truncated
-    prof = hook.summarize([logs], name="standin")
+    prof = summarize([logs], name="standin")
     assert prof.source_kind == "ingested" and prof.tp == 2
     assert (prof.spec.steps, prof.spec.topk, prof.spec.num_draft_tokens) == (3, 1, 4)
     keys = {(r.kind, r.batch, r.tokens) for r in prof.costs}
@@ -261,10 +262,10 @@ def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
 def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     logs = _standin_logs(standin, tmp_path)
     f = logs / "rank0.jsonl"
-    n_before = len(hook.read_forward_log(f).forwards)
+    n_before = len(read_forward_log(f).forwards)
     with f.open("a") as fh:
         fh.write('{"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "forw')  # died mid-write
-    lg = hook.read_forward_log(f)
+    lg = read_forward_log(f)
     assert lg.truncated and len(lg.forwards) == n_before
     assert "truncated last line ignored" in caplog.text
 
@@ -283,7 +284,7 @@ def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: 
     edit(ls)
     f.write_text("\n".join(ls) + "\n")
     with pytest.raises(SpecmodelError) as ei:
-        hook.read_forward_log(f)
+        read_forward_log(f)
     assert str(ei.value).startswith(f"{f}: ") and message in str(ei.value)
 
 
@@ -294,7 +295,7 @@ def test_summarize_needs_a_decode_row(tmp_path: Path) -> None:
             "tokens": 4, "forwards": 1, "runner": "target", "gpu_s": 0.02}
     (d / "rank0.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SpecmodelError, match="no target decode forwards recorded"):
-        hook.summarize([d], name="x")
+        summarize([d], name="x")
 
 
 def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -> None:

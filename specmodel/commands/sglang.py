@@ -131,8 +131,8 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
 
 
 def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
-    from specmodel.profile.sglang import summarize
     from specmodel.schema.profile import save_profile
+    from specmodel.trace.sglang_forward import summarize
 
     prof_name = name or (output.parent.name if output.suffix == ".json" else output.name) or "sglang"
     profile = summarize(dirs, name=prof_name, tp=tp)

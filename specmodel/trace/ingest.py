@@ -1,0 +1,290 @@
+"""Many ranks' traces -> one :class:`~specmodel.schema.profile.Profile` (``specmodel ingest``).
+
+Each rank file is read by :func:`specmodel.trace.kineto.parse_rank_file` in a process pool
+(one file per worker); :func:`aggregate` takes, per phase (kind, batch, tokens), the median over
+passes x ranks of every figure and the per-rank skew; :func:`build_profile` writes the cost rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.procs import die_with_parent
+from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
+from specmodel.stats import iqr, median
+from specmodel.trace.attribution import (
+    PassRecord,
+    median_of_rank_means,
+)
+from specmodel.trace.kineto import (
+    SGLANG_STEP,
+    IngestOptions,
+    RankTrace,
+    check_same_run,
+    find_traces,
+    parse_rank_file,
+    read_meta,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseStats:
+    """Medians over passes × ranks of one (kind, batch, tokens)."""
+
+    kind: str
+    batch: int
+    tokens: int
+    labels: tuple[str, ...]
+    samples: int
+    ranks: int
+    span_s: float
+    busy_s: float
+    allreduce_s: float
+    exposed_s: float
+    compute_s: float
+    other_s: float
+    skew_s: float
+    spread_s: float
+    n_collectives: int
+    n_allreduce: int
+    allreduce_msg_bytes: int
+    comm_by_impl_s: tuple[tuple[str, float], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["labels"] = list(self.labels)
+        d["comm_by_impl_s"] = dict(self.comm_by_impl_s)
+        return d
+
+    def cost_row(self) -> CostRow:
+        """The profile row: ``total_s`` = median span; the medians of the parts, which need not add
+        up to it (they may come from different passes), are scaled to sum to it."""
+        parts = self.allreduce_s + self.compute_s + self.other_s
+        f = self.span_s / parts if parts > 0 else 0.0
+        ar, comp, other = self.allreduce_s * f, self.compute_s * f, self.other_s * f
+        if parts <= 0:
+            other = self.span_s
+        return CostRow(kind=self.kind, batch=self.batch, tokens=self.tokens, total_s=self.span_s,
+                       allreduce_s=ar, compute_s=comp, other_s=other,
+                       n_allreduce=self.n_allreduce, allreduce_msg_bytes=self.allreduce_msg_bytes,
+                       spread_s=self.spread_s, skew_s=min(self.skew_s * f, ar), samples=self.samples)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankStats:
+    rank: int
+    path: str
+    passes: int
+    busy_s: float
+    comm_s: float
+    skew_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    traces: tuple[RankTrace, ...]
+    phases: tuple[PhaseStats, ...]
+    ranks: tuple[RankStats, ...]
+    mode: str
+    world_size: int
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "world_size": self.world_size,
+            "files": [t.meta.path for t in self.traces],
+            "phases": [p.to_dict() for p in self.phases],
+            "ranks": [r.__dict__ for r in self.ranks],
+            "notes": list(self.notes),
+        }
+
+
+def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
+    """(rank, label, occurrence) -> seconds this rank waited in the pass's collectives."""
+    groups: dict[tuple[str, int], dict[int, PassRecord]] = defaultdict(dict)
+    for t in traces:
+        for p in t.passes:
+            groups[(p.label, p.occurrence)][t.meta.rank] = p
+    out: dict[tuple[int, str, int], float] = {}
+    for (label, occ), by_rank in groups.items():
+        durs = {r: dict(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()}
+        common = set.intersection(*(set(d) for d in durs.values())) if len(durs) > 1 else set()
+        fastest = {k: min(d[k] for d in durs.values()) for k in common}
+        for r, d in durs.items():
+            out[(r, label, occ)] = sum(d[k] - fastest[k] for k in common)
+    return out
+
+
+def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
+    modes = {t.mode for t in traces}
+    if len(modes) > 1:
+        gpu = next(t for t in traces if t.mode == "gpu")
+        cpu = next(t for t in traces if t.mode == "cpu")
+        raise SpecmodelError(f"{gpu.meta.path} and {cpu.meta.path} come from different runs "
+                             "(one has GPU kernels, the other none)")
+    mode = modes.pop()
+    sk = skews(traces)
+    bare_by_rank = {t.meta.rank: dict(t.bare_totals_s) for t in traces}
+    by_phase: dict[tuple[str, int, int], list[tuple[int, PassRecord]]] = defaultdict(list)
+    for t in traces:
+        for p in t.passes:
+            by_phase[(p.kind, p.batch, p.tokens)].append((t.meta.rank, p))
+    phases = []
+    for (kind, batch, tokens), items in sorted(by_phase.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
+        recs = [p for _, p in items]
+        # one repetition = one (label, occurrence) across ranks: the engine's aggregation (a
+        # typical rank per repetition, median over repetitions), the same as `specmodel profile`
+        reps: dict[tuple[str, int], list[tuple[int, PassRecord]]] = defaultdict(list)
+        for r, p in items:
+            reps[(p.label, p.occurrence)].append((r, p))
+
+        def agg(f: Callable[[int, PassRecord], float], reps: dict[tuple[str, int], list[tuple[int, PassRecord]]]
+                = reps) -> float:
+            return median_of_rank_means([f(r, p) for r, p in rep] for rep in reps.values())
+
+        allreduce_s = agg(lambda r, p: p.comm_s)
+        labels = {p.label for p in recs}
+        timed = [bare_by_rank.get(r, {}).get(lbl) for r in {r for r, _ in items} for lbl in labels]
+        if len(labels) == 1 and timed and all(timed):
+            # a `specmodel profile` trace: as its rows, the profiled all-reduce share (typical rank,
+            # median repetition) applied to the unprofiled total (rank mean per timing pass, median)
+            prof_total = agg(lambda r, p: p.span_s)
+            share = min(allreduce_s, prof_total) / prof_total if prof_total > 0 else 0.0
+            n = min(len(t) for t in timed if t)
+            allreduce_s = median_of_rank_means([t[j] for t in timed if t] for j in range(n)) * min(share, 1.0)
+        impl: dict[str, list[float]] = defaultdict(list)
+        for p in recs:
+            for name, s in p.comm_by_impl_s:
+                impl[name].append(s)
+        msg = [b for p in recs for b in p.msg_bytes]
+        phases.append(PhaseStats(
+            kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
+            samples=len(recs), ranks=len({r for r, _ in items}),
+            span_s=agg(lambda r, p: p.span_s), busy_s=agg(lambda r, p: p.busy_s),
+            allreduce_s=allreduce_s, exposed_s=agg(lambda r, p: p.exposed_s),
+            compute_s=agg(lambda r, p: p.busy_s - p.comm_s), other_s=agg(lambda r, p: p.span_s - p.busy_s),
+            skew_s=agg(lambda r, p: sk.get((r, p.label, p.occurrence), 0.0)),
+            spread_s=iqr([p.span_s for p in recs]),
+            n_collectives=round(median([p.n_collectives for p in recs])),
+            n_allreduce=round(median([p.n_allreduce for p in recs])),
+            allreduce_msg_bytes=round(median(msg)) if msg else 0,
+            comm_by_impl_s=tuple((k, median(v + [0.0] * (len(recs) - len(v)))) for k, v in sorted(impl.items())),
+        ))
+    ranks = tuple(RankStats(
+        rank=t.meta.rank, path=t.meta.path, passes=len(t.passes),
+        busy_s=median([p.busy_s for p in t.passes]), comm_s=median([p.comm_s for p in t.passes]),
+        skew_s=median([sk.get((t.meta.rank, p.label, p.occurrence), 0.0) for p in t.passes]),
+    ) for t in sorted(traces, key=lambda t: t.meta.rank))
+    world = max((t.meta.world_size or 0 for t in traces), default=0) or len(traces)
+    notes = [f"per-phase figures: per forward pass the mean over ranks, then the median over passes "
+             f"({len(traces)} rank trace(s)); "
+             "a profile row's total is the median span, its parts the medians scaled to add up to it"]
+    if mode == "cpu":
+        notes.append("CPU trace (no GPU kernels): communication = gloo collective ops inside each span; "
+                     "busy = the whole span; all communication counted as exposed")
+    else:
+        attrs = sorted({t.attribution for t in traces})
+        notes.append(f"GPU kernels attributed to forward passes by {', '.join(attrs)}; "
+                     "allreduce_s = all collective-kernel time (all-reduce, all-gather, ...) in the pass")
+    if any(p.kind in ("verify", "draft_extend") and not any(SGLANG_STEP.match(lbl) and "toks=" in lbl
+                                                              or lbl.startswith("specmodel.") for lbl in p.labels)
+           for p in phases):
+        notes.append(f"verify / draft_extend tokens = batch x --num-draft-tokens ({opts.num_draft_tokens})")
+    if any(p.kind == "draft" for p in phases) and opts.topk != 1:
+        notes.append(f"draft tokens = batch x --topk ({opts.topk})")
+    if any("ProfilerStep" in p.labels for p in phases):
+        notes.append(f"ProfilerStep# spans read as {opts.step_kind} forwards at batch {opts.step_batch} "
+                     "(--step-kind/--batch)")
+    if len(traces) < world:
+        notes.append(f"only {len(traces)} of {world} ranks' traces were given")
+    return IngestResult(traces=tuple(sorted(traces, key=lambda t: t.meta.rank)), phases=tuple(phases),
+                        ranks=ranks, mode=mode, world_size=world, notes=tuple(notes))
+
+
+def _parse_one(args: tuple[str, IngestOptions, bool]) -> RankTrace:
+    return parse_rank_file(*args)
+
+
+def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
+           progress: Callable[[str], None] | None = None) -> IngestResult:
+    """Read every rank's trace (in parallel), check they are one run, aggregate per phase."""
+    opts = opts or IngestOptions()
+    paths = find_traces(inputs)
+    single = len(paths) == 1
+    check_same_run([read_meta(p, single=single) for p in paths])  # fail fast, before the heavy pass
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    work = [(str(p), opts, single) for p in paths]
+    if jobs == 1:
+        traces = [_parse_one(w) for w in work]
+    else:
+        ctx = get_context("fork") if "fork" in _start_methods() else None
+        # workers die with this process: a SIGKILLed `ingest` must not leave them parsing for minutes
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
+            traces = list(pool.map(_parse_one, work))
+    if progress:
+        for t in traces:
+            progress(f"{t.meta.path}: rank {t.meta.rank}, {len(t.passes)} passes, {t.n_kernels} kernels")
+    check_same_run([t.meta for t in traces])
+    return aggregate(traces, opts)
+
+
+def _start_methods() -> list[str]:
+    import multiprocessing
+
+    return multiprocessing.get_all_start_methods()
+
+
+def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps: int | None = None,
+                  baseline: Profile | None = None) -> Profile:
+    """The :class:`Profile` (``source.kind = "ingested"``) for an ingest result.
+
+    A speculative server's trace holds verify/draft passes only; its baseline decode step
+    comes from ``baseline`` (a profile of a non-speculative run: its decode rows are copied
+    in when the traces have none).
+    """
+    rows = tuple(p.cost_row() for p in result.phases)
+    notes = tuple(result.notes)
+    if not any(r.kind == "decode" for r in rows) and baseline is not None:
+        rows = rows + baseline.rows("decode")
+        notes += (f"decode rows (the baseline step) copied from profile {baseline.name} ({baseline.path})",)
+    if not any(r.kind == "decode" for r in rows):
+        found = ", ".join(sorted({r.kind for r in rows}))
+        raise SpecmodelError(f"no decode forward passes in the traces (found: {found}); a profile needs the "
+                             "baseline decode step: also trace a non-speculative run and pass its profile with "
+                             "--baseline (or use `specmodel profile`)")
+    first = result.traces[0].meta
+    tp = result.world_size
+    backend = first.backend or ("gloo" if result.mode == "cpu" else "nccl")
+    hardware: dict[str, Any] = {"gpu_count": tp} if result.mode == "gpu" else {"device": "cpu"}
+    if first.device_name:
+        hardware["gpu_name"] = first.device_name
+    if first.nccl_version:
+        hardware["nccl_version"] = first.nccl_version
+    if steps is None:
+        steps = max(1, math.ceil((opts.num_draft_tokens - 1) / opts.topk))
+    spec = SpecConfig(steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
+    files = [Path(t.meta.path).name for t in result.traces]
+    source = {
+        "kind": "ingested",
+        "tool": "specmodel ingest",
+        "description": f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
+                       f", TP{tp})",
+        "mode": result.mode,
+        "files": files,
+        "phases": [p.to_dict() for p in result.phases],
+        "ranks": [{"rank": r.rank, "file": Path(r.path).name, "passes": r.passes, "busy_s": r.busy_s,
+                   "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
+    }
+    return Profile(name=name, source=source, tp=tp, costs=rows, spec=spec, hardware=hardware, backend=backend,
+                   notes=notes)
