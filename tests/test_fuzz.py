@@ -68,8 +68,8 @@ def _profile(p: Path) -> object:
 
 
 def _accept_hist(p: Path) -> object:
-    from specmodel.commands.scenario import parse_histogram
     from specmodel.model.accept import from_histogram
+    from specmodel.scenario import parse_histogram
 
     raw = p.read_bytes()
     text = raw.decode("utf-8", errors="replace")
