@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError, require_finite
 from specmodel.io import loads_json, read_bytes
@@ -25,10 +25,8 @@ from specmodel.limits import (
 from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import default_context, forward_cost, measured_contexts
-from specmodel.model.optimize import accept_model
 from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
-from specmodel.model.serveplan import ServePlan, serve_plan
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -38,6 +36,9 @@ from specmodel.schema.profile import (
     read_source_kind,
     resolve_profile_path,
 )
+
+if TYPE_CHECKING:
+    from specmodel.model.serveplan import ServePlan
 
 REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
 
@@ -163,7 +164,10 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
 def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
     """The scenario's serve plan (``specmodel plan``): per (batch, context) the best measured
     speculative configuration or "off"; the grid defaults to the measured batches and contexts
-    plus the asked-for ones."""
+    plus the asked-for ones. (The optimizer is imported here: it is not on ``predict``'s cold path.)"""
+    from specmodel.model.optimize import accept_model
+    from specmodel.model.serveplan import serve_plan
+
     profile = sc.profile
     if sc.observation is not None:
         profile = calibrate_profile(profile, sc.observation, sc.spec, sc.context_tokens)[0]
