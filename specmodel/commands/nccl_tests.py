@@ -11,10 +11,17 @@ from typing import Any
 import click
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json
+from specmodel.io import PREVIOUS, atomic_write_json, refuse_shipped
 from specmodel.limits import MAX_TP
 from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
-from specmodel.schema.profile import AllReducePoint, load_profile, resolve_profile_path, save_profile
+from specmodel.schema.profile import (
+    AllReducePoint,
+    check_profile_destination,
+    load_profile,
+    read_source_kind,
+    resolve_profile_path,
+    save_profile,
+)
 from specmodel.trace.nccl_tests import (
     NcclRun,
     allreduce_points,
@@ -60,6 +67,15 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         raise SpecmodelError("give at least one all_reduce_perf output file")
     if tp is not None and tp < 2:
         raise SpecmodelError(f"--tp: an all-reduce needs >= 2 ranks, got {tp}")
+    if profile_path is not None:
+        if output is None:
+            raise SpecmodelError("-o: required with --profile (the input profile is never modified in place)")
+        check_profile_destination(output, "-o")  # before any work: shipped, reference, foreign -> refused
+    elif output is not None:
+        refuse_shipped(output, "-o")
+        if Path(output).is_file() and read_source_kind(output) is not None:
+            raise SpecmodelError(f"-o: {output}: holds a specmodel profile; a fit alone never replaces one "
+                                 "(pass --profile to write a profile with the fit)")
     runs = [parse_nccl_tests(f) for f in files]
     for r in runs:
         if not r.is_allreduce:
@@ -89,9 +105,8 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
     written: Path | None = None
     profile_note = ""
     if profile_path is not None:
+        assert output is not None
         prof = load_profile(profile_path)
-        if output is None:
-            raise SpecmodelError("-o: required with --profile (the input profile is never modified in place)")
         keep = tuple(p for p in prof.allreduce_points if p.tp != tp)
         files_txt = ", ".join(r.path for r in runs)
         src = dict(prof.source)
@@ -110,9 +125,12 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         out_name = Path(output).parent.name if Path(output).suffix == ".json" else Path(output).name
         new = dataclasses.replace(prof, allreduce_points=keep + points, allreduce_fit=fit, source=src, costs=rows,
                                   name=out_name or f"{prof.name}+nccl-tests")
-        written = save_profile(new, output)
-        if written.resolve() == resolve_profile_path(profile_path).resolve():
-            profile_note = (profile_note + "; " if profile_note else "") + "updated the profile in place (as asked by -o)"
+        in_place = check_profile_destination(output, "-o").resolve() == resolve_profile_path(profile_path).resolve()
+        written = save_profile(new, output, flag="-o")
+        if in_place:
+            kept = written.with_suffix(f".{PREVIOUS}.json") if written.name != "profile.json" else written.parent / PREVIOUS
+            profile_note = ((profile_note + "; " if profile_note else "")
+                            + f"updated the profile in place (as asked by -o); the old one is kept in {kept}")
     elif output is not None:
         written = atomic_write_json(output, fit_document(fit, points, runs))
 

@@ -2,8 +2,9 @@
 ``profile.json``, ``costs.csv``, ``ranks.csv``, ``allreduce.csv``, per-rank Chrome traces and,
 with ``--spec-loop``, ``specloop.json``. Pure Python (no torch).
 
-The directory is written next to its final place and swapped in with renames, so a reader sees
-the old profile or the new one, never a mix; a failed run leaves the old one byte-identical.
+The directory is written next to its final place and swapped in with renames (io.replace_dir), so a
+reader sees the old profile or the new one, never a mix; a failed run leaves the old one
+byte-identical, and a replaced one is kept as ``previous/`` inside the new one.
 """
 
 from __future__ import annotations
@@ -12,31 +13,30 @@ import csv
 import datetime as _dt
 import io
 import json
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specmodel import __version__
-from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_text
+from specmodel.io import atomic_write_text, replace_dir
 from specmodel.schema.phases import TARGET_KINDS
-from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, read_source_kind, save_profile
+from specmodel.schema.profile import (
+    AllReducePoint,
+    CostRow,
+    Profile,
+    SpecConfig,
+    check_profile_destination,
+    write_profile_json,
+)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def check_destination(dest: Path) -> None:
-    """Refuse (exit 2, before any rank starts) to replace something that is not our own output."""
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise SpecmodelError(f"{dest}: exists and is not a profile directory written by `specmodel profile`; "
-                             "choose another --name or --out-dir")
-    pj = dest / "profile.json"
-    if dest.is_dir() and any(dest.iterdir()):
-        if read_source_kind(pj) != "measured":
-            raise SpecmodelError(f"{dest}: exists and does not hold a measured profile; choose another --name "
-                                 "or --out-dir (it is never overwritten)")
+    """Refuse (exit 2, before any rank starts) to replace something that is not our own output:
+    the rule every profile writer shares (schema/profile.py ``check_profile_destination``)."""
+    check_profile_destination(dest, "--name/--out-dir")
 
 
 def _row(r: dict[str, Any], plan: dict[str, Any]) -> CostRow:
@@ -153,13 +153,9 @@ def write_output(result: dict[str, Any], dest: Path, trace_dir: Path | None, *,
     """Write ``dest`` (``profiles/<name>``) as a whole: staged beside it, then renamed into place."""
     profile = build_profile(result, overhead_s=overhead_s)
     check_destination(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    try:
-        stage.mkdir()
-        save_profile(profile, stage)  # validated round trip, atomic
+
+    def fill(stage: Path) -> None:
+        write_profile_json(profile, stage / "profile.json")  # validated round trip
         atomic_write_text(stage / "costs.csv", costs_csv(result))
         atomic_write_text(stage / "ranks.csv", ranks_csv(result))
         if result.get("allreduce_points"):
@@ -169,15 +165,8 @@ def write_output(result: dict[str, Any], dest: Path, trace_dir: Path | None, *,
                 atomic_write_text(stage / fname, json.dumps(obj, indent=2, allow_nan=False) + "\n")
         if trace_dir is not None and trace_dir.is_dir():
             shutil.copytree(trace_dir, stage / "traces")
-        if dest.exists():
-            os.rename(dest, old)
-        os.rename(stage, dest)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        if old.exists() and not dest.exists():
-            os.rename(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+
+    replace_dir(dest, fill, flag="--name/--out-dir")  # the old run kept as dest/previous/
     return replace(profile, path=str(dest / "profile.json"))
 
 

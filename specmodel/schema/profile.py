@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json, read_json
+from specmodel.io import PREVIOUS, atomic_write_json, read_json, refuse_shipped, replace_dir
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import FORWARD_KINDS
@@ -542,12 +542,62 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(read_json(p), str(p))
 
 
-def save_profile(profile: Profile, path: str | Path) -> Path:
-    """Atomically write ``profile`` (to ``path``/profile.json when ``path`` is a directory)."""
+def check_profile_destination(path: str | Path, flag: str = "-o/--output") -> Path:
+    """The one rule for writing a profile where something may already be (``profile --name``,
+    ``nccl-tests -o``, ``ingest -o``, ``sglang --summarize -o``): refuse, before any work, unless
+    the place is new, an empty directory, or holds a profile this tool wrote on the user's box
+    (:data:`OWN_BOX_KINDS`); the shipped package and reference profiles are never written.
+
+    ``path`` names a profile directory, its ``profile.json``, or a standalone ``NAME.json``;
+    returns the file that will be written. What is replaced is kept (:func:`save_profile`).
+    """
     p = Path(path)
-    if p.suffix != ".json":
-        p = p / "profile.json"
-    # Round-trip validation: never write something we could not read back.
+    refuse_shipped(p, flag)
+    target = p if p.suffix == ".json" else p / "profile.json"
+    holder = target.parent if target.name == "profile.json" else target
+    if holder.is_symlink():
+        raise SpecmodelError(f"{flag}: {holder}: is a symbolic link (a profile is never written through one); "
+                             f"choose another {flag}")
+    if holder is target:
+        if holder.exists() and not holder.is_file():
+            raise SpecmodelError(f"{flag}: {holder}: exists and is not a file; choose another {flag}")
+        exists = holder.exists()
+    else:
+        if holder.exists() and not holder.is_dir():
+            raise SpecmodelError(f"{flag}: {holder}: exists and is not a profile directory; choose another {flag}")
+        exists = holder.is_dir() and any(holder.iterdir())
+    if exists:
+        kind = read_source_kind(target)
+        if kind not in OWN_BOX_KINDS:
+            what = ("the reference profile" if kind == "reference" else f"a {kind} profile" if kind
+                    else "something that is not a profile written by specmodel")
+            raise SpecmodelError(f"{flag}: {holder}: holds {what}; only a profile specmodel measured, ingested or "
+                                 f"derived on this box is replaced (the old one kept), so choose another {flag}")
+    return target
+
+
+def write_profile_json(profile: Profile, path: str | Path, *, shipped_ok: bool = False) -> Path:
+    """Atomically write one ``profile.json`` after a validated round trip (never something we could
+    not read back). No destination rule: for a fresh staging directory, or the maintainer script
+    that regenerates the shipped reference (``shipped_ok``); commands call :func:`save_profile`."""
+    p = Path(path)
     d = profile_to_dict(profile)
     profile_from_dict(d, str(p))
-    return atomic_write_json(p, d)
+    return atomic_write_json(p, d, shipped_ok=shipped_ok)
+
+
+def save_profile(profile: Profile, path: str | Path, *, flag: str = "-o/--output") -> Path:
+    """Write ``profile`` to ``path`` (``path``/profile.json when ``path`` is a directory) under
+    :func:`check_profile_destination`; returns the file written.
+
+    A directory is replaced as a whole, the old one kept as ``previous/`` inside the new one
+    (:func:`specmodel.io.replace_dir`); a standalone ``NAME.json`` replaced keeps the old one as
+    ``NAME.previous.json``.
+    """
+    target = check_profile_destination(path, flag)
+    if target.name != "profile.json":
+        if target.exists():
+            atomic_write_json(target.with_suffix(f".{PREVIOUS}.json"), read_json(target))
+        return write_profile_json(profile, target)
+    replace_dir(target.parent, lambda stage: write_profile_json(profile, stage / "profile.json"), flag=flag)
+    return target
