@@ -247,8 +247,7 @@ class ReportContent:
 
         opt = self.optimizer
         return {
-            "schema": REPORT_SCHEMA,
-            "schema_version": REPORT_SCHEMA_VERSION,
+            **REPORT.header(),
             "title": self.title,
             "specmodel_version": self.version,
             "pages": list(self.pages),

@@ -367,7 +367,7 @@ def read_source_kind(path: str | Path) -> str | None:
         d = read_json(path, max_bytes=64 << 20)
     except (SpecmodelError, OSError, RecursionError):  # (RecursionError: a deeply nested file)
         return None
-    if not isinstance(d, Mapping) or d.get("schema") != PROFILE_SCHEMA or not isinstance(d.get("source"), Mapping):
+    if not PROFILE.matches(d) or not isinstance(d.get("source"), Mapping):
         return None
     kind = d["source"].get("kind")
     return kind if kind in SOURCE_KINDS else None
@@ -443,9 +443,7 @@ class Profile:
 
 
 def profile_to_dict(p: Profile) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "schema": PROFILE_SCHEMA,
-        "schema_version": PROFILE_SCHEMA_VERSION,
+    return PROFILE.stamp({
         "name": p.name,
         "source": p.source,
         "hardware": p.hardware,
@@ -458,8 +456,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         "allreduce_points": [a.to_dict() for a in p.allreduce_points],
         "allreduce_fit": p.allreduce_fit.to_dict() if p.allreduce_fit else None,
         "notes": list(p.notes),
-    }
-    return out
+    })
 
 
 def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
@@ -472,16 +469,7 @@ def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
 
 def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     """Validate a decoded JSON object and build a :class:`Profile`. ``where`` names the file."""
-    if not isinstance(d, dict):
-        raise SpecmodelError(f"{where}: expected a JSON object at top level")
-    if d.get("schema") != PROFILE_SCHEMA:
-        raise SpecmodelError(f"{where}: schema: expected {PROFILE_SCHEMA!r}, got {d.get('schema')!r} (not a specmodel profile)")
-    ver = d.get("schema_version")
-    if isinstance(ver, bool) or ver not in PROFILE_READABLE_VERSIONS:
-        raise SpecmodelError(
-            f"{where}: schema_version: this specmodel reads versions "
-            f"{', '.join(map(str, PROFILE_READABLE_VERSIONS))}, file has {ver!r}"
-        )
+    ver = PROFILE.check(d, where)
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise SpecmodelError(f"{where}: name: missing or not a string")

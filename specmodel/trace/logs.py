@@ -557,12 +557,13 @@ def parse_log(path: str | Path) -> LogFile:
             doc = loads_json(text, spath)
         except SpecmodelError:
             doc = None
-        if isinstance(doc, dict) and doc.get("schema") == ACCEPT_SCHEMA:
+        if ACCEPT.matches(doc):
+            assert isinstance(doc, dict)
             _check_saved(doc, spath)
             return LogFile(path=spath, engine="specmodel.accept", fmt=f"v{doc['schema_version']}", lines_read=len(lines),
                            lines_matched=1, saved=doc)
         if isinstance(doc, dict) and "schema" in doc:
-            raise SpecmodelError(f"{spath}: schema {doc.get('schema')!r} is not a specmodel.accept file")
+            ACCEPT.check(doc, spath)  # another specmodel document: one line saying which
         return _parse_bench(spath, lines)
     return _parse_text_log(spath, lines)
 
@@ -653,9 +654,7 @@ def _label(paths: Sequence[str]) -> str:
 
 
 def _check_saved(doc: dict[str, Any], where: str) -> None:
-    ver = doc.get("schema_version")
-    if ver != ACCEPT_SCHEMA_VERSION:
-        raise SpecmodelError(f"{where}: schema_version: this specmodel reads version {ACCEPT_SCHEMA_VERSION}, file has {ver!r}")
+    ACCEPT.check(doc, where)
     probs = doc.get("probs")
     if not isinstance(probs, list) or not probs or not all(
             isinstance(p, (int, float)) and not isinstance(p, bool) for p in probs):
@@ -921,9 +920,7 @@ def throughput_series(windows: Iterable[DecodeWindow]) -> tuple[SeriesPoint, ...
 def accept_document(s: AcceptSummary) -> dict[str, Any]:
     """The schema-versioned JSON ``specmodel accept -o`` writes (and ``--accept-log`` reads back)."""
     d = s.dist
-    return {
-        "schema": ACCEPT_SCHEMA,
-        "schema_version": ACCEPT_SCHEMA_VERSION,
+    return ACCEPT.stamp({
         "convention": "tokens",
         "steps": d.max_tokens - 1,
         "max_tokens": d.max_tokens,
@@ -941,7 +938,7 @@ def accept_document(s: AcceptSummary) -> dict[str, Any]:
         "server": None if s.config is None else {
             k: getattr(s.config, k) for k in ("engine", "where", "model", "tp", "algorithm", "draft_model", "steps",
                                               "topk", "num_draft_tokens", "decode_log_interval")},
-    }
+    })
 
 
 def write_accept_json(s: AcceptSummary, path: str | Path) -> Path:

@@ -77,14 +77,7 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
                 truncated = True
                 continue
             raise SpecmodelError(f"{where}: not valid JSON") from None
-        if not isinstance(rec, dict):
-            raise SpecmodelError(f"{where}: expected a JSON object")
-        if rec.get("schema") != SGLANG_FORWARD.name:
-            raise SpecmodelError(f"{where}: schema: expected {SGLANG_FORWARD.name!r}, got {rec.get('schema')!r} "
-                                 "(not a specmodel sglang forward log)")
-        if rec.get("schema_version") != SGLANG_FORWARD.version:
-            raise SpecmodelError(f"{where}: schema_version: this specmodel reads {SGLANG_FORWARD.version}, "
-                                 f"got {rec.get('schema_version')!r}")
+        SGLANG_FORWARD.check(rec, where)
         kind = rec.get("type")
         if kind == "meta":
             metas.append(rec)
