@@ -31,6 +31,7 @@ from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
     Profile,
+    Source,
     SpecConfig,
     load_profile,
     read_source_kind,
@@ -319,14 +320,9 @@ def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: flo
                    other_s=max(total_s - ar - comp, 0.0), context_tokens=context_tokens)
 
 
-def _with_origins(profile: Profile, origins: dict[str, str], **extra: Any) -> Profile:
+def _with_origins(profile: Profile, origins: dict[str, str], *, tp_known: bool | None = None) -> Profile:
     """``profile`` with ``source.cost_origin`` extended by ``origins`` (read by the prediction's provenance)."""
-    src = dict(profile.source)
-    merged = dict(src.get("cost_origin") or {})
-    merged.update(origins)
-    src["cost_origin"] = merged
-    src.update(extra)
-    return replace(profile, source=src)
+    return replace(profile, source=profile.source.with_origins(origins, tp_known=tp_known))
 
 
 def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: int | None,
@@ -378,7 +374,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     elif baseline_tps is not None or verify_ms is not None:
         origins["allreduce"] = f"your costs split like {profile.name}'s rows (pass --allreduce-frac to set it)"
     if profile is None:
-        base = Profile(name="command-line", source={"kind": "numbers", "description": "plain numbers from the command line"},
+        base = Profile(name="command-line", source=Source.numbers(tp_known=tp is not None),
                        tp=tp or 1, costs=tuple(rows), spec=spec,
                        overhead_s=(overhead_ms or 0.0) / 1e3, path="(command line)")
         return _with_origins(base, origins, tp_known=tp is not None)
@@ -386,9 +382,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     if overhead_ms is not None:
         new = replace(new, overhead_s=overhead_ms / 1e3)
     if any(v is not None for v in (baseline_tps, verify_ms, draft_ms, overhead_ms)):
-        src = dict(new.source)
-        src["description"] = f"{profile.label}; with command-line overrides"
-        new = replace(new, source=src)
+        new = replace(new, source=new.source.with_description(f"{profile.label}; with command-line overrides"))
     return _with_origins(new, origins)
 
 

@@ -315,7 +315,7 @@ def _profile_with_extend(tmp_path: Path, *, kind: str = "measured", overhead_s: 
     ext = [CostRow(kind="draft_extend", batch=b, tokens=4 * b, total_s=1.0e-3 + 0.2e-3 * b, allreduce_s=0.3e-3,
                    compute_s=0.6e-3 + 0.2e-3 * b, other_s=0.1e-3) for b in (1, 2, 4, 8)]
     p = dataclasses.replace(p, costs=p.costs + tuple(ext), overhead_s=overhead_s,
-                            source={**p.source, "kind": kind})
+                            source={**p.source.to_dict(), "kind": kind})
     return save_profile(p, tmp_path / "profiles" / "x")
 
 

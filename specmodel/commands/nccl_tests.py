@@ -16,6 +16,7 @@ from specmodel.limits import MAX_TP
 from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
 from specmodel.schema.profile import (
     AllReducePoint,
+    Source,
     check_profile_destination,
     load_profile,
     read_source_kind,
@@ -109,17 +110,17 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         prof = load_profile(profile_path)
         keep = tuple(p for p in prof.allreduce_points if p.tp != tp)
         files_txt = ", ".join(r.path for r in runs)
-        src = dict(prof.source)
-        src["allreduce_from"] = f"nccl-tests {files_txt}"
+        src = prof.source.with_allreduce_from(f"nccl-tests {files_txt}")
         rows = prof.costs
         if prof.tp == tp:
             # the measured fit re-costs every all-reduce of the profile, so predictions change with it
             rows, changed = recost_rows(prof.costs, tp, fit)
             profile_note = f"re-costed the all-reduce of {changed} of {len(rows)} cost rows with the fit (skew kept)"
-            src["derived_from"] = [f"profile {prof.name} ({prof.source_kind})", f"nccl-tests {files_txt}"]
-            src["description"] = (f"derived from profile {prof.name} ({prof.label}) and nccl-tests {files_txt} "
-                                  "(all-reduce re-costed with the measured fit)")
-            src["kind"] = "derived"
+            src = Source.derived(base=src, derived_from=(f"profile {prof.name} ({prof.source_kind})",
+                                                         f"nccl-tests {files_txt}"),
+                                 description=(f"derived from profile {prof.name} ({prof.label}) and nccl-tests "
+                                              f"{files_txt} (all-reduce re-costed with the measured fit)"),
+                                 allreduce_from=src.allreduce_from)
         else:
             profile_note = f"profile {prof.name} is TP {prof.tp}; the fit is at TP {tp} (used for TP what-ifs only)"
         out_name = Path(output).parent.name if Path(output).suffix == ".json" else Path(output).name

@@ -16,7 +16,7 @@ from specmodel.schema.formats import PLAN
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out = [f"note: {n}" for n in sc.notes]
-    tp = "TP unknown" if sc.profile.source.get("tp_known") is False else f"TP{sc.profile.tp}"  # never a default TP1
+    tp = "TP unknown" if not sc.profile.source.tp_known else f"TP{sc.profile.tp}"  # never a default TP1
     out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), {tp}; "
                f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
                f"{sc.spec.steps}, topk {sc.spec.topk}")

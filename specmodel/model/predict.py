@@ -113,8 +113,7 @@ def cost_origins(profile: Profile) -> dict[str, str]:
     Keys: ``decode``, ``verify``, ``draft``, ``overhead``, ``allreduce``. A cost without an entry
     came from the profile itself.
     """
-    raw = profile.source.get("cost_origin")
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    return profile.source.origins
 
 
 def profile_origin(profile: Profile) -> str:
@@ -418,7 +417,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
         # a calibration modelled off measured costs carries that into every prediction made with it
         extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
-        tp_known=profile.source.get("tp_known", True) is not False,
+        tp_known=profile.source.tp_known,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,

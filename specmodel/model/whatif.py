@@ -61,9 +61,7 @@ def _row(r: CostRow, *, allreduce_s: float, compute_s: float | None = None, skew
 
 
 def _relabel(profile: Profile, what: str) -> Profile:
-    src = dict(profile.source)
-    src["description"] = f"{profile.label}; what-if: {what}"
-    return dataclasses.replace(profile, source=src)
+    return dataclasses.replace(profile, source=profile.source.with_description(f"{profile.label}; what-if: {what}"))
 
 
 def allreduce_faster(profile: Profile, factor: float = 2.0) -> Profile:

@@ -25,6 +25,7 @@ from specmodel.schema.profile import (
     AllReducePoint,
     CostRow,
     Profile,
+    Source,
     SpecConfig,
     check_profile_destination,
     write_profile_json,
@@ -59,18 +60,17 @@ def build_profile(result: dict[str, Any], *, overhead_s: float | None = None) ->
     device = hw.get("gpu_name") if plan["device"] == "cuda" else hw.get("cpu_name")
     size = (f"{tgt['num_layers']} of {sc['original']['num_hidden_layers']} layers, hidden {tgt['hidden_size']} "
             f"of {sc['original']['hidden_size']}") if sc.get("scaled") else "full size"
-    source = {
-        "kind": "measured",
-        "tool": f"specmodel profile {__version__}",
-        "description": (f"measured by specmodel profile: TP{plan['tp']} {plan['backend']} on {hw.get('hostname', '?')} "
-                        f"({device or 'unknown device'}); {tgt['name']} ({size})"),
-        "created_utc": result.get("finished_utc") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "method": ("each forward annotated (record_function + NVTX); times from interleaved passes over all points "
+    source = Source.measured(
+        tool=f"specmodel profile {__version__}",
+        description=(f"measured by specmodel profile: TP{plan['tp']} {plan['backend']} on {hw.get('hostname', '?')} "
+                     f"({device or 'unknown device'}); {tgt['name']} ({size})"),
+        created_utc=result.get("finished_utc") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        method=("each forward annotated (record_function + NVTX); times from interleaved passes over all points "
                    "without the profiler (CUDA-graph replays on a GPU unless --eager) until each point's 95% interval "
                    "is within the target or the time budget is spent; all-reduce share from a torch.profiler pass "
                    "(collective time isolated from the trace, compute = the rest); median over repetitions of the "
-                   "rank mean, spread = IQR, ci95_rel = order-statistic 95% interval of that median"),
-    }
+                "rank mean, spread = IQR, ci95_rel = order-statistic 95% interval of that median"),
+    )
     model = {
         "name": tgt["name"], "family": tgt["family"], "architecture": tgt["architecture"],
         "model_type": tgt["model_type"], "config_source": plan["model_source"],

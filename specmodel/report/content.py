@@ -412,9 +412,7 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
             ("hardware", hw_txt or "not recorded"),
             ("model", str(profile.model.get("name", "not recorded"))),
             ("backend / TP", f"{profile.backend or 'not recorded'} / {f'TP {p.tp}' if p.tp_known else 'TP unknown'}")]
-    versions = {k: v for k, v in profile.source.items() if "version" in k and isinstance(v, (str, int, float))}
-    if isinstance(profile.source.get("versions"), dict):
-        versions.update({k: v for k, v in profile.source["versions"].items() if isinstance(v, (str, int, float))})
+    versions = profile.source.versions()
     if versions:
         rows.append(("profile versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))))
     rows.append(("specmodel", f"{__version__}; python {platform.python_version()}; numpy {_version('numpy')}; "
