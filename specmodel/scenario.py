@@ -21,6 +21,7 @@ from specmodel.io import loads_json, read_bytes
 from specmodel.limits import (
     MAX_CONTEXT_TOKENS,
     MAX_STEPS,
+    SEARCH_MAX_STEPS,
 )
 from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
@@ -179,7 +180,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
         contexts = sorted(set(measured_contexts(profile, "decode")) | {ctx})
     if min(batches) < 1:
         raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
-    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
     return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
 
 

@@ -23,6 +23,7 @@ from specmodel.limits import (
     MAX_DRAFT_TOKENS,
     MAX_HIDDEN,
     MAX_LAYERS,
+    MAX_PROFILE_CONTEXT_TOKENS,
     MAX_REPEATS,
     MAX_STEPS,
     MAX_TOPK,
@@ -30,12 +31,7 @@ from specmodel.limits import (
     MAX_WARMUP,
 )
 from specmodel.profile import configs as cfgs
-from specmodel.profile.plan import (
-    MAX_CONTEXT_TOKENS,  # the profiler's own bound (1M), tighter than specmodel.limits'
-    RunPlan,
-    build_plan,
-    is_torchrun,
-)
+from specmodel.profile.plan import RunPlan, build_plan, is_torchrun
 from specmodel.schema.formats import PROFILE_RUN
 
 
@@ -147,7 +143,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
 @click.option("--steps", type=click.IntRange(max=MAX_STEPS), default=None, help="Draft depth (--speculative-num-steps); default 3.")
 @click.option("--topk", type=click.IntRange(max=MAX_TOPK), default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
 @click.option("--num-draft-tokens", type=click.IntRange(max=MAX_DRAFT_TOKENS), default=None, help="Tokens verified per request; default steps+1.")
-@click.option("--context-len", type=click.IntRange(max=MAX_CONTEXT_TOKENS), default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
+@click.option("--context-len", type=click.IntRange(max=MAX_PROFILE_CONTEXT_TOKENS), default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
 @click.option("--contexts", default=None,
               help="KV lengths per request to sweep, e.g. 0,4K,32K,128K (K = 1024); every phase at each "
                    "(default 256,4K on CPU; 1K,8K,32K on GPU).")

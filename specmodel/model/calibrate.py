@@ -15,13 +15,12 @@ import math
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS, ROUND_SLACK
 
 #: an observed cycle shorter than this share of the modelled forwards (verify + draft, no
 #: overhead) is not noise between a profile and a server: the point or the profile is wrong
 MIN_PLAUSIBLE_CYCLE_FRAC = 0.5
 #: logged accept lengths carry 2 decimals: steps + 1 may be exceeded by rounding only
-_ROUND_SLACK = 0.0051
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +43,7 @@ class Observation:
             raise SpecmodelError(f"--calibrate: context must be >= 0 tokens, got {self.context_tokens}")
         if self.context_tokens is not None and self.context_tokens > MAX_CONTEXT_TOKENS:
             raise SpecmodelError(f"--calibrate: context must be <= {MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
-        if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + _ROUND_SLACK:
+        if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + ROUND_SLACK:
             raise SpecmodelError(f"--calibrate: accept length must be a finite number of tokens/step in "
                                  f"1..{MAX_STEPS + 1}, got {self.accept_tokens}")
         if not math.isfinite(self.tokens_per_s) or not self.tokens_per_s > 0:
@@ -84,7 +83,7 @@ def check_observation(obs: Observation, *, max_accept_tokens: int, modelled_forw
       modelled forwards alone: the per-cycle overhead would have to be negative by more than
       any profile/server mismatch (``1,2.0,1e9`` is a 2 ns cycle).
     """
-    if obs.accept_tokens > max_accept_tokens + _ROUND_SLACK:
+    if obs.accept_tokens > max_accept_tokens + ROUND_SLACK:
         raise SpecmodelError(f"--calibrate: accept length {obs.accept_tokens:g} exceeds steps + 1 = {max_accept_tokens} "
                              "(a verify emits at most every draft plus the bonus token); pass the --steps it ran with")
     if modelled_forward_s > 0 and obs.cycle_s < MIN_PLAUSIBLE_CYCLE_FRAC * modelled_forward_s:

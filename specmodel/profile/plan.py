@@ -16,7 +16,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError, require_finite
 from specmodel.io import check_output_dir, confined_name
-from specmodel.limits import MAX_BATCH
+from specmodel.limits import MAX_BATCH, MAX_CONTEXTS, MAX_PROFILE_CONTEXT_TOKENS
 from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
 from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, phase_label
@@ -33,7 +33,6 @@ VERIFY_TOKENS = (2, 4, 8)
 #: scaled model, so the default sweep stays about as long as a single-context one was.
 CPU_CONTEXTS = (256, 4096)
 GPU_CONTEXTS = (1024, 8192, 32768)
-MAX_CONTEXT_TOKENS = 1 << 20  # 1M tokens per request: beyond any served model today
 CPU_AR_SIZES = tuple(4 * 4**i for i in range(11))  # 4 B .. 4 MiB, x4 (nccl-tests style)
 GPU_AR_SIZES = tuple(8 * 2**i for i in range(25))  # 8 B .. 128 MiB, x2
 
@@ -268,7 +267,6 @@ def _sizes(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
 
 
 _CTX_RE = re.compile(r"^(\d+)([kKmM]?)$")
-MAX_CONTEXTS = 16
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -281,8 +279,8 @@ def _contexts(text: str) -> tuple[int, ...]:
         if not m:
             raise SpecmodelError(f"--contexts: expected KV lengths in tokens like 0,4K,32K,128K, got {part!r}")
         v = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
-        if v > MAX_CONTEXT_TOKENS:
-            raise SpecmodelError(f"--contexts: {part} = {v} tokens is above the limit of {MAX_CONTEXT_TOKENS} (1M)")
+        if v > MAX_PROFILE_CONTEXT_TOKENS:
+            raise SpecmodelError(f"--contexts: {part} = {v} tokens is above the limit of {MAX_PROFILE_CONTEXT_TOKENS} (1M)")
         out.append(v)
     if not out:
         raise SpecmodelError("--contexts: expected at least one value")

@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from specmodel import __version__
+from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
@@ -472,7 +473,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                            speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
                            extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
 
-    model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(8, spec.steps))
+    model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(SEARCH_MAX_STEPS, spec.steps))
     ctx = p.context_tokens
     opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx)
     optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx)
