@@ -38,6 +38,7 @@ from specmodel.schema.profile import (
     read_source_kind,
     resolve_profile_path,
 )
+from specmodel.units import alpha_beta
 
 if TYPE_CHECKING:
     from specmodel.model.serveplan import ServePlan
@@ -404,8 +405,8 @@ def apply_allreduce_fit(profile: Profile, fit_path: str, notes: list[str]) -> Pr
     new = replace(profile.with_costs(rows), allreduce_fit=fit, allreduce_points=keep + points)
     before = min(profile.rows("decode"), key=lambda r: r.tokens)
     after = min(new.rows("decode"), key=lambda r: r.tokens)
-    notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, alpha "
-                 f"{fit.alpha_s * 1e6:.2f} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s ({fit.algorithm}, TP {fit.tp}); "
+    notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, "
+                 f"{alpha_beta(fit.alpha_s, fit.beta_bytes_per_s)} ({fit.algorithm}, TP {fit.tp}); "
                  f"decode at {before.tokens} tokens: all-reduce {before.allreduce_s * 1e3:.2f} ms in the profile -> "
                  f"{after.allreduce_s * 1e3:.2f} ms (waiting/skew kept: {after.skew_s * 1e3:.2f} ms)")
     return _with_origins(new, {"allreduce": f"nccl-tests fit {fit_path} at each row's message size "

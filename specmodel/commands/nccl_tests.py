@@ -30,6 +30,7 @@ from specmodel.trace.nccl_tests import (
     fit_document,
     parse_nccl_tests,
 )
+from specmodel.units import alpha_beta
 
 
 def _merge(runs: list[NcclRun], tp: int) -> tuple[AllReducePoint, ...]:
@@ -148,8 +149,8 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         lines.append(f"file         {r.path}: {r.program or 'all_reduce_perf (pre-2.13 format)'}{ver}, {r.n_ranks or tp} ranks, "
                      f"{len(r.rows)} rows, check column {r.check_column or 'none'}"
                      + (", per-iteration timing" if r.per_iteration else ""))
-    lines.append(f"fit          {algorithm}: alpha {fit.alpha_s * 1e6:.3f} us per step, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s "
-                 f"per link at TP {tp}; median |error| {statistics.median(abs(e) for e in errs):.1%}")
+    lines.append(f"fit          {algorithm}: {alpha_beta(fit.alpha_s, fit.beta_bytes_per_s, 3)} (per step, per link) "
+                 f"at TP {tp}; median |error| {statistics.median(abs(e) for e in errs):.1%}")
     lines.append("             size (B)   measured (us)   fitted (us)   error")
     for p, e in zip(points, errs, strict=True):
         lines.append(f"       {p.msg_bytes:>14}  {p.latency_s * 1e6:>14.2f}  {allreduce_s(p.msg_bytes, tp, fit) * 1e6:>12.2f}  {e:>+6.1%}")

@@ -20,6 +20,7 @@ from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 from specmodel.schema.shapes import ModelShape
+from specmodel.units import alpha_beta
 
 #: Used only when a profile carries no all-reduce data at all (no fit, no points, no per-call
 #: latencies in its rows): order-of-magnitude PCIe figures, a few µs per NCCL hop and
@@ -108,7 +109,7 @@ def choose_fit(profile: Profile) -> FitChoice:
         return FitChoice(fit=fit_alpha_beta([b for b, _ in calls], [t for _, t in calls], tp),
                          origin="fitted to the per-call all-reduce time of the profile's cost rows")
     return FitChoice(fit=AllReduceFit(alpha_s=DEFAULT_ALPHA_S, beta_bytes_per_s=DEFAULT_BETA_BYTES_PER_S, tp=tp),
-                     origin=(f"DEFAULT alpha {DEFAULT_ALPHA_S * 1e6:g} us, beta {DEFAULT_BETA_BYTES_PER_S / 1e9:g} GB/s "
+                     origin=(f"DEFAULT {alpha_beta(DEFAULT_ALPHA_S, DEFAULT_BETA_BYTES_PER_S)} "
                              "(the profile has no all-reduce data)"))
 
 

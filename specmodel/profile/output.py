@@ -30,6 +30,7 @@ from specmodel.schema.profile import (
     check_profile_destination,
     write_profile_json,
 )
+from specmodel.units import alpha_beta
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -260,8 +261,7 @@ def format_summary(profile: Profile, result: dict[str, Any], dest: Path, wall_s:
                      f"target after {result['rows'][0].get('passes', '?')} interleaved passes (worst {max(cis):.1%})")
     if profile.allreduce_fit is not None:
         f = profile.allreduce_fit
-        lines.append(f"all-reduce   {len(profile.allreduce_points)} sizes; ring fit alpha {f.alpha_s * 1e6:.1f} us, "
-                     f"beta {f.beta_bytes_per_s / 1e9:.3f} GB/s")
+        lines.append(f"all-reduce   {len(profile.allreduce_points)} sizes; ring fit {alpha_beta(f.alpha_s, f.beta_bytes_per_s)}")
     lines.append(f"wrote        {dest}/ (profile.json, costs.csv, ranks.csv, traces/) in {wall_s:.1f} s")
     lines.append(f"next         specmodel predict --profile {dest} --accept-len 3.2")
     return "\n".join(lines)
