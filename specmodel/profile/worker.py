@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
 from specmodel.profile.annotate import Stopwatch, timed_phase
 from specmodel.profile.device import Placement, capture_graph, torch_device
@@ -75,25 +75,6 @@ class Fault:
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected fault at {where}")
-
-
-def _watch_parent() -> None:
-    """Die with the supervising parent (never linger as an orphan holding a port or a GPU)."""
-    try:  # Linux: the kernel sends SIGKILL when the parent exits
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    ppid = os.getppid()
-
-    def loop() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != ppid:
-                os._exit(EXIT_ORPHAN)
-
-    threading.Thread(target=loop, name="specmodel-parent-watch", daemon=True).start()
 
 
 class Rank:
@@ -541,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--run-dir", required=True)
     a = ap.parse_args(argv)
-    _watch_parent()
+    die_with_parent(os.getppid(), watch=True, exit_code=EXIT_ORPHAN)  # never linger as an orphan
     run_dir = Path(a.run_dir)
     plan = RunPlan.load(a.plan)
     board = run_dir / "status.bin"
