@@ -23,6 +23,7 @@ from specmodel.schema.profile import KINDS, CostRow, Profile, Source, SpecConfig
 from specmodel.stats import iqr, median
 from specmodel.trace.attribution import (
     PassRecord,
+    collective_skew,
     median_of_rank_means,
 )
 from specmodel.trace.kineto import (
@@ -117,11 +118,9 @@ def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
             groups[(p.label, p.occurrence)][t.meta.rank] = p
     out: dict[tuple[int, str, int], float] = {}
     for (label, occ), by_rank in groups.items():
-        durs = {r: dict(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()}
-        common = set.intersection(*(set(d) for d in durs.values())) if len(durs) > 1 else set()
-        fastest = {k: min(d[k] for d in durs.values()) for k in common}
-        for r, d in durs.items():
-            out[(r, label, occ)] = sum(d[k] - fastest[k] for k in common)
+        sk, _ = collective_skew({r: tuple(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()})
+        for r, v in sk.items():
+            out[(r, label, occ)] = v
     return out
 
 
