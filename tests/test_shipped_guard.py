@@ -52,6 +52,11 @@ def test_every_profile_writer_refuses_the_package(cli, target, shipped_untouched
         save_profile(load_profile(REFERENCE), target)
 
 
+def test_ingest_onto_the_shipped_reference_is_refused(cli, shipped_untouched):
+    r = cli("ingest", str(DATA / "kineto_cpu_gloo_tp2"), "-o", str(REFERENCE))
+    assert r.returncode == 2 and "never written" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
 def test_io_writers_refuse_the_package(tmp_path, shipped_untouched):
     with pytest.raises(SpecmodelError, match="never written"):
         atomic_write_text(PACKAGE_DIR / "reference" / "x.txt", "x")

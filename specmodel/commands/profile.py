@@ -7,13 +7,14 @@ is imported only when a run starts, never by ``specmodel predict``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +34,9 @@ from specmodel.limits import (
 from specmodel.profile import configs as cfgs
 from specmodel.profile.plan import CPU_DEFAULTS, GPU_DEFAULTS, RunPlan, build_plan, default_help, is_torchrun
 from specmodel.schema.formats import PROFILE_RUN
+
+if TYPE_CHECKING:
+    from specmodel.profile.result import RunResult
 
 _MODELS = "the model's"
 
@@ -91,11 +95,11 @@ def _run_local(plan: RunPlan, quiet: bool) -> Any:
         prog.close()
 
 
-def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace_dir: Path | None,
+def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir: Path | None,
             wall_s: float, as_json: bool) -> None:
     from specmodel.profile.output import build_profile, compare_loop, format_comparison, format_summary, write_output
 
-    loop: dict[str, Any] | None = result.get("spec_loop")
+    loop = result.spec_loop
     if given is not None:  # compare with an existing profile; write nothing
         assert loop is not None
         against = compare_loop(given, loop)
@@ -112,11 +116,10 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
     profile = write_output(result, dest, trace_dir, overhead_s=overhead, extra=extra)
     if as_json:
         out = {**PROFILE_RUN.header(), "profile": str(dest), "wall_s": wall_s, "tp": profile.tp, "backend": profile.backend,
-               "rows": result["rows"], "allreduce_points": result.get("allreduce_points"),
+               "rows": [r.to_dict(per_rank=False) for r in result.rows],
+               "allreduce_points": [dataclasses.asdict(a) for a in result.allreduce_points],
                "allreduce_fit": profile.allreduce_fit.to_dict() if profile.allreduce_fit else None,
                "scaling": plan.scaling}
-        for r in out["rows"]:
-            r.pop("per_rank", None)
         if comp is not None:
             out["comparison"] = comp
         click.echo(json.dumps(out, indent=2))
@@ -202,7 +205,7 @@ def _torchrun(plan: RunPlan, dest: Path, given: Any, as_json: bool) -> None:
 
     t0 = time.monotonic()
 
-    def write(result: dict[str, Any], trace_dir: Path) -> None:
+    def write(result: RunResult, trace_dir: Path) -> None:
         _finish(plan, dest, given, result, trace_dir, time.monotonic() - t0, as_json)
 
     code = run_rank(plan, run_dir=None, board_path=None, write_result=write)
