@@ -30,7 +30,7 @@ from specmodel.trace.nccl_tests import (
     fit_document,
     parse_nccl_tests,
 )
-from specmodel.units import alpha_beta
+from specmodel.units import alpha_beta, us
 
 
 def _merge(runs: list[NcclRun], tp: int) -> tuple[AllReducePoint, ...]:
@@ -153,7 +153,7 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
                  f"at TP {tp}; median |error| {statistics.median(abs(e) for e in errs):.1%}")
     lines.append("             size (B)   measured (us)   fitted (us)   error")
     for p, e in zip(points, errs, strict=True):
-        lines.append(f"       {p.msg_bytes:>14}  {p.latency_s * 1e6:>14.2f}  {allreduce_s(p.msg_bytes, tp, fit) * 1e6:>12.2f}  {e:>+6.1%}")
+        lines.append(f"       {p.msg_bytes:>14}  {us(p.latency_s, unit=False):>14}  {us(allreduce_s(p.msg_bytes, tp, fit), unit=False):>12}  {e:>+6.1%}")
     if profile_note:
         lines.append(f"note: {profile_note}")
     if written is not None:

@@ -31,6 +31,7 @@ from specmodel.schema.profile import (
     write_profile_json,
 )
 from specmodel.units import alpha_beta
+from specmodel.units import ms as fmt_ms
 
 if TYPE_CHECKING:
     from specmodel.profile.plan import RunPlan
@@ -106,7 +107,7 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
     if overhead_s is None:
         overhead_s = 0.0
     elif loop:
-        notes.append(f"overhead_s = {overhead_s * 1e3:.3f} ms per cycle, measured outside the forwards in "
+        notes.append(f"overhead_s = {fmt_ms(overhead_s, 3)} per cycle, measured outside the forwards in "
                      "`specmodel profile --spec-loop` on the same stack")
     return Profile(
         name=plan.name, source=source, hardware=hw, model=model, tp=tp, backend=plan.backend,
@@ -223,19 +224,18 @@ def compare_loop(profile: Profile, loop: dict[str, Any]) -> dict[str, Any]:
 
 def format_comparison(c: dict[str, Any]) -> str:
     m, p = c["measured"], c["predicted"]
-    ms = 1e3
     lines = [
         f"spec loop    batch {c['batch']}, steps {c['steps']}, topk {c['topk']}, draft tokens "
         f"{c['num_draft_tokens']}, {c['cycles']} cycles; accept {c['accept_len_drawn']:.2f} tokens/step drawn "
         f"(asked {c['accept_len_requested']:.2f})",
-        f"measured     {m['tokens_per_s']:.2f} tok/s  cycle {m['cycle_s'] * ms:.2f} ms = draft-extend "
-        f"{m['draft_extend_s'] * ms:.2f} + {c['steps'] - 1} x draft {m['draft_step_s'] * ms:.2f} + verify "
-        f"{m['verify_s'] * ms:.2f} + overhead {m['overhead_s'] * ms:.2f} ms",
+        f"measured     {m['tokens_per_s']:.2f} tok/s  cycle {fmt_ms(m['cycle_s'])} = draft-extend "
+        f"{fmt_ms(m['draft_extend_s'], unit=False)} + {c['steps'] - 1} x draft {fmt_ms(m['draft_step_s'], unit=False)} + verify "
+        f"{fmt_ms(m['verify_s'], unit=False)} + overhead {fmt_ms(m['overhead_s'])}",
         f"             baseline {m['baseline_tokens_per_s']:.2f} tok/s, speedup {m['speedup']:.2f}x"
         + (f" (rounds {min(m['speedup_by_round']):.2f}-{max(m['speedup_by_round']):.2f}x, baseline and "
            f"speculative interleaved)" if m.get("speedup_by_round") else ""),
-        f"predicted    {p['tokens_per_s']:.2f} tok/s  cycle {p['cycle_s'] * ms:.2f} ms (overhead "
-        f"{p['overhead_s'] * ms:.2f} ms)  speedup {p['speedup']:.2f}x  error {p['rel_error']:+.1%}",
+        f"predicted    {p['tokens_per_s']:.2f} tok/s  cycle {fmt_ms(p['cycle_s'])} (overhead "
+        f"{fmt_ms(p['overhead_s'])})  speedup {p['speedup']:.2f}x  error {p['rel_error']:+.1%}",
         f"             baseline {p['baseline_tokens_per_s']:.2f} tok/s  error {c['baseline_rel_error']:+.1%}",
         f"  forwards only          {c['predicted_forwards_only']['tokens_per_s']:.2f} tok/s  "
         f"error {c['predicted_forwards_only']['rel_error']:+.1%}",
@@ -246,16 +246,15 @@ def format_comparison(c: dict[str, Any]) -> str:
 
 
 def format_summary(profile: Profile, result: RunResult, dest: Path, wall_s: float) -> str:
-    ms = 1e3
     lines = [f"profile      {profile.name}: TP{profile.tp} {profile.backend}, {profile.label}",
              f"{'kind':<13}{'batch':>6}{'tokens':>7}{'context':>8}{'total ms':>10}{'±95%':>7}{'all-red ms':>11}"
              f"{'share':>7}{'skew ms':>9}{'spread ms':>10}{'n_ar':>6}"]
     for r in result.rows:
         ci = r.ci95_rel
         lines.append(f"{r.kind:<13}{r.batch:>6}{r.tokens:>7}{r.context_tokens:>8}"
-                     f"{r.total_s * ms:>10.3f}{(f'{ci:.1%}' if ci is not None else '-'):>7}"
-                     f"{r.allreduce_s * ms:>11.3f}{r.allreduce_s / r.total_s:>7.1%}{r.skew_s * ms:>9.3f}"
-                     f"{r.spread_s * ms:>10.3f}{r.n_allreduce:>6}")
+                     f"{fmt_ms(r.total_s, 3, unit=False):>10}{(f'{ci:.1%}' if ci is not None else '-'):>7}"
+                     f"{fmt_ms(r.allreduce_s, 3, unit=False):>11}{r.allreduce_s / r.total_s:>7.1%}{fmt_ms(r.skew_s, 3, unit=False):>9}"
+                     f"{fmt_ms(r.spread_s, 3, unit=False):>10}{r.n_allreduce:>6}")
     cis = [r.ci95_rel for r in result.rows if r.ci95_rel is not None]
     if cis:
         target = result.plan.ci_target_rel
