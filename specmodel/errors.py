@@ -15,6 +15,11 @@ class FindingsFailed(Exception):
     """A check ran fine but found FAIL results (exit 1, so scripts can gate on it)."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C after a command cleaned up: the message says what was stopped; the CLI prints it as
+    its one line ``specmodel: interrupted: <message>`` (exit 130)."""
+
+
 EXIT_USAGE = 2
 EXIT_FINDINGS = 1
 
