@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from specmodel import __version__
-from specmodel.errors import EXIT_FINDINGS, EXIT_USAGE, FindingsFailed, Interrupted, SpecmodelError
+from specmodel.commands.flags import flag_of
+from specmodel.errors import EXIT_FINDINGS, EXIT_USAGE, FieldError, FindingsFailed, Interrupted, SpecmodelError
 
 #: command name -> "module:attribute" of its click.Command (one module per command).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         return _run(argv)
     except SpecmodelError as exc:
-        click.echo(f"specmodel: error: {_one_line(str(exc))}", err=True)
+        # the library names fields; the user typed flags: one table spells one as the other
+        msg = exc.render(flag_of) if isinstance(exc, FieldError) else str(exc)
+        click.echo(f"specmodel: error: {_one_line(msg)}", err=True)
         sys.exit(EXIT_USAGE)
     except FindingsFailed as exc:
         if str(exc):

@@ -46,3 +46,24 @@ def test_ctrl_c_prints_exactly_one_line() -> None:
     # click on its own prints a blank line before its Abort: the promise is one line
     assert r.stderr.splitlines() == ["specmodel: interrupted"], r.stderr
     assert r.stdout == "working\n"
+
+
+def test_profile_by_the_name_the_tool_prints(tmp_path) -> None:
+    import shutil
+
+    from tests.conftest import REFERENCE
+
+    # a shipped reference by name, from a folder with no ./profiles
+    r = run_cli("predict", "--profile", "kimi-k2.5-int4-tp8-pcie", "--accept-len", "3.2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "profile      kimi-k2.5-int4-tp8-pcie" in r.stdout
+    # a profile under ./profiles by its folder name (what `specmodel profile --name box` prints)
+    (tmp_path / "profiles" / "box").mkdir(parents=True)
+    shutil.copy(REFERENCE / "profile.json", tmp_path / "profiles" / "box" / "profile.json")
+    r = run_cli("predict", "--profile", "box", "--accept-len", "3.2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "profiles/box" in r.stdout
+    r = run_cli("predict", "--profile", "nobox", "--accept-len", "3.2", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("specmodel: error: --profile: nobox: file not found, and no profile of that name under "
+                                "profiles/ or the shipped references (known: box, kimi-k2.5-int4-tp8-pcie)")

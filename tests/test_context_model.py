@@ -3,7 +3,6 @@ the qualified verdict, 4-field calibration, the serve plan."""
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

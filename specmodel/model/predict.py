@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, unseen_cycle_s
@@ -69,7 +69,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     L = ``context_tokens`` of KV per request (default: the profile's smallest measured decode context).
     """
     if batch < 1:
-        raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
+        raise FieldError("batch", f"must be >= 1, got {batch}")
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     warnings: list[str] = []
     base = forward_cost(profile, "decode", batch, ctx)
