@@ -69,12 +69,15 @@ class Scenario:
     notes: tuple[str, ...]
     per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
     context_tokens: int | None = None  # --context; None = the profile's smallest measured context
+    warnings: tuple[str, ...] = ()  # about the inputs themselves; printed with the prediction's own
 
 
 def run_prediction(sc: Scenario) -> Prediction:
-    """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`."""
-    return predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
+    """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`
+    (the scenario's warnings about its inputs first, then the model's)."""
+    pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
                    observation=sc.observation, context_tokens=sc.context_tokens)
+    return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
 
 
 #: every bounded operating-point input: field -> (minimum, maximum), inclusive. The click options
@@ -622,10 +625,12 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     if profile.spec != spec:
         profile = replace(profile, spec=spec)
 
-    dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes)
+    warnings: list[str] = []
+    dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings)
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
-                    observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context)
+                    observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
+                    warnings=tuple(warnings))
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
@@ -649,8 +654,26 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
     return replace(args, steps=got["steps"], topk=got["topk"], num_draft_tokens=got["num_draft_tokens"])
 
 
+#: fractions summing within this share of 1 (or of 100 %) are rounding, not a wrong histogram
+FRACTION_SUM_TOLERANCE = 0.02
+
+
+def fractions_warning(hist: Mapping[int, float]) -> str | None:
+    """A histogram given as fractions that do not sum to 1 (nor to 100 %) is renormalised: say so,
+    with the sum (a bucket left out, or a typo, would otherwise shift the mean without a word)."""
+    vals = [float(v) for v in hist.values()]
+    total = math.fsum(vals)
+    if acc.histogram_has_counts(vals) or total <= 0:
+        return None
+    if abs(total - 1.0) <= FRACTION_SUM_TOLERANCE or abs(total / 100.0 - 1.0) <= FRACTION_SUM_TOLERANCE:
+        return None
+    return (f"accept histogram: the fractions sum to {total:.4g}, not 1: renormalised (each divided by {total:.4g}); "
+            "check for a missing or mistyped bucket, or give counts")
+
+
 def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True,
-                   notes: list[str] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+                   notes: list[str] | None = None,
+                   warnings: list[str] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``)."""
     given = args.accept_sources()
     k = spec.max_accept_tokens
@@ -666,6 +689,8 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True
         return accept_dist(args.accept_len, max_tokens=k, convention=args.convention, shape=args.shape), None
     if args.accept_hist is not None:
         hist = parse_histogram(args.accept_hist) if isinstance(args.accept_hist, str) else args.accept_hist
+        if warnings is not None and (w := fractions_warning(hist)) is not None:
+            warnings.append(w)
         return accept_dist(hist, max_tokens=k, convention=args.convention), None
     if isinstance(args.per_position, tuple):
         rates = list(args.per_position)

@@ -72,6 +72,32 @@ def unseen_cycle_s(obs: Observation, modelled_cycle_s: float) -> float:
     return obs.cycle_s - modelled_cycle_s
 
 
+#: an observed cycle this many times the modelled one is worth a second look (see :func:`looks_per_request`)
+SUSPECT_CYCLE_RATIO = 2.0
+
+
+def looks_per_request(obs: Observation, modelled_cycle_s: float) -> str | None:
+    """A warning when the point's tok/s reads like ONE request's rate, not the total over B.
+
+    Total tok/s = B × E[A] / T_cycle, so a per-request figure passed as the total makes the
+    observed cycle B times too long. Suspect when B > 1, the observed cycle is at least
+    :data:`SUSPECT_CYCLE_RATIO` × the modelled one, and reading the figure as per request
+    (cycle / B) lands nearer the model than reading it as the total: r = T_obs / T_model,
+    |ln(r / B)| < |ln r|. Not refused: a server can be that slow; the user is told which figure
+    would be total (B × tok/s).
+    """
+    if obs.batch <= 1 or modelled_cycle_s <= 0:
+        return None
+    r = obs.cycle_s / modelled_cycle_s
+    if r < SUSPECT_CYCLE_RATIO or abs(math.log(r / obs.batch)) >= abs(math.log(r)):
+        return None
+    total = obs.tokens_per_s * obs.batch
+    return (f"calibration: {obs.tokens_per_s:g} tok/s at batch {obs.batch} means a {obs.cycle_s * 1e3:.2f} ms cycle, "
+            f"{r:.1f}x the modelled {modelled_cycle_s * 1e3:.2f} ms; tok/s is the TOTAL over the batch: if "
+            f"{obs.tokens_per_s:g} is one request's rate, the total is {total:g} tok/s "
+            f"({obs.batch} x {obs.tokens_per_s:g}), which gives a {obs.cycle_s / obs.batch * 1e3:.2f} ms cycle")
+
+
 _FORMS = "BATCH,ACCEPT_LEN,TOKENS_PER_S or BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"
 
 
