@@ -63,3 +63,29 @@ def test_no_go_without_the_p_the_go_rule_checks() -> None:
     v, why = verdict_for(1.5, None)
     assert v == "MARGINAL" and "P(speedup>1) unknown" in why and "counts" in why
     assert verdict_for(1.5, 0.95)[0] == "GO" and verdict_for(1.5, 0.5)[0] == "MARGINAL"
+
+
+def test_the_spec_loop_prints_the_speedup_error_the_verdict_rests_on() -> None:
+    # issue 18 item 18: tok/s error +4 % while the speedup error is -16 %: the speedup is what decides
+    from specmodel.profile.output import compare_loop, format_comparison
+    from specmodel.scenario import reference_profile_path
+    from specmodel.schema.profile import load_profile
+
+    prof = load_profile(reference_profile_path())
+    from specmodel.model.accept import from_histogram
+    from specmodel.model.predict import predict
+
+    hist = {"1": 10, "2": 30, "3": 40, "4": 20}
+    pr = predict(prof, from_histogram({int(k): v for k, v in hist.items()}, max_tokens=4), batch=1)
+    tps = pr.tokens_per_s / 1.04
+    base = tps * 0.84 / pr.speedup
+    loop = {"batch": 1, "cycles": 100, "steps": 3, "topk": 1, "num_draft_tokens": 4, "accept_len_requested": 2.7,
+            "spec": {"tokens_per_s": tps, "cycle_s": 0.03, "draft_extend_s": 0.001, "draft_step_s": 0.001,
+                     "verify_s": 0.027, "overhead_s": 0.001, "accept_hist": hist, "accept_mean": 2.7},
+            "baseline": {"tokens_per_s": base}}
+    c = compare_loop(prof, loop)
+    assert c["predicted"]["rel_error"] == pytest.approx(0.04, abs=1e-9)
+    assert c["speedup_rel_error"] == pytest.approx(-0.16, abs=1e-9)
+    text = format_comparison(c)
+    assert "speedup error -16.0% (the go/no-go quantity)" in text
+    assert "tok/s error +4.0%" in text

@@ -269,12 +269,17 @@ class Prediction:
 
     @property
     def band_label(self) -> str:
-        """The qualifier shared by the band and P(speedup > 1) wherever they are shown."""
+        """The qualifier shared by the band and P(speedup > 1) wherever they are shown: what they
+        include (one generation; the mean's sampling error; the measured costs' 95 % interval)."""
         if self.accept_samples_unknown:
-            return f"over {self.generation_tokens} tokens, sample size unknown"
-        if self.accept_samples > 0:
-            return f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
-        return f"over {self.generation_tokens} tokens"
+            label = f"over {self.generation_tokens} tokens, sample size unknown"
+        elif self.accept_samples > 0:
+            label = f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
+        else:
+            label = f"over {self.generation_tokens} tokens"
+        if self.cycle_cost_ci95_rel > 0:
+            label += f", cost interval ±{self.cycle_cost_ci95_rel:.1%}"
+        return label
 
     @property
     def p_text(self) -> str:
