@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
@@ -365,9 +365,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     smallest measured context)."""
     spec = spec or profile.spec
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
-        raise SpecmodelError(
-            f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at most "
-            f"{spec.max_accept_tokens}; raise --steps"
+        raise FieldError(
+            None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "
+                  f"most {spec.max_accept_tokens}; raise {{steps}}"
         )
     if dist.max_tokens != spec.max_accept_tokens:
         dist = dataclasses.replace(resize(dist, spec.max_accept_tokens), convention=dist.convention,
