@@ -116,6 +116,7 @@ def _demo_commands(tp: int, name: str) -> list[list[str]]:
     return cmds
 
 
+@pytest.mark.slow  # starts TP ranks and renders a PDF
 def test_make_demo_pdf_is_printable(tmp_path: Path) -> None:
     """`make demo`'s three commands as written in the Makefile (at TP 2 to keep CI short; `make demo` runs TP 8)."""
     import subprocess
@@ -127,3 +128,13 @@ def test_make_demo_pdf_is_printable(tmp_path: Path) -> None:
         assert r.returncode == 0, (c, r.stderr[-2000:])
     pdf = tmp_path / "reports" / "demo.pdf"
     assert layout_problems(pdf) == []
+    # issue 18 item 24: the README's `plan` examples, on the profile `make demo` wrote, recommend
+    # something in every cell (before: a grid of only "unmeasured" rows)
+    readme = (REPO / "README.md").read_text()
+    plans = [ln.split("#")[0].split() for ln in readme.splitlines() if ln.startswith("specmodel plan ")]
+    assert len(plans) >= 2
+    for argv in plans:
+        r = subprocess.run(specmodel_exe() + argv[1:], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        rows = [ln for ln in r.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", ln)]
+        assert rows and all(" measured " in ln and "unmeasured" not in ln for ln in rows), r.stdout
