@@ -276,6 +276,13 @@ def test_allreduce_fit_recosts_every_call_and_changes_the_prediction(tmp_path: P
     assert d["baseline_allreduce_s"] == pytest.approx(123 * allreduce_s(14336, 8, fit), rel=1e-6)
     assert d["tokens_per_s"] != pytest.approx(base["tokens_per_s"])
     assert d["cost_sources"]["all-reduce"].startswith(f"nccl-tests fit {fit_path}")
+
+
+@pytest.mark.slow  # renders a PDF
+def test_the_report_uses_the_allreduce_fit_as_predict_does(tmp_path: Path) -> None:
+    fit_path = tmp_path / "fit.json"
+    assert run_cli("nccl-tests", NCCL8, "-o", str(fit_path), cwd=tmp_path).returncode == 0
+    d = _json("--accept-len", "3.2", "--allreduce-fit", str(fit_path), cwd=tmp_path)
     rep = run_cli("report", "--accept-len", "3.2", "--allreduce-fit", str(fit_path), "-o", str(tmp_path / "r.pdf"),
                   cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr

@@ -73,6 +73,7 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _render(c, tmp / "crowded.pdf")
 
 
+@pytest.mark.slow  # renders a PDF
 def test_crowded_report_has_no_overlap_and_counts_what_it_left_out(crowded: Path) -> None:
     assert layout_problems(crowded) == []
     pages = [p.extract_text() for p in pypdf.PdfReader(str(crowded)).pages]
@@ -84,6 +85,7 @@ def test_crowded_report_has_no_overlap_and_counts_what_it_left_out(crowded: Path
     assert re.search(r"\.\.\. \d+ more findings \(all 30 in the JSON report\)", pages[-1])
 
 
+@pytest.mark.slow  # renders a PDF
 def test_measured_report_with_drafter_page_is_printable(tmp_path: Path) -> None:
     from specmodel.schema.profile import save_profile
 
