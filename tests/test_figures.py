@@ -228,6 +228,7 @@ def nogo_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "text": [p.extract_text() for p in pypdf.PdfReader(str(pdf)).pages]}
 
 
+@pytest.mark.slow  # renders a PDF
 def test_custom_allreduce_is_not_a_bar_on_an_8_gpu_pcie_box(nogo_report: dict) -> None:
     rows = {w["key"]: w for w in nogo_report["json"]["whatifs"]}
     ca = rows["custom_allreduce"]
@@ -253,6 +254,7 @@ def test_memory_fit_decides_a_tp_change_when_known() -> None:
     assert tp4.memory.startswith("fits: weights 50.0 GB per GPU on TP 4") and not tp4.unavailable
 
 
+@pytest.mark.slow  # renders a PDF
 def test_nogo_report_recommends_turning_speculation_off(nogo_report: dict) -> None:
     opt = nogo_report["json"]["optimizer"]
     assert nogo_report["json"]["verdict"] == "NO-GO"

@@ -31,6 +31,7 @@ def _figure_pdf(path: Path, texts: list[tuple[float, float, str]]) -> Path:
     return path
 
 
+@pytest.mark.slow  # renders PDFs
 def test_the_checker_sees_overlap_and_text_off_the_page(tmp_path: Path) -> None:
     clean = _figure_pdf(tmp_path / "clean.pdf", [(0.1, 0.8, "warnings block"), (0.1, 0.7, "provenance: profile x")])
     assert layout_problems(clean) == []
