@@ -106,6 +106,9 @@ def _run(argv: list[str] | None) -> Any:
     """``cli.main(standalone_mode=False)`` without its Ctrl-C handling: click prints a blank line
     and raises Abort on KeyboardInterrupt, and the promise is ONE line (``specmodel: interrupted``)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    completion = getattr(cli, "_main_shell_completion", None)  # what cli.main does first (shell tab completion)
+    if completion is not None:
+        completion({}, "specmodel")
     with cli.make_context("specmodel", args) as ctx:
         return cli.invoke(ctx)
 
