@@ -78,6 +78,10 @@ def test_every_cost_names_its_origin_in_text_and_json(tmp_path: Path) -> None:
     out = run_cli("predict", *args, cwd=tmp_path).stdout
     assert "config       TP unknown, batch 1" in out and "TP1" not in out
     assert "             verify:     your flag --verify-ms 27" in out
+    # every cost, not only verify: each origin is printed on its own line, named
+    lines = out.splitlines()
+    for key, origin in d["cost_sources"].items():
+        assert any(re.search(rf"\s{re.escape(key)}:\s+{re.escape(origin)}$", ln) for ln in lines), (key, origin)
 
 
 def test_baseline_sweep_needs_a_draft_cost_and_prints_no_default_tp(tmp_path: Path) -> None:
