@@ -33,6 +33,10 @@ class FieldError(SpecmodelError):
         self.detail = detail
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple[type[FieldError], tuple[str | None, str]]:
+        # (raised in a worker process and sent back: rebuilt from its two parts, not its message)
+        return (FieldError, (self.field, self.detail))
+
     def render(self, name_of: Callable[[str], str] = str) -> str:
         text = _REF.sub(lambda m: name_of(m.group(1)), self.detail)
         return f"{name_of(self.field)}: {text}" if self.field else text

@@ -92,3 +92,16 @@ def test_reading_a_profile_by_name_is_the_same_from_python_and_the_cli() -> None
     with pytest.raises(FieldError, match=r"^profile: no-such-box: file not found, and no profile of that name .*"
                                          r"known: .*kimi-k2.5-int4-tp8-pcie"):
         specmodel.load_profile("no-such-box")
+
+
+def test_field_error_renders_each_name_once_and_survives_a_process_boundary() -> None:
+    import pickle
+
+    e = FieldError("per_position", "3 rates but steps is 2; pass {steps} 3 (histogram {value: count} untouched)")
+    assert str(e) == "per_position: 3 rates but steps is 2; pass steps 3 (histogram {value: count} untouched)"
+    assert e.render(flag_of) == ("--per-position: 3 rates but steps is 2; pass --steps 3 "
+                                 "(histogram {value: count} untouched)")
+    assert str(e.renamed({"per_position": "rates", "steps": "depth"})).startswith("rates: 3 rates but steps is 2; "
+                                                                               "pass depth 3")
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.field, back.detail, str(back)) == (e.field, e.detail, str(e))
