@@ -1,6 +1,10 @@
 """The package's arrows point one way: the readers (trace/), the equations (model/) and the formats
 (schema/) never import the profiler (profile/), the commands (commands/) or the report (report/),
-whether at module level or inside a function. Walks every import statement with ast."""
+whether at module level or inside a function. Walks every import statement with ast.
+
+Edges decided against as well (issue 17 item 7): trace/ → model/ (but the accept-length type), the
+domain layer (scenario, api, validation) → click/commands/report, and a command-line flag spelled in
+an error raised by model/, schema/ or the domain layer (they name fields; commands/flags.py maps)."""
 
 from __future__ import annotations
 
