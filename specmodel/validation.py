@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.limits import MAX_BATCH, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
@@ -59,8 +59,8 @@ def _predict(profile: Profile, w: DecodeWindow, spec: SpecConfig | None, obs: Ob
     k = spec.max_accept_tokens
     a = float(w.accept_len or 1.0)
     if a > k + ROUND_SLACK:
-        raise SpecmodelError(f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for --steps {spec.steps}; "
-                             "pass the --steps the server ran with (--speculative-num-steps)")
+        raise FieldError(None, f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for {{steps}} {spec.steps}; "
+                               "pass the {steps} the server ran with (--speculative-num-steps)")
     dist = from_mean(min(max(a, 1.0), float(k)), k, source=w.where)
     return predict(profile, dist, batch=w.batch, spec=spec, observation=obs, context_tokens=ctx)
 

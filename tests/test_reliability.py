@@ -151,6 +151,7 @@ def test_commit_set_moves_every_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.a", "x.b"]
 
 
+@pytest.mark.slow  # renders a PDF
 def test_report_removes_a_dead_writers_tmp_and_writes_the_set(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -161,6 +162,7 @@ def test_report_removes_a_dead_writers_tmp_and_writes_the_set(tmp_path: Path) ->
     assert sorted(p.name for p in out.iterdir()) == ["r.json", "r.md", "r.pdf"]
 
 
+@pytest.mark.slow  # renders a PDF
 def test_report_killed_mid_write_leaves_no_temp_after_the_next_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "specmodel.cli", "report", "--accept-len", "2", "-o",

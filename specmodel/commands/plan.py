@@ -90,8 +90,8 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
     """
-    plan = serve_plan_for(scenario, parse_token_list(batches, "--batches", MAX_BATCH) if batches else None,
-                      parse_token_list(contexts, "--contexts") if contexts else None)
+    plan = serve_plan_for(scenario, parse_token_list(batches, "batches", MAX_BATCH) if batches else None,
+                      parse_token_list(contexts, "contexts") if contexts else None)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))
     else:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from specmodel.errors import Interrupted
 from specmodel.limits import (
     MAX_BATCH,
     MAX_CYCLES,
@@ -89,8 +90,7 @@ def _run_local(plan: RunPlan, quiet: bool) -> Any:
         raise click.exceptions.Exit(1) from None
     except KeyboardInterrupt:
         prog.close()
-        click.echo(f"specmodel: interrupted: stopped all {plan.tp} ranks; nothing written", err=True)
-        raise
+        raise Interrupted(f"stopped all {plan.tp} ranks; nothing written") from None
     finally:
         prog.close()
 

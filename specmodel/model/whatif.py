@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
 from specmodel.model.memory import per_rank_weight_bytes
@@ -304,7 +304,7 @@ def stop_paying_batch(points: Sequence[Prediction]) -> int | None:
 def powers_of_two(max_batch: int) -> tuple[int, ...]:
     """1, 2, 4, … ≤ ``max_batch`` (``max_batch`` itself appended when not a power of two)."""
     if max_batch < 1:
-        raise SpecmodelError(f"--max-batch: must be >= 1, got {max_batch}")
+        raise FieldError("max_batch", f"must be >= 1, got {max_batch}")
     out = []
     b = 1
     while b <= max_batch:

@@ -393,11 +393,12 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
     out.append(over)
     if p.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
-                   f"the band ({p.band_label}) covers one generation's variability only")
+                   f"the band ({p.band_label}) covers one generation's variability"
+                   + _cost_part(p.cycle_cost_ci95_rel, only=True))
     else:
         out.append(f"band and P(speedup > 1) {p.band_label}: one generation's variability"
                    + (" plus the sampling error of the measured mean" if dist.samples > 0 else
-                      " (accept length taken as exact)"))
+                      " (accept length taken as exact)") + _cost_part(p.cycle_cost_ci95_rel))
     out.append(f"GO needs speedup >= {GO_MIN_SPEEDUP:.2f}x and P(speedup > 1) >= {GO_MIN_P:.2f}; "
                "NO-GO below 1.00x")
     if profile.source_kind == "reference":
@@ -521,3 +522,10 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
                                extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated))))
     return ContextView(batch=p.batch, context_tokens=int(p.context_tokens), measured_contexts=measured,
                        accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows))
+
+
+def _cost_part(u: float, only: bool = False) -> str:
+    """What the band says about the costs: it is widened by their measured 95 % interval (issue 18 item 19)."""
+    if u > 0:
+        return f", plus the measured costs' 95 % interval (cycle ±{u:.1%})"
+    return " only (costs taken as exact: no interval measured)" if only else "; costs taken as exact (no interval measured)"
