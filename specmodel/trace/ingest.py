@@ -210,19 +210,21 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
                         ranks=ranks, mode=mode, world_size=world, notes=tuple(notes))
 
 
-def _parse_one(args: tuple[str, IngestOptions, bool]) -> RankTrace:
-    return parse_rank_file(*args)
+def _parse_one(args: tuple[str, IngestOptions, bool, bool]) -> RankTrace:
+    path, opts, single, full_decode = args
+    return parse_rank_file(path, opts, single, full_decode=full_decode)
 
 
 def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
-           progress: Callable[[str], None] | None = None) -> IngestResult:
-    """Read every rank's trace (in parallel), check they are one run, aggregate per phase."""
+           progress: Callable[[str], None] | None = None, full_decode: bool = False) -> IngestResult:
+    """Read every rank's trace (in parallel), check they are one run, aggregate per phase.
+    ``full_decode``: decode every event (the pre-filter's reference path; same result)."""
     opts = opts or IngestOptions()
     paths = find_traces(inputs)
     single = len(paths) == 1
     check_same_run([read_meta(p, single=single) for p in paths])  # fail fast, before the heavy pass
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
-    work = [(str(p), opts, single) for p in paths]
+    work = [(str(p), opts, single, full_decode) for p in paths]
     if jobs == 1:
         traces = [_parse_one(w) for w in work]
     else:

@@ -423,10 +423,13 @@ def bare_totals(path: str | Path, header: dict[str, Any], key: str = "bare_total
 
 
 
-def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> RankTrace:
-    """Stream one rank's trace and measure each forward pass in it (runs in a worker process)."""
+def parse_rank_file(path: str, opts: IngestOptions, single: bool = False, *, full_decode: bool = False) -> RankTrace:
+    """Stream one rank's trace and measure each forward pass in it (runs in a worker process).
+
+    Events the attribution cannot use are counted, not decoded (:meth:`Collector.decide`);
+    ``full_decode`` decodes every one (the reference the pre-filter is tested against)."""
     col = Collector(path=path, span_name=_is_span_name)
-    header = scan_trace(path, col.on_event)
+    header = scan_trace(path, col.on_event, keep=None if full_decode else col, on_skipped=col.skipped)
     if "traceEvents" not in header:
         raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
     meta = meta_from_header(Path(path), header, single=single)
