@@ -33,7 +33,13 @@ from specmodel.errors import SpecmodelError
 from specmodel.stats import median
 from specmodel.trace import _intervals as iv
 from specmodel.trace._jsonstream import HOST_OP, MISSING
-from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
+from specmodel.trace.collectives import (
+    ALL_REDUCE,
+    SYNCHRONOUS_IMPLEMENTATIONS,
+    classify_cpu_op,
+    classify_kernel,
+    message_bytes,
+)
 
 GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
@@ -77,6 +83,7 @@ class PhaseSpan:
     tokens: int
     label: str  # passes with the same label are matched across ranks by occurrence
     forwards: int = 1
+    context: int | None = None  # KV tokens per request, when the span says (ctx=)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +109,7 @@ class PassRecord:
     t0_us: float = 0.0  # the pass's window on the trace clock
     t1_us: float = 0.0
     forwards: int = 1
+    context: int | None = None
 
     def scaled(self, f: float) -> PassRecord:
         """Every duration × ``f`` (the profiler's stretch of this forward, measured by the run)."""
@@ -341,6 +349,7 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
         coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
         coll_names=tuple(c[2] or "unknown" for c in colls),
         comm_by_impl_s=tuple(sorted(by_impl.items())), t0_us=lo, t1_us=hi, forwards=ph.forwards,
+        context=ph.context,
     )
 
 
@@ -434,7 +443,7 @@ def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, st
             end = max(end, work[j][1])
             nbytes = nbytes or work[j][5]
             impl = "gloo"
-        ops = host.get((pid, tid))
+        ops = host.get((pid, tid)) if impl not in SYNCHRONOUS_IMPLEMENTATIONS else None
         if ops is not None:  # the caller resumes at its next op
             k = bisect.bisect_left(ops[1], te)
             while k < len(ops[0]) and ops[0][k][1] <= te:
