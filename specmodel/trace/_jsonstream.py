@@ -32,8 +32,8 @@ import json
 import json.scanner
 import re
 import zlib
-from functools import lru_cache
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
