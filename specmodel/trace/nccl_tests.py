@@ -24,6 +24,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_json, read_text_lines
+from specmodel.limits import MAX_BETA_OVER_MEASURED, MAX_LINK_BYTES_PER_S
 from specmodel.schema.formats import ALLREDUCE_FIT
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
 
@@ -249,14 +250,6 @@ def allreduce_points(run: NcclRun, tp: int) -> tuple[AllReducePoint, ...]:
             spread = max(ts) - min(ts)
         pts.append(AllReducePoint(msg_bytes=size, tp=tp, latency_s=statistics.median(ts), spread_s=spread))
     return tuple(pts)
-
-
-#: More than any GPU link moves per GPU and direction (NVLink 5: 900 GB/s): a fitted beta above
-#: it is an artefact of the rows, not a measurement.
-MAX_LINK_BYTES_PER_S = 1.0e12
-#: A fitted beta this many times the best bus bandwidth any row measured is not what the rows show
-#: (at bandwidth-bound sizes busbw = the per-link beta of the ring model).
-MAX_BETA_OVER_MEASURED = 3.0
 
 
 def fit_warnings(runs: Sequence[NcclRun], fit: AllReduceFit, points: Sequence[AllReducePoint]) -> tuple[str, ...]:
