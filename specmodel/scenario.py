@@ -35,6 +35,7 @@ from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import default_context, forward_cost, measured_contexts
 from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
+from specmodel.schema.phases import default_num_draft_tokens, forward_tokens
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -199,7 +200,7 @@ def resolve_spec(base: SpecConfig, steps: int | None, topk: int | None, ndt: int
     s = steps if steps is not None else base.steps
     k = topk if topk is not None else base.topk
     if ndt is None:
-        ndt = s + 1 if k == 1 else min(base.num_draft_tokens, s * k + 1)
+        ndt = default_num_draft_tokens(s, k, tree_cap=base.num_draft_tokens)
         if steps is None and topk is None:
             ndt = base.num_draft_tokens
     return SpecConfig(algorithm=base.algorithm, steps=s, topk=k, num_draft_tokens=ndt)
@@ -487,10 +488,10 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
         put("decode", batch, batch / baseline_tps, allreduce_frac)
         origins["decode"] = f"your flag --baseline-tps {baseline_tps:g} (at batch {batch})"
     if verify_ms is not None:
-        put("verify", batch * spec.num_draft_tokens, verify_ms / 1e3, allreduce_frac)
+        put("verify", forward_tokens("verify", batch, spec), verify_ms / 1e3, allreduce_frac)
         origins["verify"] = f"your flag --verify-ms {verify_ms:g}"
     if draft_ms is not None:
-        put("draft", batch * spec.topk, draft_ms / 1e3, None)
+        put("draft", forward_tokens("draft", batch, spec), draft_ms / 1e3, None)
         rows = [r for r in rows if r.kind != "draft_extend"]
         origins["draft"] = f"your flag --draft-ms {draft_ms:g} (x {spec.steps} steps)"
     if overhead_ms is not None:

@@ -80,10 +80,15 @@ def test_extrapolated_verdict_is_qualified_in_text_and_json(tmp_path: Path) -> N
     r = run_cli("predict", "--baseline-sweep", sweep, "--accept-len", "1.2", "--batch", "32", "--draft-ms", "1",
                 cwd=tmp_path)
     verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict"))
-    assert verdict.startswith(f"verdict      {d['verdict']} (extrapolated: batch 32 > measured 16")
+    # a sweep has no verify rows: the verdict is qualified for that too (issue 21), then the extrapolation
+    assert verdict.startswith(f"verdict      {d['verdict']} (verify not measured at context 0: assumed = decode")
+    assert "; extrapolated: batch 32 > measured 16" in verdict
     inside = _predict("--baseline-sweep", sweep, "--accept-len", "3", "--batch", "4", "--draft-ms", "1",
                       cwd=tmp_path)
-    assert inside["extrapolated"] == [] and inside["verdict_label"] == inside["verdict"]
+    assert inside["extrapolated"] == []
+    # inside the sweep's range nothing is extrapolated, but verify is still the decode curve: assumed
+    assert inside["verdict_label"] == f"{inside['verdict']} (verify not measured at context 0: assumed = decode at 16 tokens)"
+    assert [a["kind"] for a in inside["assumed"]] == ["verify"] and inside["measured"] is False
 
 
 def test_calibrate_four_fields_and_three(tmp_path: Path) -> None:
@@ -121,24 +126,22 @@ def test_plan_command_text_and_json(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines() if ln[:6].strip().isdigit()]
     assert len(rows) == 9
+    # a sweep has no verify rows: verify is the decode curve everywhere, so every cell is ASSUMED and
+    # nothing is recommended from it (issue 21), inside the sweep's range or not
     for cols in rows:
-        b, L = int(cols[0]), int(cols[1])
-        inside = b <= 16 and L <= 32768
-        assert cols[2] == ("measured" if inside else "EXTRAPOL.")
-        assert (cols[3] in ("speculate", "off")) if inside else cols[3] == "unmeasured"
-    assert "--speculative-num-steps" in r.stdout and "--speculative-eagle-topk 1" in r.stdout
-    assert "--speculative-config '{\"method\": \"eagle3\"" in r.stdout
+        assert cols[2] == "ASSUMED" and cols[3] == "unmeasured", cols
+    assert "--speculative-num-steps" not in r.stdout
+    assert "specmodel profile --phases decode,verify --batches 16 --verify-tokens 4 --contexts 32768" in r.stdout
     j = run_cli("plan", "--json", *args, cwd=tmp_path)
     assert j.returncode == 0, j.stderr
     doc = json.loads(j.stdout)
     assert doc["schema"] == "specmodel.plan" and doc["schema_version"] == 1
     assert doc["batches"] == [1, 16, 64] and doc["contexts"] == [0, 32768, 131072]
     for c in doc["cells"]:
-        if c["recommended"] is not None:
-            assert c["recommended"]["measured"] and not c["recommended"]["cost_extrapolated"]
-            assert c["sglang_flags"].startswith("--speculative-algorithm EAGLE3 --speculative-num-steps")
-        else:
-            assert c["action"] == "unmeasured"
+        assert c["recommended"] is None and c["action"] == "unmeasured" and c["region"] == "ASSUMED"
+        assert [(a["kind"], a["fallback"], a["context_tokens"]) for a in c["assumed"]] == [
+            ("verify", "decode", c["context_tokens"])]
+        assert "sglang_flags" not in c
 
 
 def test_plan_never_recommends_the_demo_tree(tmp_path: Path) -> None:

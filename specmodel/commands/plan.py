@@ -9,7 +9,8 @@ import click
 
 from specmodel.commands.scenario import with_scenario
 from specmodel.limits import MAX_BATCH
-from specmodel.model.serveplan import OFF, SPECULATE, ServePlan, sglang_flags, vllm_speculative_config
+from specmodel.model.predict import GO_MIN_SPEEDUP
+from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan, sglang_flags, vllm_speculative_config
 from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import PLAN
 
@@ -25,20 +26,23 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out.append(f"{'batch':>6} {'context':>8}  {'region':<10} {'action':<10} {'steps':>5} {'topk':>4} {'ndt':>4} "
                f"{'tok/s':>9} {'tok/s/req':>9} {'speedup':>7}  best extrapolated (listed, not recommended)")
     for c in plan.cells:
-        r = c.recommended
-        region = "measured" if c.measured else "EXTRAPOL."
-        if r is not None:
-            cfg = f"{r.steps:>5} {r.topk:>4} {r.num_draft_tokens:>4} {r.tokens_per_s:>9.1f} " \
-                  f"{r.tokens_per_s / r.batch:>9.1f} {r.speedup:>6.2f}x"
-        else:
+        r, run = c.recommended, c.to_run
+        if run is not None:
+            cfg = f"{run.steps:>5} {run.topk:>4} {run.num_draft_tokens:>4} {run.tokens_per_s:>9.1f} " \
+                  f"{run.tokens_per_s / run.batch:>9.1f} {run.speedup:>6.2f}x"
+        else:  # off / marginal / unmeasured: no configuration to deploy, so none fills the columns
             cfg = f"{'-':>5} {'-':>4} {'-':>4} {'-':>9} {'-':>9} {'-':>7}"
         a = c.best_any
         extra = ""
+        if r is not None and run is None:
+            extra = (f"best measured: steps {r.steps} topk {r.topk} ndt {r.num_draft_tokens}: "
+                     f"{r.tokens_per_s:.1f} tok/s, {r.speedup:.2f}x ({c.action}); ")
         if r is None or a.key != r.key:
-            why = ", ".join(x for x, on in (("cost", a.cost_extrapolated), ("acceptance", a.accept_extrapolated)) if on)
-            extra = (f"steps {a.steps} topk {a.topk} ndt {a.num_draft_tokens}: {a.tokens_per_s:.1f} tok/s, "
-                     f"{a.speedup:.2f}x ({why} extrapolated)")
-        out.append(f"{c.batch:>6} {c.context_tokens:>8}  {region:<10} {c.action:<10} {cfg}  {extra}")
+            why = ", ".join(x for x, on in (("cost assumed", a.cost_assumed), ("cost extrapolated", a.cost_extrapolated),
+                                            ("acceptance extrapolated", a.accept_extrapolated)) if on)
+            extra += (f"steps {a.steps} topk {a.topk} ndt {a.num_draft_tokens}: {a.tokens_per_s:.1f} tok/s, "
+                      f"{a.speedup:.2f}x ({why})")
+        out.append(f"{c.batch:>6} {c.context_tokens:>8}  {c.region:<10} {c.action:<10} {cfg}  {extra}".rstrip())
     groups: dict[tuple[int, int, int], dict[int, list[int]]] = {}
     for c in plan.cells:
         if c.action == SPECULATE and c.recommended is not None:
@@ -54,6 +58,10 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
         v = vllm_speculative_config(cand, plan.algorithm)
         out.append(f"    vLLM:   --speculative-config '{v}'" if v is not None
                    else "    vLLM:   no equivalent (vLLM drafts chains, topk 1)")
+    marg = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if c.action == MARGINAL]
+    if marg:
+        out.append(f"MARGINAL (best measured configuration below {GO_MIN_SPEEDUP:.2f}x: inside the noise, no "
+                   f"recommendation): {'; '.join(marg)}")
     off = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if c.action == OFF]
     # (listed cell by cell: an engine switch-off is set per deployment, so each one matters)
     if off:
@@ -61,6 +69,12 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
     unm = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if not c.measured]
     if unm:
         out.append(f"no recommendation outside the measured region (costs or acceptance not measured): {'; '.join(unm)}")
+    assumed = [a for c in plan.cells if not c.measured for a in c.assumed]
+    if assumed:
+        out.append("ASSUMED = a cost the profile never measured for its kind, read off a fallback curve "
+                   "(e.g. verify = decode at the same tokens); no recommendation rests on it. To remove it:")
+        for m in dict.fromkeys(a.to_measure for a in assumed):
+            out.append(f"  {m}")
     return "\n".join(out)
 
 
@@ -68,9 +82,9 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
     cells = []
     for c in plan.cells:
         d = c.to_dict()
-        if c.recommended is not None:
-            d["sglang_flags"] = sglang_flags(c.recommended, plan.algorithm)
-            d["vllm_speculative_config"] = vllm_speculative_config(c.recommended, plan.algorithm)
+        if c.to_run is not None:  # flags only where the rule says speculate
+            d["sglang_flags"] = sglang_flags(c.to_run, plan.algorithm)
+            d["vllm_speculative_config"] = vllm_speculative_config(c.to_run, plan.algorithm)
         cells.append(d)
     return {**PLAN.header(), "profile": sc.profile.name,
             "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,

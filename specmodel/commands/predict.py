@@ -53,6 +53,8 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     for w in p.warnings:
         lines.append(f"warning: {w}")
     lines.append(f"verdict      {p.verdict_label}: {p.verdict_reason}")
+    for m in p.to_measure:
+        lines.append(f"to measure   {m}")
     return "\n".join(lines)
 
 

@@ -126,12 +126,10 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
     for w in content.warnings:
         click.echo(f"warning: {w}")
     click.echo(f"verdict      {pred.verdict_label}: {pred.verdict_reason}")
-    b = content.optimizer.recommended
-    if b is None:
-        click.echo("recommended  none: no configuration has measured costs and acceptance at this batch and context")
-    else:
-        click.echo(f"recommended  steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens}: "
-                   f"{b.tokens_per_s:.1f} tok/s total (model, measured costs and acceptance)")
+    for m in pred.to_measure:
+        click.echo(f"to measure   {m}")
+    # the same sentence as the PDF's page 1 (one recommendation everywhere)
+    click.echo(f"recommended  {content.optimizer.recommendation}")
     click.echo(f"json         {json_path.resolve()}")
     click.echo(f"markdown     {md_path.resolve()}")
     if pngs:

@@ -12,13 +12,14 @@ import math
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
+from specmodel.schema import phases
 from specmodel.schema.profile import CostRow, Profile
 
-#: When a kind is missing, the kind whose curve stands in for it (documented fallbacks):
-#: a verify forward is a target forward over more tokens, so the decode surface at the same
-#: total tokens (B × draft tokens) and the same context is its best proxy; a draft-extend is
-#: a drafter forward over more tokens.
-FALLBACK = {"verify": "decode", "draft_extend": "draft"}
+#: When a kind is missing, the kind whose curve stands in for it (the forward-kind table,
+#: :data:`specmodel.schema.phases.KIND_TABLE`): a verify forward is a target forward over more
+#: tokens, so the decode surface at the same total tokens (B × draft tokens) and the same context
+#: is its proxy; a draft-extend is a drafter forward over more tokens. A cost from it is *assumed*.
+FALLBACK = phases.FALLBACK
 
 #: Axis names in :class:`Extrapolation`. A decode row has one token per request, so its
 #: token axis is the batch; other kinds report total tokens (B × tokens per request).

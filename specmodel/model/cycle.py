@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from specmodel.errors import FieldError, SpecmodelError
+from specmodel.model.costs import Extrapolation, ForwardCost
+from specmodel.schema.profile import SpecConfig
 
 
 def draft_s(step_s: float, steps: int, extend_s: float | None = None) -> float:
@@ -142,3 +145,115 @@ def p_speedup_gt_1_with_costs(accept_tokens: float, break_even_tokens: float, ac
         raise SpecmodelError("p_speedup_gt_1: n must be > 0")
     se = math.sqrt((accept_std_tokens / math.sqrt(n)) ** 2 + (break_even_tokens * break_even_ci95_rel / z) ** 2)
     return normal_cdf((accept_tokens - break_even_tokens) / se)
+
+
+def context_text(context_tokens: float) -> str:
+    """128K / 32K / 1.5K / 0: a context as users write it (K = 1024 tokens)."""
+    c = float(context_tokens)
+    if c >= 1024:
+        k = c / 1024
+        return f"{k:.0f}K" if abs(k - round(k)) < 1e-9 else f"{k:.1f}K"
+    return f"{c:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assumption:
+    """A cost the profile never measured for its kind, taken from the kind's fallback curve
+    (the forward-kind table): e.g. verify at B·ndt tokens read off the decode surface.
+
+    That proxy misses what only a verify shows (attention over several new tokens at long
+    context): on a published Qwen3.5-class 397B MoE, TP4 PCIe, vLLM MTP k = 2 (AWQ), speculation
+    measured 1.41x at context 0, 0.86x at 32K and 0.42x at 128K while decode barely moved. A figure
+    built on an assumption is never given as a plain verdict.
+    """
+
+    kind: str
+    fallback: str
+    batch: int
+    tokens: float
+    context_tokens: float
+
+    @property
+    def label(self) -> str:
+        """``verify not measured at 128K: assumed = decode at 4 tokens``."""
+        where = context_text(self.context_tokens) if self.context_tokens > 0 else "context 0"
+        return (f"{self.kind} not measured at {where}: assumed = {self.fallback} "
+                f"at {self.tokens:g} tokens")
+
+    @property
+    def to_measure(self) -> str:
+        """The measurement that removes the assumption (profiler, SGLang hook, vLLM profiler)."""
+        b, per, ctx = self.batch, max(int(round(self.tokens / max(self.batch, 1))), 1), int(self.context_tokens)
+        return (f"measure {self.kind} at batch {b} x {per} tokens, context {ctx}: "
+                f"`specmodel profile --phases decode,{self.kind} --batches {b} --verify-tokens {per} "
+                f"--contexts {ctx}`, or on the server with speculation on at batch {b} and {ctx}-token prompts: "
+                f"SGLang under `specmodel sglang` (or vLLM with --profiler-config) -> POST /start_profile, "
+                f"POST /stop_profile, then `specmodel ingest` the traces")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "fallback": self.fallback, "batch": self.batch, "tokens": self.tokens,
+                "context_tokens": self.context_tokens, "label": self.label, "to_measure": self.to_measure}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleCosts:
+    """Per-cycle costs at one (batch, spec) operating point, before acceptance enters.
+
+    THE place where a cycle's costs are judged: :attr:`extrapolations` (a cost looked up outside
+    its measured range, any kind, draft_extend included), :attr:`assumptions` (a kind never
+    measured, its fallback's curve used) and :attr:`measured` (neither). predict, the optimizer,
+    the serve plan, the report and validate all read these; none re-derives them.
+    """
+
+    batch: int
+    spec: SpecConfig
+    base: ForwardCost
+    verify: ForwardCost
+    draft_step: ForwardCost
+    draft_extend: ForwardCost | None
+    draft_total_s: float
+    draft_allreduce_s: float
+    overhead_s: float
+    context_tokens: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def forwards(self) -> tuple[ForwardCost, ...]:
+        return tuple(fc for fc in (self.base, self.verify, self.draft_step, self.draft_extend)
+                     if fc is not None and fc.kind != "none")
+
+    @property
+    def extrapolations(self) -> tuple[Extrapolation, ...]:
+        """Every axis of every cost lookup outside the measured range (one entry per kind and axis)."""
+        return tuple(e for fc in self.forwards for e in fc.extrapolations)
+
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """Every cost taken from a fallback kind's curve (a kind with no rows in the profile)."""
+        return tuple(Assumption(kind=fc.kind, fallback=fc.from_kind, batch=self.batch, tokens=fc.tokens,
+                                context_tokens=fc.context_tokens) for fc in self.forwards if fc.from_kind)
+
+    @property
+    def extrapolated(self) -> bool:
+        return bool(self.extrapolations)
+
+    @property
+    def assumed(self) -> bool:
+        return bool(self.assumptions)
+
+    @property
+    def measured(self) -> bool:
+        """Every cost of the cycle was measured for its own kind, inside its measured range."""
+        return not (self.extrapolated or self.assumed)
+
+    @property
+    def cycle_s(self) -> float:
+        return cycle_s(self.draft_total_s, self.verify.total_s, self.overhead_s)
+
+    @property
+    def cycle_allreduce_s(self) -> float:
+        return self.verify.allreduce_s + self.draft_allreduce_s
+
+    @property
+    def break_even_tokens(self) -> float:
+        return break_even_accept(self.base.total_s, self.cycle_s)

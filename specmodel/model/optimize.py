@@ -24,10 +24,23 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
-from specmodel.model.predict import cycle_costs
+from specmodel.model.predict import cycle_costs, verdict_for
+from specmodel.schema.phases import draft_steps
 from specmodel.schema.profile import Profile, SpecConfig
 
 TOPKS = (1, 2, 4, 8)
+
+#: What to do with a configuration: speculate / marginal / off follow predict's verdict rule
+#: (:func:`specmodel.model.predict.verdict_for`: GO / MARGINAL / NO-GO); unmeasured: nothing to decide on.
+SPECULATE, MARGINAL, OFF, UNMEASURED = "speculate", "marginal", "off", "unmeasured"
+_ACTIONS = {"GO": SPECULATE, "MARGINAL": MARGINAL, "NO-GO": OFF}
+
+
+def action_for(speedup: float) -> str:
+    """The one decision rule, as an action (plan, report, CLI, schedule export): GO (>= 1.10x) ->
+    speculate, MARGINAL (1.00-1.10x, inside a PCIe box's noise) -> marginal, NO-GO (< 1) -> off.
+    The optimizer has no sample count, so P(speedup > 1) is not checked here."""
+    return _ACTIONS[verdict_for(speedup, None)[0]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +226,8 @@ class Candidate:
     cost_extrapolated: bool
     accept_extrapolated: bool
     context_tokens: float = 0.0
+    #: a cost of the cycle came from a fallback kind's curve (e.g. verify = decode): never recommended
+    cost_assumed: bool = False
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -220,8 +235,9 @@ class Candidate:
 
     @property
     def measured(self) -> bool:
-        """Both its costs and its acceptance rest on measurements: the only kind that may be recommended."""
-        return not (self.cost_extrapolated or self.accept_extrapolated)
+        """Both its costs (:attr:`CycleCosts.measured`) and its acceptance rest on measurements:
+        the only kind that may be recommended."""
+        return not (self.cost_extrapolated or self.cost_assumed or self.accept_extrapolated)
 
     def sglang_flags(self) -> str:
         return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
@@ -233,7 +249,8 @@ class Candidate:
                 "verify_s": self.verify_s, "overhead_s": self.overhead_s, "cycle_s": self.cycle_s,
                 "baseline_tokens_per_s": self.baseline_tokens_per_s, "tokens_per_s": self.tokens_per_s,
                 "speedup": self.speedup, "cost_extrapolated": self.cost_extrapolated,
-                "accept_extrapolated": self.accept_extrapolated, "context_tokens": self.context_tokens,
+                "accept_extrapolated": self.accept_extrapolated, "cost_assumed": self.cost_assumed,
+                "context_tokens": self.context_tokens,
                 "measured": self.measured, "sglang_flags": self.sglang_flags()}
 
 
@@ -245,12 +262,11 @@ def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, to
     cc = cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens)
     e = expected_tokens(model.conditional, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
     t = cc.cycle_s
-    extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
     return Candidate(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, batch=batch, accept_tokens=e,
                      draft_s=cc.draft_total_s, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
                      tokens_per_s=eq.spec_tokens_per_s(batch, e, t), speedup=eq.speedup(e, cc.base.total_s, t),
-                     cost_extrapolated=extrap, context_tokens=cc.context_tokens,
+                     cost_extrapolated=cc.extrapolated, cost_assumed=cc.assumed, context_tokens=cc.context_tokens,
                      accept_extrapolated=steps > model.measured_depth or topk != model.measured_topk)
 
 
@@ -270,11 +286,10 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
         for s in range(1, max_steps + 1):
             prefix[s] = _running_totals(_tree_values(model.conditional, s, k))
         for n in range(2, max_steps * k + 2):
-            s0 = max(1, -(-(n - 1) // k))  # the shallowest tree that holds n - 1 drafts
+            s0 = draft_steps(n, k)  # the shallowest tree that holds n - 1 drafts
             cc = cycle_costs(profile, batch=batch, spec=SpecConfig(algorithm=profile.spec.algorithm, steps=s0,
                                                                    topk=k, num_draft_tokens=n),
                              context_tokens=context_tokens)
-            extrap = any(fc.extrapolated for fc in (cc.base, cc.verify, cc.draft_step))
             ext = cc.draft_extend.total_s if cc.draft_extend is not None else None
             for s in range(s0, max_steps + 1):
                 draft = eq.draft_s(cc.draft_step.total_s, s, ext) if profile.has("draft") else 0.0
@@ -284,7 +299,8 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
                                      draft_s=draft, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
                                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
                                      tokens_per_s=eq.spec_tokens_per_s(batch, e, t),
-                                     speedup=eq.speedup(e, cc.base.total_s, t), cost_extrapolated=extrap,
+                                     speedup=eq.speedup(e, cc.base.total_s, t), cost_extrapolated=cc.extrapolated,
+                                     cost_assumed=cc.assumed,
                                      context_tokens=cc.context_tokens,
                                      accept_extrapolated=s > model.measured_depth or k != model.measured_topk))
     return tuple(out)
@@ -326,17 +342,28 @@ class Optimum:
         return self.recommended is not None and self.recommended.speedup >= 1.0
 
     @property
+    def action(self) -> str:
+        """:func:`action_for` the recommendation (``unmeasured`` when there is none)."""
+        return UNMEASURED if self.recommended is None else action_for(self.recommended.speedup)
+
+    @property
     def to_run(self) -> Candidate | None:
-        """What to run: the recommended (measured) configuration if it beats the baseline, else None
-        (turn speculation off) — a configuration below the baseline is never recommended."""
-        return self.recommended if self.pays else None
+        """What to run: the recommended (measured) configuration where the decision rule says
+        speculate, else None (turn speculation off): a configuration below the baseline, or within
+        the margin of break-even, is never recommended."""
+        return self.recommended if self.action == SPECULATE else None
 
     def recommendation_text(self) -> str:
+        """The one recommendation sentence (CLI and PDF print this)."""
         if self.recommended is None:
             return "none: no configuration has measured costs and acceptance at this batch and context"
         b = self.to_run
         if b is None:
             best = self.recommended
+            if self.action == MARGINAL:
+                return (f"keep speculation off: the best measured configuration at batch {self.batch} (steps "
+                        f"{best.steps}, topk {best.topk}, draft tokens {best.num_draft_tokens}) gives {best.speedup:.2f}x, "
+                        "MARGINAL (below 1.10x)")
             return (f"turn speculation off: no measured configuration beats the baseline at batch {self.batch} "
                     f"(best found {best.speedup:.2f}x)")
         return (f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> {b.tokens_per_s:.1f} tok/s, "

@@ -12,6 +12,8 @@ from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
+from specmodel.model.cycle import Assumption, CycleCosts
+from specmodel.schema.phases import forward_tokens
 from specmodel.schema.profile import Profile, SpecConfig
 
 if TYPE_CHECKING:
@@ -24,44 +26,6 @@ GO_MIN_P = 0.90
 DEFAULT_GENERATION_TOKENS = 256
 
 
-@dataclass(frozen=True, kw_only=True)
-class CycleCosts:
-    """Per-cycle costs at one (batch, spec) operating point, before acceptance enters."""
-
-    batch: int
-    spec: SpecConfig
-    base: ForwardCost
-    verify: ForwardCost
-    draft_step: ForwardCost
-    draft_extend: ForwardCost | None
-    draft_total_s: float
-    draft_allreduce_s: float
-    overhead_s: float
-    context_tokens: float = 0.0
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def extrapolations(self) -> tuple[Extrapolation, ...]:
-        """Every axis of every cost lookup outside the measured range (one entry per kind and axis)."""
-        out: list[Extrapolation] = []
-        for fc in (self.base, self.verify, self.draft_step, self.draft_extend):
-            if fc is not None:
-                out.extend(fc.extrapolations)
-        return tuple(out)
-
-    @property
-    def cycle_s(self) -> float:
-        return eq.cycle_s(self.draft_total_s, self.verify.total_s, self.overhead_s)
-
-    @property
-    def cycle_allreduce_s(self) -> float:
-        return self.verify.allreduce_s + self.draft_allreduce_s
-
-    @property
-    def break_even_tokens(self) -> float:
-        return eq.break_even_accept(self.base.total_s, self.cycle_s)
-
-
 def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None = None,
                 context_tokens: float | None = None) -> CycleCosts:
     """Look up T_base(B, L), T_verify(B·ndt, L), T_draft(B·topk, L) in the profile and sum a cycle.
@@ -72,15 +36,15 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         raise FieldError("batch", f"must be >= 1, got {batch}")
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     warnings: list[str] = []
-    base = forward_cost(profile, "decode", batch, ctx)
-    verify = forward_cost(profile, "verify", batch * spec.num_draft_tokens, ctx)
+    base = forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx)
+    verify = forward_cost(profile, "verify", forward_tokens("verify", batch, spec), ctx)
     if verify.from_kind:
         warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
     draft_extend: ForwardCost | None = None
     if profile.has("draft"):
-        draft_step = forward_cost(profile, "draft", batch * spec.topk, ctx)
+        draft_step = forward_cost(profile, "draft", forward_tokens("draft", batch, spec), ctx)
         if profile.has("draft_extend"):
-            draft_extend = forward_cost(profile, "draft_extend", batch * spec.num_draft_tokens, ctx)
+            draft_extend = forward_cost(profile, "draft_extend", forward_tokens("draft_extend", batch, spec), ctx)
         total = eq.draft_s(draft_step.total_s, spec.steps, draft_extend.total_s if draft_extend else None)
         ar = eq.draft_s(draft_step.allreduce_s, spec.steps, draft_extend.allreduce_s if draft_extend else None)
     else:
@@ -88,7 +52,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         total = ar = 0.0
         warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
                         "(pass --draft-ms or --calibrate)")
-    for fc in (base, verify, draft_step):
+    for fc in (f for f in (base, verify, draft_step, draft_extend) if f is not None):
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
     oh = profile.overhead_s if overhead_s is None else overhead_s
@@ -161,6 +125,7 @@ class Calibration:
     added_overhead_s: float
     context_tokens: float = 0.0
     extrapolated: tuple[Extrapolation, ...] = ()
+    assumed: tuple[Assumption, ...] = ()
 
 
 def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
@@ -185,7 +150,7 @@ def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
     new_overhead = max(profile.overhead_s + extra, 0.0)
     cal = Calibration(observation=obs, modelled_cycle_s=cc.cycle_s, observed_cycle_s=obs.cycle_s,
                       added_overhead_s=new_overhead - profile.overhead_s, context_tokens=cc.context_tokens,
-                      extrapolated=cc.extrapolations)
+                      extrapolated=cc.extrapolations, assumed=cc.assumptions)
     return dataclasses.replace(profile, overhead_s=new_overhead), cal, warnings
 
 
@@ -242,6 +207,8 @@ class Prediction:
     context_tokens: float = 0.0
     context_source: str = ""
     extrapolated: tuple[Extrapolation, ...] = ()
+    #: costs never measured for their kind (a fallback curve used): the verdict is qualified
+    assumed: tuple[Assumption, ...] = ()
 
     @property
     def baseline_tokens_per_s_per_request(self) -> float:
@@ -254,8 +221,19 @@ class Prediction:
     @property
     def verdict_label(self) -> str:
         """The verdict, qualified when any cost it rests on was not measured:
-        ``NO-GO (extrapolated: batch 32 > measured 16)``."""
-        return qualified_verdict(self.verdict, self.extrapolated)
+        ``NO-GO (extrapolated: batch 32 > measured 16)``,
+        ``GO (verify not measured at 128K: assumed = decode at 4 tokens)``."""
+        return qualified_verdict(self.verdict, self.extrapolated, self.assumed)
+
+    @property
+    def measured(self) -> bool:
+        """Every cost the verdict rests on was measured (no extrapolation, no assumption)."""
+        return not (self.extrapolated or self.assumed)
+
+    @property
+    def to_measure(self) -> tuple[str, ...]:
+        """What to measure to remove each assumption."""
+        return tuple(dict.fromkeys(a.to_measure for a in self.assumed))
 
     tp_known: bool = True  # False: plain numbers without --tp (printed as "TP unknown")
     draft_extend_s: float | None = None  # the first drafter forward when measured separately
@@ -306,6 +284,9 @@ class Prediction:
         d["baseline_tokens_per_s_per_request"] = self.baseline_tokens_per_s_per_request
         d["tokens_per_s_per_request"] = self.tokens_per_s_per_request
         d["extrapolated"] = [e.to_dict() for e in self.extrapolated]
+        d["assumed"] = [a.to_dict() for a in self.assumed]
+        d["measured"] = self.measured
+        d["to_measure"] = list(self.to_measure)
         d["verdict_label"] = self.verdict_label
         d["tp"] = self.tp if self.tp_known else None
         d["cost_sources"] = dict(self.cost_sources)
@@ -321,15 +302,15 @@ class Prediction:
         return pd.DataFrame([self.to_dict()])
 
 
-def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation]) -> str:
-    """``verdict`` alone when every cost was measured, else ``verdict (extrapolated: a; b)``."""
-    if not extrapolated:
-        return verdict
-    labels: list[str] = []
-    for e in extrapolated:
-        if e.label not in labels:
-            labels.append(e.label)
-    return f"{verdict} (extrapolated: {'; '.join(labels)})"
+def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation],
+                      assumed: Sequence[Assumption] = ()) -> str:
+    """``verdict`` alone when every cost was measured, else qualified:
+    ``GO (verify not measured at 128K: assumed = decode at 4 tokens; extrapolated: a; b)``."""
+    parts = list(dict.fromkeys(a.label for a in assumed))
+    labels = list(dict.fromkeys(e.label for e in extrapolated))
+    if labels:
+        parts.append(f"extrapolated: {'; '.join(labels)}")
+    return f"{verdict} ({'; '.join(parts)})" if parts else verdict
 
 
 def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
@@ -428,6 +409,8 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
         # a calibration modelled off measured costs carries that into every prediction made with it
         extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
+        # (a calibration's own assumption is absorbed at its point: the observed cycle pins the total there)
+        assumed=cc.assumptions,
         tp_known=profile.source.tp_known,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),

@@ -14,11 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
-from specmodel.model.optimize import AcceptModel, Candidate, optimize
+from specmodel.model.cycle import Assumption
+from specmodel.model.optimize import MARGINAL as MARGINAL
+from specmodel.model.optimize import OFF as OFF
+from specmodel.model.optimize import SPECULATE, UNMEASURED, AcceptModel, Candidate, action_for, optimize
+from specmodel.model.predict import cycle_costs
 from specmodel.schema.profile import Profile, SpecConfig
 
-#: Actions a cell can carry.
-SPECULATE, OFF, UNMEASURED = "speculate", "off", "unmeasured"
+#: Regions: every cost and the acceptance measured / a cost only assumed (a fallback curve) /
+#: a cost or the acceptance extrapolated.
+MEASURED_REGION, ASSUMED_REGION, EXTRAPOLATED_REGION = "measured", "ASSUMED", "EXTRAPOL."
 
 #: SGLang --speculative-algorithm -> vLLM speculative_config "method".
 VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp"}
@@ -33,22 +38,37 @@ class PlanCell:
     recommended: Candidate | None  # best measured configuration (None: nothing measured here)
     best_any: Candidate  # best over every configuration, extrapolated ones included (listed only)
     default: Candidate
+    #: costs of the default configuration here that came from a fallback curve (verify = decode)
+    assumed: tuple[Assumption, ...] = ()
 
     @property
     def measured(self) -> bool:
         return self.recommended is not None
 
     @property
+    def region(self) -> str:
+        if self.measured:
+            return MEASURED_REGION
+        return ASSUMED_REGION if self.assumed or self.best_any.cost_assumed else EXTRAPOLATED_REGION
+
+    @property
     def action(self) -> str:
-        """``speculate`` when the recommendation beats the baseline, ``off`` when it does not,
-        ``unmeasured`` when no configuration has measured costs and acceptance here."""
+        """``speculate`` / ``marginal`` / ``off`` for the recommendation by predict's rule
+        (:func:`action_for`), ``unmeasured`` when no configuration has measured costs and acceptance here."""
         if self.recommended is None:
             return UNMEASURED
-        return SPECULATE if self.recommended.speedup > 1.0 else OFF
+        return action_for(self.recommended.speedup)
+
+    @property
+    def to_run(self) -> Candidate | None:
+        """The configuration to deploy here: only where the action is ``speculate`` (an ``off`` or
+        ``marginal`` cell fills no configuration)."""
+        return self.recommended if self.action == SPECULATE else None
 
     def to_dict(self) -> dict[str, object]:
         return {"batch": self.batch, "context_tokens": self.context_tokens, "measured": self.measured,
-                "action": self.action,
+                "region": self.region, "action": self.action,
+                "assumed": [a.to_dict() for a in self.assumed],
                 "recommended": self.recommended.to_dict() if self.recommended is not None else None,
                 "best_extrapolated": (self.best_any.to_dict()
                                       if self.best_any.key != (self.recommended.key if self.recommended else None)
@@ -81,8 +101,9 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
             opt = optimize(profile, model, batch=b, default=default, context_tokens=L, top=1,
                            max_steps=max(max_steps, default.steps))
             assert opt.best_any is not None
+            assumed = cycle_costs(profile, batch=b, spec=default, context_tokens=L).assumptions
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,
-                                  default=opt.default))
+                                  default=opt.default, assumed=assumed))
     return ServePlan(batches=tuple(sorted(set(batches))), contexts=tuple(sorted(set(contexts))), cells=tuple(cells),
                      algorithm=default.algorithm)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from specmodel import __version__
 from specmodel.io import atomic_write_text, replace_dir
-from specmodel.schema.phases import TARGET_KINDS
+from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, collectives_per_forward
 from specmodel.schema.profile import (
     AllReducePoint,
     CostRow,
@@ -82,8 +82,8 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
         "model_type": tgt["model_type"], "config_source": plan.model_source,
         "num_hidden_layers": tgt["num_layers"], "hidden_size": tgt["hidden_size"],
         "dtype": plan.dtype, "activation_bytes": DTYPE_BYTES.get(plan.dtype, 4),
-        "allreduce_per_forward": 2 * tgt["num_layers"] + 1, "allgather_per_forward": 1,
-        "drafter_allreduce_per_forward": 3, "context_len": plan.context_len,
+        "allreduce_per_forward": collectives_per_forward("decode", tgt["num_layers"]), "allgather_per_forward": 1,
+        "drafter_allreduce_per_forward": collectives_per_forward("draft", tgt["num_layers"]), "context_len": plan.context_len,
         "target": tgt, "drafter": dr, "scaling": sc,
     }
     rows = tuple(_row(r, plan) for r in result.rows)
@@ -96,7 +96,7 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
         fit = fit_alpha_beta([p.msg_bytes for p in pts], [p.latency_s for p in pts], tp)
     if any(not r.calls_matched for r in result.rows):
         notes.append("some forwards issued different collective sequences on different ranks: their skew is 0")
-    expect = {"decode": 2 * tgt["num_layers"] + 1, "verify": 2 * tgt["num_layers"] + 1, "draft": 3, "draft_extend": 3}
+    expect = {k: collectives_per_forward(k, tgt["num_layers"]) for k in CYCLE_KINDS}
     for r in result.rows:
         if tp > 1 and r.n_allreduce != expect[r.kind]:
             notes.append(f"{r.label}: {r.n_allreduce} all-reduces found in the trace, "

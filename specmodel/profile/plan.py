@@ -19,7 +19,7 @@ from specmodel.io import atomic_write_text, check_output_dir, confined_name
 from specmodel.limits import MAX_BATCH, MAX_CONTEXTS, MAX_PROFILE_CONTEXT_TOKENS
 from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
-from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, phase_label
+from specmodel.schema.phases import CYCLE_KINDS, KIND, default_num_draft_tokens, phase_label, tokens_per_request
 from specmodel.schema.profile import SpecConfig
 from specmodel.schema.shapes import DrafterShape, ModelShape
 
@@ -122,7 +122,7 @@ class Point:
 
     @property
     def model(self) -> str:
-        return "target" if self.kind in TARGET_KINDS else "drafter"  # the target: decode, verify
+        return KIND[self.kind].model
 
     @property
     def unit(self) -> str:
@@ -246,28 +246,30 @@ def check_kinds(kinds: tuple[str, ...]) -> None:
         raise SpecmodelError("--phases: 'decode' is required (the baseline step every prediction needs)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Spec:
+    num_draft_tokens: int
+    topk: int
+
+
 def sweep_points(*, kinds: tuple[str, ...], batches: tuple[int, ...], verify_tokens: tuple[int, ...],
                  topk: int, num_draft_tokens: int, contexts: tuple[int, ...] = (0,)) -> tuple[Point, ...]:
     """decode (batch × 1), verify (batch × num_draft_tokens, and batch × k for every k of
     ``verify_tokens`` at the smallest batch), draft (batch × topk), draft_extend
     (batch × num_draft_tokens), in that order, over ``batches``, at every context of ``contexts``."""
     check_kinds(kinds)
+    spec = _Spec(num_draft_tokens=num_draft_tokens, topk=topk)
     pts: list[Point] = []
     for ctx in contexts:
         for kind in SWEEP_KINDS:
             if kind not in kinds:
                 continue
             for b in batches:
-                if kind == "decode":
-                    pts.append(Point(kind=kind, batch=b, per_request=1, context=ctx))
-                elif kind == "verify":  # every k at the smallest batch; num_draft_tokens at every batch
-                    ks = sorted(set(verify_tokens)) if b == min(batches) else [num_draft_tokens]
-                    for k in ks:
-                        pts.append(Point(kind=kind, batch=b, per_request=k, context=ctx))
-                elif kind == "draft":
-                    pts.append(Point(kind=kind, batch=b, per_request=topk, context=ctx))
-                else:
-                    pts.append(Point(kind=kind, batch=b, per_request=num_draft_tokens, context=ctx))
+                per = tokens_per_request(kind, spec)  # (the forward-kind table)
+                # verify: every k of verify_tokens at the smallest batch; num_draft_tokens at every batch
+                ks = sorted(set(verify_tokens)) if kind == "verify" and b == min(batches) else [per]
+                for k in ks:
+                    pts.append(Point(kind=kind, batch=b, per_request=k, context=ctx))
     return tuple(pts)
 
 
@@ -445,7 +447,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         topk = topk or given.spec.topk
         ndt = ndt or given.spec.num_draft_tokens
     steps, topk = steps or CPU_DEFAULTS.steps, topk or CPU_DEFAULTS.topk  # (the same on a GPU)
-    ndt = ndt or (steps + 1 if topk == 1 else min(steps * topk + 1, 8))
+    ndt = ndt or default_num_draft_tokens(steps, topk)
     SpecConfig(steps=steps, topk=topk, num_draft_tokens=ndt)  # validates the combination
     accept = None
     if o["spec_loop"]:

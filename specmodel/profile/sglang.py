@@ -52,6 +52,7 @@ from types import ModuleType
 from typing import Any
 
 from specmodel.schema.formats import SGLANG_FORWARD
+from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
 
 log = logging.getLogger("specmodel.sglang")
 
@@ -97,16 +98,11 @@ TARGETS: tuple[Target, ...] = (
 )
 
 #: ForwardMode name -> phase (``None``: deliberately not recorded). "DECODE" depends on the runner.
+#: (from the forward-kind table, schema/phases.py; DLLM_EXTEND: 0.5.23 diffusion LLMs; PREBUILT:
+#: 0.5.23 disaggregated decode, KV arrived, no model forward of its own)
 MODE_PHASES: dict[str, str | None] = {
-    "TARGET_VERIFY": "verify",
-    "DRAFT_EXTEND": "draft_extend",
-    "DRAFT_EXTEND_V2": "draft_extend",
-    "EXTEND": "extend",
-    "MIXED": "extend",
-    "SPLIT_PREFILL": "extend",
-    "DLLM_EXTEND": "extend",  # 0.5.23, diffusion LLMs
-    "IDLE": None,
-    "PREBUILT": None,  # 0.5.23, disaggregated decode: KV arrived, no model forward of its own
+    **{m: k for m, k in SGLANG_MODE_KINDS.items() if m != "DECODE"},
+    **dict.fromkeys(SGLANG_IGNORED_MODES),
 }
 
 

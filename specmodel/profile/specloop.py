@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from specmodel.profile.annotate import Stopwatch, phase, timed_phase
-from specmodel.schema.phases import phase_label
+from specmodel.schema.phases import forward_tokens, phase_label
 
 if TYPE_CHECKING:
     from specmodel.profile.worker import Rank
@@ -60,9 +60,9 @@ def run_loop(r: Rank) -> dict[str, Any]:
 
     # ---------------------------------------------------------------- speculative loop
     r.next_unit("spec loop: speculative")
-    de_label = phase_label("draft_extend", b, b * ndt)
-    dr_label = phase_label("draft", b, b * topk)
-    ve_label = phase_label("verify", b, b * ndt)
+    de_label = phase_label("draft_extend", b, forward_tokens("draft_extend", b, p))
+    dr_label = phase_label("draft", b, forward_tokens("draft", b, p))
+    ve_label = phase_label("verify", b, forward_tokens("verify", b, p))
     ver_ids = torch.randint(0, V, (b, ndt), generator=g).to(dev)
     _, aux = target(ver_ids)
     watches: dict[str, list[Stopwatch]] = {"draft_extend": [], "draft": [], "verify": []}

@@ -32,6 +32,7 @@ from specmodel.model.whatif import (
     stop_paying_batch,
 )
 from specmodel.schema.formats import REPORT
+from specmodel.schema.phases import forward_tokens
 from specmodel.schema.profile import Profile, SpecConfig
 
 REPORT_SCHEMA = REPORT.name
@@ -345,8 +346,7 @@ def _allreduce(profile: Profile, p: Prediction, choice: FitChoice) -> AllReduceV
     fit = choice.fit
     tp = max(profile.tp, 2)
     sizes = []
-    for label, kind, toks in (("decode", "decode", p.batch), ("verify", "verify", p.verify_tokens),
-                              ("draft", "draft", p.batch * p.topk)):
+    for label, kind, toks in ((k, k, forward_tokens(k, p.batch, p)) for k in ("decode", "verify", "draft")):
         b = message_bytes(profile, kind, toks)
         if b is not None:
             sizes.append(MessageSize(label=label, tokens=toks, msg_bytes=b, per_call_s=allreduce_s(b, tp, fit)))

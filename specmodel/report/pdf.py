@@ -137,7 +137,7 @@ def page_verdict(c: ReportContent) -> Any:
     fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
              f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
     fig.text(0.04, 0.88, p.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(p.verdict, "black"))
-    if p.extrapolated:
+    if not p.measured:
         # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
         ext = p.verdict_label[len(p.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
@@ -211,7 +211,7 @@ def page_verdict(c: ReportContent) -> Any:
     ya = 0.70
     fig.text(0.56, ya, "Assumptions", fontsize=12, weight="bold", va="top")
     ya -= _line_h(12) * 1.3
-    items = list(c.warnings)
+    items = [f"to remove the qualification, {m}" for m in p.to_measure] + list(c.warnings)
     if c.drafter is not None:
         items.insert(0, f"drafter check: {c.drafter.status} (page {len(c.pages)})")
     # warnings get the room they need first; assumptions take what is left above them

@@ -11,23 +11,149 @@ the NVTX range name in Nsight Systems and what ``specmodel ingest`` parses back.
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
+from typing import Protocol
 
 from specmodel.errors import SpecmodelError
 
-#: Forward kinds, in cycle order. decode: one token per request (the non-speculative baseline
-#: step); verify: target forward over batch × num_draft_tokens; draft: one drafter forward (batch ×
-#: topk tokens); draft_extend: drafter forward over the accepted tokens after a verify; extend:
-#: prefill (kept for completeness; not used by the cycle model).
-FORWARD_KINDS = ("decode", "verify", "draft", "draft_extend", "extend")
+
+class SpecLike(Protocol):
+    """What a forward's token count depends on: the speculative configuration
+    (:class:`specmodel.schema.profile.SpecConfig`, or any object with these fields)."""
+
+    @property
+    def num_draft_tokens(self) -> int: ...
+    @property
+    def topk(self) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardKind:
+    """One forward kind: everything a package needs to know about it, in one row.
+
+    ``per_request`` names what one request contributes to the forward's tokens:
+    ``one`` (1 token), ``draft_tokens`` (``num_draft_tokens``), ``topk`` (``topk``) or ``prompt``
+    (prefill: the prompt length, not derivable from the configuration). ``collective_layers``:
+    whose layer count sets the all-reduces per forward (2 per decoder layer + 1 for the
+    embedding / LM head, Megatron-style TP): ``target`` (2·L + 1) or ``drafter`` (one EAGLE
+    layer: 3). ``fallback``: the kind whose measured curve stands in when this one was never
+    measured (at the same total tokens and context) — a figure built on it is *assumed*.
+    ``sglang_modes``: SGLang ``ForwardMode`` names (and step-span names) that are this kind;
+    ``vllm_spans``: the vLLM V1 profiler scopes that hold it (``VLLM_CUSTOM_SCOPES_FOR_PROFILING``).
+    """
+
+    name: str
+    model: str  # "target" | "drafter"
+    per_request: str  # "one" | "draft_tokens" | "topk" | "prompt"
+    in_cycle: bool
+    fallback: str | None
+    collective_layers: str  # "target" | "drafter"
+    sglang_modes: tuple[str, ...]
+    vllm_spans: tuple[str, ...]
+    what: str
+
+
+#: THE forward-kind table, in cycle order (adding a kind: a row here; see ARCHITECTURE.md).
+#: Sources: sglang/srt/model_executor/forward_batch_info.py (ForwardMode), speculative/eagle_worker.py
+#: (num_steps drafter forwards per cycle: one DRAFT_EXTEND over the accepted tokens, then
+#: num_steps − 1 DECODE forwards on the draft runner over B × topk), vllm/v1/worker/gpu_model_runner.py.
+KIND_TABLE: tuple[ForwardKind, ...] = (
+    ForwardKind(name="decode", model="target", per_request="one", in_cycle=True, fallback=None,
+                collective_layers="target", sglang_modes=("DECODE",), vllm_spans=("execute_context_0(0)_generation",),
+                what="one token per request: the non-speculative baseline step"),
+    ForwardKind(name="verify", model="target", per_request="draft_tokens", in_cycle=True, fallback="decode",
+                collective_layers="target", sglang_modes=("TARGET_VERIFY", "VERIFY"),
+                vllm_spans=("execute_context_0(0)_generation",),
+                what="target forward over batch x num_draft_tokens"),
+    ForwardKind(name="draft", model="drafter", per_request="topk", in_cycle=True, fallback=None,
+                collective_layers="drafter", sglang_modes=("DRAFT",), vllm_spans=("gpu_model_runner: draft",),
+                what="one drafter forward over batch x topk tokens"),
+    ForwardKind(name="draft_extend", model="drafter", per_request="draft_tokens", in_cycle=True, fallback="draft",
+                collective_layers="drafter", sglang_modes=("DRAFT_EXTEND", "DRAFT_EXTEND_V2"),
+                vllm_spans=("gpu_model_runner: draft",),
+                what="drafter forward over the verified tokens after a verify"),
+    ForwardKind(name="extend", model="target", per_request="prompt", in_cycle=False, fallback=None,
+                collective_layers="target", sglang_modes=("EXTEND", "MIXED", "SPLIT_PREFILL", "DLLM_EXTEND"),
+                vllm_spans=("execute_context",), what="prefill (kept for completeness; not used by the cycle model)"),
+)
+KIND: dict[str, ForwardKind] = {k.name: k for k in KIND_TABLE}
+
+#: Forward kinds, in cycle order.
+FORWARD_KINDS = tuple(k.name for k in KIND_TABLE)
 #: The forwards the profiler sweeps and the cycle model uses (no prefill).
-CYCLE_KINDS = tuple(k for k in FORWARD_KINDS if k != "extend")
+CYCLE_KINDS = tuple(k.name for k in KIND_TABLE if k.in_cycle)
 #: The drafter's forwards (their costs scale with the drafter, not the target).
-DRAFT_KINDS = tuple(k for k in FORWARD_KINDS if k.startswith("draft"))
+DRAFT_KINDS = tuple(k.name for k in KIND_TABLE if k.model == "drafter")
 #: The target model's forwards.
-TARGET_KINDS = tuple(k for k in FORWARD_KINDS if k not in DRAFT_KINDS)
+TARGET_KINDS = tuple(k.name for k in KIND_TABLE if k.model == "target")
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
+#: When a kind is missing, the kind whose curve stands in for it.
+FALLBACK: dict[str, str] = {k.name: k.fallback for k in KIND_TABLE if k.fallback}
+#: SGLang ForwardMode / step-span name -> kind. ``DECODE`` on the drafter's runner is a draft
+#: step (the hook knows the runner; a trace label does not, and means the target).
+SGLANG_MODE_KINDS: dict[str, str] = {m: k.name for k in KIND_TABLE for m in k.sglang_modes}
+#: ForwardModes that run no model forward of their own (deliberately not recorded).
+SGLANG_IGNORED_MODES = ("IDLE", "PREBUILT")
+#: EAGLE drafter: one decoder layer (its all-reduces: embedding, o_proj, MLP down).
+DRAFTER_LAYERS = 1
+
+
+def kind(name: str) -> ForwardKind:
+    try:
+        return KIND[name]
+    except KeyError:
+        raise SpecmodelError(f"forward kind: unknown {name!r} (expected one of {', '.join(KIND)})") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _per_request(name: str, num_draft_tokens: int, topk: int) -> int:
+    per = kind(name).per_request
+    if per == "one":
+        return 1
+    if per == "draft_tokens":
+        return num_draft_tokens
+    if per == "topk":
+        return topk
+    raise SpecmodelError(f"forward kind {name}: tokens depend on the prompt, not the speculative configuration")
+
+
+def tokens_per_request(name: str, spec: SpecLike) -> int:
+    """Tokens one request puts in a ``name`` forward under ``spec`` (1, num_draft_tokens or topk)."""
+    return _per_request(name, spec.num_draft_tokens, spec.topk)
+
+
+def forward_tokens(name: str, batch: int, spec: SpecLike) -> int:
+    """Total tokens of one ``name`` forward at ``batch`` requests: decode B, verify and
+    draft_extend B·num_draft_tokens, draft B·topk (memoised: the optimizer asks per configuration)."""
+    return batch * _per_request(name, spec.num_draft_tokens, spec.topk)
+
+
+def draft_steps(num_draft_tokens: int, topk: int) -> int:
+    """The shallowest draft tree that holds ``num_draft_tokens − 1`` drafts: ⌈(ndt − 1)/topk⌉ ≥ 1
+    (a chain: ndt − 1)."""
+    return max(1, -(-(num_draft_tokens - 1) // max(topk, 1)))
+
+
+#: A tree's default draft-token budget when nothing else bounds it (SGLang's common choice).
+DEFAULT_TREE_DRAFT_TOKENS = 8
+
+
+def default_num_draft_tokens(steps: int, topk: int, tree_cap: int = DEFAULT_TREE_DRAFT_TOKENS) -> int:
+    """Draft tokens verified when none is given: a chain verifies steps + 1 (SGLang resets
+    ``speculative_num_draft_tokens`` to steps + 1 at topk 1, server_args.py); a tree keeps at most
+    ``tree_cap`` of its steps·topk + 1 nodes."""
+    return steps + 1 if topk == 1 else min(steps * topk + 1, tree_cap)
+
+
+def collectives_per_forward(name: str, target_layers: int, drafter_layers: int = DRAFTER_LAYERS) -> int:
+    """All-reduces per ``name`` forward under TP: 2 per decoder layer (attention o_proj, MLP down)
+    + 1 (vocab-parallel embedding), Megatron-LM style (Shoeybi et al. 2019)."""
+    layers = target_layers if kind(name).collective_layers == "target" else drafter_layers
+    return 2 * layers + 1
+
 
 _LABEL_RE = re.compile(r"^specmodel\.(?P<kind>[a-z_]+)\[bs=(?P<batch>\d+),toks=(?P<tokens>\d+)(?:,ctx=(?P<ctx>\d+))?"
                        r"(?:,fwd=(?P<fwd>\d+))?\]$")

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from specmodel.schema.phases import collectives_per_forward
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelShape:
@@ -47,7 +49,7 @@ class ModelShape:
 
     @property
     def allreduce_per_forward(self) -> int:
-        return 2 * self.num_layers + 1
+        return collectives_per_forward("decode", self.num_layers)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

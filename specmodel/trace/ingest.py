@@ -7,7 +7,6 @@ passes x ranks of every figure and the per-rank skew; :func:`build_profile` writ
 
 from __future__ import annotations
 
-import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.procs import die_with_parent
+from specmodel.schema.phases import draft_steps
 from specmodel.schema.profile import KINDS, CostRow, Profile, Source, SpecConfig
 from specmodel.stats import iqr, median, median_ci95_rel
 from specmodel.trace.attribution import (
@@ -291,7 +291,7 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
     if first.nccl_version:
         hardware["nccl_version"] = first.nccl_version
     if steps is None:
-        steps = max(1, math.ceil((opts.num_draft_tokens - 1) / opts.topk))
+        steps = draft_steps(opts.num_draft_tokens, opts.topk)
     spec = SpecConfig(steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
     files = [Path(t.meta.path).name for t in result.traces]
     source = Source.ingested(

@@ -35,7 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.schema.phases import TARGET_KINDS, parse_phase_context, parse_phase_forwards, parse_phase_label
+from specmodel.schema.phases import (
+    KIND,
+    SGLANG_MODE_KINDS,
+    TARGET_KINDS,
+    draft_steps,
+    forward_tokens,
+    parse_phase_context,
+    parse_phase_forwards,
+    parse_phase_label,
+)
 from specmodel.schema.profile import KINDS
 from specmodel.trace._jsonstream import scan_trace
 from specmodel.trace.attribution import (
@@ -53,10 +62,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 MAX_BASE_TIME_APART_S = 600.0
 
 SGLANG_STEP = re.compile(r"^step\[(?P<mode>[A-Z_0-9]+) bs=(?P<bs>\d{1,12})(?!\d)(?: toks=(?P<toks>\d{1,12})(?!\d))?[^\]]*\]$")
-_SGLANG_MODES = {
-    "VERIFY": "verify", "TARGET_VERIFY": "verify", "DECODE": "decode", "EXTEND": "extend",
-    "DRAFT": "draft", "DRAFT_EXTEND": "draft_extend", "DRAFT_EXTEND_V2": "draft_extend",
-}
+_SGLANG_MODES = SGLANG_MODE_KINDS  # (the forward-kind table: one home for the mode names)
 #: SGLang 0.5.23 stage spans (speculative/spec_utils.spec_stage_span) around a whole stage.
 _STAGE_SPANS = {"draft_extend": "draft_extend", "draft": "draft"}
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -109,14 +115,11 @@ class IngestOptions:
     @property
     def draft_steps(self) -> int:
         """Draft depth: --steps, else what the draft tokens and topk imply (a chain: ndt - 1)."""
-        return self.steps if self.steps is not None else max(1, math.ceil((self.num_draft_tokens - 1) / self.topk))
+        return self.steps if self.steps is not None else draft_steps(self.num_draft_tokens, self.topk)
 
     def tokens(self, kind: str, batch: int) -> int:
-        if kind in ("verify", "draft_extend"):
-            return batch * self.num_draft_tokens
-        if kind == "draft":
-            return batch * self.topk
-        return batch
+        # prefill's tokens are the prompt, which a span without toks= does not say: one per request
+        return forward_tokens(kind, batch, self) if KIND[kind].per_request != "prompt" else batch
 
 
 def phase_of(name: str, opts: IngestOptions, last_batch: int | None = None) -> tuple[str, int, int] | None:
