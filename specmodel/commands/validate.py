@@ -79,7 +79,7 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
         acc = f"{w.accept_len:.2f}" if w.accept_len is not None else "-"
         err = "calib." if r.calibration else f"{r.error:+.1%}"
         ctx = f"{w.context_tokens:.0f}" if w.context_tokens is not None else "-"
-        mark = "  extrapolated" if r.extrapolated else ""
+        mark = ("  assumed" if r.assumed else "") + ("  extrapolated" if r.extrapolated else "")
         out.append(f"{label:<40} {w.batch:>5} {ctx:>8} {acc:>6} {w.tokens_per_s:>10.1f} "
                    f"{r.predicted_tokens_per_s:>10.1f} {err:>7}{mark}")
     skip = ", ".join(f"{n} ({r})" for r, n in sorted(skipped.items())) or "none"

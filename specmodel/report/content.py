@@ -254,6 +254,7 @@ class ReportContent:
             "specmodel_version": self.version,
             "pages": list(self.pages),
             "verdict": self.prediction.verdict,
+            "verdict_label": self.prediction.verdict_label,
             "prediction": self.prediction.to_dict(),
             "notes": list(self.notes),
             "assumptions": list(self.assumptions),

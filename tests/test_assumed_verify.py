@@ -1,0 +1,128 @@
+"""Issue 21 / 18 item 7: no plain GO/NO-GO rests on a verify cost nobody measured at that (tokens, context).
+
+A sweep (decode only) gives qualified verdicts at every context, in predict (text + JSON), the API,
+the plan (region ASSUMED, never recommended) and the report; verify rows at the asked context give
+plain ones; between two measured verify contexts the interpolation applies, beyond them the verdict
+is extrapolated (not assumed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import specmodel
+from specmodel.model.accept import from_mean, from_per_position
+from specmodel.model.optimize import accept_model
+from specmodel.model.predict import predict
+from specmodel.model.serveplan import serve_plan
+from specmodel.report.content import build_report
+from specmodel.report.markdown import render_markdown
+from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.trace.sweep import sweep_profile
+from tests.conftest import REFERENCE, run_cli
+
+REF = load_profile(REFERENCE)
+SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)
+#: decode barely moves with context (104 -> 96 tok/s at batch 1), as in the issue's published case
+SWEEP = ("batch,context,tokens_per_s\n"
+         "1,0,104\n4,0,380\n1,32768,100\n4,32768,350\n1,131072,96\n4,131072,320\n")
+
+
+def _sweep(tmp_path: Path) -> Path:
+    p = tmp_path / "sweep.csv"
+    p.write_text(SWEEP)
+    return p
+
+
+def test_sweep_only_gives_qualified_verdicts_at_every_context(tmp_path: Path) -> None:
+    sweep = str(_sweep(tmp_path))
+    for ctx, word in (("0", "context 0"), ("32K", "32K"), ("128K", "128K")):
+        r = run_cli("predict", "--json", "--baseline-sweep", sweep, "--accept-len", "3.0", "--draft-ms", "1",
+                    "--context", ctx, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["measured"] is False
+        [a] = d["assumed"]
+        assert (a["kind"], a["fallback"], a["tokens"], a["batch"]) == ("verify", "decode", 4.0, 1)
+        assert d["verdict_label"] == f"{d['verdict']} (verify not measured at {word}: assumed = decode at 4 tokens)"
+        # what to measure to remove it, at that batch and context
+        assert "specmodel profile --phases decode,verify --batches 1 --verify-tokens 4" in a["to_measure"]
+        assert "/start_profile" in a["to_measure"] and d["to_measure"] == [a["to_measure"]]
+        text = run_cli("predict", "--baseline-sweep", sweep, "--accept-len", "3.0", "--draft-ms", "1",
+                       "--context", ctx, cwd=tmp_path).stdout
+        verdict = next(ln for ln in text.splitlines() if ln.startswith("verdict"))
+        assert verdict.startswith(f"verdict      {d['verdict_label']}:")
+        assert any(ln.startswith("to measure   measure verify at batch 1 x 4 tokens") for ln in text.splitlines())
+
+
+def test_issue_18_item_7_one_row_sweep_with_draft_ms_is_not_a_confident_go(tmp_path: Path) -> None:
+    p = tmp_path / "one.csv"
+    p.write_text("batch,context,tokens_per_s\n1,0,82\n")
+    d = json.loads(run_cli("predict", "--json", "--baseline-sweep", str(p), "--accept-len", "3.2", "--draft-ms", "1",
+                           cwd=tmp_path).stdout)
+    assert d["verdict"] == "GO"  # the arithmetic says GO...
+    assert d["verdict_label"] != "GO" and "verify not measured" in d["verdict_label"]  # ...but not plainly
+
+
+def test_the_api_carries_the_same_qualification(tmp_path: Path) -> None:
+    prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
+    p = specmodel.predict(prof, accept=3.0, context="128K")
+    assert [a.kind for a in p.assumed] == ["verify"] and not p.measured
+    assert p.verdict_label.endswith("(verify not measured at 128K: assumed = decode at 4 tokens)")
+    assert p.to_dict()["assumed"][0]["context_tokens"] == 131072
+
+
+def test_verify_measured_at_the_context_gives_a_plain_verdict() -> None:
+    p = predict(REF, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)
+    assert p.assumed == () and p.extrapolated == () and p.measured
+    assert p.verdict_label == p.verdict
+
+
+def _ref_with_verify_at(contexts: tuple[int, ...]) -> object:
+    """The reference with every row copied to each context (costs grow 10 % per step up)."""
+    rows = []
+    for i, c in enumerate(contexts):
+        f = 1.0 + 0.1 * i
+        rows += [dataclasses.replace(r, context_tokens=c, total_s=r.total_s * f, allreduce_s=r.allreduce_s * f,
+                                     compute_s=r.compute_s * f, other_s=r.other_s * f) for r in REF.costs]
+    return dataclasses.replace(REF, costs=tuple(rows))
+
+
+def test_between_measured_verify_contexts_interpolated_beyond_extrapolated() -> None:
+    prof = _ref_with_verify_at((0, 32768))
+    mid = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=16384)  # type: ignore[arg-type]
+    assert mid.measured and mid.verdict_label == mid.verdict
+    lo = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)  # type: ignore[arg-type]
+    hi = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=32768)  # type: ignore[arg-type]
+    assert lo.verify_s < mid.verify_s < hi.verify_s
+    far = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=131072)  # type: ignore[arg-type]
+    assert far.assumed == () and any(e.axis == "context" for e in far.extrapolated)
+    assert "(extrapolated: context 131072 > measured 32768" in far.verdict_label
+
+
+def test_plan_never_recommends_from_an_assumed_verify(tmp_path: Path) -> None:
+    prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
+    rates = [0.8, 0.6, 0.45]
+    model = accept_model(from_per_position(rates), rates=rates)
+    plan = serve_plan(prof, model, batches=(1, 4), contexts=(0, 32768, 131072), default=SPEC)
+    for c in plan.cells:
+        assert c.region == "ASSUMED" and c.recommended is None and c.action == "unmeasured"
+        assert [(a.kind, a.context_tokens) for a in c.assumed] == [("verify", c.context_tokens)]
+        assert c.best_any.cost_assumed  # listed beside, flagged
+    # the same acceptance on a profile whose verify was measured: recommendations, region measured
+    ok = serve_plan(REF, model, batches=(1, 4), contexts=(0,), default=SPEC)
+    assert all(c.region == "measured" and c.recommended is not None for c in ok.cells)
+
+
+def test_report_shows_the_same_qualification(tmp_path: Path) -> None:
+    prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
+    dist = from_mean(3.0, 4)
+    p = predict(prof, dist, batch=1, spec=SPEC, context_tokens=131072)
+    content = build_report(profile=prof, dist=dist, spec=SPEC, prediction=p, notes=(), per_position=None,
+                           observation=None, max_batch=8, inputs=[])
+    d = content.to_dict()
+    assert d["verdict_label"] == p.verdict_label and "verify not measured at 128K" in d["verdict_label"]
+    assert d["prediction"]["assumed"][0]["fallback"] == "decode"
+    md = render_markdown(content)
+    assert f"## Verdict: **{p.verdict_label}**" in md
