@@ -17,6 +17,8 @@ from specmodel.schema.profile import AllReduceFit, CostRow, Profile, Source, Spe
 LAYERS = 61
 HIDDEN = 7168
 DTYPE_BYTES = 2  # bf16 activations are all-reduced even with INT4 weights
+GPU_MEMORY_BYTES = 96 * 10**9
+WEIGHT_BYTES = 595 * 10**9
 N_AR = 2 * LAYERS + 1  # attention o_proj + MoE/MLP down per layer, + vocab-parallel embedding
 TP = 8
 BETA = 25e9  # assumed effective PCIe Gen5 ring bandwidth, bytes/s
@@ -79,10 +81,14 @@ def main() -> None:
                         "Blackwell over PCIe), not measured by this tool",
             tool="scripts/make_reference_profile.py",
         ),
+        # 96 GB GDDR7 per RTX PRO 6000 Blackwell (NVIDIA's data sheet); the weights: the INT4 checkpoint's
+        # safetensors, ~595 GB (1.04T parameters, INT4 routed experts, BF16 attention and shared experts;
+        # Hugging Face moonshotai/Kimi-K2.5, rounded). The TP what-if's memory check reads these.
         hardware={"gpu_name": "NVIDIA RTX PRO 6000 Blackwell", "gpu_count": 8, "interconnect": "PCIe",
-                  "nvlink": False},
+                  "nvlink": False, "gpu_memory_bytes": GPU_MEMORY_BYTES},
         model={"name": "Kimi-K2.5 INT4", "architecture": "DeepseekV3ForCausalLM", "num_hidden_layers": LAYERS,
-               "hidden_size": HIDDEN, "activation_bytes": DTYPE_BYTES, "allreduce_per_forward": N_AR},
+               "hidden_size": HIDDEN, "activation_bytes": DTYPE_BYTES, "allreduce_per_forward": N_AR,
+               "weight_bytes": WEIGHT_BYTES},
         tp=TP, backend="nccl",
         spec=SpecConfig(algorithm="EAGLE3", steps=3, topk=1, num_draft_tokens=VERIFY_TOKENS),
         overhead_s=OVERHEAD_S, costs=tuple(costs),

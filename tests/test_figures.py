@@ -238,10 +238,14 @@ def test_custom_allreduce_is_not_a_bar_on_an_8_gpu_pcie_box(nogo_report: dict) -
     ca = rows["custom_allreduce"]
     assert ca["verdict"] == "N/A" and ca["unavailable"].startswith("not available")
     assert "more than two GPUs" in ca["unavailable"] and "PCIe" in ca["unavailable"]
+    # issue 18 item 14: the reference records its weights (~595 GB INT4) and GPU memory (96 GB), so TP 4
+    # is N/A with the reason instead of a gain that assumes the model fits
     tp4 = rows["tp4"]
-    assert tp4["label"] == "TP 4 instead of 8 (memory fit unknown)" and tp4["memory"].startswith("unknown")
+    assert tp4["label"] == "TP 4 instead of 8" and tp4["verdict"] == "N/A"
+    assert tp4["memory"].startswith("does not fit: weights 148.8 GB per GPU on TP 4 vs 96.0 GB")
+    assert tp4["unavailable"] == f"not available: {tp4['memory']}"
     page5 = nogo_report["text"][4]
-    assert "N/A" in page5 and "memory fit unknown" in page5
+    assert "N/A" in page5 and "does not fit" in page5
 
 
 def test_memory_fit_decides_a_tp_change_when_known() -> None:

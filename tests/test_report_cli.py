@@ -122,7 +122,18 @@ def test_page_one_shows_the_verdict_and_the_figures_predict_prints(which: str, r
     rep = request.getfixturevalue(which)
     pred = rep["pred"]
     page1 = _text(rep["pdf"])[0]
-    assert pred["verdict"] in page1
+    if which == "measured_report":
+        # its drafter FAILs the vocabulary check (issue 18 item 6): BLOCKED, with the reason and the
+        # model's own verdict beside it, on page 1, in the CLI and the JSON; the prediction stays predict's
+        flat = page1.replace("\n", " ")
+        assert "BLOCKED" in page1 and "FAIL vocab.coverage" in flat and f"the model alone says {pred['verdict']}" in flat
+        doc = json.loads(rep["pdf"].with_suffix(".json").read_text())
+        assert doc["verdict"] == "BLOCKED" and doc["prediction"]["verdict"] == pred["verdict"]
+        assert doc["blocked_by"] and doc["optimizer"]["recommendation"].startswith("none: the drafter check blocks")
+        assert any(ln.startswith("verdict      BLOCKED: check-drafter: FAIL vocab.coverage")
+                   for ln in rep["run"].stdout.splitlines())
+    else:
+        assert pred["verdict"] in page1 and "BLOCKED" not in page1
     for needle in (f"{pred['tokens_per_s']:.1f} tok/s", f"{pred['baseline_tokens_per_s']:.1f} tok/s",
                    f"{pred['speedup']:.2f}x", f"{pred['break_even_accept_tokens']:.2f} tokens/step",
                    f"{pred['accept_mean_tokens']:.2f} tokens/step", f"{pred['margin_tokens']:+.2f} tokens/step",
@@ -145,7 +156,8 @@ def test_json_beside_the_pdf_carries_predict_json_exactly(which: str, request: p
     assert data["prediction"] == pred
     assert data["notes"] == notes
     assert data["pages"] == PAGE_NAMES[which]
-    assert data["verdict"] == pred["verdict"]
+    # the report's verdict is predict's unless the drafter check blocks it (measured_report's drafter FAILs)
+    assert data["verdict"] == ("BLOCKED" if which == "measured_report" else pred["verdict"])
     opt = data["optimizer"]
     assert opt["best"]["tokens_per_s"] >= opt["default"]["tokens_per_s"]
     # the recommendation is the best MEASURED configuration; extrapolated ones are only listed
@@ -158,7 +170,7 @@ def test_json_beside_the_pdf_carries_predict_json_exactly(which: str, request: p
     assert pred["context_tokens"] in [r["context_tokens"] for r in ctx["rows"]]
     assert all(r["extrapolated"] for r in ctx["rows"] if r["context_tokens"] not in ctx["measured_contexts"])
     md = rep["pdf"].with_suffix(".md").read_text()
-    assert f"## Verdict: **{pred['verdict']}**" in md
+    assert f"## Verdict: **{data['verdict_label']}**" in md
     assert f"{pred['tokens_per_s']:.1f} tok/s" in md
 
 

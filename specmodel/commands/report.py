@@ -125,7 +125,8 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
         click.echo(f"note: {n}")
     for w in content.warnings:
         click.echo(f"warning: {w}")
-    click.echo(f"verdict      {pred.verdict_label}: {pred.verdict_reason}")
+    # the report's verdict: predict's, or BLOCKED when the drafter check says so (PDF page 1 the same)
+    click.echo(f"verdict      {content.verdict_label}: {content.verdict_reason}")
     for m in pred.to_measure:
         click.echo(f"to measure   {m}")
     # the same sentence as the PDF's page 1 (one recommendation everywhere)

@@ -353,10 +353,25 @@ class Optimum:
         the margin of break-even, is never recommended."""
         return self.recommended if self.action == SPECULATE else None
 
-    def recommendation_text(self) -> str:
-        """The one recommendation sentence (CLI and PDF print this)."""
+    def within_noise(self, noise_rel: float) -> bool:
+        """The recommendation beats the default configuration by less than the costs' own relative
+        95 % half-width ``noise_rel``: the ranking between them is not resolved by the measurements."""
+        b, d = self.to_run, self.default
+        if b is None or b.key == d.key or noise_rel <= 0 or not d.measured or action_for(d.speedup) != SPECULATE:
+            return False
+        return b.tokens_per_s / d.tokens_per_s - 1.0 < noise_rel
+
+    def recommendation_text(self, noise_rel: float = 0.0) -> str:
+        """The one recommendation sentence (CLI and PDF print this). ``noise_rel``: the measured
+        costs' relative 95 % half-width; a gain over the default inside it recommends no change."""
         if self.recommended is None:
             return "none: no configuration has measured costs and acceptance at this batch and context"
+        if self.within_noise(noise_rel):
+            r, d = self.recommended, self.default
+            return (f"keep steps {d.steps}, topk {d.topk}, draft tokens {d.num_draft_tokens} ({d.tokens_per_s:.1f} tok/s, "
+                    f"{d.speedup:.2f}x): the best, steps {r.steps}, topk {r.topk}, draft tokens {r.num_draft_tokens} "
+                    f"({r.tokens_per_s:.1f} tok/s), is {r.tokens_per_s / d.tokens_per_s - 1:.1%} better, inside the "
+                    f"+/-{noise_rel:.0%} noise of the measured costs")
         b = self.to_run
         if b is None:
             best = self.recommended

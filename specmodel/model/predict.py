@@ -337,6 +337,29 @@ def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
     return "MARGINAL", f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p_txt} < {GO_MIN_P:.2f}"
 
 
+#: logged accept lengths carry two decimals
+_ROUND_SLACK = 0.0051
+
+
+def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
+    """Refuse an acceptance the configuration cannot emit (issue 18 item 2).
+
+    A verify over ``num_draft_tokens`` tokens per request emits at most that many (every draft
+    accepted, plus the bonus). At topk 1 SGLang resets ``speculative_num_draft_tokens`` to
+    ``steps + 1`` (server_args.py, 0.5.5: "adjusted to speculative_num_steps + 1 when
+    speculative_eagle_topk == 1"), so a chain verifying fewer is not a configuration any engine runs.
+    """
+    ndt, steps = spec.num_draft_tokens, spec.steps
+    if spec.topk == 1 and ndt != steps + 1:
+        raise FieldError("num_draft_tokens", f"{ndt} with {{topk}} 1 and {{steps}} {steps}: SGLang resets it to "
+                                             f"steps + 1 = {steps + 1} (a chain verifies every draft); pass {{steps}} "
+                                             f"{ndt - 1} to verify {ndt} tokens, or leave {{num_draft_tokens}} out")
+    if accept_tokens > ndt + _ROUND_SLACK:
+        raise FieldError("num_draft_tokens", f"accept length {accept_tokens:.2f} tokens/step exceeds the {ndt} "
+                                             f"tokens verified per request (at most {ndt}, bonus included); raise "
+                                             "{num_draft_tokens} or check the accept length")
+
+
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
             generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
             context_tokens: float | None = None) -> Prediction:
@@ -344,6 +367,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
     smallest measured context)."""
     spec = spec or profile.spec
+    check_verified_tokens(spec, dist.mean_tokens)
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
         raise FieldError(
             None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "

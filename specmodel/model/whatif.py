@@ -249,11 +249,34 @@ def drafter_without_tp(profile: Profile) -> Profile:
     return _relabel(profile.with_costs(rows), "drafter without TP")
 
 
+def no_allreduce_split(profile: Profile) -> str:
+    """Why an all-reduce what-if cannot apply ("" when it can): no row records any all-reduce time
+    (a baseline sweep or plain numbers: the step is one total), so halving or re-scaling it changes nothing
+    and the result would only repeat the as-is figures under another label."""
+    if any(r.allreduce_s > 0 for r in profile.costs):
+        return ""
+    return ("not available: the profile records no all-reduce split (every row's all-reduce time is 0 / unknown: "
+            f"{profile.label}); profile or ingest a trace to split it")
+
+
+def tp_unknown(profile: Profile) -> str:
+    """Why a TP what-if cannot apply ("" when it can): the profile does not say which TP it ran at."""
+    if not profile.source.tp_known:
+        return "not available: the profile's TP degree is unknown (pass --tp)"
+    return ""
+
+
 def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[tuple[WhatIf, ...], FitChoice]:
-    """The report's set: all-reduce 2× faster, custom all-reduce, TP 4/8, drafter without TP."""
+    """The report's set: all-reduce 2× faster, custom all-reduce, TP 4/8, drafter without TP.
+
+    A what-if that cannot apply to this profile is kept, marked ``unavailable`` with the reason (shown
+    as N/A): all-reduce what-ifs without an all-reduce split, TP what-ifs at an unknown TP or where the
+    weights do not fit (:func:`memory_fit`)."""
     choice = choose_fit(profile)
+    split = no_allreduce_split(profile)
     out = [WhatIf(key="allreduce_2x", label="all-reduce 2x faster", profile=allreduce_faster(profile, 2.0),
-                  assumptions=("every row's all-reduce time halved (waiting included); compute unchanged",))]
+                  assumptions=("every row's all-reduce time halved (waiting included); compute unchanged",),
+                  unavailable=split)]
     if profile.tp > 1:
         custom, changed = custom_allreduce(profile, choice.fit)
         notes = [f"one-shot all-reduce T = (p-1)(alpha + n / beta), alpha-beta {choice.origin}",
@@ -264,7 +287,7 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
         if changed < len(profile.costs):
             notes.append(f"{len(profile.costs) - changed} rows without message size/count left as measured")
         out.append(WhatIf(key="custom_allreduce", label="custom all-reduce (one-shot)", profile=custom,
-                          assumptions=tuple(notes), unavailable=off))
+                          assumptions=tuple(notes), unavailable=split or off))
         for t in tps:
             if t != profile.tp:
                 mem = memory_fit(profile, t)
@@ -272,11 +295,15 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
                                   profile=retp(profile, t, choice.fit),
                                   assumptions=(f"all-reduce scaled by the alpha-beta ring model ({choice.origin})",
                                                f"compute x {profile.tp}/{t} (ideal sharding)", f"memory: {mem}"),
-                                  unavailable=f"not available: {mem}" if mem.startswith("does not fit") else "",
+                                  unavailable=(tp_unknown(profile) or split
+                                               or (f"not available: {mem}" if mem.startswith("does not fit") else "")),
                                   memory=mem))
         if any(r.kind in DRAFT_KINDS for r in profile.costs):
             out.append(WhatIf(key="drafter_no_tp", label="drafter without TP", profile=drafter_without_tp(profile),
-                              assumptions=("draft all-reduce removed", f"draft compute x {profile.tp} (one GPU)")))
+                              assumptions=("draft all-reduce removed", f"draft compute x {profile.tp} (one GPU)"),
+                              unavailable=tp_unknown(profile)
+                              or ("" if any(r.allreduce_s > 0 for r in profile.costs if r.kind in DRAFT_KINDS)
+                                  else split)))
     return tuple(out), choice
 
 

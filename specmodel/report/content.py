@@ -27,6 +27,7 @@ from specmodel.model.serveplan import ServePlan, serve_plan
 from specmodel.model.whatif import (
     FitChoice,
     batch_sweep,
+    no_allreduce_split,
     powers_of_two,
     standard_whatifs,
     stop_paying_batch,
@@ -114,6 +115,9 @@ class AllReduceView:
     fit_curve: tuple[tuple[float, float], ...]  # (bytes, seconds) ring model at tp
     oneshot_curve: tuple[tuple[float, float], ...]  # (bytes, seconds) one-shot model at tp
     sizes: tuple[MessageSize, ...]
+    #: why the page has nothing to show for this profile ("" = it has): default curves at a TP the
+    #: profile does not have would look like data
+    unavailable: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +241,25 @@ class ReportContent:
     warnings: tuple[str, ...]
     context: ContextView | None = None
     plan: ServePlan | None = None  # the serve plan over the swept batches x measured contexts (`specmodel plan`)
+    #: why the drafter check blocks deployment (empty: it does not); the report's verdict is then BLOCKED
+    blocked_by: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        """The report's verdict: the model's (``prediction.verdict``), or BLOCKED by the drafter check."""
+        return BLOCKED if self.blocked_by else self.prediction.verdict
+
+    @property
+    def verdict_label(self) -> str:
+        return BLOCKED if self.blocked_by else self.prediction.verdict_label
+
+    @property
+    def verdict_reason(self) -> str:
+        p = self.prediction
+        if self.blocked_by:
+            return (f"check-drafter: {'; '.join(self.blocked_by)} (drafter-check page). Fix the drafter first; "
+                    f"the model alone says {p.verdict} at {p.speedup:.2f}x")
+        return p.verdict_reason
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -253,8 +276,10 @@ class ReportContent:
             "title": self.title,
             "specmodel_version": self.version,
             "pages": list(self.pages),
-            "verdict": self.prediction.verdict,
-            "verdict_label": self.prediction.verdict_label,
+            "verdict": self.verdict,
+            "verdict_label": self.verdict_label,
+            "verdict_reason": self.verdict_reason,
+            "blocked_by": list(self.blocked_by),
             "prediction": self.prediction.to_dict(),
             "notes": list(self.notes),
             "assumptions": list(self.assumptions),
@@ -365,7 +390,17 @@ def _allreduce(profile: Profile, p: Prediction, choice: FitChoice) -> AllReduceV
         fit_algorithm=fit.algorithm, fit_origin=choice.origin,
         fit_curve=tuple((x, allreduce_s(x, tp, fit)) for x in grid),
         oneshot_curve=tuple((x, oneshot_allreduce_s(x, tp, fit.alpha_s, fit.beta_bytes_per_s)) for x in grid),
-        sizes=tuple(sizes))
+        sizes=tuple(sizes), unavailable=_allreduce_unavailable(profile, choice))
+
+
+def _allreduce_unavailable(profile: Profile, choice: FitChoice) -> str:
+    if choice.origin.startswith("DEFAULT") and not any(r.allreduce_s > 0 for r in profile.costs):
+        why = no_allreduce_split(profile).removeprefix("not available: ")
+        tp = "" if profile.source.tp_known else "; its TP degree is unknown"
+        return f"N/A: no all-reduce data in this profile: {why}{tp}"
+    if not profile.source.tp_known:
+        return "N/A: the profile's TP degree is unknown (pass --tp): curves at a default TP would be invented"
+    return ""
 
 
 def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Prediction, *, unavailable: str = "",
@@ -376,6 +411,21 @@ def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Predictio
                      verdict="N/A" if unavailable else w.verdict, unavailable=unavailable, memory=memory)
 
 
+def measurement_text(profile: Profile) -> str:
+    """Page 1: what the costs are and how noisy their measurement was (issue 18 item 13)."""
+    cis = sorted(float(r.ci95_rel) for r in profile.costs if r.ci95_rel is not None)
+    what = profile.label if profile.source_kind == "measured" else f"costs: {profile.label}"
+    if not cis:
+        return f"{what}; no 95 % intervals recorded for its {len(profile.costs)} cost rows"
+    within = sum(1 for c in cis if c <= NOISE_OK_REL)
+    return (f"{what}; 95 % intervals of its {len(cis)} cost rows: median +/-{cis[len(cis) // 2]:.1%}, worst "
+            f"+/-{cis[-1]:.1%} ({within}/{len(cis)} within +/-{NOISE_OK_REL:.0%})")
+
+
+#: A cost row whose 95 % interval is within this is called tight on page 1 (the profiler's default target).
+NOISE_OK_REL = 0.02
+
+
 def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
                  per_position: Sequence[float] | None) -> tuple[str, ...]:
     acc = f"accept length: {p.accept_source}"
@@ -383,7 +433,7 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
         acc += " rates " + ", ".join(f"{r:.2f}" for r in per_position)
     elif p.accept_samples == 0 and p.accept_source.startswith("mean"):
         acc += " (constant per-draft acceptance assumed around the mean)"
-    out = [acc]
+    out = [measurement_text(profile), acc]
     out.append(f"costs from the {p.profile_source_kind} profile '{p.profile_name}', interpolated at "
                f"batch {p.batch} ({p.verify_tokens} verify tokens)")
     out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
@@ -427,6 +477,21 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
         rows.extend((f"{what} from", origin) for what, origin in p.cost_sources)
     rows.extend(inputs)
     return tuple(rows)
+
+
+#: The verdict when the drafter check blocks: a FAIL finding (SGLang refuses to start it, d2t mismatch,
+#: wrong shapes) or an accept length above the drafter's vocabulary ceiling.
+BLOCKED = "BLOCKED"
+
+
+def blocking_reasons(d: DrafterView, accept_tokens: float) -> tuple[str, ...]:
+    """Why the drafter blocks the verdict, one short phrase each (empty: it does not); the full
+    messages are on the drafter-check page and in the JSON."""
+    out = [f"FAIL {f.name}" for f in d.findings if f.status == "FAIL"]
+    if d.warning and d.ceiling_tokens is not None:
+        out.append(f"accept length {accept_tokens:.2f} above the drafter's vocabulary ceiling "
+                   f"{d.ceiling_tokens:.2f} tokens/step")
+    return tuple(out)
 
 
 def _drafter(report: DrafterReportLike, p: Prediction, inputs: Sequence[tuple[str, str]]) -> DrafterView:
@@ -489,13 +554,20 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                          gain=opt.gain, per_batch=tuple(o.best for o in optima), batch_limit=batch_limit(optima),
                          max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())),
                          recommended=opt.recommended, best_any=opt.best_any,
-                         recommendation=opt.recommendation_text(), recommends_off=opt.to_run is None,
+                         recommendation=opt.recommendation_text(noise_rel=p.cycle_cost_ci95_rel),
+                         recommends_off=opt.to_run is None,
                          measured_max_batch=max((r.batch for r in base.rows("decode")), default=None))
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
     warnings = list(p.warnings)
     if dview is not None and dview.warning:
         warnings.append(dview.warning)
+    blocked = blocking_reasons(dview, p.accept_mean_tokens) if dview is not None else ()
+    if blocked:
+        # the model's figures stay (the prediction is predict's, pages 2-7 show it); the verdict and the
+        # recommendation do not: a drafter the engine refuses, or one that cannot reach the accept length, is no GO
+        optv = dataclasses.replace(optv, recommendation=("none: the drafter check blocks deployment (see the "
+                                                         "verdict and the drafter-check page)"), recommends_off=True)
     title = f"Speculative decoding go/no-go: {p.profile_name}"
     return ReportContent(
         title=title, version=__version__, prediction=p, notes=tuple(notes),
@@ -506,7 +578,8 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings),
         context=context_view(base, dist, spec, p),
         plan=serve_plan(base, model, batches=batches, default=spec,
-                        contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)})))
+                        contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)})),
+        blocked_by=blocked)
 
 
 def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction) -> ContextView:

@@ -15,7 +15,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def render_markdown(c: ReportContent) -> str:
     p = c.prediction
     o = c.optimizer
-    lines = [f"# {c.title}", "", f"## Verdict: **{p.verdict_label}**", "", p.verdict_reason, ""]
+    lines = [f"# {c.title}", "", f"## Verdict: **{c.verdict_label}**", "", c.verdict_reason, ""]
     lines += _table(["figure", "value"], [
         ["configuration", f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
         ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.band_label}: {p.tokens_per_s_low:.1f}-"

@@ -21,7 +21,7 @@ from specmodel.report.content import ReportContent
 from specmodel.units import alpha_beta, ms
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
-VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00"}
+VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00", "BLOCKED": "#c62828"}
 EXTRAPOLATED_COLOR = "#d50000"  # anything resting on costs or acceptance nobody measured
 C_AR, C_COMP, C_OTHER, C_DRAFT, C_OVER = "#d62728", "#1f77b4", "#9e9e9e", "#ff7f0e", "#9467bd"
 
@@ -121,8 +121,8 @@ def _flow(fig: Any, x: float, y: float, width: float, items: list[str], size: fl
 def _frame(fig: Any, c: ReportContent, n: int, title: str, when: str) -> None:
     total = len(c.pages)
     fig.text(0.04, 0.955, title, fontsize=16, weight="bold", va="top")
-    fig.text(0.96, 0.955, f"{c.prediction.verdict}", fontsize=14, weight="bold", ha="right", va="top",
-             color=VERDICT_COLORS.get(c.prediction.verdict, "black"))
+    fig.text(0.96, 0.955, f"{c.verdict}", fontsize=14, weight="bold", ha="right", va="top",
+             color=VERDICT_COLORS.get(c.verdict, "black"))
     fig.text(0.04, 0.02, f"specmodel {c.version} | {c.prediction.profile_name} | {when}", fontsize=7, color="#555555")
     fig.text(0.96, 0.02, f"page {n}/{total}", fontsize=7, color="#555555", ha="right")
 
@@ -136,12 +136,12 @@ def page_verdict(c: ReportContent) -> Any:
     fig.text(0.04, 0.955, c.title, fontsize=14, weight="bold", va="top")
     fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
              f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
-    fig.text(0.04, 0.88, p.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(p.verdict, "black"))
-    if not p.measured:
+    fig.text(0.04, 0.88, c.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(c.verdict, "black"))
+    if not p.measured and not c.blocked_by:
         # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
         ext = p.verdict_label[len(p.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
-    _flow(fig, 0.04, 0.755, 0.92, [p.verdict_reason], 10, 0.71, bullet="")
+    _flow(fig, 0.04, 0.755, 0.92, [c.verdict_reason], 10, 0.71, bullet="")
 
     # provenance first, from the footer up: its height decides how far the columns may run
     prov_size = 6.5
@@ -311,6 +311,11 @@ def page_breakdown(c: ReportContent) -> Any:
 def page_allreduce(c: ReportContent) -> Any:
     ar = c.allreduce
     fig = _figure()
+    if ar.unavailable:  # no invented curves under a TP label the profile does not have
+        fig.text(0.04, 0.90, "All-reduce", fontsize=14, weight="bold", va="top")
+        fig.text(0.04, 0.80, "N/A", fontsize=40, weight="bold", va="top", color="#555555")
+        _flow(fig, 0.04, 0.66, 0.92, [ar.unavailable.removeprefix("N/A: ")], 11, 0.1, bullet="")
+        return fig
     ax = fig.add_axes((0.08, 0.12, 0.62, 0.72))
     xs = [x for x, _ in ar.fit_curve]
     ax.plot(xs, [t * 1e6 for _, t in ar.fit_curve], color="#1f77b4", lw=2,
@@ -651,7 +656,7 @@ def write_pdf(c: ReportContent, tmp_path: Path, figures: list[tuple[str, Any]]) 
     """Write the figures as one multi-page vector PDF at ``tmp_path`` (the caller renames it)."""
     from matplotlib.backends.backend_pdf import PdfPages
 
-    meta = {"Title": c.title, "Author": "specmodel", "Subject": f"{c.prediction.verdict}: {c.prediction.verdict_reason}",
+    meta = {"Title": c.title, "Author": "specmodel", "Subject": f"{c.verdict}: {c.verdict_reason}",
             "Creator": f"specmodel {c.version}", "Keywords": "speculative decoding, tensor parallel, go/no-go"}
     with PdfPages(tmp_path, metadata=meta) as pdf:
         for _, fig in figures:
