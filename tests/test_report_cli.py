@@ -320,3 +320,14 @@ def test_report_serve_plan_is_the_plan_command(measured_report: dict, tmp_path: 
         assert (a["batch"], a["context_tokens"], a["action"]) == (b["batch"], b["context_tokens"], b["action"])
         assert a["recommended"] == b["recommended"]
         assert a["recommended"] is None or a["recommended"]["measured"]
+
+
+@pytest.mark.parametrize("which", ["ref_report", "measured_report"])
+def test_cli_and_pdf_give_one_recommendation(which: str, request: pytest.FixtureRequest) -> None:
+    # issue 18 item 8: the CLI printed the best measured configuration while page 1 said "turn speculation off"
+    rep = request.getfixturevalue(which)
+    data = json.loads(rep["pdf"].with_suffix(".json").read_text())
+    rec = data["optimizer"]["recommendation"]
+    line = next(ln for ln in rep["run"].stdout.splitlines() if ln.startswith("recommended"))
+    assert line == f"recommended  {rec}"
+    assert rec.split(":")[0][:40] in _text(rep["pdf"])[0].replace("\n", " ")
