@@ -126,3 +126,40 @@ def test_report_shows_the_same_qualification(tmp_path: Path) -> None:
     assert d["prediction"]["assumed"][0]["fallback"] == "decode"
     md = render_markdown(content)
     assert f"## Verdict: **{p.verdict_label}**" in md
+
+
+def test_validate_marks_windows_predicted_from_an_assumed_verify(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    fmt = ("[2025-11-30 04:32:%02d TP0] Decode batch, #running-req: %d, #token: %d, token usage: 0.01, "
+           "accept len: 3.00, accept rate: 0.75, cuda graph: True, gen throughput (token/s): %.2f, #queue-req: 0, ")
+    log.write_text("\n".join(fmt % (i, b, tok, tps) for i, (b, tok, tps) in
+                             enumerate([(1, 100, 100.0), (4, 400, 390.0)])) + "\n")
+    for with_verify in (False, True):
+        prof = tmp_path / "profiles" / f"v{int(with_verify)}"
+        prof.mkdir(parents=True)
+        rows = []
+        for L in (0, 1024):  # the windows sit at 100 tokens of context: inside
+            for b in (1, 4):
+                kinds = [("decode", b, 0.010), ("draft", b, 0.001)] + ([("verify", 4 * b, 0.015)] if with_verify else [])
+                for kind, toks, base in kinds:
+                    t = base * (1 + 0.05 * b) * (1 + L / 1e4)
+                    rows.append({"kind": kind, "batch": b, "tokens": toks, "context_tokens": L, "total_s": t,
+                                 "allreduce_s": 0.0, "compute_s": t, "other_s": 0.0})
+        (prof / "profile.json").write_text(json.dumps({"schema": "specmodel.profile", "schema_version": 2,
+                                                       "name": prof.name, "source": {"kind": "measured"}, "tp": 2,
+                                                       "costs": rows}))
+        v = run_cli("validate", "--json", "--profile", str(prof), str(log), "--steps", "3", cwd=tmp_path)
+        assert v.returncode == 0, v.stderr
+        doc = json.loads(v.stdout)
+        if with_verify:
+            assert all(w["assumed"] == [] for w in doc["windows"]) and doc["summary"]["windows_assumed"] == 0
+            assert doc["summary"]["median_abs_error_measured_range"] is not None
+        else:
+            for w in doc["windows"]:  # each at its own context (the log's #token / #running-req)
+                assert w["assumed"] == [f"verify not measured at {w['context_tokens']:g}: assumed = decode at "
+                                        f"{4 * w['batch']} tokens"], w
+            assert doc["summary"]["windows_assumed"] == 2
+            assert doc["summary"]["median_abs_error_measured_range"] is None  # nothing measured to judge
+            assert any("never measured (assumed = the decode curve" in w for w in doc["warnings"])
+            text = run_cli("validate", "--profile", str(prof), str(log), "--steps", "3", cwd=tmp_path).stdout
+            assert sum(1 for ln in text.splitlines() if "  assumed" in ln) == 2

@@ -399,10 +399,10 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     n_eff = (dist.std_tokens / se) ** 2 if se > 0 else 1.0
     L = cc.context_tokens
     u_base = row_ci95_rel(profile, "decode", batch, L)
-    u_cyc = eq.cost_ci95_rel([(cc.verify.total_s, row_ci95_rel(profile, "verify", batch * spec.num_draft_tokens, L)),
-                              (cc.draft_total_s, max(row_ci95_rel(profile, "draft", batch * spec.topk, L),
+    u_cyc = eq.cost_ci95_rel([(cc.verify.total_s, row_ci95_rel(profile, "verify", cc.verify.tokens, L)),
+                              (cc.draft_total_s, max(row_ci95_rel(profile, "draft", cc.draft_step.tokens, L),
                                                      row_ci95_rel(profile, "draft_extend",
-                                                                  batch * spec.num_draft_tokens, L)))])
+                                                                  forward_tokens("draft_extend", batch, spec), L)))])
     lo, hi = eq.band_with_cost_uncertainty(tps, lo, hi, u_cyc)
     p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1_with_costs(
         e, be, dist.std_tokens, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
@@ -419,7 +419,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         accept_probs=dist.probs,
         baseline_step_s=t_base, baseline_allreduce_s=cc.base.allreduce_s,
         baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, t_base),
-        verify_tokens=batch * spec.num_draft_tokens, verify_s=cc.verify.total_s,
+        verify_tokens=forward_tokens("verify", batch, spec), verify_s=cc.verify.total_s,
         verify_allreduce_s=cc.verify.allreduce_s, verify_compute_s=cc.verify.compute_s,
         verify_other_s=cc.verify.other_s, draft_step_s=cc.draft_step.total_s, draft_s=cc.draft_total_s,
         draft_allreduce_s=cc.draft_allreduce_s, overhead_s=cc.overhead_s, cycle_s=t_cyc,

@@ -17,7 +17,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.schema.formats import SGLANG_FORWARD
-from specmodel.schema.phases import FORWARD_KINDS
+from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median
 
 log = logging.getLogger("specmodel.sglang")
@@ -197,7 +197,7 @@ def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[flo
     ndt = meta.get("num_draft_tokens") if isinstance(meta.get("num_draft_tokens"), int) else None
     topk = topk or ratio("draft") or 1
     ndt = ndt or ratio("verify")
-    steps = steps or ((max(draft_fwds) + 1) if draft_fwds else (ndt - 1 if ndt and topk == 1 else None))
+    steps = steps or ((max(draft_fwds) + 1) if draft_fwds else (draft_steps(ndt, topk) if ndt and topk == 1 else None))
     if ndt is None or steps is None:
         return SpecConfig()
     algo = str(meta["algorithm"]) if isinstance(meta.get("algorithm"), str) else "EAGLE3"
