@@ -126,6 +126,9 @@ def test_report_shows_the_same_qualification(tmp_path: Path) -> None:
     assert d["prediction"]["assumed"][0]["fallback"] == "decode"
     md = render_markdown(content)
     assert f"## Verdict: **{p.verdict_label}**" in md
+    # nothing recommendable at any batch: no "does not pay" claim either, nothing was measured to say so
+    assert content.optimizer.recommendation.startswith("none: no configuration has measured costs")
+    assert content.optimizer.limit_text().startswith("no batch limit: no configuration has measured costs")
 
 
 def test_validate_marks_windows_predicted_from_an_assumed_verify(tmp_path: Path) -> None:

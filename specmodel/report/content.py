@@ -167,10 +167,14 @@ class OptimizerView:
     best_any: Candidate | None = None  # best incl. extrapolated configurations: listed, never recommended
     recommendation: str = ""  # what page 1 recommends: a config that beats the baseline, or "turn speculation off"
     recommends_off: bool = False
+    smallest_batch_unmeasured: bool = False  # no measured configuration at the smallest batch: no limit to state
     measured_max_batch: int | None = None  # the profile's largest measured decode batch (claims stop there)
 
     def limit_text(self) -> str:
         """The batch-limit claim, kept inside the measured range (beyond it the model extrapolates)."""
+        if self.batch_limit is None and self.smallest_batch_unmeasured:
+            return ("no batch limit: no configuration has measured costs and acceptance at the smallest batch "
+                    "(nothing measured to say where speculation pays)")
         if self.batch_limit is None:
             return "speculation does not pay at any batch with any configuration"
         mm = self.measured_max_batch
@@ -556,6 +560,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                          recommended=opt.recommended, best_any=opt.best_any,
                          recommendation=opt.recommendation_text(noise_rel=p.cycle_cost_ci95_rel),
                          recommends_off=opt.to_run is None,
+                         smallest_batch_unmeasured=optima[0].recommended is None,
                          measured_max_batch=max((r.batch for r in base.rows("decode")), default=None))
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
