@@ -17,7 +17,7 @@ from specmodel.model.predict import predict, verdict_for
 from specmodel.model.serveplan import serve_plan
 from specmodel.model.whatif import standard_whatifs
 from specmodel.report.content import DrafterView, FindingRow, build_report, measurement_text
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.profile import Source, SpecConfig, load_profile
 from specmodel.trace.sweep import sweep_profile
 from tests.conftest import REFERENCE, run_cli
 
@@ -49,7 +49,8 @@ def test_accept_above_the_verified_tokens_is_refused(tmp_path: Path) -> None:
 
 @given(st.floats(0.5, 2.0))
 def test_plan_action_is_predicts_verdict(speedup: float) -> None:
-    v = verdict_for(speedup, None)[0]
+    # the optimizer has no sample count: the same rule's speedup thresholds (as predict with a certain P)
+    v = verdict_for(speedup, 1.0)[0]
     assert action_for(speedup) == {"GO": SPECULATE, "MARGINAL": MARGINAL, "NO-GO": OFF}[v]
 
 
@@ -83,7 +84,8 @@ def test_a_config_below_the_baseline_is_never_the_recommendation() -> None:
 
 def test_page_one_says_what_was_measured_and_how_noisy() -> None:
     rows = tuple(dataclasses.replace(r, ci95_rel=c) for r, c in zip(REF.costs, [0.5, 0.01] * 40, strict=False))
-    src = {**REF.source, "kind": "measured", "description": "measured by specmodel profile: TP8 gloo (4 of 61 layers)"}
+    src = Source.measured(description="measured by specmodel profile: TP8 gloo (4 of 61 layers)", tool="t",
+                          created_utc="2026-12-01T00:00:00+00:00", method="m")
     prof = dataclasses.replace(REF, costs=rows, source=src)
     text = measurement_text(prof)
     n = len(rows)

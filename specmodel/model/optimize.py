@@ -39,8 +39,9 @@ _ACTIONS = {"GO": SPECULATE, "MARGINAL": MARGINAL, "NO-GO": OFF}
 def action_for(speedup: float) -> str:
     """The one decision rule, as an action (plan, report, CLI, schedule export): GO (>= 1.10x) ->
     speculate, MARGINAL (1.00-1.10x, inside a PCIe box's noise) -> marginal, NO-GO (< 1) -> off.
-    The optimizer has no sample count, so P(speedup > 1) is not checked here."""
-    return _ACTIONS[verdict_for(speedup, None)[0]]
+    The optimizer has no sample count, so only the rule's speedup thresholds apply here (P taken as 1;
+    predict's verdict beside it still checks P)."""
+    return _ACTIONS[verdict_for(speedup, 1.0)[0]]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import FieldError
+from specmodel.limits import ROUND_SLACK
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
@@ -337,10 +338,6 @@ def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
     return "MARGINAL", f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p_txt} < {GO_MIN_P:.2f}"
 
 
-#: logged accept lengths carry two decimals
-_ROUND_SLACK = 0.0051
-
-
 def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
     """Refuse an acceptance the configuration cannot emit (issue 18 item 2).
 
@@ -354,7 +351,7 @@ def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
         raise FieldError("num_draft_tokens", f"{ndt} with {{topk}} 1 and {{steps}} {steps}: SGLang resets it to "
                                              f"steps + 1 = {steps + 1} (a chain verifies every draft); pass {{steps}} "
                                              f"{ndt - 1} to verify {ndt} tokens, or leave {{num_draft_tokens}} out")
-    if accept_tokens > ndt + _ROUND_SLACK:
+    if accept_tokens > ndt + ROUND_SLACK:  # (logged accept lengths carry two decimals)
         raise FieldError("num_draft_tokens", f"accept length {accept_tokens:.2f} tokens/step exceeds the {ndt} "
                                              f"tokens verified per request (at most {ndt}, bonus included); raise "
                                              "{num_draft_tokens} or check the accept length")
