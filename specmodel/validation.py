@@ -14,7 +14,7 @@ from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.logs import DecodeWindow, EngineConfig
+from specmodel.trace.logs import DecodeWindow, EngineConfig, window_skip_reason
 
 _SLACK = 0.0051  # logged means carry 2 decimals
 
@@ -76,15 +76,9 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
     obs: Observation | None = None
     obs_spec: SpecConfig | None = None
     for w in windows:
-        reason = None
         if w.batch > MAX_BATCH:
             raise SpecmodelError(f"{w.where}: batch {w.batch} is more than {MAX_BATCH} (the bound specmodel accepts)")
-        if w.batch < 1:
-            reason = "#running-req 0"
-        elif w.tokens_per_s <= 0:
-            reason = "throughput 0"
-        elif w.accept_len is None and w.steps != 0:
-            reason = "no accept length"
+        reason = window_skip_reason(w)  # the rule `accept` applies too (idle windows measure nothing)
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue

@@ -88,3 +88,22 @@ def test_per_position_round_trip(raw):
     d = from_per_position(rates)
     assert d.per_position_rates() == pytest.approx(tuple(rates), abs=1e-9)
     assert d.mean_tokens == pytest.approx(1 + sum(rates), abs=1e-9)
+
+
+def test_mixture_of_means_keeps_the_weighted_mean_and_is_wider():
+    from specmodel.model.accept import from_mean, mixture_of_means
+
+    d = mixture_of_means([(2.0, 1.0), (3.5, 3.0)], 4, source="t", samples=7)
+    assert d.mean_tokens == pytest.approx((2.0 + 3 * 3.5) / 4, abs=1e-12) and d.samples == 7
+    assert d.std_tokens > from_mean(d.mean_tokens, 4).std_tokens
+    with pytest.raises(SpecmodelError, match="no weight"):
+        mixture_of_means([(2.0, 0.0)], 4, source="t")
+
+
+def test_pooled_per_position_is_accepted_over_drafts_and_never_increases():
+    from specmodel.model.accept import pooled_per_position
+
+    # 100 drafts at (0.8, 0.5), 300 at (0.4, 0.1): accepted_at_i / drafts over both windows
+    assert pooled_per_position([(0.8, 0.5), (0.4, 0.1)], [100, 300]) == pytest.approx((0.5, 0.2))
+    # rounding to 3 decimals may print 0.400, 0.401: pooled rates are capped by the one before
+    assert pooled_per_position([(0.4, 0.401)], [10]) == (0.4, 0.4)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from specmodel.commands.engine_help import registry_option
 from specmodel.limits import (
     MAX_BATCH,
     MAX_CONTEXT_TOKENS,
@@ -42,8 +43,8 @@ def scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="vLLM per-position acceptance rates 'r1,r2,...' (E = 1 + sum r_i)."),
         click.option("--alpha", type=float, default=None,
                      help="Chain acceptance rate per draft (Leviathan et al. 2023); k = --steps drafts."),
-        click.option("--accept-log", "accept_logs", multiple=True, type=click.Path(),
-                     help="SGLang/vLLM server log or bench_speculative JSONL to take the accept length from (repeatable)."),
+        registry_option("--accept-log", "accept_logs", multiple=True, type=click.Path(),
+                        help_template="{logs} to take the accept length from (repeatable)."),
         click.option("--batch", type=bounded_int(1, MAX_BATCH), default=1, show_default=True, help="Concurrent requests (batch size)."),
         click.option("--context", "context", default=None,
                      help="KV tokens per request (context length L), e.g. 32768 or 32K (K = 1024), at most "

@@ -277,3 +277,55 @@ def resize(dist: AcceptDist, max_tokens: int, *, rates: Sequence[float] | None =
         cur *= last
         ext.append(cur)
     return from_per_position(ext, max_tokens=max_tokens, source=dist.source)
+
+
+def mixture_of_means(means: Iterable[tuple[float, float]], max_tokens: int, *, source: str,
+                     samples: int = 0) -> AcceptDist:
+    """Σ_w w·from_mean(m_w, K) / Σ w over windows that report only a mean ``m_w`` with weight ``w``.
+
+    The distribution a log of window means supports: within a window, the geometric shape of
+    :func:`from_mean` (constant per-draft acceptance, Leviathan et al. 2023 §3.1); across windows,
+    their spread. Keeps the weighted mean exactly, E[A] = Σ w m_w / Σ w, and is at least as wide as
+    a single geometric with that mean. Means are clamped into [1, K] (logs print 2 decimals, so a
+    mean may exceed K by rounding; callers refuse larger excesses). Equal means are grouped
+    (2-decimal logs have few distinct values).
+    """
+    _check_max_tokens(max_tokens)
+    by_mean: dict[float, float] = {}
+    for m, w in means:
+        if not math.isfinite(m) or not math.isfinite(w) or w < 0:
+            raise SpecmodelError(f"{source}: window mean {m!r} / weight {w!r} must be finite, weight >= 0")
+        mm = min(max(float(m), 1.0), float(max_tokens))
+        by_mean[mm] = by_mean.get(mm, 0.0) + float(w)
+    total = math.fsum(by_mean.values())
+    if total <= 0:
+        raise SpecmodelError(f"{source}: no weight in any window")
+    probs = [0.0] * max_tokens
+    for m, w in by_mean.items():
+        d = from_mean(m, max_tokens, source=source)
+        for j, p in enumerate(d.probs):
+            probs[j] += w / total * p
+    s = math.fsum(probs)
+    return AcceptDist(probs=tuple(p / s for p in probs), source=source, samples=samples)
+
+
+def pooled_per_position(rates: Sequence[Sequence[float]], weights: Sequence[float]) -> tuple[float, ...]:
+    """Per-position acceptance rates pooled over windows: r_i = Σ_w n_w r_{w,i} / Σ n_w.
+
+    With ``n_w`` the window's number of drafts this is accepted_at_i / drafts over all windows —
+    what vLLM itself computes over a longer window (``vllm/v1/spec_decode/metrics.py``). Printed
+    rates carry 3 decimals: rounding must not make the pooled sequence increase, so each rate is
+    capped by the one before (draft i+1 is accepted only after draft i).
+    """
+    if not rates or len(rates) != len(weights):
+        raise SpecmodelError("per-position rates: need one weight per window and at least one window")
+    k = len(rates[0])
+    if any(len(r) != k for r in rates):
+        raise SpecmodelError("per-position rates: windows have different numbers of positions")
+    total = math.fsum(weights)
+    if total <= 0:
+        raise SpecmodelError("per-position rates: no drafts in any window")
+    avg = [math.fsum(w * r[i] for w, r in zip(weights, rates, strict=True)) / total for i in range(k)]
+    for i in range(1, k):
+        avg[i] = min(avg[i], avg[i - 1])
+    return tuple(avg)
