@@ -526,6 +526,11 @@ def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[st
     for flag, key in (("--steps", "steps"), ("--topk", "topk"), ("--num-draft-tokens", "num_draft_tokens")):
         kw[key] = check_flag_against_log(flag, kw.get(key), getattr(cfg, key), cfg)
     notes.append(f"server configuration from the log: {cfg.describe()}")
+    if profile is not None:
+        from specmodel.validation import check_log_model_matches_profile
+
+        check_log_model_matches_profile(cfg, profile, use="its acceptance says nothing about this profile's model "
+                                        "(give that model's log, or --accept-len to use the figure anyway)")
     if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
                      "its acceptance is used with this profile's costs")

@@ -25,6 +25,7 @@ from specmodel.schema.formats import ACCEPT
 from specmodel.trace.engines import log_format, log_formats
 from specmodel.trace.engines.accept_json import check_saved as _check_saved
 from specmodel.trace.engines.base import (
+    CONFIG_FIELDS,
     AcceptSummary,
     DecodeWindow,
     EngineConfig,
@@ -248,8 +249,7 @@ def accept_document(s: AcceptSummary) -> dict[str, Any]:
                    "lines_matched": f.lines_matched, "skipped": dict(f.skipped)} for f in s.files],
         "series": [p.to_dict() for p in throughput_series(s.windows)],
         "server": None if s.config is None else {
-            k: getattr(s.config, k) for k in ("engine", "where", "model", "tp", "algorithm", "draft_model", "steps",
-                                              "topk", "num_draft_tokens", "decode_log_interval")},
+            k: getattr(s.config, k) for k in ("engine", "where", *CONFIG_FIELDS)},
     })
 
 

@@ -90,9 +90,13 @@ def window_skip_reason(w: DecodeWindow) -> str | None:
     return None
 
 
+CONFIG_FIELDS = ("model", "tp", "algorithm", "draft_model", "steps", "topk", "num_draft_tokens",
+                 "decode_log_interval", "device", "speculative")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
-    """The server's own configuration as it logged it at start-up (None = not in the log).
+    """The server's own configuration as it logged it (None = not in the log).
 
     Each log plug-in reads its engine's start-up lines (``parse_config``); see the engine modules.
     """
@@ -107,17 +111,22 @@ class EngineConfig:
     topk: int | None = None
     num_draft_tokens: int | None = None
     decode_log_interval: int | None = None
+    #: where the server ran: "cuda" (a GPU), "cpu", "npu", … (SGLang's "<device> graph:" key,
+    #: vLLM's "<GPU|CPU> KV cache" lines and device_config=)
+    device: str | None = None
+    #: False when the server logged that it runs without speculative decoding
+    speculative: bool | None = None
 
     def merged(self, other: EngineConfig) -> EngineConfig:
         """Fill this config's unknowns from ``other`` (a later line of the same log)."""
         vals = {f: getattr(self, f) if getattr(self, f) is not None else getattr(other, f)
-                for f in ("model", "tp", "algorithm", "draft_model", "steps", "topk", "num_draft_tokens",
-                          "decode_log_interval")}
+                for f in CONFIG_FIELDS}
         return EngineConfig(engine=self.engine, where=self.where, **vals)
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("model", self.model), ("TP", self.tp), ("steps", self.steps),
-                                          ("topk", self.topk), ("draft tokens", self.num_draft_tokens))
+                                          ("topk", self.topk), ("draft tokens", self.num_draft_tokens),
+                                          ("device", self.device))
                  if v is not None]
         return f"{', '.join(parts)} ({self.where})"
 

