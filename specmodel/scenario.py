@@ -62,6 +62,8 @@ class Scenario:
     notes: tuple[str, ...]
     per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
     context_tokens: int | None = None  # --context; None = the profile's smallest measured context
+    #: acceptance per context band when the accept log measured it (plan picks a band per context)
+    by_context: acc.AcceptByContext | None = None
 
 
 def run_prediction(sc: Scenario) -> Prediction:
@@ -179,7 +181,19 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if min(batches) < 1:
         raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
     model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+    if sc.by_context is None:
+        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+    # acceptance measured per context band: each context of the grid gets its band's distribution
+    cells, bands = [], []
+    for L in sorted(set(contexts)):
+        dist, label = sc.by_context.at(L)
+        m = accept_model(dist, rates=dist.per_position_rates() if sc.per_position else None,
+                         measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+        cells.extend(serve_plan(profile, m, batches=batches, contexts=[L], default=sc.spec).cells)
+        bands.append((L, label))
+    whole = serve_plan(profile, model, batches=batches[:1], contexts=contexts[:1], default=sc.spec)
+    return replace(whole, contexts=tuple(sorted(set(contexts))), batches=tuple(sorted(set(batches))),
+                   cells=tuple(cells), accept_bands=tuple(bands))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,10 +523,17 @@ def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True,
     if profile.spec != spec:
         profile = replace(profile, spec=spec)
 
-    dist, per_pos = resolve_accept(spec=spec, require=require_accept, notes=notes, **kw)
+    dist, per_pos, bands = _resolve_accept_by_context(spec=spec, require=require_accept, notes=notes, **kw)
+    if bands is not None and context is not None:
+        # the log measured acceptance per context band: use the one that covers --context
+        dist, label = bands.at(context)
+        per_pos = tuple(dist.per_position_rates()) if per_pos is not None else None
+        notes.append(f"acceptance at context {context}: {label}")
+    elif context is not None and dist.source != "none":
+        notes.append(f"acceptance assumed constant over context: {dist.source} gives no per-context measurement")
     obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
-                    notes=tuple(notes), per_position=per_pos, context_tokens=context)
+                    notes=tuple(notes), per_position=per_pos, context_tokens=context, by_context=bands)
 
 
 def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[str]) -> None:
@@ -539,6 +560,28 @@ def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[st
 def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] | None = None,
                    **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``)."""
+    dist, rates, _ = _resolve_accept_by_context(spec=spec, require=require, notes=notes, **kw)
+    return dist, rates
+
+
+def _resolve_accept_by_context(*, spec: SpecConfig, require: bool = True, notes: list[str] | None = None,
+                               **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None, acc.AcceptByContext | None]:
+    """:func:`resolve_accept` plus the acceptance per context band where an accept log measured it."""
+    if kw.get("accept_logs") and not any(kw.get(n) not in (None, (), []) for n in
+                                         ("accept_len", "accept_hist", "per_position", "alpha")):
+        # logs: parsed by the trace package's engine registry (trace/engines)
+        from specmodel.trace.logs import summarize
+
+        s = summarize(list(kw["accept_logs"]), spec.max_accept_tokens)
+        if notes is not None:
+            notes.extend(s.notes)
+        return s.dist, s.rates, s.by_context
+    dist, rates = _resolve_accept(spec=spec, require=require, notes=notes, **kw)
+    return dist, rates, None
+
+
+def _resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] | None = None,
+                    **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     conv = kw.get("accept_convention") or "tokens"
     given = [n for n in ("accept_len", "accept_hist", "per_position", "alpha", "accept_logs") if kw.get(n)
              not in (None, (), [])]
@@ -575,10 +618,4 @@ def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] |
         return acc.from_per_position(rates, max_tokens=k), tuple(rates)
     if src == "alpha":
         return acc.from_chain(kw["alpha"], spec.steps, source=f"chain alpha {kw['alpha']:g}"), None
-    # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
-    from specmodel.trace.logs import summarize
-
-    s = summarize(list(kw["accept_logs"]), k)
-    if notes is not None:
-        notes.extend(s.notes)
-    return s.dist, s.rates
+    raise AssertionError(f"accept source {src}: handled by _resolve_accept_by_context")

@@ -107,3 +107,25 @@ def test_pooled_per_position_is_accepted_over_drafts_and_never_increases():
     assert pooled_per_position([(0.8, 0.5), (0.4, 0.1)], [100, 300]) == pytest.approx((0.5, 0.2))
     # rounding to 3 decimals may print 0.400, 0.401: pooled rates are capped by the one before
     assert pooled_per_position([(0.4, 0.401)], [10]) == (0.4, 0.4)
+
+
+def test_by_context_bands_tile_the_axis_and_keep_each_bands_mean():
+    from specmodel.model.accept import WindowAccept, by_context, mixture_of_means
+
+    # acceptance that falls with context: 3.5 below 1K, 3.0 at 1-2K, 2.0 at 4-8K
+    ws = [WindowAccept(context_tokens=c, weight=1.0, mean_tokens=m)
+          for c, m in [(100, 3.5), (300, 3.5), (900, 3.5), (1100, 3.0), (1500, 3.0), (2000, 3.0),
+                       (5000, 2.0), (6000, 2.0), (7000, 2.0)]]
+    overall = mixture_of_means(((w.mean_tokens, w.weight) for w in ws), 4, source="t")
+    bc = by_context(ws, overall, source="t")
+    assert bc is not None and [b.windows for b in bc.bands] == [3, 3, 3]
+    assert [b.dist.mean_tokens for b in bc.bands] == pytest.approx([3.5, 3.0, 2.0], abs=1e-9)
+    assert bc.bands[0].lo_tokens == 0 and bc.bands[-1].hi_tokens is None
+    assert all(a.hi_tokens == b.lo_tokens for a, b in zip(bc.bands, bc.bands[1:], strict=False))
+    d, label = bc.at(1200)
+    assert d.mean_tokens == pytest.approx(3.0) and "1K-" in label
+    d, label = bc.at(64000)  # beyond the measured contexts: nearest band, and it says so
+    assert d.mean_tokens == pytest.approx(2.0) and "assumed constant" in label
+    # a band of one window is merged into its neighbour; one band only -> no "by context" claim
+    assert by_context(ws[:6], overall, source="t") is not None
+    assert by_context(ws[:3] + ws[3:4], overall, source="t") is None

@@ -46,6 +46,11 @@ def format_summary(s: AcceptSummary) -> str:
                  and p.context_tokens_max is not None else "-")
             tput = f"{p.tokens_per_s_median:.1f} ({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})"
             lines.append(f"             {p.batch:>5}  {p.windows:>7}  {a:>10}  {tput:<28}  {c}")
+    if s.by_context is not None:
+        lines.append("by context   band (KV tokens/request)  windows  accept len  samples")
+        for b in s.by_context.bands:
+            lines.append(f"             {b.label:<24}  {b.windows:>7}  {b.dist.mean_tokens:>10.3f}  {b.dist.samples:>7}"
+                         f"   (contexts {b.context_min:.0f}-{b.context_max:.0f})")
     for n in s.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)

@@ -62,6 +62,9 @@ class ServePlan:
     contexts: tuple[int, ...]
     cells: tuple[PlanCell, ...]
     algorithm: str
+    #: (context, where its acceptance came from) when the log measured acceptance per context band;
+    #: empty: one acceptance for every context (assumed constant over context)
+    accept_bands: tuple[tuple[int, str], ...] = ()
 
     def cell(self, batch: int, context_tokens: int) -> PlanCell:
         for c in self.cells:

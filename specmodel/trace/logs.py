@@ -172,7 +172,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
                         decode_log_interval=decode_log_interval or DEFAULT_DECODE_LOG_INTERVAL)
     s = fmt.summarize(files, inp)
     return AcceptSummary(dist=s.dist, rates=s.rates, files=s.files, windows_used=s.windows_used, windows=s.windows,
-                         notes=tuple(notes) + s.notes, config=cfg)
+                         notes=tuple(notes) + s.notes, config=cfg, by_context=s.by_context)
 
 
 def accept_dist_from_logs(paths: list[str], max_tokens: int, *,
@@ -248,6 +248,10 @@ def accept_document(s: AcceptSummary) -> dict[str, Any]:
         "files": [{"path": f.path, "engine": f.engine, "format": f.fmt, "lines_read": f.lines_read,
                    "lines_matched": f.lines_matched, "skipped": dict(f.skipped)} for f in s.files],
         "series": [p.to_dict() for p in throughput_series(s.windows)],
+        "by_context": None if s.by_context is None else [
+            {"lo_tokens": b.lo_tokens, "hi_tokens": b.hi_tokens, "label": b.label, "windows": b.windows,
+             "context_min": b.context_min, "context_max": b.context_max, "probs": list(b.dist.probs),
+             "mean_tokens": b.dist.mean_tokens, "samples": b.dist.samples} for b in s.by_context.bands],
         "server": None if s.config is None else {
             k: getattr(s.config, k) for k in ("engine", "where", *CONFIG_FIELDS)},
     })

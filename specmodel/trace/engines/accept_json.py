@@ -40,6 +40,45 @@ def check_saved(doc: dict[str, Any], where: str) -> None:
             acc.from_per_position(rates)
     except SpecmodelError as exc:
         raise SpecmodelError(f"{where}: {exc}") from None
+    _bands(doc, where)
+
+
+def _bands(doc: dict[str, Any], where: str) -> acc.AcceptByContext | None:
+    """The saved per-context bands (optional key ``by_context``), validated; None when absent."""
+    raw = doc.get("by_context")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise SpecmodelError(f"{where}: by_context: expected a list of at least two bands or null")
+    bands = []
+    for i, b in enumerate(raw):
+        w = f"{where}: by_context[{i}]"
+        if not isinstance(b, dict):
+            raise SpecmodelError(f"{w}: expected an object")
+        try:
+            lo, hi = b["lo_tokens"], b["hi_tokens"]
+            probs = tuple(float(p) for p in b["probs"])
+            n, cmin, cmax, samples = int(b["windows"]), float(b["context_min"]), float(b["context_max"]), b["samples"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecmodelError(f"{w}: missing or bad field ({exc})") from None
+        if (not isinstance(lo, int) or isinstance(lo, bool) or lo < 0 or (hi is not None and (
+                not isinstance(hi, int) or isinstance(hi, bool) or hi <= lo)) or n < 1 or not
+                isinstance(samples, int) or samples < 0 or not 0 <= cmin <= cmax):
+            raise SpecmodelError(f"{w}: lo_tokens/hi_tokens/windows/samples/context range out of bounds")
+        if len(probs) != len(doc["probs"]):
+            raise SpecmodelError(f"{w}: probs: {len(probs)} entries, the distribution has {len(doc['probs'])}")
+        try:
+            d = acc.AcceptDist(probs=probs, source=str(doc.get("source") or where) + " [context band]", samples=samples)
+        except SpecmodelError as exc:
+            raise SpecmodelError(f"{w}: {exc}") from None
+        bands.append(acc.ContextBand(lo_tokens=lo, hi_tokens=hi, dist=d, windows=n, context_min=cmin, context_max=cmax))
+    if bands[0].lo_tokens != 0 or bands[-1].hi_tokens is not None or any(
+            a.hi_tokens != b.lo_tokens for a, b in zip(bands, bands[1:], strict=False)):
+        raise SpecmodelError(f"{where}: by_context: bands must tile 0.. (each band's hi_tokens = the next one's lo_tokens, "
+                             "the last open)")
+    overall = acc.AcceptDist(probs=tuple(float(p) for p in doc["probs"]), source=str(doc.get("source") or where),
+                             samples=int(doc.get("samples", 0)))
+    return acc.AcceptByContext(bands=tuple(bands), overall=overall)
 
 
 def sniff(path: str, lines: Sequence[str], first: str) -> bool:
@@ -65,8 +104,14 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     if len(files) > 1:
         raise SpecmodelError("give one specmodel accept JSON at a time")
     dist, rates, note = _from_saved(files[0], inp.max_tokens)
-    return AcceptSummary(dist=dist, rates=rates, files=tuple(files), windows_used=0,
-                         notes=(note,) if note else ())
+    doc = files[0].saved or {}
+    # bands were measured at the saved steps: kept only when the distribution is used as saved
+    bands = _bands(doc, files[0].path) if len(doc.get("probs") or ()) == inp.max_tokens else None
+    notes = (note,) if note else ()
+    if doc.get("by_context") and bands is None:
+        notes += ("the saved per-context bands were measured at other steps: not used",)
+    return AcceptSummary(dist=dist, rates=rates, files=tuple(files), windows_used=0, notes=notes,
+                         by_context=bands)
 
 
 def _from_saved(lf: LogFile, max_tokens: int) -> tuple[acc.AcceptDist, tuple[float, ...] | None, str | None]:

@@ -61,6 +61,10 @@ class DecodeWindow:
     #: prefix shared by several requests counts once; vLLM ``GPU KV cache usage`` × the startup
     #: ``GPU KV cache size: N tokens`` / ``Running`` when the log has that startup line.
     context_tokens: float | None = None
+    #: per-position acceptance rates and number of drafts (verify steps) of the window, where the
+    #: engine prints them (vLLM's SpecDecoding line); None elsewhere
+    per_position: tuple[float, ...] | None = None
+    drafts: float | None = None
 
     @property
     def where(self) -> str:
@@ -171,6 +175,9 @@ class AcceptSummary:
     windows: tuple[DecodeWindow, ...] = ()  # the windows behind the distribution (tok/s series)
     notes: tuple[str, ...] = ()
     config: EngineConfig | None = None  # the server's logged configuration, when it logged one
+    #: acceptance per context band, when the log gives each window's context (None: it does not,
+    #: or all windows fall in one band)
+    by_context: acc.AcceptByContext | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

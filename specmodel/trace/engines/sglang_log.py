@@ -205,8 +205,15 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     if left_out:
         notes.append("left out (no verify step measured): " + ", ".join(f"{n} window(s) with {r}"
                                                                           for r, n in sorted(left_out.items())))
+    bands = acc.by_context([acc.WindowAccept(context_tokens=w.context_tokens, weight=float(w.batch),
+                                             mean_tokens=float(w.accept_len or 1.0))
+                            for w in use if w.context_tokens is not None], dist,
+                           source=f"SGLang log {inp.label}", steps_per_weight=inp.decode_log_interval)
+    if bands is not None:
+        notes.append(f"acceptance by context: {len(bands.bands)} bands of #token / #running-req (KV tokens per "
+                     "request), each a mixture like the whole log's")
     return AcceptSummary(dist=dist, rates=None, files=tuple(files), windows_used=len(use), windows=tuple(use),
-                         notes=tuple(notes))
+                         notes=tuple(notes), by_context=bands)
 
 
 def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | None:

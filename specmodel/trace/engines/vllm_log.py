@@ -239,7 +239,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
             # the same StatLogger.log() call printed the throughput line just before this one
             ln, tps, running, ts, vctx = pending_tput
             windows.append(DecodeWindow(file=path, line=ln, engine=NAME, batch=running, accept_len=rec.mean_accept_len,
-                                        tokens_per_s=tps, timestamp=ts, context_tokens=vctx))
+                                        tokens_per_s=tps, timestamp=ts, context_tokens=vctx,
+                                        per_position=rec.per_position, drafts=rec.num_drafts(None)))
             pending_tput = None
     if not vfmt:
         if config is not None and config.speculative is False:
@@ -308,10 +309,17 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
             raise too_long(label, mean_logged, max_tokens)
         dist = acc.from_per_position(avg, max_tokens=max_tokens, source=f"vLLM log {label}")
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(total)))
-        note = (f"per-position rates averaged over {len(with_rates)} windows weighted by drafts "
-                f"(drafted tokens / {k}); samples = {int(round(total))} drafts")
+        notes = [f"per-position rates averaged over {len(with_rates)} windows weighted by drafts "
+                 f"(drafted tokens / {k}); samples = {int(round(total))} drafts"]
+        bands = acc.by_context([acc.WindowAccept(context_tokens=w.context_tokens, weight=w.drafts,
+                                                 mean_tokens=float(w.accept_len or 1.0), per_position=w.per_position)
+                                for w in windows if w.context_tokens is not None and w.drafts and w.per_position],
+                               dist, source=f"vLLM log {label}")
+        if bands is not None:
+            notes.append(f"acceptance by context: {len(bands.bands)} bands of KV cache usage x KV cache size / Running "
+                         "(KV tokens per request), per-position rates pooled per band")
         return AcceptSummary(dist=dist, rates=avg, files=tuple(files), windows_used=len(with_rates),
-                             windows=windows, notes=(note,))
+                             windows=windows, notes=tuple(notes), by_context=bands)
     # old format: rate only; the mean needs the number of drafts
     nst = inp.num_spec_tokens
     if nst is None:
