@@ -184,7 +184,8 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if sc.by_context is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
     # acceptance measured per context band: each context of the grid gets its band's distribution
-    cells, bands = [], []
+    cells: list[Any] = []
+    bands: list[tuple[int, str]] = []
     for L in sorted(set(contexts)):
         dist, label = sc.by_context.at(L)
         m = accept_model(dist, rates=dist.per_position_rates() if sc.per_position else None,

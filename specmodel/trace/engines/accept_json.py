@@ -107,7 +107,7 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     doc = files[0].saved or {}
     # bands were measured at the saved steps: kept only when the distribution is used as saved
     bands = _bands(doc, files[0].path) if len(doc.get("probs") or ()) == inp.max_tokens else None
-    notes = (note,) if note else ()
+    notes: tuple[str, ...] = (note,) if note else ()
     if doc.get("by_context") and bands is None:
         notes += ("the saved per-context bands were measured at other steps: not used",)
     return AcceptSummary(dist=dist, rates=rates, files=tuple(files), windows_used=0, notes=notes,
