@@ -411,7 +411,9 @@ class AcceptByContext:
         return b.dist, label
 
 
-def _band_dist(ws: Sequence[WindowAccept], max_tokens: int, source: str, steps_per_weight: float) -> AcceptDist:
+def pooled_windows(ws: Sequence[WindowAccept], max_tokens: int, source: str, steps_per_weight: float = 1.0) -> AcceptDist:
+    """The distribution over a set of windows, built as a whole log's is: pooled per-position
+    rates when every window has them (vLLM), else a mixture of the window means (SGLang)."""
     samples = int(round(math.fsum(w.weight for w in ws) * steps_per_weight))
     if all(w.per_position for w in ws) and len({len(w.per_position or ()) for w in ws}) == 1:
         rates = pooled_per_position([w.per_position or () for w in ws], [w.weight for w in ws])
@@ -458,7 +460,7 @@ def by_context(windows: Sequence[WindowAccept], overall: AcceptDist, *, source: 
         lo_t = 0 if n == 0 else lo
         hi_t = None if n == len(merged) - 1 else merged[n + 1][0]
         bands.append(ContextBand(lo_tokens=lo_t, hi_tokens=hi_t,
-                                 dist=_band_dist(members, max_tokens, f"{source} [context band]", steps_per_weight),
+                                 dist=pooled_windows(members, max_tokens, f"{source} [context band]", steps_per_weight),
                                  windows=len(members), context_min=min(w.context_tokens for w in members),
                                  context_max=max(w.context_tokens for w in members)))
     return AcceptByContext(bands=tuple(bands), overall=overall)

@@ -85,10 +85,12 @@ REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
 #: `specmodel check-drafter --json` (drafter/findings.py)
 DRAFTER_CHECK = Format(name="specmodel.check_drafter", version=1, what="specmodel check-drafter")
+#: `specmodel watch --json` (specmodel/watch.py Reading.to_dict)
+WATCH = Format(name="specmodel.watch", version=1, what="specmodel watch")
 #: `specmodel ingest --json`: what was read and written
 INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome
 PROFILE_RUN = Format(name="specmodel.profile_run", version=1, what="specmodel profile run")
 
 ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
-       PROFILE_RUN)
+       PROFILE_RUN, WATCH)

@@ -1,0 +1,134 @@
+"""`specmodel watch` against recorded /metrics pages served on 127.0.0.1 (tests/metrics_server.py),
+and against a log being written: readings, counter resets, a server that goes away, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from specmodel.model.accept import mixture_of_means
+from specmodel.trace.engines import sglang_metrics
+from specmodel.trace.engines.prom import parse_page
+from tests.conftest import DATA, REFERENCE, specmodel_exe
+from tests.metrics_server import PageServer
+
+SGP = sorted((DATA / "sglang_metrics_055").glob("page_*.txt"))
+VW = DATA / "vllm_cpu_032_watch"
+V0 = (VW / "tp1_ngram" / "metrics_0.txt")
+V1 = (VW / "tp1_ngram" / "metrics_1.txt")
+VPROF = VW / "tp1_ngram" / "profile"
+VNONE = VW / "tp1_none" / "metrics.txt"
+
+
+def _json_lines(out: str) -> list[dict]:
+    docs = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+    assert all(d["schema"] == "specmodel.watch" and d["schema_version"] == 1 for d in docs)
+    return docs
+
+
+def _watch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(specmodel_exe() + ["watch", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_prometheus_pages_parse_by_name_and_label():
+    page = parse_page(SGP[5].read_text(), "p")
+    s = sglang_metrics.parse(SGP[5].read_text(), "p")
+    assert page["sglang:spec_accept_length"][0].label("tp_rank") == "0"
+    assert s.accept_len_gauge == pytest.approx(2.99) and s.running == 2 and s.context_tokens == pytest.approx(690)
+    assert s.model == "moonshotai/Kimi-K2.5"
+
+
+def test_sglang_gauges_over_the_window_give_the_weighted_mixture():
+    pages = [p.read_text() for p in SGP[5:9]]
+    with PageServer(pages) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.2", "--window", "100", "--count", "3",
+                   "--json")
+    assert r.returncode == 0, r.stderr
+    readings = [d for d in _json_lines(r.stdout) if "observed" in d]
+    assert len(readings) == 3
+    # the third reading's window holds pages 5..8: the running-weighted mixture of their gauges
+    gs = [sglang_metrics.parse(p, "p") for p in pages]
+    want = mixture_of_means([(g.accept_len_gauge or 0.0, g.running or 0.0) for g in gs], 4, source="t")
+    last = readings[-1]
+    assert last["observed"]["accept_mean_tokens"] == pytest.approx(want.mean_tokens, abs=1e-9)
+    assert last["observed"]["batch"] == pytest.approx(sum(g.running or 0 for g in gs) / 4)
+    assert last["advice"] in ("keep",) or last["advice"].startswith(("keep (", "use k", "switch off"))
+    assert last["speedup_low"] <= last["speedup"] <= last["speedup_high"]
+    assert last["margin_tokens"] == pytest.approx(last["observed"]["accept_mean_tokens"]
+                                                  - last["break_even_accept_tokens"], abs=1e-9)
+
+
+def test_idle_sglang_page_is_no_reading(tmp_path):
+    idle = next(p for p in SGP if sglang_metrics.parse(p.read_text(), "p").gen_tokens_per_s_gauge == 0)
+    with PageServer([idle.read_text()]) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.1", "--once", "--json")
+    assert r.returncode == 0, r.stderr
+    (doc,) = _json_lines(r.stdout)
+    assert doc["event"] == "no reading" and "idle" in doc["detail"]
+
+
+def test_server_that_goes_away_and_comes_back_is_not_fatal():
+    pages = [p.read_text() for p in SGP[5:8]]
+    srv = PageServer(pages).start()
+    port = int(srv.url.split(":")[2].split("/")[0])
+    proc = subprocess.Popen(specmodel_exe() + ["watch", srv.url, "--profile", str(REFERENCE), "--interval", "0.2",
+                                               "--count", "2", "--json", "--timeout", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while srv.served < 2 and time.monotonic() < deadline:  # bounded: the watcher has read twice
+            time.sleep(0.05)
+        assert srv.served >= 2
+        srv.stop()  # the server goes away
+        time.sleep(1.5)
+        back = PageServer(pages[1:], port=port).start()  # and comes back on the same port
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            back.stop()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    events = [d.get("event") for d in _json_lines(out)]
+    assert "server gone" in events and "server back" in events
+    assert events.index("server gone") < events.index("server back")
+
+
+def test_log_being_written_is_watched(tmp_path):
+    log = tmp_path / "live.log"
+    text = (DATA / "logs_sglang_055" / "server.log").read_text()
+    log.write_text(text + "[2025-11-30 04:33:00 TP0] Decode batch, #running-req: 2, #tok")  # mid-write
+    r = _watch(str(log), "--profile", str(REFERENCE), "--once", "--window", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    (doc,) = _json_lines(r.stdout)
+    # the last 5 s of windows (04:32:40-04:32:45, the idle 04:32:44 left out): batch 8 and 1
+    assert doc["observed"]["engine"] == "sglang" and doc["observed"]["span_s"] <= 5
+
+
+@pytest.mark.parametrize(("args", "msg"), [
+    (("http://127.0.0.1:9/metrics",), "is the server up"),
+    (("--tp", "4", str(DATA / "logs_sglang_055" / "server.log")), "--tp: the server runs TP 4 but profile"),
+])
+def test_bad_sources_are_one_line_exit_2(args, msg):
+    r = _watch(*args, "--profile", str(REFERENCE), "--once", "--interval", "0.1", "--timeout", "1")
+    assert r.returncode == 2, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], lines
+
+
+def test_profile_of_another_model_is_refused(tmp_path):
+    page = SGP[5].read_text().replace("moonshotai/Kimi-K2.5", "Qwen/Qwen3-32B")
+    with PageServer([page]) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--once", "--interval", "0.1")
+    assert r.returncode == 2 and "Qwen/Qwen3-32B" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_page_that_is_not_metrics_is_refused():
+    with PageServer(["<html>hello</html>"]) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--once", "--interval", "0.1")
+    assert r.returncode == 2 and "not a vLLM or SGLang Prometheus metrics page" in r.stderr
