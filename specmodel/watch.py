@@ -102,7 +102,7 @@ class Scrape:
 
 
 def _counters(s: MetricsSample) -> tuple[float | None, ...]:
-    return (s.drafts, s.draft_tokens, s.accepted_tokens, s.gen_tokens) + tuple(s.accepted_per_pos or ())
+    return (s.drafts, s.draft_tokens, s.accepted_tokens, s.gen_tokens, s.engine_steps) + tuple(s.accepted_per_pos or ())
 
 
 @dataclass(kw_only=True)
@@ -183,8 +183,13 @@ def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
             mean = 1.0 + d_acc / d_drafts
             dist = acc.from_mean(min(mean, k + 1.0), k + 1, source="vLLM /metrics counters over the window")
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(d_drafts)))
-        tps = (b.gen_tokens - a.gen_tokens) / span if (a.gen_tokens is not None and b.gen_tokens is not None
-                                                       and span > 0) else None
+        d_gen = b.gen_tokens - a.gen_tokens if a.gen_tokens is not None and b.gen_tokens is not None else None
+        tps = d_gen / span if d_gen is not None and span > 0 else None
+        if d_gen is not None and a.engine_steps is not None and b.engine_steps is not None \
+                and b.engine_steps > a.engine_steps:
+            # requests per engine step over the whole window: tokens per step / tokens per request per
+            # step (the accept length); a running-requests gauge sampled at scrape time misses bursts
+            batch = d_gen / (b.engine_steps - a.engine_steps) / dist.mean_tokens
         return Observed(engine="vllm", dist=dist, rates=rates, steps=k, batch=batch, context_tokens=ctx,
                         tokens_per_s=tps, span_s=span, verify_steps=d_drafts)
     # SGLang: acceptance is a gauge (the last decode-log window's accept len); weight by running

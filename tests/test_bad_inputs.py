@@ -106,6 +106,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("log-empty", ["accept", B + "/empty.json"]),
     ("log-validate-bigint", ["validate", "--profile", REF, B + "/sglang_bigint.log", "--steps", "3"]),
     ("log-predict-deep", ["predict", "--accept-log", B + "/bench_deep.jsonl"]),
+    ("watch-unreachable", ["watch", "http://127.0.0.1:9/metrics", "--profile", REF, "--once", "--timeout", "1"]),
+    ("watch-log-binary", ["watch", B + "/binary.bin", "--profile", REF, "--once"]),
     ("nccl-truncated-row", ["nccl-tests", B + "/nccl_truncated_row.txt"]),
     ("nccl-half-row", ["nccl-tests", B + "/nccl_half_row.txt"]),
     ("nccl-bigint-rank", ["nccl-tests", B + "/nccl_bigint_rank.txt"]),

