@@ -149,7 +149,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "replay seconds / forwards.")
     if len(versions) > 1:
         notes.append(f"logs come from several SGLang versions: {', '.join(sorted(versions))}")
-    source = {"kind": "ingested", "tool": "specmodel sglang", "engine": "sglang",
+    # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
+    # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
+    source = {"cost_origin": {"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; "
+                                           "ingest a Kineto trace of the same run for it)"},
+              "kind": "ingested", "tool": "specmodel sglang", "engine": "sglang",
               "engine_version": ", ".join(sorted(versions)), "files": [str(f) for f in files],
               "clock": "cuda_event" if clocks == {"gpu_s"} else "perf_counter",
               "description": f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} forwards "
