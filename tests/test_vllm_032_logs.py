@@ -65,3 +65,16 @@ def test_a_server_without_speculation_is_one_line_exit_2(cli):
         assert r.returncode == 2, (args, r.stdout)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "ran without speculative decoding" in lines[0], lines
+
+
+@pytest.mark.parametrize("name,tp", [("tp1_ngram", 1), ("tp2_ngram", 2)])
+def test_the_vllm_branchs_recordings_tp1_and_tp2(name, tp, cli):
+    # tests/data/vllm_cpu_032 (scripts/record_vllm_fixtures.py): the same engine, TP 1 and TP 2
+    log = str(DATA / "vllm_cpu_032" / name / "server.log")
+    s = summarize([log])
+    assert s.config is not None and (s.config.tp, s.config.steps, s.config.device) == (tp, 3, "cpu")
+    recs = parse_log(log).vllm
+    assert s.dist.samples == round(sum(r.num_drafts(3) for r in recs))
+    assert 1.0 < s.dist.mean_tokens <= 4.0
+    none = cli("accept", str(DATA / "vllm_cpu_032" / "tp1_none" / "server.log"))
+    assert none.returncode == 2 and "ran without speculative decoding" in none.stderr
