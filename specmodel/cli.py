@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("specmodel.commands.profile:profile_cmd", "Measure decode/verify/draft costs on a TP stack."),
     "report": ("specmodel.commands.report:report_cmd", "Write the PDF go/no-go report."),
     "ingest": ("specmodel.commands.ingest:ingest_cmd", "Build a profile from Kineto/torch.profiler traces."),
-    "accept": ("specmodel.commands.accept:accept_cmd", "Accept-length distribution from SGLang/vLLM logs."),
+    "accept": ("specmodel.commands.accept:accept_cmd", "Accept-length distribution from engine logs (formats: accept --help)."),
     "nccl-tests": ("specmodel.commands.nccl_tests:nccl_tests_cmd", "Fit the all-reduce model from all_reduce_perf output."),
     "plan": ("specmodel.commands.plan:plan_cmd", "Serve plan: best speculative config per batch and context."),
     "validate": ("specmodel.commands.validate:validate_cmd", "Predicted vs observed tok/s over a server log."),
