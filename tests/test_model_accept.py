@@ -129,3 +129,12 @@ def test_by_context_bands_tile_the_axis_and_keep_each_bands_mean():
     # a band of one window is merged into its neighbour; one band only -> no "by context" claim
     assert by_context(ws[:6], overall, source="t") is not None
     assert by_context(ws[:3] + ws[3:4], overall, source="t") is None
+
+
+@given(st.lists(st.tuples(st.floats(1.0, 4.0), st.floats(0.01, 100.0)), min_size=1, max_size=12))
+def test_mixture_of_means_keeps_any_weighted_mean(ws):
+    from specmodel.model.accept import mixture_of_means
+
+    d = mixture_of_means(ws, 4, source="t")
+    want = sum(m * w for m, w in ws) / sum(w for _, w in ws)
+    assert d.mean_tokens == pytest.approx(want, abs=1e-9) and abs(sum(d.probs) - 1) < 1e-9

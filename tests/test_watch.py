@@ -202,3 +202,15 @@ def test_vllm_page_of_another_model_than_the_profile_is_refused():
     with PageServer([V0.read_text()]) as srv:
         r = _watch(srv.url, "--profile", str(REFERENCE), "--once", "--interval", "0.1")
     assert r.returncode == 2 and "the server ran model 'tiny'" in r.stderr
+
+
+def test_prometheus_label_escapes_and_bad_lines():
+    page = parse_page('# HELP x y\nm{a="q\\"uote",b="back\\\\slash"} 2.5 1700000000\nn 1e3\nnanmetric NaN\n', "p")
+    assert page["m"][0].labels == (("a", 'q"uote'), ("b", "back\\slash")) and page["m"][0].value == 2.5
+    assert page["n"][0].value == 1000.0 and "nanmetric" not in page
+    from specmodel.errors import SpecmodelError
+
+    with pytest.raises(SpecmodelError, match="line 1: not a Prometheus sample"):
+        parse_page("this is not a metric line at all\n", "p")
+    with pytest.raises(SpecmodelError, match="malformed labels"):
+        parse_page('m{a=unquoted} 1\n', "p")
