@@ -168,7 +168,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     speculative configuration or "off"; the grid defaults to the measured batches and contexts
     plus the asked-for ones. (The optimizer is imported here: it is not on ``predict``'s cold path.)"""
     from specmodel.model.optimize import accept_model
-    from specmodel.model.serveplan import serve_plan
+    from specmodel.model.serveplan import band_models, serve_plan
 
     profile = sc.profile
     if sc.observation is not None:
@@ -181,20 +181,10 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if min(batches) < 1:
         raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
     model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
-    if sc.by_context is None:
-        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
     # acceptance measured per context band: each context of the grid gets its band's distribution
-    cells: list[Any] = []
-    bands: list[tuple[int, str]] = []
-    for L in sorted(set(contexts)):
-        dist, label = sc.by_context.at(L)
-        m = accept_model(dist, rates=dist.per_position_rates() if sc.per_position else None,
-                         measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
-        cells.extend(serve_plan(profile, m, batches=batches, contexts=[L], default=sc.spec).cells)
-        bands.append((L, label))
-    whole = serve_plan(profile, model, batches=batches[:1], contexts=contexts[:1], default=sc.spec)
-    return replace(whole, contexts=tuple(sorted(set(contexts))), batches=tuple(sorted(set(batches))),
-                   cells=tuple(cells), accept_bands=tuple(bands))
+    at = None if sc.by_context is None else band_models(sc.by_context, per_position=sc.per_position is not None,
+                                                         measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,3 +86,26 @@ def test_saved_distribution_keeps_its_bands(tmp_path, cli):
     out.write_text(json.dumps(doc))
     r = cli("predict", "--accept-log", str(out))
     assert r.returncode == 2 and "by_context" in r.stderr
+
+
+def test_report_context_page_and_serve_plan_use_the_bands(tmp_path):
+    from specmodel.report.content import build_report
+    from specmodel.report.markdown import render_markdown
+    from specmodel.scenario import resolve_scenario, run_prediction
+
+    sc = resolve_scenario(profile_path=str(REFERENCE), accept_logs=(_decaying_log(tmp_path),))
+    assert sc.by_context is not None
+    c = build_report(profile=sc.profile, dist=sc.dist, spec=sc.spec, prediction=run_prediction(sc), notes=sc.notes,
+                     per_position=sc.per_position, by_context=sc.by_context)
+    assert c.context is not None and "per context band" in c.context.accept_note
+    by_l = {r.context_tokens: r for r in c.context.rows}
+    assert by_l[0].accept_mean_tokens == pytest.approx(3.4, abs=0.01) and "0-2K" in by_l[0].accept_band
+    far = max(by_l)
+    assert by_l[far].accept_mean_tokens == pytest.approx(1.9, abs=0.01) and ">= 16K" in by_l[far].accept_band
+    assert c.plan is not None and len(c.plan.accept_bands) == len(c.plan.contexts)
+    assert "acceptance per context band of the log" in render_markdown(c)
+    # without bands the page says acceptance was assumed constant over context
+    flat = resolve_scenario(profile_path=str(REFERENCE), accept_len=3.0)
+    c2 = build_report(profile=flat.profile, dist=flat.dist, spec=flat.spec, prediction=run_prediction(flat))
+    assert c2.context is not None and "assumed constant over context" in c2.context.accept_note
+    assert c2.plan is not None and c2.plan.accept_bands == ()

@@ -513,9 +513,9 @@ def page_context(c: ReportContent) -> Any:
     xs = [max(r.context_tokens, 1) for r in v.rows]  # log axis: context 0 drawn at 1
     ext = [bool(r.extrapolated) for r in v.rows]
     mlo, mhi = min(v.measured_contexts), max(v.measured_contexts)
-    fig.text(0.04, 0.90, f"batch {v.batch}, accept length {v.accept_mean_tokens:.2f} tokens/step; measured contexts: "
-             f"{', '.join(map(str, v.measured_contexts))} tokens of KV per request (shaded); red = extrapolated",
-             fontsize=9, va="top")
+    fig.text(0.04, 0.90, f"batch {v.batch}, accept length {v.accept_mean_tokens:.2f} tokens/step ({v.accept_note}); "
+             f"measured contexts: {', '.join(map(str, v.measured_contexts))} tokens of KV per request (shaded); "
+             "red = extrapolated", fontsize=8, va="top")
     if len(v.measured_contexts) == 1:
         fig.text(0.04, 0.875, _wrap("Only one context was measured: at every other context the costs are held at the "
                                     "measured ones (flat, extrapolated). Measure a context sweep (specmodel profile "
