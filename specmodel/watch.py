@@ -30,7 +30,13 @@ from specmodel.model import accept as acc
 from specmodel.schema.formats import WATCH
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.engines import metrics_format_of
-from specmodel.trace.engines.base import DecodeWindow, EngineConfig, MetricsSample, window_skip_reason
+from specmodel.trace.engines.base import (
+    DecodeWindow,
+    EngineConfig,
+    MetricsSample,
+    check_means,
+    window_skip_reason,
+)
 from specmodel.trace.engines.prom import MAX_PAGE_BYTES
 
 #: a scrape waits at most this long for the server (bounded; the loop retries on the next interval)
@@ -199,6 +205,7 @@ def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
            and (s.sample.gen_tokens_per_s_gauge is None or s.sample.gen_tokens_per_s_gauge > 0)]
     if not pts:
         return "idle: no running request with an accept length in the window"
+    check_means([(float(m), "sglang:spec_accept_length") for m, _ in pts if m is not None], steps + 1)
     dist = acc.mixture_of_means([(float(m), float(w)) for m, w in pts if m is not None], steps + 1,
                                 source="SGLang /metrics gauges over the window")
     tp = [s.sample.gen_tokens_per_s_gauge for s in win.scrapes if s.sample.gen_tokens_per_s_gauge]

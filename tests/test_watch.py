@@ -214,3 +214,10 @@ def test_prometheus_label_escapes_and_bad_lines():
         parse_page("this is not a metric line at all\n", "p")
     with pytest.raises(SpecmodelError, match="malformed labels"):
         parse_page('m{a=unquoted} 1\n', "p")
+
+
+def test_sglang_accept_length_above_steps_plus_one_names_steps():
+    pages = [p.read_text() for p in SGP[5:7]]
+    with PageServer(pages) as srv:
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--steps", "1", "--once", "--interval", "0.1")
+    assert r.returncode == 2 and "--steps" in r.stderr and len(r.stderr.strip().splitlines()) == 1
