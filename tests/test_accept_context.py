@@ -91,9 +91,9 @@ def test_saved_distribution_keeps_its_bands(tmp_path, cli):
 def test_report_context_page_and_serve_plan_use_the_bands(tmp_path):
     from specmodel.report.content import build_report
     from specmodel.report.markdown import render_markdown
-    from specmodel.scenario import resolve_scenario, run_prediction
+    from specmodel.scenario import ScenarioArgs, resolve_scenario, run_prediction
 
-    sc = resolve_scenario(profile_path=str(REFERENCE), accept_logs=(_decaying_log(tmp_path),))
+    sc = resolve_scenario(ScenarioArgs(profile=str(REFERENCE), accept_logs=(_decaying_log(tmp_path),)))
     assert sc.by_context is not None
     c = build_report(profile=sc.profile, dist=sc.dist, spec=sc.spec, prediction=run_prediction(sc), notes=sc.notes,
                      per_position=sc.per_position, by_context=sc.by_context)
@@ -105,7 +105,7 @@ def test_report_context_page_and_serve_plan_use_the_bands(tmp_path):
     assert c.plan is not None and len(c.plan.accept_bands) == len(c.plan.contexts)
     assert "acceptance per context band of the log" in render_markdown(c)
     # without bands the page says acceptance was assumed constant over context
-    flat = resolve_scenario(profile_path=str(REFERENCE), accept_len=3.0)
+    flat = resolve_scenario(ScenarioArgs(profile=str(REFERENCE), accept_len=3.0))
     c2 = build_report(profile=flat.profile, dist=flat.dist, spec=flat.spec, prediction=run_prediction(flat))
     assert c2.context is not None and "assumed constant over context" in c2.context.accept_note
     assert c2.plan is not None and c2.plan.accept_bands == ()

@@ -30,9 +30,9 @@ from specmodel.watch import (
 
 
 def _load_profile(path: str | None) -> Any:
-    from specmodel.scenario import resolve_scenario
+    from specmodel.scenario import ScenarioArgs, resolve_scenario
 
-    return resolve_scenario(require_accept=False, profile_path=path).profile
+    return resolve_scenario(ScenarioArgs(profile=path), require_accept=False).profile
 
 
 @click.command("watch", epilog=f"SOURCE: a {metrics_help()} URL, or a {log_help(text_only=True)} being written.")

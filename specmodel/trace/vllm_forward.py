@@ -210,10 +210,13 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "(rows are not split by context)")
     if len(versions) > 1:
         notes.append(f"logs come from several vLLM versions: {', '.join(sorted(versions))}")
-    source = {"kind": "ingested", "tool": COMMAND, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
-              "files": [str(f) for f in files], "clock": clock,
-              "description": f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} steps from "
-                             f"{len(files)} rank file(s)"}
+    # (merge with main: provenance is the typed Source, one constructor per origin)
+    from specmodel.schema.profile import Source
+
+    source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(versions)),
+                                 files=tuple(str(f) for f in files), clock=clock,
+                                 description=f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} steps "
+                                             f"from {len(files)} rank file(s)")
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))

@@ -18,10 +18,9 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_text_lines_ended
+from specmodel.limits import ROUND_SLACK
 from specmodel.model import accept as acc
 
-#: printed values carry 2 decimals: a window mean may exceed steps+1 by rounding only
-ROUND_SLACK = 0.0051
 #: one way to match any digit string (``\d+\.?\d*`` splits n digits n ways: backtracking on a
 #: failed suffix such as " tokens/s" was quadratic in the number's length)
 NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"

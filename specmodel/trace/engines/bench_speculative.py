@@ -14,10 +14,9 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
-from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK
 from specmodel.model import accept as acc
 from specmodel.trace.engines.base import (
-    ROUND_SLACK,
     AcceptSummary,
     DecodeWindow,
     LogFile,

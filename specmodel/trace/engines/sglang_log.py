@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import ROUND_SLACK
 from specmodel.model import accept as acc
 from specmodel.trace.engines.base import (
     NUM,
     PARTIAL_LAST_LINE,
-    ROUND_SLACK,
     AcceptSummary,
     DecodeWindow,
     EngineConfig,

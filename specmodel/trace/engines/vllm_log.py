@@ -34,12 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_STEPS
+from specmodel.limits import MAX_STEPS, ROUND_SLACK
 from specmodel.model import accept as acc
 from specmodel.trace.engines.base import (
     NUM,
     PARTIAL_LAST_LINE,
-    ROUND_SLACK,
     AcceptSummary,
     DecodeWindow,
     EngineConfig,
