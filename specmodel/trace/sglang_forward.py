@@ -149,15 +149,15 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "replay seconds / forwards.")
     if len(versions) > 1:
         notes.append(f"logs come from several SGLang versions: {', '.join(sorted(versions))}")
-    # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
-    # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files),
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
                                  description=f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} "
-                                             f"forwards from {len(files)} rank file(s)").with_origins(
-        {"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; ingest a Kineto trace of "
-                      "the same run for it)"})
+                                             f"forwards from {len(files)} rank file(s)")
+    # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
+    # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
+    source = source.with_origins({"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; "
+                                               "ingest a Kineto trace of the same run for it)"})
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))
