@@ -1,6 +1,6 @@
 """The Prometheus text exposition format (version 0.0.4), as ``prometheus_client`` writes it:
 ``# HELP`` / ``# TYPE`` comments and samples ``name{label="value",…} value [timestamp]``.
-Shared by the metrics plug-ins; bounded (a page is at most :data:`MAX_PAGE_BYTES`)."""
+Shared by the metrics plug-ins; bounded (a page is at most ``limits.MAX_METRICS_PAGE_BYTES``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import re
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
-
-MAX_PAGE_BYTES = 16 << 20
+from specmodel.limits import MAX_METRICS_PAGE_BYTES as MAX_PAGE_BYTES
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^\n]*\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
