@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_METRICS_PAGE_BYTES as MAX_PAGE_BYTES
+
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^\n]*\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
