@@ -41,6 +41,12 @@ MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
 #: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
 #: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it
 ROUND_SLACK = 0.0051
+#: more than any GPU link moves per GPU and direction (NVLink 5: 900 GB/s): a fitted all-reduce
+#: beta above it is an artefact of the rows (nccl-tests fit warnings)
+MAX_LINK_BYTES_PER_S = 1.0e12
+#: a fitted beta this many times the best bus bandwidth any nccl-tests row measured is not what the
+#: rows show (at bandwidth-bound sizes busbw = the ring model's per-link beta)
+MAX_BETA_OVER_MEASURED = 3.0
 # ---- readers (specmodel.io): what a file may hold before it is refused
 MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
 MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp

@@ -76,20 +76,29 @@ def format_csv(result: IngestResult) -> str:
 @click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), default=None,
               help="Profile of a non-speculative run whose decode rows supply the baseline step when the "
                    "traces (a speculative server) have none.")
+@click.option("--draft-forwards", type=bounded_int(0, MAX_STEPS), default=None,
+              help="Drafter forwards in one vLLM 'gpu_model_runner: draft' span (default: --steps, else "
+                   "num-draft-tokens - 1); 0 for a host-side proposer such as ngram (no draft rows).")
+@click.option("--full-decode", is_flag=True,
+              help="Decode every event instead of only those the analysis reads (the reference path the "
+                   "pre-filter is tested against; same results, slower).")
 def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, num_draft_tokens: int, topk: int,
                steps: int | None, step_kind: str, step_batch: int, jobs: int | None, as_json: bool,
-               csv_path: Path | None, no_save: bool, baseline_path: Path | None) -> None:
+               csv_path: Path | None, no_save: bool, baseline_path: Path | None, draft_forwards: int | None,
+               full_decode: bool) -> None:
     """Build a profile from Kineto / torch.profiler traces (one file per rank).
 
     INPUTS are trace files (.json, .json.gz) or directories holding them, e.g. the
-    output_dir of SGLang's /start_profile ({id}-TP-{rank}.trace.json.gz).
+    output_dir of SGLang's /start_profile ({id}-TP-{rank}.trace.json.gz) or vLLM's
+    torch_profiler_dir (rank{r}.<id>.pt.trace.json.gz; the server needs
+    VLLM_CUSTOM_SCOPES_FOR_PROFILING=1).
 
     Example: specmodel ingest /tmp/sglang_traces -o profiles/my-box --num-draft-tokens 4
     """
     if jobs is not None and jobs < 1:
         raise SpecmodelError(f"--jobs: must be >= 1, got {jobs}")
     opts = IngestOptions(num_draft_tokens=num_draft_tokens, topk=topk, step_kind=step_kind, step_batch=step_batch,
-                         steps=steps)
+                         steps=steps, draft_forwards=draft_forwards)
     if name is not None:
         confined_name(name, "--name")  # `--name ../../x` must not write outside profiles/
     else:
@@ -101,7 +110,7 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
     if csv_path is not None:
         check_path_components(csv_path, "--csv")
     baseline = load_profile(baseline_path) if baseline_path is not None else None
-    result = ingest(inputs, opts, jobs=jobs or os.cpu_count())
+    result = ingest(inputs, opts, jobs=jobs or os.cpu_count(), full_decode=full_decode)
     profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps, baseline=baseline)
     written = save_profile(profile, output) if profile is not None else None
     if csv_path is not None:

@@ -28,6 +28,7 @@ from specmodel.trace.nccl_tests import (
     allreduce_points,
     check_corruption,
     fit_document,
+    fit_warnings,
     parse_nccl_tests,
 )
 from specmodel.units import alpha_beta, us
@@ -103,6 +104,9 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         raise SpecmodelError(f"{runs[0].path}: needs at least two message sizes > 0 to fit α and β, found {len(points)}")
     fit = fit_alpha_beta([p.msg_bytes for p in points], [p.latency_s for p in points], tp, algorithm=algorithm)
     errs = [(allreduce_s(p.msg_bytes, tp, fit) - p.latency_s) / p.latency_s for p in points]
+    warnings = fit_warnings(runs, fit, points)  # (a cut run, a beta the rows cannot give: flagged, not hidden)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
 
     written: Path | None = None
     profile_note = ""
@@ -139,6 +143,7 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
     if as_json:
         doc = fit_document(fit, points, runs)
         doc["relative_errors"] = errs
+        doc["warnings"] = list(warnings)
         if written is not None:
             doc["written"] = str(written)
         click.echo(json.dumps(doc, indent=2, allow_nan=False))

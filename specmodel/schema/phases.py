@@ -4,8 +4,8 @@ A *phase* is what a span of work on a rank is: a forward of some kind, an all-re
 The profiler (``profile/``), the SGLang hook, the trace readers (``trace/``), the model
 (``model/``) and the profile format (``schema/profile.py``) all speak it; each imports it from here.
 
-A span label is ``specmodel.<kind>[bs=B,toks=T]``, or ``specmodel.<kind>[bs=B,toks=T,fwd=N]`` when
-the span holds N > 1 forwards. The same label is the ``record_function`` name in a Kineto trace,
+A span label is ``specmodel.<kind>[bs=B,toks=T]``, with ``,ctx=C`` when the forward ran at a KV
+context of C tokens per request and ``,fwd=N`` when the span holds N > 1 forwards (in that order). The same label is the ``record_function`` name in a Kineto trace,
 the NVTX range name in Nsight Systems and what ``specmodel ingest`` parses back.
 """
 
@@ -33,17 +33,19 @@ VLLM_FORWARD_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "dfl
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
 
-_LABEL_RE = re.compile(r"^specmodel\.(?P<kind>[a-z_]+)\[bs=(?P<batch>\d+),toks=(?P<tokens>\d+)(?:,fwd=(?P<fwd>\d+))?\]$")
+_LABEL_RE = re.compile(r"^specmodel\.(?P<kind>[a-z_]+)\[bs=(?P<batch>\d+),toks=(?P<tokens>\d+)(?:,ctx=(?P<ctx>\d+))?"
+                       r"(?:,fwd=(?P<fwd>\d+))?\]$")
 
 
-def phase_label(kind: str, batch: int, tokens: int, forwards: int = 1) -> str:
+def phase_label(kind: str, batch: int, tokens: int, forwards: int = 1, context: int | None = None) -> str:
     """``specmodel.verify[bs=1,toks=4]``: parseable back by :func:`parse_phase_label`.
 
     ``forwards`` > 1 (``...,fwd=N]``): the span holds N forwards, e.g. the hook around a draft
     CUDA-graph replay (steps - 1 drafter forwards). Kineto gives a kernel to the innermost
     annotation only, so the span is the only place that count can travel; ingest divides by it."""
     fwd = f",fwd={forwards}" if forwards != 1 else ""
-    return f"specmodel.{kind}[bs={batch},toks={tokens}{fwd}]"
+    ctx = f",ctx={context}" if context is not None else ""
+    return f"specmodel.{kind}[bs={batch},toks={tokens}{ctx}{fwd}]"
 
 
 def parse_phase_label(name: str) -> tuple[str, int, int] | None:
@@ -54,6 +56,16 @@ def parse_phase_label(name: str) -> tuple[str, int, int] | None:
         # (int() of 4,300+ digits raises ValueError; no batch has 13 digits)
         raise SpecmodelError(f"span {name[:60]!r}: batch/tokens is not a plausible number")
     return m.group("kind"), int(m.group("batch")), int(m.group("tokens"))
+
+
+def parse_phase_context(name: str) -> int | None:
+    """KV context per request of a ``specmodel.*`` span (``ctx=``), None when it does not say."""
+    m = _LABEL_RE.match(name)
+    if not m or not m.group("ctx"):
+        return None
+    if len(m.group("ctx")) > 12:
+        raise SpecmodelError(f"span {name[:60]!r}: ctx is not a plausible number")
+    return int(m.group("ctx"))
 
 
 def parse_phase_forwards(name: str) -> int:

