@@ -24,11 +24,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("specmodel.commands.profile:profile_cmd", "Measure decode/verify/draft costs on a TP stack."),
     "report": ("specmodel.commands.report:report_cmd", "Write the PDF go/no-go report."),
     "ingest": ("specmodel.commands.ingest:ingest_cmd", "Build a profile from Kineto/torch.profiler traces."),
-    "accept": ("specmodel.commands.accept:accept_cmd", "Accept-length distribution from SGLang/vLLM logs."),
+    "accept": ("specmodel.commands.accept:accept_cmd", "Accept-length distribution from engine logs (formats: accept --help)."),
     "nccl-tests": ("specmodel.commands.nccl_tests:nccl_tests_cmd", "Fit the all-reduce model from all_reduce_perf output."),
     "plan": ("specmodel.commands.plan:plan_cmd", "Serve plan: best speculative config per batch and context."),
     "validate": ("specmodel.commands.validate:validate_cmd", "Predicted vs observed tok/s over a server log."),
+    "watch": ("specmodel.commands.watch:watch_cmd", "Watch a running server: is speculation paying, now?"),
     "sglang": ("specmodel.commands.sglang:sglang_cmd", "Run an SGLang server with the forward-pass hook."),
+    "vllm": ("specmodel.commands.vllm:vllm_cmd", "Run a vLLM server with the engine-step hook."),
     "check-drafter": ("specmodel.commands.check_drafter:check_drafter_cmd", "Pre-flight check of an EAGLE-3 drafter."),
 }
 

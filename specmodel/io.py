@@ -242,6 +242,13 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_TEXT_BYTES) 
 def read_text_lines(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_TEXT_BYTES,
                     max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
     """Lines of a text file (plain or gzipped), for parsers; ``what`` names the expected content."""
+    return read_text_lines_ended(path, what, max_bytes=max_bytes, max_line_bytes=max_line_bytes)[0]
+
+
+def read_text_lines_ended(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_TEXT_BYTES,
+                          max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[str], bool]:
+    """:func:`read_text_lines` plus whether the text ends with a newline (False: the writer may be
+    mid-line, e.g. a server log being written)."""
     p = Path(path)
     raw = read_bytes(p, what, max_bytes=max_bytes)
     if b"\x00" in raw[:65536]:
@@ -253,7 +260,7 @@ def read_text_lines(path: str | os.PathLike[str], what: str, *, max_bytes: int =
         for i, line in enumerate(lines, start=1):
             if len(line) > max_line_bytes:
                 raise SpecmodelError(f"{p}: line {i} is longer than {max_line_bytes} characters (not {what}?)")
-    return lines
+    return lines, raw.endswith((b"\n", b"\r")) or not raw
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
 MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp
 MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
 MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
+MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
 

@@ -74,6 +74,8 @@ class Scenario:
     per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
     context_tokens: int | None = None  # --context; None = the profile's smallest measured context
     warnings: tuple[str, ...] = ()  # about the inputs themselves; printed with the prediction's own
+    #: acceptance per context band when the accept log measured it (plan and report pick a band per context)
+    by_context: acc.AcceptByContext | None = None
 
 
 def run_prediction(sc: Scenario) -> Prediction:
@@ -292,7 +294,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     speculative configuration or "off"; the grid defaults to the measured batches and contexts
     plus the asked-for ones. (The optimizer is imported here: it is not on ``predict``'s cold path.)"""
     from specmodel.model.optimize import accept_model
-    from specmodel.model.serveplan import serve_plan
+    from specmodel.model.serveplan import band_models, serve_plan
 
     profile = sc.profile
     if sc.observation is not None:
@@ -305,7 +307,11 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if min(batches) < 1:
         raise FieldError("batches", f"every batch must be >= 1, got {min(batches)}")
     model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+    # acceptance measured per context band: each context of the grid gets its band's distribution
+    at = None if sc.by_context is None else band_models(sc.by_context, per_position=sc.per_position is not None,
+                                                         measured_topk=sc.spec.topk,
+                                                         max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -623,11 +629,21 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
         profile = replace(profile, spec=spec)
 
     warnings: list[str] = []
-    dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings)
+    found: list[acc.AcceptByContext] = []
+    dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings,
+                                   bands_out=found)
+    bands = found[0] if found else None
+    if bands is not None and context is not None:
+        # the log measured acceptance per context band: use the one that covers the context asked for
+        dist, label = bands.at(context)
+        per_pos = tuple(dist.per_position_rates()) if per_pos is not None else None
+        notes.append(f"acceptance at context {context}: {label}")
+    elif context is not None and dist.source != "none":
+        notes.append(f"acceptance assumed constant over context: {dist.source} gives no per-context measurement")
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
-                    warnings=tuple(warnings))
+                    warnings=tuple(warnings), by_context=bands)
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
@@ -645,6 +661,11 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
         except SpecmodelError as exc:
             raise FieldError(None, str(exc)) from None
     notes.append(f"server configuration from the log: {cfg.describe()}")
+    if profile is not None:
+        from specmodel.validation import check_log_model_matches_profile
+
+        check_log_model_matches_profile(cfg, profile, use="its acceptance says nothing about this profile's model "
+                                        "(give that model's log, or --accept-len to use the figure anyway)")
     if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
                      "its acceptance is used with this profile's costs")
@@ -669,9 +690,10 @@ def fractions_warning(hist: Mapping[int, float]) -> str | None:
 
 
 def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True,
-                   notes: list[str] | None = None,
-                   warnings: list[str] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
-    """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``)."""
+                   notes: list[str] | None = None, warnings: list[str] | None = None,
+                   bands_out: list[acc.AcceptByContext] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+    """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``;
+    an accept log's acceptance per context band, when it measured one, appended to ``bands_out``)."""
     given = args.accept_sources()
     k = spec.max_accept_tokens
     if not given:
@@ -715,4 +737,6 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True
     s = summarize(list(args.accept_logs), k)
     if notes is not None:
         notes.extend(s.notes)
+    if bands_out is not None and s.by_context is not None:
+        bands_out.append(s.by_context)
     return s.dist, s.rates

@@ -14,7 +14,7 @@ from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.logs import DecodeWindow, EngineConfig
+from specmodel.trace.logs import DecodeWindow, EngineConfig, window_skip_reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,15 +76,9 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
     obs: Observation | None = None
     obs_spec: SpecConfig | None = None
     for w in windows:
-        reason = None
         if w.batch > MAX_BATCH:
             raise SpecmodelError(f"{w.where}: batch {w.batch} is more than {MAX_BATCH} (the bound specmodel accepts)")
-        if w.batch < 1:
-            reason = "#running-req 0"
-        elif w.tokens_per_s <= 0:
-            reason = "throughput 0"
-        elif w.accept_len is None and w.steps != 0:
-            reason = "no accept length"
+        reason = window_skip_reason(w)  # the rule `accept` applies too (idle windows measure nothing)
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
@@ -144,18 +138,45 @@ def _model_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
 
 
-def check_log_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
-    """Comparing a log with a profile of another model or TP degree validates nothing: refuse.
+def profile_device(profile: Profile) -> str | None:
+    """Where the profile's costs were measured: "cuda", "cpu", or None when it does not say.
 
-    TP must be equal; the model names must match once org prefix, case and punctuation are
-    dropped (one may extend the other: ``Kimi-K2.5`` vs ``Kimi-K2.5 INT4``).
-    """
-    if cfg.tp is not None and cfg.tp != profile.tp:
-        raise SpecmodelError(f"{cfg.where}: the server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}; "
-                             "validate against a profile of the same box and TP degree")
+    The collective backend says it for measured profiles (gloo = CPU ranks, nccl = GPUs); else the
+    hardware block (a GPU name = a GPU box)."""
+    if profile.backend == "gloo":
+        return "cpu"
+    if profile.backend == "nccl" or profile.hardware.get("gpu_name"):
+        return "cuda"
+    if profile.hardware.get("cpu_name") and not profile.hardware.get("gpu_count"):
+        return "cpu"
+    return None
+
+
+def check_log_model_matches_profile(cfg: EngineConfig, profile: Profile, *, use: str) -> None:
+    """A log of another model than the profile's is refused (its acceptance and its tok/s belong to
+    another target): the model names must match once org prefix, case and punctuation are dropped
+    (one may extend the other: ``Kimi-K2.5`` vs ``Kimi-K2.5 INT4``)."""
     pname = str(profile.model.get("name") or "")
     if cfg.model and pname:
         a, b = _model_key(cfg.model), _model_key(pname)
         if a and b and a not in b and b not in a:
             raise SpecmodelError(f"{cfg.where}: the server ran model {cfg.model!r} but profile {profile.name} is "
-                                 f"{pname!r}; validate against a profile of the same model")
+                                 f"{pname!r}; {use}")
+
+
+def check_log_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
+    """Comparing a log with a profile of another model, TP degree or device validates nothing: refuse.
+
+    TP must be equal; the model must match (:func:`check_log_model_matches_profile`); a log of a
+    GPU server against a profile measured on CPU ranks (or the reverse) compares two machines.
+    """
+    if cfg.tp is not None and cfg.tp != profile.tp:
+        raise SpecmodelError(f"{cfg.where}: the server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}; "
+                             "validate against a profile of the same box and TP degree")
+    check_log_model_matches_profile(cfg, profile, use="validate against a profile of the same model")
+    pdev = profile_device(profile)
+    if cfg.device is not None and pdev is not None and cfg.device != pdev:
+        names = {"cuda": "GPU", "cpu": "CPU"}
+        raise SpecmodelError(f"{cfg.where}: the server ran on {names.get(cfg.device, cfg.device)} but profile "
+                             f"{profile.name} was measured on {names.get(pdev, pdev)} ({profile.label}); "
+                             "validate against a profile measured on the server's own box")

@@ -23,6 +23,7 @@ CASES = {
     "accept": (formats.ACCEPT, ["accept", str(VNEW), "--json"]),
     "validate": (formats.VALIDATION, ["validate", "--profile", str(REFERENCE), str(SG055), "--json"]),
     "nccl-tests": (formats.ALLREDUCE_FIT, ["nccl-tests", str(PCIE8), "--json"]),
+    "watch": (formats.WATCH, ["watch", str(SG055), "--profile", str(REFERENCE), "--once", "--window", "600", "--json"]),
     "ingest": (formats.INGEST, ["ingest", str(DATA / "kineto_gpu_tp2"), "--json", "--no-save",
                                 "--num-draft-tokens", "6"]),
 }

@@ -20,6 +20,7 @@ from specmodel.trace.logs import (
     parse_vllm_line,
     summarize,
     throughput_series,
+    window_skip_reason,
     write_accept_json,
 )
 from tests.conftest import DATA
@@ -56,13 +57,27 @@ def test_sglang_055_windows_match_the_lines():
 
 def test_sglang_mixture_keeps_the_weighted_mean_and_counts_samples():
     s = summarize([SG055], 4)
-    ws = [w for w in parse_log(SG055).windows if w.accept_len is not None]
+    ws = [w for w in parse_log(SG055).windows if w.accept_len is not None and w.tokens_per_s > 0]
     weighted = sum(w.batch * (w.accept_len or 0) for w in ws) / sum(w.batch for w in ws)
     assert s.dist.mean_tokens == pytest.approx(weighted, abs=1e-9)
     assert s.dist.samples == sum(w.batch for w in ws) * 40
     assert s.rates is None and len(s.dist.probs) == 4
     # the per-window means differ, so the mixture is wider than one geometric with that mean
     assert s.dist.std_tokens > from_mean(weighted, 4).std_tokens
+
+
+def test_idle_window_is_left_out_of_the_distribution_as_validate_leaves_it_out():
+    # issue 18 item 4: line 22 of this log is an idle window (gen throughput 0.00, accept len 1.00
+    # carried over); counting it pulled the mean from 3.100 to 3.056
+    lf = parse_log(SG055)
+    idle = [w for w in lf.windows if w.tokens_per_s == 0]
+    assert [w.line for w in idle] == [22] and idle[0].accept_len == 1.0
+    s = summarize([SG055], 4)
+    assert s.dist.mean_tokens == pytest.approx(3.0996, abs=5e-4)
+    assert all(w.tokens_per_s > 0 for w in s.windows) and s.windows_used == len(lf.windows) - 1
+    assert any("1 window(s) with throughput 0" in n for n in s.notes)
+    # one rule: the window validate skips is the window accept leaves out
+    assert window_skip_reason(idle[0]) == "throughput 0"
 
 
 def test_sglang_0523_no_trailing_comma_and_cap_len_not_mistaken_for_accept_len():
@@ -301,3 +316,23 @@ def test_mixture_mean_is_the_batch_weighted_window_mean(tmp_path_factory, window
     assert sum(dist.probs) == pytest.approx(1.0)
     assert dist.mean_tokens == pytest.approx(sum(a * b for a, b in vals) / sum(b for _, b in vals), abs=1e-6)
     assert dist.samples == 40 * sum(b for _, b in vals)
+
+
+def test_partial_last_line_of_a_log_being_written_is_left_out_with_a_warning(tmp_path: Path):
+    # issue 18 item 23: the server is mid-write (no newline yet): keep the complete lines, warn
+    for src, cut in ((SG055, "accept rate: 0.79, "), (VNEW, "Accepted: 7")):
+        text = Path(src).read_text()
+        assert text.endswith("\n")
+        live = tmp_path / ("live_" + Path(src).parent.name + ".log")
+        partial = "[2025-11-30 04:33:00 TP0] Decode batch, #running-req: 1, " + cut if src == SG055 else (
+            "INFO 11-30 04:33:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: 2.1, " + cut)
+        live.write_text(text + partial)
+        whole = summarize([src], 4)
+        s = summarize([str(live)], 4)
+        assert s.dist.probs == whole.dist.probs and s.windows_used == whole.windows_used
+        assert any("partial last line left out" in n for n in s.notes)
+        assert parse_log(live).skipped.get("partial last line (still being written)") == 1
+        # the same line with its newline is a truncated copy, not a live log: still refused
+        live.write_text(text + partial + "\n")
+        with pytest.raises(SpecmodelError, match="without"):
+            parse_log(live)

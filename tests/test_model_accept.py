@@ -88,3 +88,53 @@ def test_per_position_round_trip(raw):
     d = from_per_position(rates)
     assert d.per_position_rates() == pytest.approx(tuple(rates), abs=1e-9)
     assert d.mean_tokens == pytest.approx(1 + sum(rates), abs=1e-9)
+
+
+def test_mixture_of_means_keeps_the_weighted_mean_and_is_wider():
+    from specmodel.model.accept import from_mean, mixture_of_means
+
+    d = mixture_of_means([(2.0, 1.0), (3.5, 3.0)], 4, source="t", samples=7)
+    assert d.mean_tokens == pytest.approx((2.0 + 3 * 3.5) / 4, abs=1e-12) and d.samples == 7
+    assert d.std_tokens > from_mean(d.mean_tokens, 4).std_tokens
+    with pytest.raises(SpecmodelError, match="no weight"):
+        mixture_of_means([(2.0, 0.0)], 4, source="t")
+
+
+def test_pooled_per_position_is_accepted_over_drafts_and_never_increases():
+    from specmodel.model.accept import pooled_per_position
+
+    # 100 drafts at (0.8, 0.5), 300 at (0.4, 0.1): accepted_at_i / drafts over both windows
+    assert pooled_per_position([(0.8, 0.5), (0.4, 0.1)], [100, 300]) == pytest.approx((0.5, 0.2))
+    # rounding to 3 decimals may print 0.400, 0.401: pooled rates are capped by the one before
+    assert pooled_per_position([(0.4, 0.401)], [10]) == (0.4, 0.4)
+
+
+def test_by_context_bands_tile_the_axis_and_keep_each_bands_mean():
+    from specmodel.model.accept import WindowAccept, by_context, mixture_of_means
+
+    # acceptance that falls with context: 3.5 below 1K, 3.0 at 1-2K, 2.0 at 4-8K
+    ws = [WindowAccept(context_tokens=c, weight=1.0, mean_tokens=m)
+          for c, m in [(100, 3.5), (300, 3.5), (900, 3.5), (1100, 3.0), (1500, 3.0), (2000, 3.0),
+                       (5000, 2.0), (6000, 2.0), (7000, 2.0)]]
+    overall = mixture_of_means(((w.mean_tokens, w.weight) for w in ws), 4, source="t")
+    bc = by_context(ws, overall, source="t")
+    assert bc is not None and [b.windows for b in bc.bands] == [3, 3, 3]
+    assert [b.dist.mean_tokens for b in bc.bands] == pytest.approx([3.5, 3.0, 2.0], abs=1e-9)
+    assert bc.bands[0].lo_tokens == 0 and bc.bands[-1].hi_tokens is None
+    assert all(a.hi_tokens == b.lo_tokens for a, b in zip(bc.bands, bc.bands[1:], strict=False))
+    d, label = bc.at(1200)
+    assert d.mean_tokens == pytest.approx(3.0) and "1K-" in label
+    d, label = bc.at(64000)  # beyond the measured contexts: nearest band, and it says so
+    assert d.mean_tokens == pytest.approx(2.0) and "assumed constant" in label
+    # a band of one window is merged into its neighbour; one band only -> no "by context" claim
+    assert by_context(ws[:6], overall, source="t") is not None
+    assert by_context(ws[:3] + ws[3:4], overall, source="t") is None
+
+
+@given(st.lists(st.tuples(st.floats(1.0, 4.0), st.floats(0.01, 100.0)), min_size=1, max_size=12))
+def test_mixture_of_means_keeps_any_weighted_mean(ws):
+    from specmodel.model.accept import mixture_of_means
+
+    d = mixture_of_means(ws, 4, source="t")
+    want = sum(m * w for m, w in ws) / sum(w for _, w in ws)
+    assert d.mean_tokens == pytest.approx(want, abs=1e-9) and abs(sum(d.probs) - 1) < 1e-9

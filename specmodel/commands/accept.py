@@ -9,6 +9,7 @@ import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, bounded_int
+from specmodel.trace.engines import log_help
 from specmodel.trace.logs import (
     DEFAULT_DECODE_LOG_INTERVAL,
     AcceptSummary,
@@ -45,12 +46,17 @@ def format_summary(s: AcceptSummary) -> str:
                  and p.context_tokens_max is not None else "-")
             tput = f"{p.tokens_per_s_median:.1f} ({p.tokens_per_s_min:.1f}-{p.tokens_per_s_max:.1f})"
             lines.append(f"             {p.batch:>5}  {p.windows:>7}  {a:>10}  {tput:<28}  {c}")
+    if s.by_context is not None:
+        lines.append("by context   band (KV tokens/request)  windows  accept len  samples")
+        for b in s.by_context.bands:
+            lines.append(f"             {b.label:<24}  {b.windows:>7}  {b.dist.mean_tokens:>10.3f}  {b.dist.samples:>7}"
+                         f"   (contexts {b.context_min:.0f}-{b.context_max:.0f})")
     for n in s.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
 
 
-@click.command("accept")
+@click.command("accept", epilog=f"FILES: {log_help()}; the format is recognised from the content.")
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None,
               help="Draft depth the server ran with (--speculative-num-steps / num_speculative_tokens); "
@@ -66,12 +72,12 @@ def format_summary(s: AcceptSummary) -> str:
               help="Write the distribution as schema-versioned JSON (feed it back with predict --accept-log FILE).")
 def accept_cmd(files: tuple[str, ...], steps: int | None, num_spec_tokens: int | None, decode_log_interval: int | None,
                as_json: bool, output: str | None, **_: Any) -> None:
-    """Accept-length distribution and observed tok/s from SGLang/vLLM logs or bench_speculative JSONL.
+    """Accept-length distribution and observed tok/s from engine logs (the formats: see FILES below).
 
     Example: specmodel accept server.log -o accept.json
     """
     if not files:
-        raise SpecmodelError("give at least one log file (SGLang/vLLM server log or bench_speculative JSONL)")
+        raise SpecmodelError(f"give at least one log file ({log_help()})")
     if steps is not None and steps < 1:
         raise SpecmodelError(f"--steps: must be >= 1, got {steps}")
     s = summarize(list(files), steps + 1 if steps is not None else None, num_spec_tokens=num_spec_tokens,

@@ -21,6 +21,12 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), {tp}; "
                f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
                f"{sc.spec.steps}, topk {sc.spec.topk}")
+    if plan.accept_bands:
+        for L, label in plan.accept_bands:
+            out.append(f"             acceptance at context {L}: {label}")
+    elif len(plan.contexts) > 1:
+        out.append("             acceptance assumed constant over context (the accept source gives no per-context "
+                   "measurement)")
     out.append("             recommended = best (steps, topk, draft tokens) whose costs AND acceptance were measured; "
                "tok/s are totals over the batch unless marked per request")
     out.append(f"{'batch':>6} {'context':>8}  {'region':<10} {'action':<10} {'steps':>5} {'topk':>4} {'ndt':>4} "
@@ -89,7 +95,8 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
     return {**PLAN.header(), "profile": sc.profile.name,
             "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,
             "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
-            "batches": list(plan.batches), "contexts": list(plan.contexts), "cells": cells, "notes": list(sc.notes)}
+            "batches": list(plan.batches), "contexts": list(plan.contexts), "cells": cells, "notes": list(sc.notes),
+            "accept_by_context": [{"context_tokens": L, "band": label} for L, label in plan.accept_bands] or None}
 
 
 @click.command("plan")

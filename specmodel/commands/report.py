@@ -97,7 +97,7 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
     content = build_report(profile=scenario.profile, dist=scenario.dist, spec=scenario.spec, prediction=pred,
                            notes=scenario.notes, per_position=scenario.per_position, observation=scenario.observation,
                            max_batch=max_batch, inputs=[("command", "specmodel " + shlex.join(sys.argv[1:]))],
-                           drafter=drafter_rep, drafter_inputs=drafter_inputs)
+                           drafter=drafter_rep, drafter_inputs=drafter_inputs, by_context=scenario.by_context)
     from specmodel.report.markdown import render_markdown
     from specmodel.report.pdf import render_pdf_to_temp, write_pngs
 

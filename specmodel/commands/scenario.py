@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from specmodel.commands.engine_help import RegistryHelpOption
 from specmodel.commands.flags import flag_of
 from specmodel.limits import MAX_CONTEXT_TOKENS, bounded_int
 from specmodel.scenario import BOUNDS, CONVENTIONS, SHAPES, ScenarioArgs, resolve_scenario
@@ -38,8 +39,9 @@ OPTIONS: dict[str, dict[str, Any]] = {
                         help="Histogram of per-step counts: '1:10,2:30,3:40,4:20' or a JSON/CSV file (in --accept-convention)."),
     "per_position": dict(default=None, help="vLLM per-position acceptance rates 'r1,r2,...' (E = 1 + sum r_i)."),
     "alpha": dict(type=float, default=None, help="Chain acceptance rate per draft (Leviathan et al. 2023); k = --steps drafts."),
-    "accept_logs": dict(multiple=True, type=click.Path(),
-                        help="SGLang/vLLM server log or bench_speculative JSONL to take the accept length from (repeatable)."),
+    # the formats are listed from the engine registry when --help is shown (commands/engine_help.py)
+    "accept_logs": dict(multiple=True, type=click.Path(), cls=RegistryHelpOption,
+                        help_template="{logs} to take the accept length from (repeatable)."),
     "batch": dict(type=_bounded("batch"), default=1, show_default=True, help="Concurrent requests (batch size)."),
     "context": dict(default=None, help="KV tokens per request (context length L), e.g. 32768 or 32K (K = 1024), at most "
                                        f"{MAX_CONTEXT_TOKENS}; default: the profile's smallest measured context."),

@@ -11,11 +11,12 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
 from specmodel.scenario import ScenarioArgs, resolve_scenario
 from specmodel.schema.formats import VALIDATION
+from specmodel.trace.engines import log_help
 from specmodel.trace.logs import check_flag_against_log, logged_config, parse_log
 from specmodel.validation import check_log_matches_profile, summary, validate_windows
 
 
-@click.command("validate")
+@click.command("validate", epilog=f"LOGS: {log_help(saved=False)}; the format is recognised from the content.")
 @click.argument("logs", nargs=-1, type=click.Path())
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="profile.json or its directory (default: the one measured profile under ./profiles, else the shipped reference).")
@@ -27,12 +28,12 @@ from specmodel.validation import check_log_matches_profile, summary, validate_wi
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | None, topk: int | None,
                  num_draft_tokens: int | None, calibrate_first: bool, as_json: bool, **_: Any) -> None:
-    """Predicted vs observed tok/s for each logged window (SGLang decode lines, vLLM stats, bench_speculative rows).
+    """Predicted vs observed tok/s for each logged window of a server log (formats: see LOGS below).
 
     Example: specmodel validate --profile profiles/mybox --steps 3 server.log
     """
     if not logs:
-        raise SpecmodelError("give at least one server log (SGLang/vLLM) or bench_speculative JSONL")
+        raise SpecmodelError(f"give at least one server log ({log_help(saved=False)})")
     files = [parse_log(p) for p in logs]
     cfg = logged_config(files)
     if cfg is not None:

@@ -274,3 +274,190 @@ def resize(dist: AcceptDist, max_tokens: int, *, rates: Sequence[float] | None =
         cur *= last
         ext.append(cur)
     return from_per_position(ext, max_tokens=max_tokens, source=dist.source)
+
+
+def mixture_of_means(means: Iterable[tuple[float, float]], max_tokens: int, *, source: str,
+                     samples: int = 0) -> AcceptDist:
+    """Σ_w w·from_mean(m_w, K) / Σ w over windows that report only a mean ``m_w`` with weight ``w``.
+
+    The distribution a log of window means supports: within a window, the geometric shape of
+    :func:`from_mean` (constant per-draft acceptance, Leviathan et al. 2023 §3.1); across windows,
+    their spread. Keeps the weighted mean exactly, E[A] = Σ w m_w / Σ w, and is at least as wide as
+    a single geometric with that mean. Means are clamped into [1, K] (logs print 2 decimals, so a
+    mean may exceed K by rounding; callers refuse larger excesses). Equal means are grouped
+    (2-decimal logs have few distinct values).
+    """
+    _check_max_tokens(max_tokens)
+    by_mean: dict[float, float] = {}
+    for m, w in means:
+        if not math.isfinite(m) or not math.isfinite(w) or w < 0:
+            raise SpecmodelError(f"{source}: window mean {m!r} / weight {w!r} must be finite, weight >= 0")
+        mm = min(max(float(m), 1.0), float(max_tokens))
+        by_mean[mm] = by_mean.get(mm, 0.0) + float(w)
+    total = math.fsum(by_mean.values())
+    if total <= 0:
+        raise SpecmodelError(f"{source}: no weight in any window")
+    probs = [0.0] * max_tokens
+    for m, w in by_mean.items():
+        d = from_mean(m, max_tokens, source=source)
+        for j, p in enumerate(d.probs):
+            probs[j] += w / total * p
+    s = math.fsum(probs)
+    return AcceptDist(probs=tuple(p / s for p in probs), source=source, samples=samples)
+
+
+def pooled_per_position(rates: Sequence[Sequence[float]], weights: Sequence[float]) -> tuple[float, ...]:
+    """Per-position acceptance rates pooled over windows: r_i = Σ_w n_w r_{w,i} / Σ n_w.
+
+    With ``n_w`` the window's number of drafts this is accepted_at_i / drafts over all windows —
+    what vLLM itself computes over a longer window (``vllm/v1/spec_decode/metrics.py``). Printed
+    rates carry 3 decimals: rounding must not make the pooled sequence increase, so each rate is
+    capped by the one before (draft i+1 is accepted only after draft i).
+    """
+    if not rates or len(rates) != len(weights):
+        raise SpecmodelError("per-position rates: need one weight per window and at least one window")
+    k = len(rates[0])
+    if any(len(r) != k for r in rates):
+        raise SpecmodelError("per-position rates: windows have different numbers of positions")
+    total = math.fsum(weights)
+    if total <= 0:
+        raise SpecmodelError("per-position rates: no drafts in any window")
+    avg = [math.fsum(w * r[i] for w, r in zip(weights, rates, strict=True)) / total for i in range(k)]
+    for i in range(1, k):
+        avg[i] = min(avg[i], avg[i - 1])
+    return tuple(avg)
+
+
+# ---------------------------------------------------------------------------------------------
+# acceptance by context
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowAccept:
+    """What one logged window says about acceptance: its context (KV tokens per request), its
+    weight (verify steps, or a quantity proportional to them), its mean tokens/step, and the
+    per-position rates when the engine prints them (vLLM)."""
+
+    context_tokens: float
+    weight: float
+    mean_tokens: float
+    per_position: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextBand:
+    """Acceptance measured over windows whose context lies in [lo_tokens, hi_tokens)."""
+
+    lo_tokens: int
+    hi_tokens: int | None  # None: open above
+    dist: AcceptDist
+    windows: int
+    context_min: float
+    context_max: float
+
+    @property
+    def label(self) -> str:
+        hi = "" if self.hi_tokens is None else _k(self.hi_tokens)
+        return f"{_k(self.lo_tokens)}-{hi} tokens" if hi else f">= {_k(self.lo_tokens)} tokens"
+
+    def contains(self, ctx: float) -> bool:
+        return ctx >= self.lo_tokens and (self.hi_tokens is None or ctx < self.hi_tokens)
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+
+
+#: band edges, KV tokens per request: 0, 1K, 2K, 4K, … (acceptance is reported to fall with
+#: context roughly per doubling: vllm #47602); adjacent bands are merged until each holds
+#: MIN_BAND_WINDOWS windows, so no band rests on one or two windows
+BAND_EDGES = (0,) + tuple(1024 * 2**i for i in range(0, 14))
+MIN_BAND_WINDOWS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptByContext:
+    """Accept-length distributions per context band, and the one over all windows.
+
+    :meth:`at` is the seam predict / plan / report use: the distribution for a context and the
+    label that says where it came from (or that acceptance was assumed constant).
+    """
+
+    bands: tuple[ContextBand, ...]
+    overall: AcceptDist
+
+    def band_for(self, context_tokens: float) -> ContextBand | None:
+        for b in self.bands:
+            if b.contains(context_tokens):
+                return b
+        return None
+
+    def at(self, context_tokens: float | None) -> tuple[AcceptDist, str]:
+        """(distribution, label) at ``context_tokens``: the band that covers it (bands tile the
+        axis: the first starts at 0, the last is open above). Beyond the contexts the log measured,
+        the nearest band's acceptance is used and the label says it is assumed constant from there."""
+        if context_tokens is None:
+            return self.overall, "all windows (no context asked: acceptance over every context the log covers)"
+        b = self.band_for(context_tokens) or self.bands[-1]
+        label = (f"context band {b.label} ({b.windows} windows, context {b.context_min:.0f}-"
+                 f"{b.context_max:.0f}): mean {b.dist.mean_tokens:.2f} tokens/step")
+        lo, hi = self.bands[0].context_min, self.bands[-1].context_max
+        if context_tokens > hi or context_tokens < lo:
+            label += (f"; context {context_tokens:.0f} is outside the measured {lo:.0f}-{hi:.0f}: "
+                      "acceptance assumed constant from the nearest measured band")
+        return b.dist, label
+
+
+def pooled_windows(ws: Sequence[WindowAccept], max_tokens: int, source: str, steps_per_weight: float = 1.0) -> AcceptDist:
+    """The distribution over a set of windows, built as a whole log's is: pooled per-position
+    rates when every window has them (vLLM), else a mixture of the window means (SGLang)."""
+    samples = int(round(math.fsum(w.weight for w in ws) * steps_per_weight))
+    if all(w.per_position for w in ws) and len({len(w.per_position or ()) for w in ws}) == 1:
+        rates = pooled_per_position([w.per_position or () for w in ws], [w.weight for w in ws])
+        d = from_per_position(rates[: max_tokens - 1], max_tokens=max_tokens, source=source)
+        return AcceptDist(probs=d.probs, source=source, samples=samples)
+    return mixture_of_means(((w.mean_tokens, w.weight) for w in ws), max_tokens, source=source, samples=samples)
+
+
+def by_context(windows: Sequence[WindowAccept], overall: AcceptDist, *, source: str, steps_per_weight: float = 1.0,
+               min_windows: int = MIN_BAND_WINDOWS) -> AcceptByContext | None:
+    """Group windows into context bands (:data:`BAND_EDGES`, merged upwards until each has
+    ``min_windows``; a short last band joins the one below) and build each band's distribution
+    the way the whole log's is built (pooled per-position rates when every window has them, else
+    a mixture of window means). None when fewer than two bands result: one band is the overall
+    distribution, and saying "by context" would claim a measurement that is not there.
+    ``overall`` is the whole log's distribution (what is used outside the bands)."""
+    ws = [w for w in windows if math.isfinite(w.context_tokens) and w.context_tokens >= 0 and w.weight > 0]
+    if len(ws) < 2 * min_windows:
+        return None
+    max_tokens = overall.max_tokens
+    edges = list(BAND_EDGES)
+    raw: list[tuple[int, int | None, list[WindowAccept]]] = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] if i + 1 < len(edges) else None
+        members = [w for w in ws if w.context_tokens >= lo and (hi is None or w.context_tokens < hi)]
+        if members:
+            raw.append((lo, hi, members))
+    merged: list[tuple[int, int | None, list[WindowAccept]]] = []
+    for lo, hi, members in raw:
+        if merged and len(merged[-1][2]) < min_windows:
+            plo, _, pm = merged.pop()
+            merged.append((plo, hi, pm + members))
+        else:
+            merged.append((lo, hi, list(members)))
+    if len(merged) > 1 and len(merged[-1][2]) < min_windows:
+        _, hi, last = merged.pop()
+        plo, _, pm = merged.pop()
+        merged.append((plo, hi, pm + last))
+    if len(merged) < 2:
+        return None
+    bands = []
+    for n, (lo, _hi, members) in enumerate(merged):
+        # bands tile the axis: the first starts at 0, the last is open above
+        lo_t = 0 if n == 0 else lo
+        hi_t = None if n == len(merged) - 1 else merged[n + 1][0]
+        bands.append(ContextBand(lo_tokens=lo_t, hi_tokens=hi_t,
+                                 dist=pooled_windows(members, max_tokens, f"{source} [context band]", steps_per_weight),
+                                 windows=len(members), context_min=min(w.context_tokens for w in members),
+                                 context_max=max(w.context_tokens for w in members)))
+    return AcceptByContext(bands=tuple(bands), overall=overall)

@@ -10,14 +10,15 @@ in the *measured region* when a recommendation exists there. Pure functions; no 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
+from specmodel.model.accept import AcceptByContext
 from specmodel.model.cycle import Assumption
 from specmodel.model.optimize import MARGINAL as MARGINAL
 from specmodel.model.optimize import OFF as OFF
-from specmodel.model.optimize import SPECULATE, UNMEASURED, AcceptModel, Candidate, action_for, optimize
+from specmodel.model.optimize import SPECULATE, UNMEASURED, AcceptModel, Candidate, accept_model, action_for, optimize
 from specmodel.model.predict import cycle_costs
 from specmodel.schema.profile import Profile, SpecConfig
 
@@ -82,6 +83,9 @@ class ServePlan:
     contexts: tuple[int, ...]
     cells: tuple[PlanCell, ...]
     algorithm: str
+    #: (context, where its acceptance came from) when the log measured acceptance per context band;
+    #: empty: one acceptance for every context (assumed constant over context)
+    accept_bands: tuple[tuple[int, str], ...] = ()
 
     def cell(self, batch: int, context_tokens: int) -> PlanCell:
         for c in self.cells:
@@ -90,22 +94,43 @@ class ServePlan:
         raise SpecmodelError(f"serve plan: no cell at batch {batch}, context {context_tokens}")
 
 
+#: acceptance at a context: the model to plan with there and where it came from (a band label)
+AcceptAt = Callable[[int], tuple[AcceptModel, str]]
+
+
+def band_models(by_context: AcceptByContext, *, per_position: bool, measured_topk: int, max_steps: int) -> AcceptAt:
+    """The accept model of the context band that covers each context (acceptance measured per band
+    by ``accept``; :meth:`AcceptByContext.at` says which band, or that it was assumed constant)."""
+    def at(L: int) -> tuple[AcceptModel, str]:
+        dist, label = by_context.at(L)
+        return accept_model(dist, rates=dist.per_position_rates() if per_position else None,
+                            measured_topk=measured_topk, max_steps=max_steps), label
+    return at
+
+
 def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], contexts: Sequence[int],
-               default: SpecConfig, max_steps: int = 8) -> ServePlan:
-    """The plan over ``batches`` × ``contexts`` (see the module docstring)."""
+               default: SpecConfig, max_steps: int = 8, accept_at: AcceptAt | None = None) -> ServePlan:
+    """The plan over ``batches`` × ``contexts`` (see the module docstring). With ``accept_at``
+    each context is planned with its own acceptance (``model`` is then unused) and the plan
+    records which (:attr:`ServePlan.accept_bands`)."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []
+    bands: list[tuple[int, str]] = []
     for L in sorted(set(contexts)):
+        m = model
+        if accept_at is not None:
+            m, label = accept_at(L)
+            bands.append((L, label))
         for b in sorted(set(batches)):
-            opt = optimize(profile, model, batch=b, default=default, context_tokens=L, top=1,
+            opt = optimize(profile, m, batch=b, default=default, context_tokens=L, top=1,
                            max_steps=max(max_steps, default.steps))
             assert opt.best_any is not None
             assumed = cycle_costs(profile, batch=b, spec=default, context_tokens=L).assumptions
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,
                                   default=opt.default, assumed=assumed))
     return ServePlan(batches=tuple(sorted(set(batches))), contexts=tuple(sorted(set(contexts))), cells=tuple(cells),
-                     algorithm=default.algorithm)
+                     algorithm=default.algorithm, accept_bands=tuple(bands))
 
 
 def sglang_flags(c: Candidate, algorithm: str) -> str:

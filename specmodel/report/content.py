@@ -18,12 +18,12 @@ from typing import Any, Protocol
 from specmodel import __version__
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
-from specmodel.model.accept import AcceptDist, chain_mean
+from specmodel.model.accept import AcceptByContext, AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
 from specmodel.model.costs import FALLBACK, measured_contexts
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
-from specmodel.model.serveplan import ServePlan, serve_plan
+from specmodel.model.serveplan import ServePlan, band_models, serve_plan
 from specmodel.model.whatif import (
     FitChoice,
     batch_sweep,
@@ -195,6 +195,8 @@ class ContextRow:
     break_even_accept_tokens: float
     verdict: str
     extrapolated: tuple[str, ...]  # labels of the axes outside the measured range ("" = measured)
+    accept_mean_tokens: float | None = None  # the acceptance used at this context
+    accept_band: str = ""  # which context band of the log it came from ("" = one acceptance for all)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,6 +208,8 @@ class ContextView:
     measured_contexts: tuple[int, ...]
     accept_mean_tokens: float
     rows: tuple[ContextRow, ...]
+    #: how acceptance varies over context: per band of the log, or assumed constant
+    accept_note: str = "acceptance assumed constant over context (the accept source gives no per-context measurement)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,7 +313,8 @@ class ReportContent:
             "context": dataclasses.asdict(self.context) if self.context is not None else None,
             "serve_plan": None if self.plan is None else {
                 "batches": list(self.plan.batches), "contexts": list(self.plan.contexts),
-                "algorithm": self.plan.algorithm, "cells": [cell.to_dict() for cell in self.plan.cells]},
+                "algorithm": self.plan.algorithm, "cells": [cell.to_dict() for cell in self.plan.cells],
+                "accept_by_context": [{"context_tokens": L, "band": b} for L, b in self.plan.accept_bands] or None},
             "drafter": None if self.drafter is None else {
                 "status": self.drafter.status,
                 "findings": [dataclasses.asdict(f) for f in self.drafter.findings],
@@ -518,7 +523,8 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                  notes: Sequence[str] = (), per_position: Sequence[float] | None = None,
                  observation: Any = None, max_batch: int = 64, inputs: Sequence[tuple[str, str]] = (),
                  drafter: DrafterReportLike | None = None,
-                 drafter_inputs: Sequence[tuple[str, str]] = ()) -> ReportContent:
+                 drafter_inputs: Sequence[tuple[str, str]] = (),
+                 by_context: AcceptByContext | None = None) -> ReportContent:
     """Assemble the report around ``prediction`` (the one ``predict`` prints for these inputs).
 
     ``profile`` is the scenario's profile before calibration; when an ``observation`` was
@@ -581,26 +587,34 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         curve=_curve(p, dview.ceiling_tokens if dview else None), breakdown=_breakdown(p),
         allreduce=_allreduce(base, p, choice), whatifs=tuple(rows), batch_sweep=brows,
         stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings),
-        context=context_view(base, dist, spec, p),
+        context=context_view(base, dist, spec, p, by_context),
         plan=serve_plan(base, model, batches=batches, default=spec,
-                        contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)})),
-        blocked_by=blocked)
+                        contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)}),
+                        accept_at=None if by_context is None else band_models(
+                            by_context, per_position=per_position is not None, measured_topk=spec.topk,
+                            max_steps=max(8, spec.steps))))
 
 
-def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction) -> ContextView:
+def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction,
+                 by_context: AcceptByContext | None = None) -> ContextView:
     """The prediction at the user's batch over the measured contexts, :data:`CONTEXT_GRID` and the user's
     context; each row says which axes were extrapolated."""
     measured = measured_contexts(profile, "decode")
     grid = sorted(set(measured) | set(CONTEXT_GRID) | {int(p.context_tokens)})
     rows = []
     for L in grid:
-        q = predict(profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L)
+        # acceptance measured per context band (the log's): each context uses its band's
+        d, band = by_context.at(L) if by_context is not None else (dist, "")
+        q = predict(profile, d, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L)
         rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.baseline_tokens_per_s,
                                tokens_per_s=q.tokens_per_s, speedup=q.speedup,
                                break_even_accept_tokens=q.break_even_accept_tokens, verdict=q.verdict,
-                               extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated))))
+                               extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated)),
+                               accept_mean_tokens=d.mean_tokens, accept_band=band))
+    extra = {} if by_context is None else {"accept_note": f"acceptance per context band of the log "
+                                                          f"({len(by_context.bands)} bands; each row says which)"}
     return ContextView(batch=p.batch, context_tokens=int(p.context_tokens), measured_contexts=measured,
-                       accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows))
+                       accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows), **extra)
 
 
 def _cost_part(u: float, only: bool = False) -> str:

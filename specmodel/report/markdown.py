@@ -84,9 +84,12 @@ def render_markdown(c: ReportContent) -> str:
         v = c.context
         lines += ["", "## tok/s, speedup and break-even vs context", "",
                   f"Batch {v.batch}; measured contexts {', '.join(map(str, v.measured_contexts))} (KV tokens per "
-                  "request); tok/s are totals over the batch.", ""]
-        lines += _table(["context", "baseline tok/s", "spec tok/s", "speedup", "break-even", "verdict"],
-                        [[str(r.context_tokens), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}",
+                  f"request); tok/s are totals over the batch; {v.accept_note}.", ""]
+        lines += _table(["context", "accept", "baseline tok/s", "spec tok/s", "speedup", "break-even", "verdict"],
+                        [[str(r.context_tokens),
+                          (f"{r.accept_mean_tokens:.2f}" if r.accept_mean_tokens is not None else "-")
+                          + (f" ({r.accept_band.split(' (')[0]})" if r.accept_band else ""),
+                          f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}",
                           f"{r.speedup:.2f}x", f"{r.break_even_accept_tokens:.2f}",
                           r.verdict + (f" (extrapolated: {'; '.join(r.extrapolated)})" if r.extrapolated else "")]
                          for r in v.rows])

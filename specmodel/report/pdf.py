@@ -521,11 +521,16 @@ def page_context(c: ReportContent) -> Any:
     fig.text(0.04, 0.90, f"batch {v.batch}, accept length {v.accept_mean_tokens:.2f} tokens/step; measured contexts: "
              f"{', '.join(map(str, v.measured_contexts))} tokens of KV per request (shaded); red = extrapolated",
              fontsize=9, va="top")
+    # how acceptance varies over context (per band of the log, or assumed constant): one block with the
+    # single-context warning, so the two never overlap
+    note = v.accept_note[:1].upper() + v.accept_note[1:] + "."
     if len(v.measured_contexts) == 1:
         fig.text(0.04, 0.875, _wrap("Only one context was measured: at every other context the costs are held at the "
                                     "measured ones (flat, extrapolated). Measure a context sweep (specmodel profile "
-                                    "--contexts) or give --baseline-sweep with a context column.", 160),
+                                    "--contexts) or give --baseline-sweep with a context column. " + note, 160),
                  fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
+    else:
+        fig.text(0.04, 0.875, _wrap(note, 160), fontsize=9, va="top")
 
     def _panel(rect: tuple[float, float, float, float], series: list[tuple[str, list[float], str]], ylabel: str,
                hline: float | None = None) -> Any:

@@ -73,6 +73,8 @@ ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
 #: the SGLang hook's per-rank JSONL, one record per line (profile/sglang.py)
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
+#: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
+VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
 
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict)
@@ -85,6 +87,8 @@ REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
 #: `specmodel check-drafter --json` (drafter/findings.py)
 DRAFTER_CHECK = Format(name="specmodel.check_drafter", version=1, what="specmodel check-drafter")
+#: `specmodel watch --json` (specmodel/watch.py Reading.to_dict)
+WATCH = Format(name="specmodel.watch", version=1, what="specmodel watch")
 #: `specmodel ingest --json`: what was read and written
 INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome
@@ -95,5 +99,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
-       PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE)
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
+       PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)

@@ -1,0 +1,148 @@
+"""``specmodel watch URL|LOGFILE``: is speculation paying on this running server, now?"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
+from specmodel.trace.engines import log_help, metrics_help
+from specmodel.trace.engines.base import EngineConfig
+from specmodel.watch import (
+    LogSource,
+    MetricsSource,
+    MetricsWindow,
+    Observed,
+    Scrape,
+    SourceGone,
+    assess,
+    check_source_matches_profile,
+    is_url,
+    now_stamp,
+    observe_log,
+    observe_metrics,
+    spec_for,
+)
+
+
+def _load_profile(path: str | None) -> Any:
+    from specmodel.scenario import ScenarioArgs, resolve_scenario
+
+    return resolve_scenario(ScenarioArgs(profile=path), require_accept=False).profile
+
+
+@click.command("watch", epilog=f"SOURCE: a {metrics_help()} URL, or a {log_help(text_only=True)} being written.")
+@click.argument("source")
+@click.option("--profile", "profile_path", type=click.Path(), default=None,
+              help="Profile of the server's box, model and TP (default: as predict).")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
+              help="Seconds between readings.")
+@click.option("--window", "window_s", type=click.FloatRange(min=0.1, max=86400), default=60.0, show_default=True,
+              help="Sliding window, seconds: acceptance, batch and context are taken over it.")
+@click.option("--steps", type=bounded_int(1, MAX_STEPS), default=None,
+              help="Draft depth the server runs (SGLang; vLLM's counters say it). Default: the log's, else the profile's.")
+@click.option("--tp", type=bounded_int(1, MAX_TP), default=None,
+              help="The server's TP degree, checked against the profile (a /metrics page does not say it).")
+@click.option("--count", type=bounded_int(1, 1_000_000), default=None, help="Stop after N readings (default: run until Ctrl-C).")
+@click.option("--once", is_flag=True, help="One reading (two scrapes --interval apart for a URL), then exit.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=600), default=5.0, show_default=True,
+              help="Seconds one scrape may take.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.watch).")
+def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
+              tp: int | None, count: int | None, once: bool, timeout_s: float, as_json: bool, **_: Any) -> None:
+    """Watch a running server: SOURCE is its Prometheus /metrics URL (vLLM or SGLang) or a server log
+    being written. Each interval prints the predicted speedup at the observed acceptance, batch and
+    context, the margin to break-even, and the advice (keep / switch off above batch N / use k = K).
+
+    Example: specmodel watch http://127.0.0.1:8000/metrics --profile profiles/mybox
+    """
+    profile = _load_profile(profile_path)
+    if tp is not None and tp != profile.tp:
+        raise SpecmodelError(f"--tp: the server runs TP {tp} but profile {profile.name} is TP {profile.tp}; "
+                             "watch it against a profile of the same box and TP degree")
+    limit = 1 if once else count
+    emitted = attempts = 0
+    if is_url(source):
+        src = MetricsSource(url=source, timeout_s=timeout_s)
+        try:
+            first = src.fetch()
+        except SourceGone as exc:
+            raise SpecmodelError(f"{exc} (is the server up, and is this its /metrics URL?)") from None
+        if first.engine == "vllm" and first.drafts is None:
+            raise SpecmodelError(f"{source}: the page has no vllm:spec_decode_* counters: the server runs without "
+                                 "speculative decoding (start it with --speculative-config)")
+        if first.engine == "sglang" and first.accept_len_gauge is None and first.running:
+            raise SpecmodelError(f"{source}: sglang:spec_accept_length is absent or 0 while requests run: the server "
+                                 "runs without speculative decoding")
+        check_source_matches_profile(EngineConfig(engine=first.engine, where=source, model=first.model, tp=tp), profile)
+        k = steps or profile.spec.steps
+        win = MetricsWindow(window_s=window_s)
+        win.push(Scrape(t_s=time.monotonic(), sample=first))
+        gone = False
+        while (limit is None or emitted < limit) and not (once and attempts):
+            attempts += 1
+            time.sleep(interval_s)
+            try:
+                s = src.fetch()
+            except SourceGone as exc:
+                if not gone:
+                    _say(as_json, f"{now_stamp()}  server not answering ({exc}); retrying every {interval_s:g} s",
+                         {"event": "server gone", "detail": str(exc)})
+                gone = True
+                continue
+            if gone:
+                _say(as_json, f"{now_stamp()}  server answering again", {"event": "server back"})
+                gone = False
+            if win.push(Scrape(t_s=time.monotonic(), sample=s)):
+                _say(as_json, f"{now_stamp()}  counters went backwards (server restarted): the window starts again",
+                     {"event": "counter reset"})
+                continue
+            obs = observe_metrics(win, k)
+            emitted += _report(obs, profile, steps, as_json)
+        return
+    # a log file being written
+    lsrc = LogSource(path=source)
+    windows, cfg, engine = lsrc.read()
+    if cfg is not None:
+        check_source_matches_profile(cfg if tp is None else _with_tp(cfg, tp), profile)
+        steps = steps or cfg.steps
+    k = steps or profile.spec.steps
+    while True:
+        emitted += _report(observe_log(windows, engine, k, window_s), profile, steps, as_json)
+        if once or (limit is not None and emitted >= limit):
+            return
+        time.sleep(interval_s)
+        windows = lsrc.read()[0]
+
+
+def _with_tp(cfg: EngineConfig, tp: int) -> EngineConfig:
+    from dataclasses import replace
+
+    if cfg.tp is not None and cfg.tp != tp:
+        raise SpecmodelError(f"--tp {tp} contradicts the log: the server ran TP {cfg.tp} ({cfg.where})")
+    return replace(cfg, tp=tp)
+
+
+def _say(as_json: bool, text: str, event: dict[str, Any]) -> None:
+    from specmodel.schema.formats import WATCH
+
+    click.echo(json.dumps(WATCH.stamp(event), allow_nan=False) if as_json else text)
+
+
+def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool) -> int:
+    """Print one reading (1) or why there is none this interval (0)."""
+    if isinstance(obs, str):
+        _say(as_json, f"{now_stamp()}  {obs}", {"event": "no reading", "detail": obs})
+        return 0
+    r = assess(profile, obs, spec_for(profile, obs, steps))
+    if as_json:
+        click.echo(json.dumps(r.to_dict(), allow_nan=False))
+    else:
+        click.echo(r.line(now_stamp()))
+        for n in r.notes:
+            click.echo(f"          note: {n}")
+    return 1

@@ -1,0 +1,320 @@
+"""What every engine plug-in shares: the records a log becomes, the plug-in shapes, and the
+number/line helpers each parser uses (one definition, so the engines cannot drift apart).
+
+A log plug-in (:class:`LogFormat`) says whether a file is its kind (``sniff``), turns it into a
+:class:`LogFile` (``parse``), and turns parsed files into an accept-length distribution
+(``summarize``); a metrics plug-in (:class:`MetricsFormat`, ``specmodel watch``) reads one
+Prometheus page. Acceptance mixtures and pooled per-position rates are built by
+:mod:`specmodel.model.accept`, never here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.io import read_text_lines_ended
+from specmodel.limits import ROUND_SLACK
+from specmodel.model import accept as acc
+
+#: one way to match any digit string (``\d+\.?\d*`` splits n digits n ways: backtracking on a
+#: failed suffix such as " tokens/s" was quadratic in the number's length)
+NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: why a window a log printed is left out of the distribution and of validation (one rule, both use it)
+PARTIAL_LAST_LINE = "partial last line (still being written)"
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeWindow:
+    """One logged window: SGLang decode line, vLLM stats pair, or a bench_speculative row.
+
+    ``accept_len`` is tokens per request per verify step incl. the bonus token (None when the
+    server ran without speculation). ``tokens_per_s`` is the total generated tok/s of the window.
+    ``steps``/``topk``/``num_draft_tokens`` are known only for bench rows (0 = baseline run).
+    """
+
+    file: str
+    line: int
+    engine: str
+    batch: int
+    accept_len: float | None
+    tokens_per_s: float
+    timestamp: str = ""
+    rank: str = ""
+    steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    completion_tokens: float | None = None  # bench rows: mean output tokens per request
+    #: mean KV tokens per running request in the window (None when the log does not say):
+    #: SGLang ``#token`` (or ``#full token``) / ``#running-req`` — ``#token`` is the KV pool in use
+    #: by running requests (max_total − available − evictable, scheduler._get_token_info), so a
+    #: prefix shared by several requests counts once; vLLM ``GPU KV cache usage`` × the startup
+    #: ``GPU KV cache size: N tokens`` / ``Running`` when the log has that startup line.
+    context_tokens: float | None = None
+    #: per-position acceptance rates and number of drafts (verify steps) of the window, where the
+    #: engine prints them (vLLM's SpecDecoding line); None elsewhere
+    per_position: tuple[float, ...] | None = None
+    drafts: float | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "engine": self.engine, "batch": self.batch,
+                "accept_len": self.accept_len, "tokens_per_s": self.tokens_per_s, "timestamp": self.timestamp,
+                "rank": self.rank, "steps": self.steps, "topk": self.topk, "num_draft_tokens": self.num_draft_tokens,
+                "context_tokens": self.context_tokens}
+
+
+def window_skip_reason(w: DecodeWindow) -> str | None:
+    """Why ``w`` says nothing about speculation at load, or None when it is usable.
+
+    One rule for ``accept`` (the distribution) and ``validate`` (the per-window error): a
+    window with no running request or no tokens generated (the server idle between bursts;
+    SGLang still prints its last ``accept len``) measured no verify step, and a window without
+    an accept length (a baseline run) has none to give.
+    """
+    if w.batch < 1:
+        return "#running-req 0"
+    if w.tokens_per_s <= 0:
+        return "throughput 0"
+    if w.accept_len is None and w.steps != 0:
+        return "no accept length"
+    return None
+
+
+CONFIG_FIELDS = ("model", "tp", "algorithm", "draft_model", "steps", "topk", "num_draft_tokens",
+                 "decode_log_interval", "device", "speculative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """The server's own configuration as it logged it (None = not in the log).
+
+    Each log plug-in reads its engine's start-up lines (``parse_config``); see the engine modules.
+    """
+
+    engine: str
+    where: str
+    model: str | None = None
+    tp: int | None = None
+    algorithm: str | None = None
+    draft_model: str | None = None
+    steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    decode_log_interval: int | None = None
+    #: where the server ran: "cuda" (a GPU), "cpu", "npu", … (SGLang's "<device> graph:" key,
+    #: vLLM's "<GPU|CPU> KV cache" lines and device_config=)
+    device: str | None = None
+    #: False when the server logged that it runs without speculative decoding
+    speculative: bool | None = None
+
+    def merged(self, other: EngineConfig) -> EngineConfig:
+        """Fill this config's unknowns from ``other`` (a later line of the same log)."""
+        vals = {f: getattr(self, f) if getattr(self, f) is not None else getattr(other, f)
+                for f in CONFIG_FIELDS}
+        return EngineConfig(engine=self.engine, where=self.where, **vals)
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("model", self.model), ("TP", self.tp), ("steps", self.steps),
+                                          ("topk", self.topk), ("draft tokens", self.num_draft_tokens),
+                                          ("device", self.device))
+                 if v is not None]
+        return f"{', '.join(parts)} ({self.where})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogFile:
+    """Everything matched in one file. ``engine`` is the name of the plug-in that read it;
+    ``records`` holds that plug-in's own per-line records (vLLM: its ``SpecDecoding`` lines)."""
+
+    path: str
+    engine: str
+    fmt: str
+    lines_read: int
+    lines_matched: int
+    windows: tuple[DecodeWindow, ...] = ()
+    records: tuple[Any, ...] = ()
+    skipped: dict[str, int] = field(default_factory=dict)
+    saved: dict[str, Any] | None = None  # a specmodel.accept document
+    config: EngineConfig | None = None  # the server's logged start-up configuration
+    warnings: tuple[str, ...] = ()  # e.g. a partial last line left out
+
+    @property
+    def vllm(self) -> tuple[Any, ...]:
+        """vLLM ``SpecDecoding metrics`` records (kept under the name callers used before the split)."""
+        return self.records if self.engine == "vllm" else ()
+
+    @property
+    def description(self) -> str:
+        from specmodel.trace.engines import log_format
+
+        return log_format(self.engine).description + (f" ({self.fmt})" if self.fmt else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptSummary:
+    """What ``specmodel accept`` shows: the distribution and where it came from."""
+
+    dist: acc.AcceptDist
+    rates: tuple[float, ...] | None
+    files: tuple[LogFile, ...]
+    windows_used: int
+    windows: tuple[DecodeWindow, ...] = ()  # the windows behind the distribution (tok/s series)
+    notes: tuple[str, ...] = ()
+    config: EngineConfig | None = None  # the server's logged configuration, when it logged one
+    #: acceptance per context band, when the log gives each window's context (None: it does not,
+    #: or all windows fall in one band)
+    by_context: acc.AcceptByContext | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryInputs:
+    """What a plug-in's ``summarize`` gets besides the parsed files (checked by trace.logs.summarize)."""
+
+    max_tokens: int
+    label: str
+    num_spec_tokens: int | None
+    decode_log_interval: int
+
+
+# ---------------------------------------------------------------------------------------------
+# plug-in shapes
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogFormat:
+    """One engine log format. ``sniff(path, lines, first)`` → this plug-in reads the file;
+    ``parse(path, lines, unterminated)`` → :class:`LogFile`; ``summarize(files, inputs)`` →
+    :class:`AcceptSummary`; ``steps_of(files, num_spec_tokens)`` → the draft depth the files
+    carry, or None. ``text``: a line-oriented server log (two text formats sniffing one file
+    is an error: one server's log per file)."""
+
+    name: str
+    description: str  # "SGLang decode log": what `accept` prints per file
+    help_name: str  # "SGLang server log": what the commands' help lists
+    text: bool
+    sniff: Callable[[str, Sequence[str], str], bool]
+    parse: Callable[[str, list[str], bool], LogFile]
+    summarize: Callable[[Sequence[LogFile], SummaryInputs], AcceptSummary]
+    steps_of: Callable[[Sequence[LogFile], int | None], int | None]
+    #: what to pass when ``steps_of`` is None (an error message tail)
+    steps_hint: str = "pass --steps"
+    kind: str = "log"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsSample:
+    """One scrape of an engine's Prometheus page, engine-neutral.
+
+    Counters (monotone totals since server start; None when the page lacks them): drafts,
+    draft tokens, accepted tokens, accepted per position. Gauges: running requests, and, for
+    engines that export acceptance itself as a gauge (SGLang), ``accept_len_gauge`` (tokens per
+    verify step incl. the bonus token) and ``context_tokens`` (KV tokens per running request).
+    """
+
+    engine: str
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_pos: tuple[float, ...] | None = None
+    running: float | None = None
+    accept_len_gauge: float | None = None
+    context_tokens: float | None = None
+    gen_tokens: float | None = None  # generation tokens counter (vLLM), for tok/s
+    engine_steps: float | None = None  # engine steps counter (vLLM: iteration_tokens_total histogram count)
+    gen_tokens_per_s_gauge: float | None = None  # SGLang's gen throughput gauge
+    model: str | None = None  # model_name label, when the page carries one
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsFormat:
+    """One engine's Prometheus ``/metrics`` page: ``sniff(text)``, ``parse(text, where)`` → :class:`MetricsSample`."""
+
+    name: str
+    description: str
+    help_name: str
+    sniff: Callable[[str], bool]
+    parse: Callable[[str, str], MetricsSample]
+    kind: str = "metrics"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers the parsers share
+
+
+def read_log_lines(path: str) -> tuple[list[str], bool]:
+    """Lines (ANSI colour removed: vLLM colours its prefix on a terminal, logging_utils/formatter.py)
+    and whether the last line lacks its newline (a server still writing it)."""
+    lines, ended = read_text_lines_ended(path, "a text log")
+    return [_ANSI.sub("", line) for line in lines], not ended
+
+
+def count(text: str, where: str, key: str) -> int:
+    """A count printed by the server; a number no server prints (beyond int64) is an error, not a hang."""
+    if len(text) > 18:
+        raise SpecmodelError(f"{where}: {key}: {len(text)}-digit number is not a plausible count")
+    return int(text)
+
+
+def num(text: str, where: str, key: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise SpecmodelError(f"{where}: {key}: not a number: {text!r}") from None
+    return v
+
+
+def too_long(where: str, mean: float, max_tokens: int) -> SpecmodelError:
+    return SpecmodelError(
+        f"{where}: observed accept length {mean:.2f} tokens/step exceeds steps + 1 = {max_tokens} for "
+        f"--steps {max_tokens - 1}; pass the --steps the server ran with (--speculative-num-steps / "
+        "num_speculative_tokens)"
+    )
+
+
+def check_means(means: Sequence[tuple[float, str]], max_tokens: int) -> None:
+    """A window mean above steps + 1 (beyond print rounding) means the wrong --steps: say which window."""
+    for m, where in means:
+        if m > max_tokens + ROUND_SLACK:
+            raise too_long(where, m, max_tokens)
+
+
+_VAL = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[-+\w.]+)"
+
+
+def cfg_value(text: str, key: str, dict_form: bool) -> str | None:
+    """The raw value of ``key`` in a dataclass repr (``key=v``) or dict repr (``'key': v``)."""
+    rx = (r"'" + re.escape(key) + r"': " if dict_form else r"(?:^|[(,{ ])" + re.escape(key) + "=") + _VAL
+    m = re.search(rx, text)
+    if m is None:
+        return None
+    v = m.group(1)
+    if v in ("None", "null"):
+        return None
+    return v[1:-1] if v[:1] in "'\"" else v
+
+
+def cfg_int(text: str, key: str, dict_form: bool, where: str) -> int | None:
+    v = cfg_value(text, key, dict_form)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise SpecmodelError(f"{where}: {key}: expected an integer, got {v!r}") from None
+
+
+def finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None

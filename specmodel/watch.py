@@ -1,0 +1,384 @@
+"""``specmodel watch``: a running server's acceptance, batch and context over a sliding window,
+held against a profile's break-even surface, one reading per interval.
+
+Sources: an engine's Prometheus ``/metrics`` page (the metrics plug-ins of the engine registry,
+:mod:`specmodel.trace.engines`) or a server log being written (the log plug-ins). Nothing here
+re-derives the model: the reading is :func:`specmodel.model.predict.predict` at the observed
+point, the advice is :func:`specmodel.model.optimize.optimize` / :func:`batch_limit` there.
+
+Counters that go backwards (a server restart) restart the window; a server that stops answering
+is reported and retried, never fatal once it has answered once. Bad input before the first
+reading (unreachable URL, a page without spec-decode metrics, a profile of another model or TP)
+is one :class:`SpecmodelError`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import statistics
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.model import accept as acc
+from specmodel.schema.formats import WATCH
+from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.trace.engines import metrics_format_of
+from specmodel.trace.engines.base import (
+    DecodeWindow,
+    EngineConfig,
+    MetricsSample,
+    check_means,
+    window_skip_reason,
+)
+from specmodel.trace.engines.prom import MAX_PAGE_BYTES
+
+#: a scrape waits at most this long for the server (bounded; the loop retries on the next interval)
+FETCH_TIMEOUT_S = 5.0
+
+
+class SourceGone(Exception):
+    """The server did not answer this time (connection refused, timeout, HTTP error)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# sources
+
+
+@dataclass(kw_only=True)
+class MetricsSource:
+    """An engine's ``/metrics`` URL; the engine is recognised from the page (registry sniff)."""
+
+    url: str
+    timeout_s: float = FETCH_TIMEOUT_S
+    opener: Callable[[str, float], str] | None = None  # tests inject a fake server
+
+    def fetch(self) -> MetricsSample:
+        try:
+            text = (self.opener or _http_get)(self.url, self.timeout_s)
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            raise SourceGone(f"{self.url}: {getattr(exc, 'reason', exc)}") from None
+        fmt = metrics_format_of(text)
+        if fmt is None:
+            raise SpecmodelError(f"{self.url}: not a vLLM or SGLang Prometheus metrics page "
+                                 "(no vllm:/sglang: metrics); give the server's /metrics URL")
+        return fmt.parse(text, self.url)
+
+
+def _http_get(url: str, timeout_s: float) -> str:
+    req = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - the user's own server
+        body = r.read(MAX_PAGE_BYTES + 1)
+    if len(body) > MAX_PAGE_BYTES:
+        raise SpecmodelError(f"{url}: metrics page larger than {MAX_PAGE_BYTES} bytes")
+    return body.decode("utf-8", errors="replace")
+
+
+@dataclass(kw_only=True)
+class LogSource:
+    """A server log being written: every read parses the whole file (a partial last line is left
+    out with a warning by the log plug-in) and keeps the windows of the last ``window_s``."""
+
+    path: str
+
+    def read(self) -> tuple[list[DecodeWindow], EngineConfig | None, str]:
+        from specmodel.trace.logs import parse_log
+
+        lf = parse_log(self.path)
+        if lf.engine not in ("sglang", "vllm"):
+            raise SpecmodelError(f"{self.path}: {lf.description}: watch reads a server log being written "
+                                 "(SGLang or vLLM) or a /metrics URL")
+        return list(lf.windows), lf.config, lf.engine
+
+
+# ---------------------------------------------------------------------------------------------
+# the sliding window
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scrape:
+    t_s: float  # monotonic seconds
+    sample: MetricsSample
+
+
+def _counters(s: MetricsSample) -> tuple[float | None, ...]:
+    return (s.drafts, s.draft_tokens, s.accepted_tokens, s.gen_tokens, s.engine_steps) + tuple(s.accepted_per_pos or ())
+
+
+@dataclass(kw_only=True)
+class MetricsWindow:
+    """Scrapes of the last ``window_s`` seconds. A counter below its previous value means the
+    server restarted (counters start again at 0): the window restarts from that scrape."""
+
+    window_s: float
+    scrapes: deque[Scrape] = field(default_factory=deque)
+    resets: int = 0
+
+    def push(self, sc: Scrape) -> bool:
+        """Add a scrape; True when it revealed a counter reset."""
+        reset = False
+        if self.scrapes:
+            prev = _counters(self.scrapes[-1].sample)
+            cur = _counters(sc.sample)
+            if len(prev) != len(cur) or any(a is not None and b is not None and b < a for a, b in zip(prev, cur,
+                                                                                                        strict=False)):
+                reset = True
+                self.resets += 1
+                self.scrapes.clear()
+        self.scrapes.append(sc)
+        # keep one scrape at or before the window's start, so deltas span the whole window
+        while len(self.scrapes) > 2 and self.scrapes[1].t_s <= sc.t_s - self.window_s:
+            self.scrapes.popleft()
+        return reset
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What the server did over the window."""
+
+    engine: str
+    dist: acc.AcceptDist
+    rates: tuple[float, ...] | None
+    steps: int | None  # the server's draft depth where the source says it (vLLM: positions)
+    batch: float
+    context_tokens: float | None
+    tokens_per_s: float | None
+    span_s: float
+    verify_steps: float | None  # drafts counted in the window (vLLM counters), else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "accept_mean_tokens": self.dist.mean_tokens, "accept_probs": list(self.dist.probs),
+                "per_position": list(self.rates) if self.rates is not None else None, "steps": self.steps,
+                "batch": self.batch, "context_tokens": self.context_tokens, "tokens_per_s": self.tokens_per_s,
+                "span_s": self.span_s, "verify_steps": self.verify_steps}
+
+
+def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
+    """Acceptance, batch, context over the window, or why there is none yet (a reason string)."""
+    if len(win.scrapes) < 2:
+        return "waiting for a second scrape"
+    first, last = win.scrapes[0], win.scrapes[-1]
+    a, b = first.sample, last.sample
+    span = last.t_s - first.t_s
+    runs = [s.sample.running for s in win.scrapes if s.sample.running]
+    batch = statistics.fmean(runs) if runs else 0.0
+    ctxs = [s.sample.context_tokens for s in win.scrapes if s.sample.context_tokens is not None]
+    ctx = statistics.fmean(ctxs) if ctxs else None
+    if b.engine == "vllm":
+        assert a.drafts is not None and b.drafts is not None and a.accepted_tokens is not None \
+            and b.accepted_tokens is not None
+        d_drafts = b.drafts - a.drafts
+        if d_drafts <= 0:
+            return "idle: no drafts in the window"
+        d_acc = b.accepted_tokens - a.accepted_tokens
+        rates = None
+        k = len(b.accepted_per_pos or ()) or steps
+        if a.accepted_per_pos and b.accepted_per_pos and len(a.accepted_per_pos) == len(b.accepted_per_pos):
+            # vLLM's own definition: rate_i = d accepted_per_pos{i} / d drafts (SpecDecodingProm docstring)
+            raw = [min(max((y - x) / d_drafts, 0.0), 1.0) for x, y in zip(a.accepted_per_pos, b.accepted_per_pos,
+                                                                          strict=True)]
+            rates = acc.pooled_per_position([raw], [1.0])
+            dist = acc.from_per_position(rates, source="vLLM /metrics counters over the window")
+        else:
+            mean = 1.0 + d_acc / d_drafts
+            dist = acc.from_mean(min(mean, k + 1.0), k + 1, source="vLLM /metrics counters over the window")
+        dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(d_drafts)))
+        d_gen = b.gen_tokens - a.gen_tokens if a.gen_tokens is not None and b.gen_tokens is not None else None
+        tps = d_gen / span if d_gen is not None and span > 0 else None
+        if d_gen is not None and a.engine_steps is not None and b.engine_steps is not None \
+                and b.engine_steps > a.engine_steps:
+            # requests per engine step over the whole window: tokens per step / tokens per request per
+            # step (the accept length); a running-requests gauge sampled at scrape time misses bursts
+            batch = d_gen / (b.engine_steps - a.engine_steps) / dist.mean_tokens
+        return Observed(engine="vllm", dist=dist, rates=rates, steps=k, batch=batch, context_tokens=ctx,
+                        tokens_per_s=tps, span_s=span, verify_steps=d_drafts)
+    # SGLang: acceptance is a gauge (the last decode-log window's accept len); weight by running
+    # the idle rule of `accept` (window_skip_reason): no running request or no tokens generated
+    pts = [(s.sample.accept_len_gauge, s.sample.running or 0.0) for s in win.scrapes
+           if s.sample.accept_len_gauge is not None and (s.sample.running or 0) > 0
+           and (s.sample.gen_tokens_per_s_gauge is None or s.sample.gen_tokens_per_s_gauge > 0)]
+    if not pts:
+        return "idle: no running request with an accept length in the window"
+    check_means([(float(m), "sglang:spec_accept_length") for m, _ in pts if m is not None], steps + 1)
+    dist = acc.mixture_of_means([(float(m), float(w)) for m, w in pts if m is not None], steps + 1,
+                                source="SGLang /metrics gauges over the window")
+    tp = [s.sample.gen_tokens_per_s_gauge for s in win.scrapes if s.sample.gen_tokens_per_s_gauge]
+    return Observed(engine="sglang", dist=dist, rates=None, steps=None, batch=batch, context_tokens=ctx,
+                    tokens_per_s=statistics.fmean(t for t in tp if t is not None) if tp else None, span_s=span,
+                    verify_steps=None)
+
+
+_TS = (("%Y-%m-%d %H:%M:%S", 19), ("%m-%d %H:%M:%S", 14))
+
+
+def _ts(s: str) -> float | None:
+    for fmt, n in _TS:
+        try:
+            return _dt.datetime.strptime(s[:n], fmt).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def observe_log(windows: list[DecodeWindow], engine: str, steps: int, window_s: float) -> Observed | str:
+    """The log's windows of the last ``window_s`` seconds (by their timestamps; the last 5 windows
+    when they carry none) → acceptance, batch, context. Idle windows are left out by the rule
+    ``accept`` uses (:func:`window_skip_reason`)."""
+    use = [w for w in windows if window_skip_reason(w) is None]
+    if not use:
+        return "idle: no window with running requests and tokens generated yet"
+    t_last = _ts(use[-1].timestamp)
+    if t_last is not None:
+        recent = [w for w in use if (t := _ts(w.timestamp)) is not None and t >= t_last - window_s]
+        first_t = _ts(recent[0].timestamp) or t_last
+        span = t_last - first_t
+    else:
+        recent, span = use[-5:], float("nan")
+    if engine == "vllm":
+        wa = [acc.WindowAccept(context_tokens=w.context_tokens or 0.0, weight=w.drafts or 0.0,
+                               mean_tokens=float(w.accept_len or 1.0), per_position=w.per_position)
+              for w in recent if w.drafts]
+        k = len(recent[-1].per_position or ()) or steps
+    else:
+        wa = [acc.WindowAccept(context_tokens=w.context_tokens or 0.0, weight=float(w.batch),
+                               mean_tokens=float(w.accept_len or 1.0)) for w in recent]
+        k = steps
+    if not wa:
+        return "idle: no drafts in the window"
+    dist = acc.pooled_windows(wa, k + 1, f"{engine} log, last {len(wa)} windows")
+    ctxs = [w.context_tokens for w in recent if w.context_tokens is not None]
+    return Observed(engine=engine, dist=dist, rates=tuple(dist.per_position_rates()) if engine == "vllm" else None,
+                    steps=k if engine == "vllm" else None, batch=statistics.fmean(w.batch for w in recent),
+                    context_tokens=statistics.fmean(ctxs) if ctxs else None,
+                    tokens_per_s=statistics.median(w.tokens_per_s for w in recent), span_s=span,
+                    verify_steps=sum(w.drafts or 0.0 for w in recent) if engine == "vllm" else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# held against the profile
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """One interval's verdict: predicted speedup (with its band) at the observed point, the margin
+    to break-even, and the advice."""
+
+    observed: Observed
+    spec: SpecConfig
+    speedup: float
+    speedup_low: float
+    speedup_high: float
+    break_even_tokens: float
+    margin_tokens: float
+    predicted_tokens_per_s: float
+    baseline_tokens_per_s: float
+    advice: str
+    switch_off_above_batch: int | None
+    best_steps: int | None
+    extrapolated: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def line(self, stamp: str) -> str:
+        o = self.observed
+        ctx = f"{o.context_tokens:.0f}" if o.context_tokens is not None else "?"
+        ext = f"  (extrapolated: {', '.join(self.extrapolated)})" if self.extrapolated else ""
+        return (f"{stamp}  accept {o.dist.mean_tokens:.2f} tok/step (k {self.spec.steps}), batch {o.batch:.1f}, "
+                f"context {ctx}: speedup {self.speedup:.2f}x [{self.speedup_low:.2f}-{self.speedup_high:.2f}], "
+                f"margin {self.margin_tokens:+.2f} tok/step over break-even {self.break_even_tokens:.2f}; "
+                f"advice: {self.advice}{ext}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return WATCH.stamp({
+            "observed": self.observed.to_dict(), "spec": self.spec.to_dict(), "speedup": self.speedup,
+            "speedup_low": self.speedup_low, "speedup_high": self.speedup_high,
+            "break_even_accept_tokens": self.break_even_tokens, "margin_tokens": self.margin_tokens,
+            "predicted_tokens_per_s": self.predicted_tokens_per_s, "baseline_tokens_per_s": self.baseline_tokens_per_s,
+            "advice": self.advice, "switch_off_above_batch": self.switch_off_above_batch,
+            "best_steps": self.best_steps, "extrapolated": list(self.extrapolated), "notes": list(self.notes)})
+
+
+def spec_for(profile: Profile, obs: Observed, steps: int | None) -> SpecConfig:
+    """The server's configuration: vLLM's counters say k (a chain: topk 1); else --steps / the profile's."""
+    k = obs.steps or steps or profile.spec.steps
+    if obs.engine == "vllm" or k != profile.spec.steps:
+        return SpecConfig(algorithm=profile.spec.algorithm, steps=k, topk=1 if obs.engine == "vllm" else profile.spec.topk,
+                          num_draft_tokens=k + 1 if obs.engine == "vllm" or profile.spec.topk == 1
+                          else profile.spec.num_draft_tokens)
+    return profile.spec
+
+
+def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
+    """Predict at the observed (acceptance, batch, context) and advise (model/ functions only)."""
+    from specmodel.model.costs import measured_contexts
+    from specmodel.model.optimize import accept_model, batch_limit, optimize
+    from specmodel.model.predict import predict
+
+    b = max(1, int(round(obs.batch)))
+    dist = obs.dist
+    if dist.max_tokens < spec.max_accept_tokens:
+        dist = acc.resize(dist, spec.max_accept_tokens, rates=obs.rates)
+        dist = replace(dist, source=obs.dist.source, samples=obs.dist.samples)
+    p = predict(profile, dist, batch=b, spec=spec, context_tokens=obs.context_tokens)
+    base = p.baseline_tokens_per_s
+    topks = (1,) if obs.engine == "vllm" else (1, 2, 4, 8)
+    model = accept_model(dist, rates=obs.rates, measured_topk=spec.topk, max_steps=max(8, spec.steps))
+    opt = optimize(profile, model, batch=b, default=spec, top=1, topks=topks, context_tokens=obs.context_tokens)
+    batches = sorted({r.batch for r in profile.rows("decode")} | {b})
+    limit = batch_limit([optimize(profile, model, batch=x, default=spec, top=1, topks=topks,
+                                  context_tokens=obs.context_tokens) for x in batches])
+    notes: list[str] = []
+    if obs.context_tokens is None:
+        ctxs = measured_contexts(profile, "decode")
+        notes.append(f"the source gives no context: costs at the profile's context {min(ctxs) if ctxs else 0}")
+    run = opt.to_run
+    # a different k is advised only when it beats the current configuration beyond the noise band
+    better = run is not None and run.steps != spec.steps and run.tokens_per_s > p.tokens_per_s_high
+    if p.speedup < 1.0:
+        if better and run is not None:
+            advice = f"use k = {run.steps} (predicted {run.speedup:.2f}x)"
+        elif limit is not None and limit < b:
+            advice = f"switch off above batch {limit}"
+        else:
+            advice = "switch off"
+    elif better and run is not None:
+        advice = f"use k = {run.steps} (predicted {run.speedup:.2f}x)"
+    else:
+        advice = "keep"
+        if limit is not None and limit < max(batches):
+            advice += f" (switch off above batch {limit})"
+    return Reading(observed=obs, spec=spec, speedup=p.speedup, speedup_low=p.tokens_per_s_low / base,
+                   speedup_high=p.tokens_per_s_high / base, break_even_tokens=p.break_even_accept_tokens,
+                   margin_tokens=p.margin_tokens, predicted_tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base,
+                   advice=advice, switch_off_above_batch=limit, best_steps=run.steps if run is not None else None,
+                   extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated)), notes=tuple(notes))
+
+
+def check_source_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
+    """A profile of another model or TP says nothing about this server: refuse (one line, exit 2)."""
+    from specmodel.validation import check_log_model_matches_profile
+
+    if cfg.tp is not None and cfg.tp != profile.tp:
+        raise SpecmodelError(f"{cfg.where}: the server runs TP {cfg.tp} but profile {profile.name} is TP {profile.tp}; "
+                             "watch it against a profile of the same box and TP degree")
+    check_log_model_matches_profile(cfg, profile, use="watch it against a profile of the same model")
+
+
+def now_stamp() -> str:
+    return _dt.datetime.now().strftime("%H:%M:%S")
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+_URL = re.compile(r"^https?://", re.IGNORECASE)
+
+
+def is_url(s: str) -> bool:
+    return bool(_URL.match(s))

