@@ -592,7 +592,8 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                         contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)}),
                         accept_at=None if by_context is None else band_models(
                             by_context, per_position=per_position is not None, measured_topk=spec.topk,
-                            max_steps=max(8, spec.steps))))
+                            max_steps=max(SEARCH_MAX_STEPS, spec.steps))),
+        blocked_by=blocked)
 
 
 def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Prediction,
