@@ -73,6 +73,8 @@ ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
 #: the SGLang hook's per-rank JSONL, one record per line (profile/sglang.py)
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
+#: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
+VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
 
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict)
@@ -95,5 +97,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
        PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE)
