@@ -59,6 +59,10 @@ LINE_SCHEMA = VLLM_STEP.name
 LINE_SCHEMA_VERSION = VLLM_STEP.version
 
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+#: Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``): 0.32 picks it on GPUs with Triton
+#: (``VllmConfig.use_v2_model_runner``; the CPU build has no Triton and runs V1). Its step has
+#: another shape; ``specmodel vllm`` sets ``VLLM_USE_V2_MODEL_RUNNER=0`` and the hook warns if V2 loads.
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 PARALLEL_MODULE = "vllm.distributed.parallel_state"
 #: (module, class, method, role): what is wrapped, by name
 TARGETS: tuple[tuple[str, str, str, str], ...] = (
@@ -446,6 +450,9 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str) 
 
 
 def _on_import(name: str, mod: ModuleType) -> None:
+    if name == V2_RUNNER_MODULE and os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") not in ("0", "false", "False"):
+        _warn_once("v2", f"vLLM {vllm_version()}: Model Runner V2 may be in use; the hook times the V1 runner only "
+                         "(set VLLM_USE_V2_MODEL_RUNNER=0)")
     for module, cls_name, method, role in TARGETS:
         if module == name:
             try:
@@ -466,7 +473,7 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
         if mod is not None:
             _on_import(name, mod)
     if _STATE.finder is None:
-        _STATE.finder = PatchOnImport((t[0] for t in TARGETS), _on_import)
+        _STATE.finder = PatchOnImport([*(t[0] for t in TARGETS), V2_RUNNER_MODULE], _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     return patched_members()
 
