@@ -94,7 +94,30 @@ def run_server(py: Path, model: Path, *, tp: int, spec: dict[str, Any] | None, h
     return out
 
 
+def markdown(res: dict[str, Any]) -> str:
+    """The README's table from a results.json."""
+    out = ["| TP | drafter | batch | E[A] | drafts/step | base tok/s | spec tok/s | measured | predicted | error | go/no-go |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        m, p = r["measured_speedup"], r["predicted_speedup"]
+        outside = not BAND[0] <= m <= BAND[1]
+        verdict = ("right" if (m > 1) == (p > 1) else "**wrong**") if outside else "inside 0.9-1.1"
+        out.append(f"| {r['tp']} | {r['drafter']}{' (in-sample)' if r['in_sample'] else ''} | {r['batch']} | "
+                   f"{r['accept_tokens']:.2f} | {r['proposal_rate'] or 1:.2f} | {r['base_tokens_per_s']:.1f} | "
+                   f"{r['spec_tokens_per_s']:.1f} | {m:.2f}x | {p:.2f}x | {r['error']:+.0%} | {verdict} |")
+    agree, decided = res["go_no_go"]
+    out.append("")
+    out.append(f"Median |speedup error| {res['median_abs_error']:.0%} over {len(res['rows'])} configurations "
+               f"({res['median_abs_error_oos']:.0%} out of sample); go/no-go right on {agree}/{decided} whose measured "
+               f"speedup is outside 0.9-1.1; load average {res['load_avg_1m'][0]:.1f}-{res['load_avg_1m'][1]:.1f} "
+               f"(1 min) during the run, {res['date']}.")
+    return "\n".join(out)
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        print(markdown(json.loads(Path(sys.argv[2]).read_text())))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tp", type=int, action="append", default=None)
     ap.add_argument("--tokens", type=int, default=64)
