@@ -40,7 +40,7 @@ def test_tp1_baseline_and_ngram_summarize_with_host_time_in_the_rows() -> None:
     assert dec.other_s > 0 and dec.compute_s > 0 and dec.samples > 20
     assert prof.rows("verify") and not prof.has("draft")
     assert 0 < prof.overhead_s < dec.total_s  # ngram proposes on the host: a fraction of a step
-    assert prof.spec.algorithm == "NGRAM" and prof.spec.steps == 3 and prof.source["engine_version"] == "0.32.0"
+    assert prof.spec.algorithm == "NGRAM" and prof.spec.steps == 3 and prof.source.engine_version == "0.32.0"
 
 
 def test_tp2_draft_model_allreduces_per_forward_on_both_ranks() -> None:
