@@ -197,7 +197,8 @@ def main() -> int:
     oos = [abs(r["error"]) for r in rows if not r["in_sample"]]
     med = statistics.median(errs) if errs else float("nan")
     med_oos = statistics.median(oos) if oos else float("nan")
-    print("\n* in-sample: the profiled configuration, measured again on a fresh server without the hook")
+    print("\n* in-sample: the profiled configuration" + (", measured again on a fresh server without the hook"
+                                                        if a.hook_off else " (its own run)"))
     print(f"median |speedup error| {med:.1%} over {len(errs)} configurations ({med_oos:.1%} over the "
           f"{len(oos)} out-of-sample ones); target <= {TARGET_MEDIAN:.0%}")
     print(f"go/no-go right on {agree}/{decided} configurations whose measured speedup is outside 0.9-1.1")
