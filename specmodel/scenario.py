@@ -161,7 +161,8 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
                     observation=observation(calibrate), notes=notes, context_tokens=ctx)
 
 
-def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
+def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None,
+                   topks: tuple[int, ...] | None = None) -> ServePlan:
     """The scenario's serve plan (``specmodel plan``): per (batch, context) the best measured
     speculative configuration or "off"; the grid defaults to the measured batches and contexts
     plus the asked-for ones. (The optimizer is imported here: it is not on ``predict``'s cold path.)"""
@@ -179,7 +180,9 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if min(batches) < 1:
         raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
     model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+    if topks is None:
+        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, topks=topks)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
-from specmodel.model.optimize import AcceptModel, Candidate, optimize
+from specmodel.model.optimize import TOPKS, AcceptModel, Candidate, optimize
 from specmodel.schema.profile import Profile, SpecConfig
 
 #: Actions a cell can carry.
@@ -71,15 +71,16 @@ class ServePlan:
 
 
 def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], contexts: Sequence[int],
-               default: SpecConfig, max_steps: int = 8) -> ServePlan:
-    """The plan over ``batches`` × ``contexts`` (see the module docstring)."""
+               default: SpecConfig, max_steps: int = 8, topks: Sequence[int] = TOPKS) -> ServePlan:
+    """The plan over ``batches`` × ``contexts`` (see the module docstring); ``topks`` narrows the
+    search to what an engine can run (vLLM drafts chains: ``(1,)``)."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []
     for L in sorted(set(contexts)):
         for b in sorted(set(batches)):
             opt = optimize(profile, model, batch=b, default=default, context_tokens=L, top=1,
-                           max_steps=max(max_steps, default.steps))
+                           max_steps=max(max_steps, default.steps), topks=topks)
             assert opt.best_any is not None
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,
                                   default=opt.default))
