@@ -83,9 +83,9 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
     chains = serve_plan_for(sc, list(range(1, top + 1)), ctxs, topks=(1,))
     scheds = sch.context_schedules(chains.cells, max_batch=max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top))
     notes = [n for s in scheds for n in s.notes]
-    if engine == "vllm" and any(r.k == 0 and r.basis != sch.UNMEASURED_OFF for s in scheds for r in s.ranges):
+    if engine == "vllm" and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
         notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py), so an "
-                     "'off' range costs one draft forward per step more than no speculation")
+                     "'off' range costs one draft forward per step more than starting the engine without speculation")
     base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
     about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
              "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
