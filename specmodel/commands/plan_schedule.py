@@ -79,19 +79,29 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
                      profile_tp=prof.tp, profile_tp_known=tp_known, serve_model=serve_model, serve_tp=serve_tp)
     top = max(r.batch for r in prof.rows("decode"))
     ctxs = parse_token_list(contexts, "--contexts") if contexts else list(measured_contexts(prof, "decode"))
-    # vLLM drafts chains; SGLang's adaptive steps are topk 1 only too. SGLang's static flags may use trees.
+    # vLLM drafts chains; SGLang's adaptive steps are topk 1 only too; SGLang's static flags may run trees
     chains = serve_plan_for(sc, list(range(1, top + 1)), ctxs, topks=(1,))
-    scheds = sch.context_schedules(chains.cells, max_batch=max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top))
+    last = max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top)
+    scheds = sch.context_schedules(chains.cells, max_batch=last)
+    static = None
+    if engine == "sglang":
+        full = serve_plan_for(sc, list(range(1, top + 1)), ctxs)
+        static = sch.context_schedules(full.cells, max_batch=last, chains_only=False)
     notes = [n for s in scheds for n in s.notes]
     if engine == "vllm" and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
         notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py), so an "
                      "'off' range costs one draft forward per step more than starting the engine without speculation")
+    if engine == "sglang":
+        notes.append("SGLang >= 0.5.23 pads the batch up to a CUDA-graph batch size before it picks the slot "
+                     "(adaptive_spec_params.py), so each switch lands on the next CUDA-graph size; 0.5.5 cannot "
+                     "switch at run time: serve batches above the switch-off point without speculation")
     base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
     about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
              "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
              "measured_batches": [1, top], "scenario_notes": list(sc.notes), "notes": notes}
     doc = sch.schedule_document(scheds, engine=engine, algorithm=chains.algorithm, vllm_base=base,
-                                sglang_config_path=sglang_config_path, header=SCHEDULE.header(), about=about)
+                                sglang_config_path=sglang_config_path, header=SCHEDULE.header(), about=about,
+                                sglang_static=static)
     sch.check_schedule_document(doc, "schedule")  # what we write must be what we accept back
     return doc
 
@@ -101,7 +111,10 @@ def format_schedule(doc: dict[str, Any]) -> str:
                f"encoding read from {doc['encoding_read_from']}):"]
     for b in doc["bands"]:
         until = f"..{b['until_tokens'] - 1}" if b["until_tokens"] is not None else " and above"
-        out.append(f"  context {b['context_tokens']}{until} tokens:")
+        off = b["switch_off_above"]
+        off_txt = ("speculation off at every batch" if off == 0 else "never switches off" if off is None
+                   else f"switch speculation off above batch {off}")
+        out.append(f"  context {b['context_tokens']}{until} tokens ({off_txt}):")
         for r in b["ranges"]:
             sp = (f" predicted {r['speedup_min']:.2f}-{r['speedup_max']:.2f}x" if r["speedup_min"] is not None else "")
             out.append(f"    batch {r['start']:>4}-{r['end']:<5} k={r['k']}  ({r['basis']}){sp}")

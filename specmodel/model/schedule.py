@@ -335,13 +335,19 @@ def check_target(*, profile_name: str, profile_model: str | None, profile_tp: in
 
 def schedule_document(schedules: Sequence[ContextSchedule], *, engine: str, algorithm: str,
                       vllm_base: Mapping[str, Any], sglang_config_path: str, header: Mapping[str, Any],
-                      about: Mapping[str, Any]) -> dict[str, Any]:
+                      about: Mapping[str, Any], sglang_static: Sequence[ContextSchedule] | None = None
+                      ) -> dict[str, Any]:
     """The ``specmodel.schedule`` document: ``header`` (the format's), ``about`` (profile,
-    model, TP, acceptance source…), then one band per context with the engine's settings."""
+    model, TP, acceptance source…), then one band per context with the engine's settings.
+    ``sglang_static``: the schedules over every topk (static flags may run trees), per context
+    like ``schedules``; default: ``schedules``."""
     if engine not in ENGINES:
         raise SpecmodelError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    static = list(sglang_static) if sglang_static is not None else list(schedules)
+    if [s.context_tokens for s in static] != [s.context_tokens for s in schedules]:
+        raise SpecmodelError("schedule: the static SGLang schedules must cover the same contexts")
     bands = []
-    for s in schedules:
+    for s, s_static in zip(schedules, static, strict=True):
         band: dict[str, Any] = s.to_dict()
         if engine == "vllm":
             cfg = vllm_speculative_config(s, vllm_base)
@@ -352,7 +358,7 @@ def schedule_document(schedules: Sequence[ContextSchedule], *, engine: str, algo
                 "adaptive_config": body,
                 "adaptive_flags": sglang_adaptive_flags(s, algorithm, sglang_config_path),
                 "static": [{"start": r.start, "end": r.end, "flags": sglang_static_flags(r, algorithm)}
-                           for r in s.ranges],
+                           for r in s_static.ranges],
             }
         bands.append(band)
     source = VLLM_SOURCE if engine == "vllm" else f"{SGLANG_ADAPTIVE_SOURCE}; {SGLANG_STATIC_SOURCE}"
