@@ -88,14 +88,15 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
         full = serve_plan_for(sc, list(range(1, top + 1)), ctxs)
         static = sch.context_schedules(full.cells, max_batch=last, chains_only=False)
     notes = [n for s in scheds for n in s.notes]
-    if engine == "vllm" and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
+    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
+    drafts_by_model = base.get("method") not in ("ngram", "ngram_gpu", "suffix")
+    if engine == "vllm" and drafts_by_model and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
         notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py), so an "
                      "'off' range costs one draft forward per step more than starting the engine without speculation")
     if engine == "sglang":
         notes.append("SGLang >= 0.5.23 pads the batch up to a CUDA-graph batch size before it picks the slot "
                      "(adaptive_spec_params.py), so each switch lands on the next CUDA-graph size; 0.5.5 cannot "
                      "switch at run time: serve batches above the switch-off point without speculation")
-    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
     about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
              "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
              "measured_batches": [1, top], "scenario_notes": list(sc.notes), "notes": notes}
