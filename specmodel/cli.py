@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("specmodel.commands.plan:plan_cmd", "Serve plan: best speculative config per batch and context."),
     "validate": ("specmodel.commands.validate:validate_cmd", "Predicted vs observed tok/s over a server log."),
     "sglang": ("specmodel.commands.sglang:sglang_cmd", "Run an SGLang server with the forward-pass hook."),
+    "vllm": ("specmodel.commands.vllm:vllm_cmd", "Run a vLLM server with the engine-step hook."),
     "check-drafter": ("specmodel.commands.check_drafter:check_drafter_cmd", "Pre-flight check of an EAGLE-3 drafter."),
 }
 

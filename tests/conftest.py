@@ -71,3 +71,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
+
+
+# --------------------------------------------------------------------------- the live vLLM engine
+# (tests/vllm_engine.py; installed by `make engine`, which `make test` depends on)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The engine venv's interpreter. Under `make test` ($SPECMODEL_VLLM_PYTHON set) a missing
+    engine fails the run; a bare `pytest` without `make engine` skips, saying so."""
+    from tests.vllm_engine import ENV_PYTHON, engine_python
+
+    py = engine_python()
+    if py is None:
+        if os.environ.get(ENV_PYTHON):
+            pytest.fail(f"${ENV_PYTHON}={os.environ[ENV_PYTHON]} is not an installed engine (run `make engine`)")
+        pytest.skip("the vLLM engine is not installed here: `make engine` (`make test` does it)")
+    return py
+
+
+@pytest.fixture(scope="session")
+def tiny_models(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Tiny offline Llama models (target, target + 5 % noise, random) sharing one BPE tokenizer."""
+    from tests.vllm_engine import build_models
+
+    return build_models(vllm_python, tmp_path_factory.mktemp("vllm-models"))

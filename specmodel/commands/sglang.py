@@ -26,17 +26,19 @@ def shim_dir() -> Path:
     return SHIM_DIR
 
 
-def child_env(out_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the server: the shim first on PYTHONPATH, the output directory named."""
+def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str = "SPECMODEL_SGLANG_DIR") -> dict[str, str]:
+    """Environment for the server: the shim first on PYTHONPATH, the output directory named
+    (``env_var``: which engine's hook the shim installs)."""
     env = dict(os.environ if base is None else base)
     pp = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(shim_dir()) + (os.pathsep + pp if pp else "")
-    env["SPECMODEL_SGLANG_DIR"] = str(out_dir.resolve())
+    env[env_var] = str(out_dir.resolve())
     return env
 
 
-def launch(command: tuple[str, ...], out_dir: Path) -> int:
-    """Run ``command`` with the hook; return its exit status (128 + signal when killed)."""
+def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang",
+          env_var: str = "SPECMODEL_SGLANG_DIR") -> subprocess.Popen[bytes]:
+    """Check ``--out`` and the command, then start the server with the hook (shared by `specmodel vllm`)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
     old = sorted(out_dir.glob("rank*.jsonl")) if out_dir.is_dir() else []
@@ -47,11 +49,16 @@ def launch(command: tuple[str, ...], out_dir: Path) -> int:
     if shutil.which(exe) is None and not Path(exe).is_file():
         raise SpecmodelError(f"server command: '{exe}' not found")
     out_dir.mkdir(parents=True, exist_ok=True)
-    click.echo(f"specmodel sglang: hook on; per-rank forward logs go to {out_dir}/rank<k>.jsonl", err=True)
+    click.echo(f"specmodel {tool}: hook on; per-rank logs go to {out_dir}/rank<k>.jsonl", err=True)
     try:
-        proc = subprocess.Popen(list(command), env=child_env(out_dir))
+        return subprocess.Popen(list(command), env=child_env(out_dir, env_var=env_var))
     except OSError as exc:
         raise SpecmodelError(f"server command: cannot run '{exe}': {exc.strerror}") from None
+
+
+def launch(command: tuple[str, ...], out_dir: Path) -> int:
+    """Run ``command`` with the hook; return its exit status (128 + signal when killed)."""
+    proc = start(command, out_dir)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         proc.send_signal(signum)

@@ -36,8 +36,6 @@ Reading back (no SGLang needed): :mod:`specmodel.trace.sglang_forward` (``read_f
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import os
@@ -45,12 +43,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import SGLANG_FORWARD
 
 log = logging.getLogger("specmodel.sglang")
@@ -133,7 +132,7 @@ class _State:
         self.warned: set[str] = set()
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
-        self.finder: _PatchOnImport | None = None
+        self.finder: PatchOnImport | None = None
         self.atexit = False
         self.tls = threading.local()
         # the server's warm-up request (one /generate after start-up): "pending" until the first
@@ -490,41 +489,6 @@ def _warn_spec_v2_bypass() -> None:
                              "draft-extend bypass ModelRunner.forward and are not timed (CUDA-graph replays are)")
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, name: str) -> None:
-        self._loader = loader
-        self._name = name
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        _on_import(self._name, module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches a target module right after it is first imported (TP workers import it late)."""
-
-    names = frozenset(t.module for t in TARGETS)
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname not in self.names:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader, fullname)
-                return spec
-        return None
-
-
 def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Patch SGLang now (modules already imported) and on import (the rest). Idempotent.
 
@@ -540,7 +504,7 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
         if mod is not None:
             _on_import(t.module, mod)
     if _STATE.finder is None:
-        _STATE.finder = _PatchOnImport()
+        _STATE.finder = PatchOnImport((t.module for t in TARGETS), _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     return patched_members()
 

@@ -71,6 +71,8 @@ ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
 #: the SGLang hook's per-rank JSONL, one record per line (profile/sglang.py)
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
+#: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
+VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
 #: `specmodel plan --engine E --export FILE` / `plan --engine E --json`: engine-native speculation
 #: schedules per context band (model/schedule.py); read back by benchmarks and scripts that start the engine
 SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --export schedule")
@@ -91,5 +93,5 @@ INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome
 PROFILE_RUN = Format(name="specmodel.profile_run", version=1, what="specmodel profile run")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
        DRAFTER_CHECK, INGEST, PROFILE_RUN)

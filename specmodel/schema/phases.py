@@ -26,6 +26,10 @@ CYCLE_KINDS = tuple(k for k in FORWARD_KINDS if k != "extend")
 DRAFT_KINDS = tuple(k for k in FORWARD_KINDS if k.startswith("draft"))
 #: The target model's forwards.
 TARGET_KINDS = tuple(k for k in FORWARD_KINDS if k not in DRAFT_KINDS)
+#: vLLM speculative methods whose proposal runs a drafter forward (paying all-reduces at the same TP);
+#: the others (``ngram``, ``suffix``) propose on the host: no draft forward, host time per proposal.
+#: Read the hook (profile/vllm.py) writes and the summarizer (trace/vllm_forward.py) reads.
+VLLM_FORWARD_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "dflash")
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
 

@@ -6,7 +6,6 @@ truncated last line is ignored with a warning); :func:`summarize` turns rank log
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -56,35 +55,12 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     """Read one ``rank<k>.jsonl``. A truncated (unterminated, undecodable) last line is ignored
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
-    from specmodel.io import read_bytes
+    from specmodel.trace.hooklog import read_records
 
-    p = Path(path)
-    raw = read_bytes(p, "a specmodel sglang forward log")
-    lines = raw.split(b"\n")
+    recs, truncated = read_records(path, SGLANG_FORWARD, "a specmodel sglang forward log")
     metas: list[dict[str, Any]] = []
     fwds: list[dict[str, Any]] = []
-    truncated = False
-    for i, bline in enumerate(lines, start=1):
-        if not bline.strip():
-            continue
-        where = f"{p}: line {i}"
-        last_unterminated = i == len(lines) and not raw.endswith(b"\n")
-        try:
-            rec = json.loads(bline.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):  # (ValueError: JSON, or 4,300+ digit ints)
-            if last_unterminated:
-                log.warning("%s: truncated last line ignored (the process stopped mid-write)", where)
-                truncated = True
-                continue
-            raise SpecmodelError(f"{where}: not valid JSON") from None
-        if not isinstance(rec, dict):
-            raise SpecmodelError(f"{where}: expected a JSON object")
-        if rec.get("schema") != SGLANG_FORWARD.name:
-            raise SpecmodelError(f"{where}: schema: expected {SGLANG_FORWARD.name!r}, got {rec.get('schema')!r} "
-                                 "(not a specmodel sglang forward log)")
-        if rec.get("schema_version") != SGLANG_FORWARD.version:
-            raise SpecmodelError(f"{where}: schema_version: this specmodel reads {SGLANG_FORWARD.version}, "
-                                 f"got {rec.get('schema_version')!r}")
+    for where, rec in recs:
         kind = rec.get("type")
         if kind == "meta":
             metas.append(rec)
@@ -93,20 +69,13 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
             fwds.append(rec)
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'forward', got {kind!r}")
-    return ForwardLog(path=str(p), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated)
+    return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated)
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    files: list[Path] = []
-    for d in dirs:
-        dp = Path(d)
-        if not dp.is_dir():
-            raise SpecmodelError(f"{dp}: not a directory (expected the --out directory of `specmodel sglang`)")
-        found = sorted(dp.glob("rank*.jsonl"))
-        if not found:
-            raise SpecmodelError(f"{dp}: no rank*.jsonl files (was the server run under `specmodel sglang`?)")
-        files.extend(found)
-    return files
+    from specmodel.trace import hooklog
+
+    return hooklog.log_files(dirs, "specmodel sglang")
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None) -> Any:

@@ -1,5 +1,5 @@
-"""Directory that ``specmodel sglang`` puts first on ``PYTHONPATH``: its ``sitecustomize``
-installs the SGLang hook in every Python process the server starts (TP workers included)."""
+"""Directory that ``specmodel sglang`` and ``specmodel vllm`` put first on ``PYTHONPATH``: its
+``sitecustomize`` installs the engine's hook in every Python process the server starts (TP workers included)."""
 
 from pathlib import Path
 

@@ -1,32 +1,40 @@
-"""Run by Python at start-up because ``specmodel sglang`` put this directory on ``PYTHONPATH``.
+"""Run by Python at start-up because ``specmodel sglang`` / ``specmodel vllm`` put this directory
+on ``PYTHONPATH``.
 
-Installs the SGLang forward-pass hook (lazily: modules are patched when SGLang imports them),
-then runs the ``sitecustomize`` this one shadows, if any. Never raises: a server must start
+Installs the engine's forward-pass hook (SGLang or vLLM: whichever output directory is named;
+lazily: modules are patched when the engine imports them), then runs the ``sitecustomize`` this one shadows, if any. Never raises: a server must start
 even when the hook cannot.
 """
 
 import os
 import sys
 
+#: (environment variable naming the output directory, engine package, hook module, tag) per engine
+_HOOKS = (("SPECMODEL_SGLANG_DIR", "sglang", "specmodel.profile.sglang", "specmodel sglang hook"),
+          ("SPECMODEL_VLLM_DIR", "vllm", "specmodel.profile.vllm", "specmodel vllm hook"))
+
 
 def _install() -> None:
-    if not os.environ.get("SPECMODEL_SGLANG_DIR"):
-        return
+    for env, package, module, tag in _HOOKS:
+        if os.environ.get(env):
+            _install_one(package, module, tag)
+
+
+def _install_one(package: str, module: str, tag: str) -> None:
     # PYTHONPATH reaches every descendant of the server (compilers, helper scripts, other venvs):
-    # an interpreter that cannot import SGLang is none of its processes, so the shim stays silent there
+    # an interpreter that cannot import the engine is none of its processes, so the shim stays silent there
+    import importlib
     import importlib.util
 
     try:
-        if importlib.util.find_spec("sglang") is None:
+        if importlib.util.find_spec(package) is None:
             return
     except (ImportError, ValueError):
         return
     try:
-        from specmodel.profile.sglang import install
-
-        install()
+        importlib.import_module(module).install()
     except Exception as exc:  # noqa: BLE001 - never stop the server from starting
-        print(f"specmodel sglang hook: warning: not installed in {sys.executable} ({exc!r}); "
+        print(f"{tag}: warning: not installed in {sys.executable} ({exc!r}); "
               "is specmodel installed in the server's Python environment?", file=sys.stderr, flush=True)
 
 

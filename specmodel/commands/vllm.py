@@ -1,0 +1,201 @@
+"""``specmodel vllm``: run a vLLM server with the step hook, or turn its logs into a profile.
+
+    specmodel vllm --out runs/spec -- python -m vllm.entrypoints.openai.api_server --model M \\
+        --tensor-parallel-size 2 --speculative-config '{"method":"ngram","num_speculative_tokens":3}'
+    specmodel vllm --summarize runs/base --summarize runs/spec -o profiles/my-box
+
+The mirror of ``specmodel sglang`` (same shim, same ``--out`` rule, same exit status), plus a
+bounded health wait: a server that does not answer ``/health`` within ``--health-timeout`` is
+stopped (the server and every process it started, each by its id) and the command exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from specmodel.commands.sglang import start
+from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_TP
+
+ENV_VAR = "SPECMODEL_VLLM_DIR"
+
+
+def health_url(command: tuple[str, ...]) -> str:
+    """Where the server will answer: its ``--host``/``--port`` (vLLM's defaults 0.0.0.0:8000 → 127.0.0.1:8000)."""
+    host, port = "127.0.0.1", "8000"
+    args = list(command)
+    for i, a in enumerate(args):
+        for flag in ("--host", "--port"):
+            val = a.split("=", 1)[1] if a.startswith(flag + "=") else (args[i + 1] if a == flag and i + 1 < len(args) else None)
+            if val is None:
+                continue
+            if flag == "--host":
+                host = "127.0.0.1" if val in ("0.0.0.0", "::", "") else val
+            else:
+                port = val
+    return f"http://{host}:{port}/health"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; empty elsewhere): the server's engine core and workers."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                kids = [int(x) for x in task.read_text().split()]
+                out.extend(kids)
+                todo.extend(kids)
+    return out
+
+
+def _stop_server(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
+    """SIGTERM to the server (vLLM stops its engine core and workers), then SIGKILL to it and to every
+    process it started, each by its own id. The server stays in the caller's process group, so a
+    caller that stops that group stops the server too."""
+    kids = _descendants(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [proc.pid, *kids]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> int:
+    """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy."""
+    url = health_url(command)
+    proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        proc.send_signal(signum)
+
+    prev = signal.signal(signal.SIGTERM, forward)
+    try:
+        deadline = time.monotonic() + health_timeout_s
+        healthy = False
+        while True:
+            try:
+                if not healthy:
+                    rc = proc.poll()
+                    if rc is not None:
+                        raise SpecmodelError(f"server command: exited with status {128 - rc if rc < 0 else rc} "
+                                             f"before {url} answered (see the server's output above)")
+                    if _healthy(url):
+                        healthy = True
+                        click.echo(f"specmodel vllm: server healthy at {url.rsplit('/', 1)[0]}", err=True)
+                        continue
+                    if time.monotonic() > deadline:
+                        _stop_server(proc)
+                        raise SpecmodelError(f"server command: {url} not healthy after {health_timeout_s:.0f} s "
+                                             "(--health-timeout); the server was stopped")
+                    time.sleep(0.5)
+                    continue
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                # the terminal sent SIGINT to the whole group; let the server shut down cleanly
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+    return 128 - rc if rc < 0 else rc
+
+
+def _count_steps(out_dir: Path) -> tuple[int, int]:
+    files = sorted(out_dir.glob("rank*.jsonl"))
+    n = 0
+    for f in files:
+        with contextlib.suppress(OSError):
+            n += sum(1 for line in f.read_bytes().split(b"\n") if b'"type": "step"' in line)
+    return len(files), n
+
+
+@click.command("vllm", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("vllm-forward"), show_default=True,
+              help="Directory for rank<k>.jsonl (must not hold an earlier run's files).")
+@click.option("--health-timeout", "health_timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="Seconds the server may take to answer /health before it is stopped (exit 2).")
+@click.option("--summarize", "summarize_dirs", multiple=True, type=click.Path(path_type=Path),
+              help="Instead of launching: aggregate the logs in DIR (repeatable) into a profile.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="With --summarize: profile directory or .json to write (e.g. profiles/my-box).")
+@click.option("--name", default=None, help="With --summarize: profile name (default: the output directory's name).")
+@click.option("--tp", type=click.IntRange(min=1, max=MAX_TP), default=None,
+              help="With --summarize: TP degree, when the logs do not say.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
+             output: Path | None, name: str | None, tp: int | None, command: tuple[str, ...]) -> None:
+    """Run a vLLM server with every TP worker's engine steps split and timed.
+
+    \b
+    specmodel vllm [--out DIR] -- python -m vllm.entrypoints.openai.api_server <args...>
+    specmodel vllm --summarize DIR [--summarize DIR2] -o profiles/NAME
+
+    Per engine step, one JSON line in DIR/rank<k>.jsonl: kind (prefill / decode / verify), batch,
+    tokens, context, the target forward and the all-reduces inside it, the draft proposal (with
+    its all-reduces), and the rest of the step (sampling, rejection, bookkeeping, scheduling gap)
+    measured as overhead. The server's exit status is passed through.
+    """
+    if summarize_dirs:
+        if command:
+            raise SpecmodelError("--summarize: give either a server command or --summarize, not both")
+        if output is None:
+            raise SpecmodelError("--summarize: -o/--output is required (e.g. -o profiles/my-box)")
+        _summarize(summarize_dirs, output, name, tp)
+        return
+    if output is not None or name is not None or tp is not None:
+        raise SpecmodelError("-o/--name/--tp only apply with --summarize")
+    if not command:
+        raise SpecmodelError("give the server command after `--`, e.g. "
+                             "specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ...")
+    rc = launch(command, out_dir, health_timeout_s)
+    files, steps = _count_steps(out_dir)
+    nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
+           "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
+    click.echo(f"specmodel vllm: server exited with status {rc}; {steps} steps in {files} rank file(s) "
+               f"under {out_dir}; {nxt}", err=True)
+    ctx.exit(rc)
+
+
+def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
+    from specmodel.schema.profile import save_profile
+    from specmodel.trace.vllm_forward import summarize
+
+    prof_name = name or (output.parent.name if output.suffix == ".json" else output.name) or "vllm"
+    profile = summarize(dirs, name=prof_name, tp=tp)
+    path = save_profile(profile, output)
+    kinds = sorted({r.kind for r in profile.costs})
+    click.echo(f"wrote {path}: {len(profile.costs)} cost rows ({', '.join(kinds)}), tp {profile.tp}, "
+               f"vLLM {profile.source.get('engine_version')}")
+    for note in profile.notes:
+        click.echo(f"note: {note}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(vllm_cmd())

@@ -1,0 +1,53 @@
+"""What the engine hooks (:mod:`specmodel.profile.sglang`, :mod:`specmodel.profile.vllm`) share:
+patching a module the moment it is first imported (TP workers import the engine late, after the
+``sitecustomize`` shim in ``sglang_shim/`` -- one shim for both engines -- ran).
+
+Kept free of torch and of any engine import: the shims load it in every Python process.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, name: str, on_import: Callable[[str, ModuleType], None]) -> None:
+        self._loader = loader
+        self._name = name
+        self._on_import = on_import
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._on_import(self._name, module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    """Calls ``on_import(name, module)`` right after one of ``names`` is first imported."""
+
+    def __init__(self, names: Iterable[str], on_import: Callable[[str, ModuleType], None]) -> None:
+        self.names = frozenset(names)
+        self.on_import = on_import
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, fullname, self.on_import)
+                return spec
+        return None

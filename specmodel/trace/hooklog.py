@@ -1,0 +1,66 @@
+"""Reading the per-rank JSONL the engine hooks write (SGLang: ``specmodel.sglang_forward``; vLLM:
+``specmodel.vllm_step``): one JSON object per line, a format header on every line, a truncated
+last line (the process died mid-write) ignored with a warning, anything else malformed refused
+with one line naming the file and line. Shared by :mod:`specmodel.trace.sglang_forward` and
+:mod:`specmodel.trace.vllm_forward`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from specmodel.errors import SpecmodelError
+from specmodel.schema.formats import Format
+
+log = logging.getLogger("specmodel.hooklog")
+
+
+def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+    """(``[(where, record), ...]``, truncated) of one rank file; records carry ``fmt``'s header."""
+    from specmodel.io import read_bytes
+
+    p = Path(path)
+    raw = read_bytes(p, what)
+    lines = raw.split(b"\n")
+    out: list[tuple[str, dict[str, Any]]] = []
+    truncated = False
+    for i, bline in enumerate(lines, start=1):
+        if not bline.strip():
+            continue
+        where = f"{p}: line {i}"
+        last_unterminated = i == len(lines) and not raw.endswith(b"\n")
+        try:
+            rec = json.loads(bline.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):  # (ValueError: JSON, or 4,300+ digit ints)
+            if last_unterminated:
+                log.warning("%s: truncated last line ignored (the process stopped mid-write)", where)
+                truncated = True
+                continue
+            raise SpecmodelError(f"{where}: not valid JSON") from None
+        if not isinstance(rec, dict):
+            raise SpecmodelError(f"{where}: expected a JSON object")
+        if rec.get("schema") != fmt.name:
+            raise SpecmodelError(f"{where}: schema: expected {fmt.name!r}, got {rec.get('schema')!r} (not a {fmt.what})")
+        if rec.get("schema_version") not in fmt.readable_versions:
+            raise SpecmodelError(f"{where}: schema_version: this specmodel reads {fmt.version}, "
+                                 f"got {rec.get('schema_version')!r}")
+        out.append((where, rec))
+    return out, truncated
+
+
+def log_files(dirs: Iterable[str | os.PathLike[str]], command: str) -> list[Path]:
+    """``rank*.jsonl`` under each directory; one line naming the directory when there are none."""
+    files: list[Path] = []
+    for d in dirs:
+        dp = Path(d)
+        if not dp.is_dir():
+            raise SpecmodelError(f"{dp}: not a directory (expected the --out directory of `{command}`)")
+        found = sorted(dp.glob("rank*.jsonl"))
+        if not found:
+            raise SpecmodelError(f"{dp}: no rank*.jsonl files (was the server run under `{command}`?)")
+        files.extend(found)
+    return files

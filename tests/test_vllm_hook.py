@@ -1,0 +1,260 @@
+"""The vLLM step hook against stand-ins of vLLM's own classes (registered under the real module
+names, so install() finds them the way it finds vLLM), its reader/summarizer, and the command's
+bad-input paths. The same hook against the real engine: tests/test_vllm_live.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmodel.errors import SpecmodelError
+from specmodel.profile import vllm as hook
+from specmodel.trace.vllm_forward import read_step_log, summarize
+
+AR_S = 0.002
+FWD_COMPUTE_S = 0.003
+DRAFT_COMPUTE_S = 0.002
+HOST_S = 0.004
+
+
+@dataclass
+class _Cached:
+    num_computed_tokens: list[int]
+
+
+@dataclass
+class _SO:
+    """A SchedulerOutput with the fields the hook reads (names as in vllm/v1/core/sched/output.py)."""
+
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    scheduled_new_reqs: list[Any] = field(default_factory=list)
+    scheduled_cached_reqs: _Cached = field(default_factory=lambda: _Cached([]))
+
+
+def _so(batch: int, k: int = 0, ctx: int = 100, prefill: int = 0) -> _SO:
+    per = {f"r{i}": 1 + k for i in range(batch)}
+    spec = {f"r{i}": [7] * k for i in range(batch)} if k else {}
+    if prefill:
+        per["r0"] = prefill
+    return _SO(num_scheduled_tokens=per, total_num_scheduled_tokens=sum(per.values()),
+               scheduled_spec_decode_tokens=spec, scheduled_cached_reqs=_Cached([ctx] * batch))
+
+
+@pytest.fixture()
+def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
+    """Fake vllm.distributed.parallel_state + vllm.v1.worker.gpu_model_runner; the hook installed."""
+    ps = types.ModuleType(hook.PARALLEL_MODULE)
+
+    class GroupCoordinator:
+        def _all_reduce_out_place(self, x: Any) -> Any:
+            time.sleep(AR_S)
+            return x
+
+    ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
+    ps.get_tensor_model_parallel_rank = lambda: 1  # type: ignore[attr-defined]
+    tp_group = GroupCoordinator()
+    gmr = types.ModuleType(hook.RUNNER_MODULE)
+
+    class GPUModelRunner:
+        device = "cpu"
+        model_config = types.SimpleNamespace(model="/models/tiny")
+        vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(tensor_parallel_size=2))
+
+        def __init__(self, method: str | None, k: int = 3) -> None:
+            self.speculative_config = (types.SimpleNamespace(method=method, num_speculative_tokens=k,
+                                                             draft_model_config=None) if method else None)
+
+        def execute_model(self, scheduler_output: Any, intermediate_tensors: Any = None) -> Any:
+            self._model_forward()
+            return None
+
+        def _model_forward(self, **kw: Any) -> Any:
+            for _ in range(3):
+                tp_group._all_reduce_out_place(1)
+            time.sleep(FWD_COMPUTE_S)
+            return 0
+
+        def sample_tokens(self, grammar_output: Any) -> Any:
+            time.sleep(HOST_S)
+            if self.speculative_config is not None:
+                self.propose_draft_token_ids()
+            return "output"
+
+        def propose_draft_token_ids(self, *a: Any) -> Any:
+            if self.speculative_config.method == "draft_model":
+                tp_group._all_reduce_out_place(1)
+            time.sleep(DRAFT_COMPUTE_S)
+            return [[1, 2, 3]]
+
+    gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
+    saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE)}
+    sys.modules[hook.PARALLEL_MODULE] = ps
+    sys.modules[hook.RUNNER_MODULE] = gmr
+    out = tmp_path / "hook"
+    patched = hook.install(out)
+    try:
+        yield types.SimpleNamespace(Runner=GPUModelRunner, group=tp_group, out=out, patched=patched)
+    finally:
+        hook.uninstall()
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
+def _run(runner: Any, so: _SO) -> None:
+    assert runner.execute_model(so) is None
+    runner.sample_tokens(None)
+
+
+def _steps(out: Path) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in (out / "rank1.jsonl").read_text().splitlines()]
+    assert lines[0]["type"] == "meta" and lines[0]["tp_size"] == 2 and lines[0]["clock"] == "perf_counter"
+    return [x for x in lines[1:] if x["type"] == "step"]
+
+
+def test_every_seam_is_patched(standin: Any) -> None:
+    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _ in hook.TARGETS)
+
+
+def test_a_verify_step_is_split_into_forward_draft_allreduce_and_host_work(standin: Any) -> None:
+    runner = standin.Runner("draft_model", k=3)
+    _run(runner, _so(2, k=3, ctx=120))
+    hook.flush(wait=True)
+    (s,) = _steps(standin.out)
+    assert (s["kind"], s["batch"], s["tokens"], s["spec_tokens"], s["context_tokens"]) == ("verify", 2, 8, 6, 120)
+    assert s["forward_n_allreduce"] == 3 and s["draft_n_allreduce"] == 1
+    # sleeps are lower bounds; the split must put each in its own bucket
+    assert s["forward_allreduce_s"] >= 3 * AR_S
+    assert s["forward_s"] >= s["forward_allreduce_s"] + FWD_COMPUTE_S
+    assert s["draft_s"] >= AR_S + DRAFT_COMPUTE_S and s["draft_allreduce_s"] >= AR_S
+    assert s["overhead_s"] >= HOST_S
+    assert s["step_s"] == pytest.approx(s["forward_s"] + s["draft_s"] + s["overhead_s"], rel=1e-9)
+    assert s["draft_method"] == "draft_model" and s["draft_k"] == 3 and s["gap_s"] is None
+
+
+def test_decode_prefill_and_the_gap_between_steps(standin: Any) -> None:
+    runner = standin.Runner(None)
+    _run(runner, _so(1, prefill=40))
+    time.sleep(0.01)
+    _run(runner, _so(1))
+    hook.flush(wait=True)
+    a, b = _steps(standin.out)
+    assert a["kind"] == "extend" and a["tokens"] == 40
+    assert b["kind"] == "decode" and b["draft_s"] is None and b["gap_s"] >= 0.01
+
+
+def test_allreduce_outside_a_forward_is_not_counted(standin: Any) -> None:
+    runner = standin.Runner(None)
+    standin.group._all_reduce_out_place(1)  # start-up / dummy runs: no step in flight
+    assert not (standin.out / "rank1.jsonl").exists()
+    _run(runner, _so(1))
+    hook.flush(wait=True)
+    (s,) = _steps(standin.out)
+    assert s["forward_n_allreduce"] == 3
+
+
+def test_step_kind_rules() -> None:
+    assert hook.step_kind(4, 4, 0) == "decode"
+    assert hook.step_kind(4, 16, 12) == "verify"
+    assert hook.step_kind(2, 30, 3) == "extend"  # a verify batched with a prefill
+    assert hook.step_kind(1, 30, 0) == "extend"
+    assert hook.step_kind(0, 0, 0) is None
+
+
+def _record_run(standin: Any, method: str | None, batch: int, n: int) -> None:
+    runner = standin.Runner(method)
+    for _ in range(n):
+        _run(runner, _so(batch, k=3 if method else 0))
+    hook.flush(wait=True)
+
+
+def test_summarize_builds_rows_with_the_allreduce_split_and_host_time(standin: Any, tmp_path: Path) -> None:
+    _record_run(standin, None, 1, 5)
+    _record_run(standin, "draft_model", 1, 5)
+    prof = summarize([standin.out], name="t")
+    dec = prof.rows("decode")[0]
+    ver = prof.rows("verify")[0]
+    drf = prof.rows("draft")[0]
+    assert (ver.batch, ver.tokens) == (1, 4) and dec.tokens == 1
+    assert dec.n_allreduce == 3 and dec.allreduce_s >= 3 * AR_S
+    assert dec.other_s >= HOST_S  # the host work is in the row, not lost
+    assert drf.total_s >= (AR_S + DRAFT_COMPUTE_S) / 3 and drf.n_allreduce == 0  # 1 all-reduce over k = 3 forwards
+    assert prof.tp == 2 and prof.source["engine"] == "vllm" and prof.overhead_s == 0
+    assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
+
+
+def test_ngram_proposal_time_is_the_profiles_overhead_not_a_draft_row(standin: Any) -> None:
+    _record_run(standin, None, 1, 3)
+    _record_run(standin, "ngram", 1, 5)
+    prof = summarize([standin.out], name="t")
+    assert not prof.has("draft")
+    assert prof.overhead_s >= DRAFT_COMPUTE_S
+    assert any("host-side drafter (ngram)" in n for n in prof.notes)
+
+
+def test_summarize_refuses_logs_without_a_decode_step(standin: Any) -> None:
+    _record_run(standin, "ngram", 1, 2)
+    with pytest.raises(SpecmodelError, match="no decode steps recorded"):
+        summarize([standin.out], name="t")
+
+
+def test_reader_names_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "rank0.jsonl"
+    p.write_text(json.dumps({"schema": "specmodel.vllm_step", "schema_version": 1, "type": "step", "kind": "verify",
+                             "batch": 2, "tokens": 1, "step_s": 0.1, "overhead_s": 0.0}) + "\n")
+    with pytest.raises(SpecmodelError, match=r"rank0.jsonl: line 1: tokens: must be >= batch"):
+        read_step_log(p)
+    p.write_text('{"schema": "specmodel.sglang_forward", "schema_version": 1}\n')
+    with pytest.raises(SpecmodelError, match=r"line 1: schema: expected 'specmodel.vllm_step'"):
+        read_step_log(p)
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specmodel", "vllm", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_summarize_a_dir_without_logs_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = _cli("--summarize", str(tmp_path), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "no rank*.jsonl files" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_server_that_never_gets_healthy_is_stopped_one_line_exit_2(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    # a "server" that never listens; it records its pid so the test can check it was stopped
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+    t0 = time.monotonic()
+    r = _cli("--out", str(tmp_path / "o"), "--health-timeout", "3", "--", sys.executable, "-c", code,
+             "--port", "1")
+    assert r.returncode == 2 and time.monotonic() - t0 < 60
+    last = r.stderr.strip().splitlines()[-1]
+    assert "not healthy after 3 s" in last and "http://127.0.0.1:1/health" in last and "Traceback" not in r.stderr
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_cli_server_that_exits_before_healthy_is_exit_2(tmp_path: Path) -> None:
+    r = _cli("--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert r.returncode == 2 and "exited with status 3 before" in r.stderr.strip().splitlines()[-1]
+
+
+def test_health_url_follows_the_servers_flags() -> None:
+    from specmodel.commands.vllm import health_url
+
+    assert health_url(("python", "-m", "x", "--host", "0.0.0.0", "--port", "9001")) == "http://127.0.0.1:9001/health"
+    assert health_url(("python", "--port=7")) == "http://127.0.0.1:7/health"
+    assert health_url(("python",)) == "http://127.0.0.1:8000/health"

