@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args(argv)
     conc = [int(x) for x in a.concurrency.split(",")]
+    if a.schedule is not None and a.target is not None:  # bad input first, before any engine starts
+        try:
+            load_schedule(a.schedule, target=a.target, tp=a.tp, context_tokens=a.prompt_words)
+        except SpecmodelError as e:
+            print(f"bench_schedule_h2h: {e}", file=sys.stderr)
+            return 2
     py = engine_python()
     if py is None:
         print("bench_schedule_h2h: vLLM is not installed (make engine)", file=sys.stderr)

@@ -218,3 +218,49 @@ def test_plan_engine_sglang_writes_the_adaptive_file_body(tmp_path: Path) -> Non
     assert starts == [rg["start"] for rg in band["ranges"]]
     assert all(len(v["candidate_steps"]) == 1 for v in body.values())
     assert body[str(starts[-1])]["candidate_steps"] == [0]
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--tp", "1"], "tp: the schedule is for TP8, the engine runs TP1"),
+    (["--tp", "8", "--target", "/m/other"], "model: the schedule is for 'Kimi-K2.5 INT4'"),
+])
+def test_head_to_head_refuses_a_schedule_for_another_engine(extra: list[str], msg: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    sched = tmp_path / "s.json"
+    assert run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.6", "--engine", "vllm", "--export",
+                   str(sched), cwd=tmp_path).returncode == 0
+    args = ["--target", "/m/target", *extra] if "--target" not in extra else extra
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_schedule_h2h.py"), "--schedule", str(sched),
+                        *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _doc() -> dict:
+    s = sch.batch_schedule(cells([3, 0]), max_batch=4)
+    return sch.schedule_document([s], engine="vllm", algorithm="EAGLE3", vllm_base={"method": "eagle3", "model": "d"},
+                                 sglang_config_path="a.json", header=formats.SCHEDULE.header(),
+                                 about={"profile": "p", "model": "m", "tp": 1})
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    (lambda d: d.update(engine="trt"), "engine: expected one of"),
+    (lambda d: d.pop("tp"), "tp: missing"),
+    (lambda d: d.update(bands=[]), "bands: expected a non-empty list"),
+    (lambda d: d["bands"][0]["ranges"].pop(0), "start at batch 1"),
+    (lambda d: d["bands"][0]["vllm"]["speculative_config"].update(num_speculative_tokens=2), "exceeds"),
+    (lambda d: d["bands"][0]["vllm"]["speculative_config"].update(num_speculative_tokens_per_batch_size=[[1, 2, 3],
+                                                                                                          [2, 4, 0]]),
+     "overlap"),
+    (lambda d: d["bands"][0].update(context_tokens=-1), "context_tokens"),
+])
+def test_a_schedule_document_is_validated_on_load(mutate, msg: str) -> None:  # type: ignore[no-untyped-def]
+    d = _doc()
+    sch.check_schedule_document(d, "s.json")
+    mutate(d)
+    with pytest.raises(SpecmodelError, match=f"s.json: .*{msg}"):
+        sch.check_schedule_document(d, "s.json")
