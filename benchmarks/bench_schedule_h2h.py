@@ -45,7 +45,7 @@ from specmodel.schema.formats import SCHEDULE  # noqa: E402
 from tests.vllm_engine import build_models, engine_python  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8)
-REQUESTS_PER_SLOT = 2
+REQUESTS_PER_SLOT = 3
 
 
 def uptime() -> str:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", default=".bench/schedule_h2h", help="models, the derived profile and schedule")
     ap.add_argument("--static-k", type=int, default=3)
     ap.add_argument("--prompt-words", type=int, default=200, help="the one context (prompt length, words)")
-    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
