@@ -6,7 +6,11 @@ separate from the head-to-head's rounds:
 2. ``specmodel vllm --out spec -- <server with static k>`` under the same load: verify steps at
    B·(k+1) tokens, drafter forwards (or the host proposer's time), the step's host work measured;
    its server log carries the acceptance (``SpecDecoding metrics`` lines, per position);
-3. ``specmodel vllm --summarize base --summarize spec -o profile`` → the profile;
+3. ``specmodel vllm --summarize base --summarize spec -o profile`` → the profile; rows seen fewer
+   than ``MIN_SAMPLES`` times are dropped (``profile_steady``): they are the ramp-up / tail steps of
+   a load (batch 3, 5, 7 of a concurrency-8 run), whose host time holds the wait for the next
+   request, and the cost surface is a running maximum over tokens (``model/costs.py``), so one such
+   step would price every larger verify;
 4. ``specmodel plan --profile profile --accept-log spec/server.log --engine vllm
    --serve-model <target> --serve-tp <tp> --export schedule.json``.
 """
@@ -23,6 +27,20 @@ from benchmarks._vllm_live import metrics_counters, run_load
 from tests.vllm_engine import VllmServer
 
 SPECMODEL = str(Path(sys.executable).parent / "specmodel")
+MIN_SAMPLES = 5
+
+
+def steady_rows(profile_json: Path, out_dir: Path) -> Path:
+    """A copy of the profile without the rows seen fewer than MIN_SAMPLES times (see the module docstring)."""
+    doc = json.loads(profile_json.read_text())
+    kept = [r for r in doc["costs"] if r.get("samples", 1) >= MIN_SAMPLES]
+    dropped = len(doc["costs"]) - len(kept)
+    doc["costs"] = kept
+    doc["notes"] = [*doc.get("notes", []), f"{dropped} row(s) seen fewer than {MIN_SAMPLES} times dropped "
+                    "(ramp-up/tail steps of the load; benchmarks/_engine_schedule.py)"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "profile.json").write_text(json.dumps(doc, indent=2))
+    return out_dir
 
 
 def _hooked_run(py: Path, target: Path, spec: dict[str, Any] | None, out: Path, *, conc: tuple[int, ...],
@@ -60,8 +78,13 @@ def derive_schedule(*, python: Path, target: Path, base: dict[str, Any], static_
                         "-o", str(prof)], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"specmodel vllm --summarize failed: {r.stderr.strip()}")
+    return plan_schedule(prof, out_dir, base=base, target=target, tp=tp, max_num_seqs=max_num_seqs)
+
+
+def plan_schedule(prof: Path, out_dir: Path, *, base: dict[str, Any], target: Path, tp: int, max_num_seqs: int) -> Path:
+    steady = steady_rows(prof / "profile.json", out_dir / "profile_steady")
     sched = out_dir / "schedule.json"
-    cmd = [SPECMODEL, "plan", "--profile", str(prof), "--accept-log", str(out_dir / "spec_server.log"),
+    cmd = [SPECMODEL, "plan", "--profile", str(steady), "--accept-log", str(out_dir / "spec_server.log"),
            "--engine", "vllm", "--speculative-config", json.dumps(base, separators=(",", ":")),
            "--serve-model", str(target), "--serve-tp", str(tp), "--max-num-seqs", str(max_num_seqs),
            "--export", str(sched)]
