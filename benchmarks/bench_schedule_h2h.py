@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -145,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: engine refused to start: {why}", flush=True)
                 continue
             try:
+                if rnd == 0 and configs[name] is not None:  # the engine's echo of the config it was given / built
+                    for ln in srv.log_text().splitlines():
+                        if "non-default args" in ln or "speculative_config=SpeculativeConfig" in ln:
+                            m = re.search(r"('speculative_config': \{[^{}]*\}|speculative_config=SpeculativeConfig\([^)]*\))",
+                                          ln)
+                            print(f"{name} engine log: {m.group(1) if m else ln[-300:]}", flush=True)
                 run_load(srv.url, concurrency=1, requests=1, prompt_words=a.prompt_words, max_tokens=8)  # warm-up
                 corder = conc[rnd % len(conc):] + conc[:rnd % len(conc)]
                 for c in corder:
