@@ -208,6 +208,7 @@ def test_export_without_engine_is_refused(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--export: needs --engine" in r.stderr
 
 
+@pytest.mark.slow  # the plan over every topk at every batch 1..64: ~8 s on a loaded 2-core box
 def test_plan_engine_sglang_writes_the_adaptive_file_body(tmp_path: Path) -> None:
     r = run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.6", "--engine", "sglang", "--json",
                 cwd=tmp_path)
