@@ -32,8 +32,10 @@ def start(python: Path, model: Path, *, spec: dict[str, Any] | None, max_num_seq
     try:
         srv.start()
     except EngineError as e:
-        lines = [ln.strip() for ln in str(e).splitlines() if "Error" in ln]
-        return None, (lines[-1] if lines else str(e).strip().splitlines()[-1])[-400:]
+        text = str(e).splitlines()
+        # pydantic puts the reason on the line after "ValidationError": "Value error, <why> [type=...]"
+        why = [ln.strip() for ln in text if "Value error" in ln] or [ln.strip() for ln in text if "Error" in ln]
+        return None, (why[-1] if why else text[-1].strip())[-400:]
     return srv, ""
 
 
