@@ -38,9 +38,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from specmodel.schema.formats import GPU_CHECK_TRACE  # noqa: E402  (the checkout, not an installed copy)
 
-SCHEMA = "specmodel.gpu_check_trace"
-SCHEMA_VERSION = 1
 STANDIN = REPO / "tests" / "data" / "sglang_standin"
 
 
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"name": name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                                 "traceback": traceback.format_exc(limit=5)})
     ok = all(r["ok"] for r in results)
-    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "mode": "gpu" if cuda else "cpu-dry-run",
+    doc = {**GPU_CHECK_TRACE.header(), "mode": "gpu" if cuda else "cpu-dry-run",
            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
            "ok": ok, "checks": results}

@@ -11,7 +11,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("load_profile", "load_accept", "predict", "reference_profile_path", "Profile", "Prediction", "AcceptDist")
+_API = ("load_profile", "load_accept", "predict", "predict_args", "reference_profile_path", "Profile", "Prediction",
+        "AcceptDist", "ScenarioArgs")
 __all__ = ["__version__", *_API]
 
 

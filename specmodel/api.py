@@ -20,22 +20,35 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from specmodel.errors import FieldError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction
-from specmodel.scenario import reference_profile_path, run_prediction, scenario
-from specmodel.schema.profile import Profile, resolve_profile_path
+from specmodel.scenario import (
+    ScenarioArgs,
+    find_profile,
+    reference_profile_path,
+    resolve_scenario,
+    run_prediction,
+    scenario,
+)
+from specmodel.schema.profile import Profile
 from specmodel.schema.profile import load_profile as _load_profile_file
 
-__all__ = ["AcceptDist", "Prediction", "Profile", "load_accept", "load_profile", "predict", "reference_profile_path"]
+__all__ = ["AcceptDist", "Prediction", "Profile", "ScenarioArgs", "load_accept", "load_profile", "predict",
+           "predict_args", "reference_profile_path"]
+
+#: ScenarioArgs fields that :func:`predict` takes under another name (its errors say the argument)
+_ARGUMENT_OF = {"accept_len": "accept", "accept_hist": "accept", "accept_dist": "accept"}
 
 
 def load_profile(path: str | Path | None = None) -> Profile:
-    """A validated profile from ``profile.json`` or its directory (``None``: the shipped reference).
+    """A validated profile from ``profile.json``, its directory or a profile NAME as the tool prints
+    it (``./profiles/NAME``, then the shipped references); ``None``: the shipped reference.
 
     Raises :class:`specmodel.errors.SpecmodelError` naming the file and field on bad input.
     """
-    return _load_profile_file(resolve_profile_path(path) if path is not None else reference_profile_path())
+    return _load_profile_file(find_profile(path) if path is not None else reference_profile_path())
 
 
 def load_accept(log: str | Path | Sequence[str | Path], *, steps: int | None = None,
@@ -65,9 +78,20 @@ def predict(profile: Profile | str | Path | None = None, *,
     ``steps``/``topk``/``num_draft_tokens``: the speculative config (default: the profile's).
     ``calibrate``: one observed point ``(batch, accept, tok/s)`` or ``(batch, context, accept, tok/s)``,
     as ``--calibrate`` takes it.
+    Bad input raises :class:`specmodel.errors.FieldError` naming the argument (``accept: 9 …``).
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
-                  num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                  generation_tokens=generation_tokens)
-    return run_prediction(sc)
+    try:
+        sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
+                      num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
+                      generation_tokens=generation_tokens)
+        return run_prediction(sc)
+    except FieldError as exc:
+        raise exc.renamed(_ARGUMENT_OF) from None
+
+
+def predict_args(args: ScenarioArgs) -> Prediction:
+    """The prediction for every operating-point input at once (plain numbers, a baseline sweep, an
+    all-reduce fit, server logs: whatever ``specmodel predict`` takes), exactly as the CLI runs it;
+    errors name the :class:`ScenarioArgs` field."""
+    return run_prediction(resolve_scenario(args))

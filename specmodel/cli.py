@@ -6,6 +6,7 @@ Commands are imported lazily so ``specmodel predict`` never pays for torch or ma
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 import sys
@@ -14,7 +15,8 @@ from typing import Any
 import click
 
 from specmodel import __version__
-from specmodel.errors import EXIT_FINDINGS, EXIT_USAGE, FindingsFailed, SpecmodelError
+from specmodel.commands.flags import flag_of
+from specmodel.errors import EXIT_FINDINGS, EXIT_USAGE, FieldError, FindingsFailed, Interrupted, SpecmodelError
 
 #: command name -> "module:attribute" of its click.Command (one module per command).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,6 +54,16 @@ class LazyGroup(click.Group):
         cmd = getattr(mod, attr)
         assert isinstance(cmd, click.Command)
         return cmd
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests from the commands it has loaded, and this group loads none until asked: suggest
+        # from the table (a typo such as `predcit` gets "did you mean predict")
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            close = difflib.get_close_matches(name, list(COMMANDS), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else f" (commands: {', '.join(sorted(COMMANDS))})"
+            raise click.UsageError(f"no such command {name[:40]!r}{hint}", ctx=ctx)
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # help from the table: listing commands must not import them
@@ -91,12 +103,25 @@ def _usage_error(exc: click.ClickException) -> str:
     return msg
 
 
+def _run(argv: list[str] | None) -> Any:
+    """``cli.main(standalone_mode=False)`` without its Ctrl-C handling: click prints a blank line
+    and raises Abort on KeyboardInterrupt, and the promise is ONE line (``specmodel: interrupted``)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    completion = getattr(cli, "_main_shell_completion", None)  # what cli.main does first (shell tab completion)
+    if completion is not None:
+        completion({}, "specmodel")
+    with cli.make_context("specmodel", args) as ctx:
+        return cli.invoke(ctx)
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: user errors become one line on stderr and exit 2, never a traceback."""
     try:
-        return cli.main(args=argv, prog_name="specmodel", standalone_mode=False)
+        return _run(argv)
     except SpecmodelError as exc:
-        click.echo(f"specmodel: error: {_one_line(str(exc))}", err=True)
+        # the library names fields; the user typed flags: one table spells one as the other
+        msg = exc.render(flag_of) if isinstance(exc, FieldError) else str(exc)
+        click.echo(f"specmodel: error: {_one_line(msg)}", err=True)
         sys.exit(EXIT_USAGE)
     except FindingsFailed as exc:
         if str(exc):
@@ -119,8 +144,10 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
-    except KeyboardInterrupt:
-        click.echo("specmodel: interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        # one line: what was stopped, if the command said (Interrupted), else just that
+        detail = f": {_one_line(str(exc))}" if isinstance(exc, Interrupted) and str(exc) else ""
+        click.echo(f"specmodel: interrupted{detail}", err=True)
         sys.exit(130)
     except OSError as exc:
         # the last net for the environment refusing a path the user gave (permissions, a full disk,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 
 class SpecmodelError(Exception):
     """Bad input from the user (a flag, a file, a field).
@@ -11,8 +14,49 @@ class SpecmodelError(Exception):
     """
 
 
+#: ``{field}`` in a :class:`FieldError` detail: another input the message refers to
+_REF = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
+class FieldError(SpecmodelError):
+    """Bad value of one named input (a :class:`~specmodel.scenario.ScenarioArgs` field, an API
+    argument), raised below ``commands/``: it names the FIELD, never a command-line flag.
+
+    ``detail`` may refer to other inputs as ``{name}``; :meth:`render` spells every name with
+    ``name_of`` — the CLI passes its one field → flag table (:mod:`specmodel.commands.flags`),
+    ``str()`` keeps the field names (what a Python caller passed). ``field`` None: a message
+    about several inputs at once.
+    """
+
+    def __init__(self, field: str | None, detail: str) -> None:
+        self.field = field
+        self.detail = detail
+        super().__init__(self.render())
+
+    def __reduce__(self) -> tuple[type[FieldError], tuple[str | None, str]]:
+        # (raised in a worker process and sent back: rebuilt from its two parts, not its message)
+        return (FieldError, (self.field, self.detail))
+
+    def render(self, name_of: Callable[[str], str] = str) -> str:
+        text = _REF.sub(lambda m: name_of(m.group(1)), self.detail)
+        return f"{name_of(self.field)}: {text}" if self.field else text
+
+    def renamed(self, names: dict[str, str]) -> FieldError:
+        """The same error with fields spelled as ``names`` says (the Python API's argument names)."""
+        def sub(n: str) -> str:
+            return "{" + names.get(n, n) + "}"
+
+        return FieldError(names.get(self.field, self.field) if self.field else None,
+                          _REF.sub(lambda m: sub(m.group(1)), self.detail))
+
+
 class FindingsFailed(Exception):
     """A check ran fine but found FAIL results (exit 1, so scripts can gate on it)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C after a command cleaned up: the message says what was stopped; the CLI prints it as
+    its one line ``specmodel: interrupted: <message>`` (exit 130)."""
 
 
 EXIT_USAGE = 2
@@ -21,20 +65,26 @@ EXIT_FINDINGS = 1
 
 def require_finite(name: str, value: float, *, minimum: float | None = None,
                    maximum: float | None = None, strict_min: bool = False) -> float:
-    """Validate one number from user input; raise :class:`SpecmodelError` naming ``name``."""
+    """Validate one number from user input; raise :class:`SpecmodelError` naming ``name`` (a
+    :class:`FieldError` when ``name`` is a field name, not a ``--flag``)."""
     import math
 
+    def err(detail: str) -> SpecmodelError:
+        return SpecmodelError(f"{name}: {detail}") if name.startswith("-") or " " in name else FieldError(name, detail)
+
+    if isinstance(value, bool):
+        raise err(f"expected a number, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise SpecmodelError(f"{name}: expected a number, got {value!r}") from None
+        raise err(f"expected a number, got {value!r}") from None
     if math.isnan(v) or math.isinf(v):
-        raise SpecmodelError(f"{name}: must be a finite number, got {value!r}")
+        raise err(f"must be a finite number, got {value!r}")
     if minimum is not None:
         if strict_min and v <= minimum:
-            raise SpecmodelError(f"{name}: must be > {minimum:g}, got {v:g}")
+            raise err(f"must be > {minimum:g}, got {v:g}")
         if not strict_min and v < minimum:
-            raise SpecmodelError(f"{name}: must be >= {minimum:g}, got {v:g}")
+            raise err(f"must be >= {minimum:g}, got {v:g}")
     if maximum is not None and v > maximum:
-        raise SpecmodelError(f"{name}: must be <= {maximum:g}, got {v:g}")
+        raise err(f"must be <= {maximum:g}, got {v:g}")
     return v

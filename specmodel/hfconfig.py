@@ -122,7 +122,8 @@ def load_config(directory: str | Path, role: str) -> HFConfig:
     if not d.exists():
         raise SpecmodelError(f"{d}: {role} directory not found")
     if not d.is_dir():
-        raise SpecmodelError(f"{d}: --{role} must be a model directory (with config.json), got a file")
+        hint = f"; pass the directory holding it: --{role} {d.parent}" if d.suffix == ".json" else ""
+        raise SpecmodelError(f"{d}: --{role} must be a model directory (with config.json), got a file{hint}")
     raw = read_json(d / "config.json")
     if not isinstance(raw, dict):
         raise SpecmodelError(f"{d / 'config.json'}: expected a JSON object")

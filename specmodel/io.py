@@ -19,13 +19,14 @@ import stat
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_LINE_BYTES, MAX_TEXT_BYTES
 
+_BOM = b"\xef\xbb\xbf"
 #: longest file-name component Linux/macOS filesystems take (NAME_MAX)
 NAME_MAX_BYTES = 255
 #: temp/staging files of a process that is gone are removed after this long even if its pid was reused
@@ -92,6 +93,25 @@ def is_within(child: Path, parent: Path) -> bool:
     except (ValueError, OSError, RuntimeError):
         return False
     return True
+
+
+#: the installed package: its code and the shipped reference profiles (``profiles/<reference>`` links here)
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def refuse_shipped(path: str | os.PathLike[str], flag: str = "") -> None:
+    """The one guard every writer goes through: nothing inside the installed package is ever written.
+
+    ``profiles/kimi-k2.5-int4-tp8-pcie`` is a link into ``specmodel/reference/``; following it, an
+    in-place update would rewrite the reference every later ``predict`` compares against. Links are
+    resolved, so a path reaching the package through any of them is refused too.
+    """
+    p = Path(path)
+    if is_within(p, PACKAGE_DIR):
+        label = f"{flag}: " if flag else ""
+        raise SpecmodelError(f"{label}{_short(p)}: is inside the installed specmodel package (shipped files, "
+                             "such as the reference profiles, are never written); choose a path outside it, "
+                             "e.g. profiles/<new-name>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +218,7 @@ def loads_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH
         s = text.decode("utf-8") if isinstance(text, bytes) else text
     except UnicodeDecodeError:
         raise SpecmodelError(f"{where}: not UTF-8 text") from None
+    s = s.removeprefix("\ufeff")  # a byte-order mark some Windows editors write
     try:
         obj = _DECODER.decode(s)
     except json.JSONDecodeError as exc:
@@ -225,7 +246,9 @@ def read_text_lines(path: str | os.PathLike[str], what: str, *, max_bytes: int =
     raw = read_bytes(p, what, max_bytes=max_bytes)
     if b"\x00" in raw[:65536]:
         raise SpecmodelError(f"{p}: binary file, expected {what}")
-    lines = raw.decode("utf-8", errors="replace").splitlines()
+    # a UTF-8 byte-order mark (Excel's "CSV UTF-8", Notepad) is no part of the first line;
+    # CRLF line ends are split like LF by splitlines
+    lines = raw.removeprefix(_BOM).decode("utf-8", errors="replace").splitlines()
     if len(raw) > max_line_bytes:
         for i, line in enumerate(lines, start=1):
             if len(line) > max_line_bytes:
@@ -284,6 +307,7 @@ def clean_stale(directory: str | os.PathLike[str], name: str | None = None) -> l
             continue  # a live writer's (a reused pid is given an hour)
         if e.is_dir() and not e.is_symlink():
             _recover_set(e)
+            _recover_dir(e)
             shutil.rmtree(e, ignore_errors=True)
         else:
             e.unlink(missing_ok=True)
@@ -316,8 +340,10 @@ def check_output_dir(directory: str | os.PathLike[str], flag: str) -> Path:
     return d
 
 
-def _prepare_parent(p: Path) -> None:
+def _prepare_parent(p: Path, *, shipped_ok: bool = False) -> None:
     check_path_components(p)
+    if not shipped_ok:
+        refuse_shipped(p)
     if p.is_dir():
         raise SpecmodelError(f"{p}: is a directory, expected a file path to write")
     for parent in (p.parent, *p.parent.parents):
@@ -329,14 +355,16 @@ def _prepare_parent(p: Path) -> None:
         raise os_error(p.parent, exc, "cannot create the directory") from None
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, shipped_ok: bool = False) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same directory + ``os.replace``.
 
     A crash mid-write leaves the previous file (if any) untouched; a temp file left by SIGKILL is
-    removed by the next write into that directory.
+    removed by the next write into that directory. A path inside the package is refused
+    (:func:`refuse_shipped`); ``shipped_ok`` is for the maintainer script that regenerates the
+    reference in a source checkout, never for a command.
     """
     p = Path(path)
-    _prepare_parent(p)
+    _prepare_parent(p, shipped_ok=shipped_ok)
     clean_stale(p.parent, p.name)
     try:
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent)
@@ -363,12 +391,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return p
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, shipped_ok: bool = False) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), shipped_ok=shipped_ok)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, shipped_ok: bool = False) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n",
+                             shipped_ok=shipped_ok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +409,7 @@ _COMPLETE = ".complete"
 def staging_dir(directory: str | os.PathLike[str], stem: str) -> Path:
     """A fresh staging directory inside ``directory`` (same filesystem: renames out of it are atomic)."""
     d = Path(directory)
+    refuse_shipped(d / stem)
     clean_stale(d)
     try:
         return Path(tempfile.mkdtemp(prefix=_temp_prefix(stem), suffix=".staging", dir=d))
@@ -438,3 +468,75 @@ def _fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# a whole directory replaced at once (profiles/<name>/), the previous one kept inside it
+
+_REPLACES = ".replaces"
+#: where :func:`replace_dir` keeps the directory it replaced (one generation: older ones are dropped)
+PREVIOUS = "previous"
+
+
+def replace_dir(dest: str | os.PathLike[str], fill: Callable[[Path], object], *, flag: str = "") -> Path:
+    """Write directory ``dest`` as a whole: ``fill(stage)`` writes the new content into a staging
+    directory beside it, then renames swap it in, so a reader sees the old directory or the new
+    one, never a mix, and a failure (an exception, Ctrl-C) leaves the old one byte-identical.
+
+    The directory it replaces is kept as ``dest/previous/`` (its own ``previous/`` is dropped):
+    an update the user regrets, an in-place ``nccl-tests -o``, can be undone by hand. If the
+    process dies between the two renames, the next write into the same parent finishes the swap
+    (the staging directory is marked complete first; :func:`clean_stale`). Whether ``dest`` may be
+    replaced at all is the caller's rule (schema/profile.py ``check_profile_destination``); the
+    package is refused here (:func:`refuse_shipped`).
+    """
+    d = check_path_components(dest, flag)
+    refuse_shipped(d, flag)
+    if d.is_symlink() or (d.exists() and not d.is_dir()):
+        raise SpecmodelError(f"{flag + ': ' if flag else ''}{d}: exists and is not a directory")
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(d.parent, exc, "cannot create the directory") from None
+    stage = staging_dir(d.parent, d.name)
+    moved = False
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(stage, 0o777 & ~umask)  # mkdtemp makes it 0700; a profile directory is shared like any other
+        fill(stage)
+        if (stage / PREVIOUS).exists():
+            raise SpecmodelError(f"{d}: internal error: {PREVIOUS}/ is reserved for the replaced directory")
+        (stage / _REPLACES).write_text(d.name + "\n")
+        _fsync_dir(stage)
+        if d.exists() and not any(d.iterdir()):
+            d.rmdir()  # an empty directory is nothing to keep
+        if d.exists():
+            os.rename(d, stage / PREVIOUS)
+            moved = True
+        os.rename(stage, d)
+    except BaseException as exc:
+        if moved and not d.exists():
+            os.rename(stage / PREVIOUS, d)
+        shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise os_error(d, exc, "cannot write") from None
+        raise
+    (d / _REPLACES).unlink(missing_ok=True)
+    shutil.rmtree(d / PREVIOUS / PREVIOUS, ignore_errors=True)
+    _fsync_dir(d.parent)
+    return d
+
+
+def _recover_dir(staging: Path) -> None:
+    """Finish a :func:`replace_dir` interrupted between its renames (the target is missing)."""
+    marker = staging / _REPLACES
+    if not marker.is_file():
+        return
+    name = marker.read_text().strip()
+    target = staging.parent / name
+    if name and "/" not in name and not target.exists():
+        os.rename(staging, target)
+        (target / _REPLACES).unlink(missing_ok=True)
+        shutil.rmtree(target / PREVIOUS / PREVIOUS, ignore_errors=True)
+        _fsync_dir(staging.parent)

@@ -18,10 +18,16 @@ if TYPE_CHECKING:
 MAX_STEPS = 64
 MAX_TOPK = 64
 MAX_DRAFT_TOKENS = 1024
+#: the deepest draft the optimizer searches by default (model/optimize.py; a measured or asked
+#: depth above it widens the search): a search bound, not an input bound like MAX_STEPS
+SEARCH_MAX_STEPS = 8
 # ---- operating point
 MAX_BATCH = 65_536
 MAX_TP = 64
-MAX_CONTEXT_TOKENS = 10_000_000
+MAX_CONTEXT_TOKENS = 10_000_000  # a context the model, a profile or a log may name
+#: a context ``specmodel profile`` will build a KV cache for (1M tokens per request: beyond any
+#: served model today; tighter than MAX_CONTEXT_TOKENS because the profiler allocates it)
+MAX_PROFILE_CONTEXT_TOKENS = 1 << 20
 MAX_GEN_TOKENS = 100_000_000
 # ---- profiler work (processes, forwards per point)
 MAX_CYCLES = 100_000
@@ -30,11 +36,17 @@ MAX_WARMUP = 10_000
 MAX_LAYERS = 1_024
 MAX_HIDDEN = 1 << 17
 MAX_JOBS = 1_024
+MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
+# ---- tolerances
+#: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
+#: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it
+ROUND_SLACK = 0.0051
 # ---- readers (specmodel.io): what a file may hold before it is refused
 MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
 MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp
 MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
 MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
+MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
 
 def bounded_int(minimum: int, maximum: int) -> click.IntRange:

@@ -3,7 +3,9 @@
 (:mod:`specmodel.api`, arguments → :class:`Scenario`). Both end in :func:`run_prediction`, so a
 notebook and the command line cannot disagree.
 
-No click and no pandas here: this is on ``predict``'s cold path.
+No click and no pandas here: this is on ``predict``'s cold path. Errors name the
+:class:`ScenarioArgs` field (:class:`~specmodel.errors.FieldError`), never a flag: the CLI spells
+fields as flags through one table (:mod:`specmodel.commands.flags`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,21 @@ import csv
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import SpecmodelError, require_finite
+from specmodel.errors import FieldError, SpecmodelError, require_finite
 from specmodel.io import loads_json, read_bytes
 from specmodel.limits import (
+    MAX_BATCH,
     MAX_CONTEXT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_GEN_TOKENS,
     MAX_STEPS,
+    MAX_TOPK,
+    MAX_TP,
+    SEARCH_MAX_STEPS,
 )
 from specmodel.model import accept as acc
 from specmodel.model.calibrate import Observation, parse_observation
@@ -31,11 +39,13 @@ from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
     Profile,
+    Source,
     SpecConfig,
     load_profile,
     read_source_kind,
     resolve_profile_path,
 )
+from specmodel.units import alpha_beta
 
 if TYPE_CHECKING:
     from specmodel.model.serveplan import ServePlan
@@ -62,20 +72,130 @@ class Scenario:
     notes: tuple[str, ...]
     per_position: tuple[float, ...] | None = None  # kept for the optimizer's extrapolation
     context_tokens: int | None = None  # --context; None = the profile's smallest measured context
+    warnings: tuple[str, ...] = ()  # about the inputs themselves; printed with the prediction's own
 
 
 def run_prediction(sc: Scenario) -> Prediction:
-    """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`."""
-    return predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
+    """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`
+    (the scenario's warnings about its inputs first, then the model's)."""
+    pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
                    observation=sc.observation, context_tokens=sc.context_tokens)
+    return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
+
+
+#: every bounded operating-point input: field -> (minimum, maximum), inclusive. The click options
+#: are generated from it (commands/scenario.py), so the CLI and the API refuse the same values.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "batch": (1, MAX_BATCH),
+    "context": (0, MAX_CONTEXT_TOKENS),
+    "steps": (1, MAX_STEPS),
+    "topk": (1, MAX_TOPK),
+    "num_draft_tokens": (2, MAX_DRAFT_TOKENS),
+    "tp": (1, MAX_TP),
+    "generation_tokens": (1, MAX_GEN_TOKENS),
+    # (the upper bound of a mean accept length is steps + 1: checked where steps is known)
+    "accept_len": (0.0, MAX_STEPS + 1),
+    "alpha": (0.0, 1.0),
+    # bounded both ways: 1e308 ms or 1e-300 ms is a typo, and plots of it are NaN axes
+    "baseline_tps": (1e-3, 1e9),
+    "verify_ms": (1e-3, 1e6),
+    "draft_ms": (1e-3, 1e6),
+    "overhead_ms": (0.0, 1e6),
+    "allreduce_frac": (0.0, 1.0),
+}
+INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens")
+#: the accept-length sources: exactly one per prediction
+ACCEPT_SOURCES = ("accept_len", "accept_hist", "accept_dist", "per_position", "alpha", "accept_logs")
+CONVENTIONS = ("tokens", "drafts")
+SHAPES = ("geometric", "point")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScenarioArgs:
+    """Every input of one operating point, as a user gives it (flags or API arguments), each
+    checked against its bound (:data:`BOUNDS`) here. :func:`resolve_scenario` turns it into a
+    :class:`Scenario`; ``specmodel predict`` fills it from click, :func:`specmodel.predict` from
+    its arguments. Unset = None (the profile's value, or the documented default).
+
+    ``context`` may be given as ``"32K"`` and ``per_position`` as ``"0.8,0.6"``: both are stored
+    parsed. ``accept_hist`` is a ``{value: count}`` mapping or the ``--accept-hist`` text/file.
+    """
+
+    profile: Profile | str | Path | None = None  # None: the one measured profile in ./profiles, else the reference
+    accept_len: float | None = None
+    accept_hist: Mapping[int, float] | str | None = None
+    accept_dist: acc.AcceptDist | None = None
+    per_position: tuple[float, ...] | str | None = None
+    alpha: float | None = None
+    accept_logs: tuple[str, ...] = ()
+    convention: str = "tokens"
+    shape: str = "geometric"
+    batch: int = 1
+    context: int | str | None = None
+    steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    baseline_tps: float | None = None
+    verify_ms: float | None = None
+    draft_ms: float | None = None
+    overhead_ms: float | None = None
+    allreduce_frac: float | None = None
+    tp: int | None = None
+    baseline_sweep: str | None = None
+    calibrate: Observation | str | tuple[float, ...] | None = None
+    generation_tokens: int = 256
+    allreduce_fit: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.context, str):
+            object.__setattr__(self, "context", parse_tokens(self.context, "context"))
+        if isinstance(self.per_position, str):
+            object.__setattr__(self, "per_position", tuple(_parse_float_list(self.per_position, "per_position")))
+        if self.calibrate is not None and not isinstance(self.calibrate, Observation):
+            object.__setattr__(self, "calibrate", observation(self.calibrate))
+        object.__setattr__(self, "accept_logs", tuple(str(p) for p in self.accept_logs))
+        for name, (lo, hi) in BOUNDS.items():
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if name in INT_FIELDS:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise FieldError(name, f"must be an integer, got {v!r}")
+                if not lo <= v <= hi:
+                    raise FieldError(name, f"must be in {int(lo)}..{int(hi)}, got {v}")
+            else:
+                require_finite(name, v, minimum=lo, maximum=hi)
+        if self.convention not in CONVENTIONS:
+            raise FieldError("convention", f"unknown {self.convention!r} (expected tokens or drafts)")
+        if self.shape not in SHAPES:
+            raise FieldError("shape", f"unknown {self.shape!r} (expected geometric or point)")
+        given = self.accept_sources()
+        if len(given) > 1:
+            raise FieldError(None, "give one accept-length source, got " + ", ".join("{" + g + "}" for g in given))
+        if self.profile is not None and self.baseline_sweep:
+            # either one is the cost table; silently preferring one would misread the other
+            raise FieldError("baseline_sweep", "give either {profile} or {baseline_sweep}, not both")
+
+    def accept_sources(self) -> tuple[str, ...]:
+        """The accept-length sources given (at most one after validation)."""
+        return tuple(n for n in ACCEPT_SOURCES if getattr(self, n) not in (None, (), []))
+
+    @property
+    def plain_numbers(self) -> bool:
+        """Costs given as numbers (``--baseline-tps``, ``--verify-ms``, ``--draft-ms``, ``--overhead-ms``)."""
+        return any(getattr(self, k) is not None for k in ("baseline_tps", "verify_ms", "draft_ms", "overhead_ms"))
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
 
 
 def resolve_spec(base: SpecConfig, steps: int | None, topk: int | None, ndt: int | None) -> SpecConfig:
     """``base`` with the overrides given; ``num_draft_tokens`` follows steps/topk unless given
     (steps + 1 for a chain, else the base's, capped at the tree's size)."""
-    for name, v in (("--steps", steps), ("--topk", topk), ("--num-draft-tokens", ndt)):
+    for name, v in (("steps", steps), ("topk", topk), ("num_draft_tokens", ndt)):
         if v is not None and v < 1:
-            raise SpecmodelError(f"{name}: must be >= 1, got {v}")
+            raise FieldError(name, f"must be >= 1, got {v}")
     s = steps if steps is not None else base.steps
     k = topk if topk is not None else base.topk
     if ndt is None:
@@ -99,8 +219,8 @@ def accept_dist(accept: float | Mapping[int, float] | acc.AcceptDist, *, max_tok
     if isinstance(accept, Mapping):
         return acc.from_histogram(accept, convention=convention, max_tokens=max_tokens)
     if isinstance(accept, bool) or not isinstance(accept, (int, float)):
-        raise SpecmodelError(f"accept: expected a mean accept length, a histogram {{value: count}} or an AcceptDist, "
-                             f"got {type(accept).__name__}")
+        raise FieldError("accept", f"expected a mean accept length, a histogram {{value: count}} or an AcceptDist, "
+                                   f"got {type(accept).__name__}")
     return acc.from_mean(accept, max_tokens, convention=convention, shape=shape,
                          source=f"mean {accept:g} ({convention})")
 
@@ -117,8 +237,9 @@ def observation(point: Observation | str | tuple[float, ...] | None) -> Observat
 _TOKEN_SUFFIX = {"k": 1024, "m": 1024 * 1024}
 
 
-def parse_tokens(text: str | int, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> int:
-    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted), at most ``maximum``."""
+def parse_tokens(text: str | int, field: str, maximum: int = MAX_CONTEXT_TOKENS) -> int:
+    """A token count: ``32768``, ``32K`` or ``1M`` (K = 1024, as context lengths are quoted), at most
+    ``maximum``; errors name ``field``."""
     t = str(text).strip().lower().replace("_", "")
     mult = 1
     if t and t[-1] in _TOKEN_SUFFIX:
@@ -126,19 +247,19 @@ def parse_tokens(text: str | int, flag: str, maximum: int = MAX_CONTEXT_TOKENS) 
     try:
         v = int(t) * mult
     except ValueError:
-        raise SpecmodelError(f"{flag}: expected a token count like 32768 or 32K, got {text!r}") from None
+        raise FieldError(field, f"expected a token count like 32768 or 32K, got {text!r}") from None
     if v < 0:
-        raise SpecmodelError(f"{flag}: must be >= 0 tokens, got {text!r}")
+        raise FieldError(field, f"must be >= 0 tokens, got {text!r}")
     if v > maximum:
-        raise SpecmodelError(f"{flag}: must be <= {maximum}, got {str(text)[:40]!r}")
+        raise FieldError(field, f"must be <= {maximum}, got {str(text)[:40]!r}")
     return v
 
 
-def parse_token_list(text: str, flag: str, maximum: int = MAX_CONTEXT_TOKENS) -> list[int]:
+def parse_token_list(text: str, field: str, maximum: int = MAX_CONTEXT_TOKENS) -> list[int]:
     """``1,4,16`` / ``0,4K,32K`` → sorted unique token counts."""
-    vals = sorted({parse_tokens(x, flag, maximum) for x in text.split(",") if x.strip()})
+    vals = sorted({parse_tokens(x, field, maximum) for x in text.split(",") if x.strip()})
     if not vals:
-        raise SpecmodelError(f"{flag}: expected a comma-separated list, got {text!r}")
+        raise FieldError(field, f"expected a comma-separated list, got {text!r}")
     return vals
 
 
@@ -147,18 +268,22 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
              convention: str = "tokens", shape: str = "geometric",
              calibrate: Observation | str | tuple[float, ...] | None = None,
              generation_tokens: int = 256, notes: tuple[str, ...] = ()) -> Scenario:
-    """A :class:`Scenario` from plain arguments (what :func:`specmodel.predict` takes)."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise SpecmodelError(f"batch: must be an integer >= 1, got {batch!r}")
-    if isinstance(generation_tokens, bool) or not isinstance(generation_tokens, int) or generation_tokens < 1:
-        raise SpecmodelError(f"generation_tokens: must be an integer >= 1, got {generation_tokens!r}")
-    spec = resolve_spec(profile.spec, steps, topk, num_draft_tokens)
-    if profile.spec != spec:
-        profile = replace(profile, spec=spec)
-    dist = accept_dist(accept, max_tokens=spec.max_accept_tokens, convention=convention, shape=shape)
-    ctx = parse_tokens(context, "context") if context is not None else None
-    return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=generation_tokens,
-                    observation=observation(calibrate), notes=notes, context_tokens=ctx)
+    """A :class:`Scenario` from plain arguments (what :func:`specmodel.predict` takes): the same
+    :class:`ScenarioArgs` and :func:`resolve_scenario` as the command line."""
+    if isinstance(accept, acc.AcceptDist):
+        source: dict[str, Any] = {"accept_dist": accept}
+    elif isinstance(accept, Mapping):
+        source = {"accept_hist": accept}
+    elif isinstance(accept, bool) or not isinstance(accept, (int, float)):
+        raise FieldError("accept", f"expected a mean accept length, a histogram {{value: count}} or an AcceptDist, "
+                                   f"got {type(accept).__name__}")
+    else:
+        source = {"accept_len": accept}
+    args = ScenarioArgs(profile=profile, batch=batch, context=context, steps=steps, topk=topk,
+                        num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
+                        generation_tokens=generation_tokens, **source)
+    sc = resolve_scenario(args)
+    return replace(sc, notes=tuple(notes) + sc.notes) if notes else sc
 
 
 def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None,
@@ -178,15 +303,16 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     if contexts is None:
         contexts = sorted(set(measured_contexts(profile, "decode")) | {ctx})
     if min(batches) < 1:
-        raise SpecmodelError(f"--batches: every batch must be >= 1, got {min(batches)}")
-    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk, max_steps=max(8, sc.spec.steps))
+        raise FieldError("batches", f"every batch must be >= 1, got {min(batches)}")
+    model = accept_model(sc.dist, rates=sc.per_position, measured_topk=sc.spec.topk,
+                         max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
     if topks is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec)
     return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, topks=topks)
 
 
 # ---------------------------------------------------------------------------------------------
-# from command-line flags (predict, report, plan, validate): errors name the flag
+# ScenarioArgs -> Scenario (predict, report, plan, validate and the API): errors name the field
 
 
 PROFILES_DIR = Path("profiles")
@@ -209,8 +335,8 @@ def find_default_profile() -> tuple[Path, str]:
                 kinds[pj] = str(kind)
     if len(candidates) > 1:
         names = ", ".join(str(c.parent) for c in candidates)
-        raise SpecmodelError(f"--profile: {len(candidates)} measured profiles under {PROFILES_DIR}/ ({names}); "
-                             "pass --profile to choose one")
+        raise FieldError("profile", f"{len(candidates)} measured profiles under {PROFILES_DIR}/ ({names}); "
+                                    "pass {profile} to choose one")
     if candidates:
         path = candidates[0]
         return path, (f"using your {kinds[path]} profile {path.parent} (the only measured, ingested or derived "
@@ -221,16 +347,16 @@ def find_default_profile() -> tuple[Path, str]:
     )
 
 
-def _parse_float_list(text: str, flag: str) -> list[float]:
+def _parse_float_list(text: str, field: str) -> list[float]:
     try:
         vals = [float(x) for x in text.replace(" ", "").strip("[]").split(",") if x]
     except ValueError:
-        raise SpecmodelError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+        raise FieldError(field, f"expected comma-separated numbers, got {text!r}") from None
     if not vals:
-        raise SpecmodelError(f"{flag}: expected at least one number")
+        raise FieldError(field, "expected at least one number")
     for v in vals:
         if not math.isfinite(v):
-            raise SpecmodelError(f"{flag}: numbers must be finite, got {text!r}")
+            raise FieldError(field, f"numbers must be finite, got {text!r}")
     return vals
 
 
@@ -238,15 +364,20 @@ def _parse_float_list(text: str, flag: str) -> list[float]:
 _HIST_SPEC = re.compile(r"^[\s\d:.,eE+\-]*:[\s\d:.,eE+\-]*$")
 
 
-def read_text(flag: str, path: Path, what: str) -> str:
-    """A small text input file named by ``flag`` (bounded, not binary, not a directory)."""
+def read_text(field: str, path: Path, what: str) -> str:
+    """A small text input file given as ``field`` (bounded, not binary, not a directory)."""
     raw = read_bytes(path, what, max_bytes=64 << 20)
     if b"\x00" in raw[:65536]:
-        raise SpecmodelError(f"{flag}: {path}: binary file, expected {what}")
+        raise FieldError(field, f"{path}: binary file, expected {what}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise SpecmodelError(f"{flag}: {path}: not UTF-8 text, expected {what}") from None
+        raise FieldError(field, f"{path}: not UTF-8 text, expected {what}") from None
+
+
+def _hist_error(where: str, detail: str) -> SpecmodelError:
+    """A histogram error names its file, or the field for an inline ``1:10,2:30`` spec."""
+    return SpecmodelError(f"{where}: {detail}") if where else FieldError("accept_hist", detail)
 
 
 def parse_histogram(text: str) -> dict[int, float]:
@@ -254,7 +385,7 @@ def parse_histogram(text: str) -> dict[int, float]:
     # a histogram spec is never tried as a path: a long valid one would be 'File name too long'
     p = Path(text)
     if not _HIST_SPEC.match(text):
-        raw = read_text("--accept-hist", p, "a JSON/CSV histogram")
+        raw = read_text("accept_hist", p, "a JSON/CSV histogram")
         where = str(p)
         try:
             obj = loads_json(raw, where) if raw.lstrip().startswith(("{", "[")) else None
@@ -263,25 +394,25 @@ def parse_histogram(text: str) -> dict[int, float]:
         if isinstance(obj, dict):
             items = list(obj.items())
         elif obj is not None:
-            raise SpecmodelError(f"{where}: a JSON histogram must be an object {{value: count}}")
+            raise _hist_error(where, "a JSON histogram must be an object {value: count}")
         else:
             items = []
             for i, row in enumerate(csv.reader(raw.splitlines())):
                 if not row or row[0].strip().startswith("#"):
                     continue
                 if len(row) < 2:
-                    raise SpecmodelError(f"{where}: line {i + 1}: expected value,count")
+                    raise _hist_error(where, f"line {i + 1}: expected value,count")
                 if i == 0 and not row[0].strip().lstrip("-").isdigit():
                     continue  # header
                 items.append((row[0].strip(), row[1].strip()))
     else:
-        where = "--accept-hist"
+        where = ""
         items = []
         for part in text.split(","):
             if not part.strip():
                 continue
             if ":" not in part:
-                raise SpecmodelError(f"--accept-hist: expected VALUE:COUNT pairs like 1:10,2:30 or a file, got {part!r}")
+                raise FieldError("accept_hist", f"expected VALUE:COUNT pairs like 1:10,2:30 or a file, got {part!r}")
             k, v = part.split(":", 1)
             items.append((k.strip(), v.strip()))
     out: dict[int, float] = {}
@@ -295,15 +426,15 @@ def parse_histogram(text: str) -> dict[int, float]:
             if isinstance(v, bool):
                 raise ValueError(v)
         except (ValueError, TypeError, OverflowError):
-            raise SpecmodelError(f"{where}: bad histogram entry {str(k)[:40]!r}: {str(v)[:40]!r} (value must be an "
+            raise _hist_error(where, f"bad histogram entry {str(k)[:40]!r}: {str(v)[:40]!r} (value must be an "
                                  "integer, count a number)") from None
         if not math.isfinite(val) or val < 0:
-            raise SpecmodelError(f"{where}: histogram count for {key} must be a finite number >= 0, got {str(v)[:40]}")
+            raise _hist_error(where, f"histogram count for {key} must be a finite number >= 0, got {str(v)[:40]}")
         if not 0 <= key <= MAX_STEPS + 1:
-            raise SpecmodelError(f"{where}: histogram value {key} outside 0..{MAX_STEPS + 1} (steps are at most {MAX_STEPS})")
+            raise _hist_error(where, f"histogram value {key} outside 0..{MAX_STEPS + 1} (steps are at most {MAX_STEPS})")
         out[key] = out.get(key, 0.0) + val
     if not out:
-        raise SpecmodelError(f"{where}: empty histogram")
+        raise _hist_error(where, "empty histogram")
     return out
 
 
@@ -322,14 +453,9 @@ def _number_row(kind: str, batch: int, tokens: int, total_s: float, ar_frac: flo
                    other_s=max(total_s - ar - comp, 0.0), context_tokens=context_tokens)
 
 
-def _with_origins(profile: Profile, origins: dict[str, str], **extra: Any) -> Profile:
+def _with_origins(profile: Profile, origins: dict[str, str], *, tp_known: bool | None = None) -> Profile:
     """``profile`` with ``source.cost_origin`` extended by ``origins`` (read by the prediction's provenance)."""
-    src = dict(profile.source)
-    merged = dict(src.get("cost_origin") or {})
-    merged.update(origins)
-    src["cost_origin"] = merged
-    src.update(extra)
-    return replace(profile, source=src)
+    return replace(profile, source=profile.source.with_origins(origins, tp_known=tp_known))
 
 
 def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: int | None,
@@ -345,9 +471,9 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     """
     if profile is None:
         if baseline_tps is None:
-            raise SpecmodelError("--baseline-tps: required when no --profile is given with plain numbers")
+            raise FieldError("baseline_tps", "required when no {profile} is given with plain numbers")
         if verify_ms is None:
-            raise SpecmodelError("--verify-ms: required when no --profile is given with plain numbers")
+            raise FieldError("verify_ms", "required when no {profile} is given with plain numbers")
     rows = list(profile.costs) if profile is not None else []
     like = profile
     origins: dict[str, str] = {}
@@ -356,9 +482,8 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
         nonlocal rows
         try:
             new = _number_row(kind, batch, tokens, total_s, frac, like, context_tokens)
-        except SpecmodelError as exc:  # (a forward-pass time out of range: name the flag that set it)
-            flag = {"decode": "--baseline-tps", "verify": "--verify-ms", "draft": "--draft-ms"}[kind]
-            raise SpecmodelError(f"{flag}: {exc}") from None
+        except SpecmodelError as exc:  # (a forward-pass time out of range: name the field that set it)
+            raise FieldError({"decode": "baseline_tps", "verify": "verify_ms", "draft": "draft_ms"}[kind], str(exc)) from None
         rows = [r for r in rows if r.kind != kind] + [new]
 
     # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
@@ -381,7 +506,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     elif baseline_tps is not None or verify_ms is not None:
         origins["allreduce"] = f"your costs split like {profile.name}'s rows (pass --allreduce-frac to set it)"
     if profile is None:
-        base = Profile(name="command-line", source={"kind": "numbers", "description": "plain numbers from the command line"},
+        base = Profile(name="command-line", source=Source.numbers(tp_known=tp is not None),
                        tp=tp or 1, costs=tuple(rows), spec=spec,
                        overhead_s=(overhead_ms or 0.0) / 1e3, path="(command line)")
         return _with_origins(base, origins, tp_known=tp is not None)
@@ -389,9 +514,7 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     if overhead_ms is not None:
         new = replace(new, overhead_s=overhead_ms / 1e3)
     if any(v is not None for v in (baseline_tps, verify_ms, draft_ms, overhead_ms)):
-        src = dict(new.source)
-        src["description"] = f"{profile.label}; with command-line overrides"
-        new = replace(new, source=src)
+        new = replace(new, source=new.source.with_description(f"{profile.label}; with command-line overrides"))
     return _with_origins(new, origins)
 
 
@@ -404,179 +527,195 @@ def apply_allreduce_fit(profile: Profile, fit_path: str, notes: list[str]) -> Pr
     try:
         rows, changed = recost_rows(profile.costs, profile.tp, fit)
     except SpecmodelError as exc:
-        raise SpecmodelError(f"--allreduce-fit {fit_path}: {exc}") from None
+        raise FieldError("allreduce_fit", f"{fit_path}: {exc}") from None
     if changed == 0:
-        raise SpecmodelError(f"--allreduce-fit {fit_path}: profile {profile.name} has no cost rows with all-reduce call "
-                             "counts and message sizes to re-cost")
+        raise FieldError("allreduce_fit", f"{fit_path}: profile {profile.name} has no cost rows with all-reduce call "
+                                          "counts and message sizes to re-cost")
     keep = tuple(p for p in profile.allreduce_points if p.tp != fit.tp)
     new = replace(profile.with_costs(rows), allreduce_fit=fit, allreduce_points=keep + points)
     before = min(profile.rows("decode"), key=lambda r: r.tokens)
     after = min(new.rows("decode"), key=lambda r: r.tokens)
-    notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, alpha "
-                 f"{fit.alpha_s * 1e6:.2f} us, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s ({fit.algorithm}, TP {fit.tp}); "
+    notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, "
+                 f"{alpha_beta(fit.alpha_s, fit.beta_bytes_per_s)} ({fit.algorithm}, TP {fit.tp}); "
                  f"decode at {before.tokens} tokens: all-reduce {before.allreduce_s * 1e3:.2f} ms in the profile -> "
                  f"{after.allreduce_s * 1e3:.2f} ms (waiting/skew kept: {after.skew_s * 1e3:.2f} ms)")
     return _with_origins(new, {"allreduce": f"nccl-tests fit {fit_path} at each row's message size "
                                             f"(+ waiting/skew as measured in {profile.name})"})
 
 
-def _missing_plain_pieces(kw: dict[str, Any], sweep: bool) -> None:
-    """Plain-number input never silently borrows another box's costs: name the flag to pass."""
+def _missing_plain_pieces(args: ScenarioArgs, sweep: bool) -> None:
+    """Plain-number input never silently borrows another box's costs: name the input to give."""
     missing = []
-    if not sweep and kw.get("baseline_tps") is None:
-        missing.append("--baseline-tps (baseline tok/s at --batch)")
-    if not sweep and kw.get("verify_ms") is None:
-        missing.append("--verify-ms (one verify forward)")
-    if kw.get("draft_ms") is None and not kw.get("calibrate"):
-        missing.append("--draft-ms (one draft step; or --calibrate with an observed point)")
+    if not sweep and args.baseline_tps is None:
+        missing.append("{baseline_tps} (baseline tok/s at {batch})")
+    if not sweep and args.verify_ms is None:
+        missing.append("{verify_ms} (one verify forward)")
+    if args.draft_ms is None and args.calibrate is None:
+        missing.append("{draft_ms} (one draft step; or {calibrate} with an observed point)")
     if missing:
-        given = "--baseline-sweep" if sweep else "plain numbers"
-        raise SpecmodelError(f"{given} without a profile: missing {', '.join(missing)}; pass them, or "
-                             "--profile P to take the missing costs from that profile explicitly")
+        given = "{baseline_sweep}" if sweep else "plain numbers"
+        raise FieldError(None, f"{given} without a profile: missing {', '.join(missing)}; pass them, or "
+                               "{profile} P to take the missing costs from that profile explicitly")
 
 
-def resolve_scenario(*, require_accept: bool = True, require_costs: bool = True, **kw: Any) -> Scenario:
-    """Flags → :class:`Scenario`. All validation errors are :class:`SpecmodelError`."""
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def find_profile(arg: str | Path) -> Path:
+    """``--profile``: a path (profile.json or its directory), or a NAME as the tool prints it,
+    looked up as ``./profiles/NAME`` then among the shipped references."""
+    p = Path(arg)
+    if p.exists() or not PROFILE_NAME.match(str(arg)):
+        return resolve_profile_path(p)
+    for cand in (PROFILES_DIR / str(arg), reference_profile_path().parent.parent / str(arg)):
+        if (cand / "profile.json").is_file():
+            return cand / "profile.json"
+    known = sorted({pj.parent.name for d in (PROFILES_DIR, reference_profile_path().parent.parent) if d.is_dir()
+                    for pj in d.glob("*/profile.json")})
+    raise FieldError("profile", f"{arg}: file not found, and no profile of that name under {PROFILES_DIR}/ or "
+                                f"the shipped references (known: {', '.join(known) or 'none'})")
+
+
+def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require_costs: bool = True) -> Scenario:
+    """:class:`ScenarioArgs` → :class:`Scenario` (``args`` is not changed: what the server's log
+    says about steps goes into a copy). All validation errors are :class:`SpecmodelError`."""
     notes: list[str] = []
-    for name in ("accept_len", "alpha", "baseline_tps", "verify_ms", "draft_ms", "overhead_ms", "allreduce_frac"):
-        v = kw.get(name)
-        if v is not None:
-            flag = "--" + name.replace("_", "-")
-            # bounded both ways: 1e308 ms or 1e-300 ms is a typo, and plots of it are NaN axes
-            if name == "baseline_tps":
-                require_finite(flag, v, minimum=1e-3, maximum=1e9)
-            elif name in ("verify_ms", "draft_ms"):
-                require_finite(flag, v, minimum=1e-3, maximum=1e6)
-            elif name == "overhead_ms":
-                require_finite(flag, v, minimum=0.0, maximum=1e6)
-            elif name == "allreduce_frac":
-                require_finite(flag, v, minimum=0.0, maximum=1.0)
-            elif name == "alpha":
-                require_finite(flag, v, minimum=0.0, maximum=1.0)
-            else:
-                require_finite(flag, v, minimum=0.0)
-    batch = int(kw["batch"]) if kw.get("batch") is not None else 1
-    if batch < 1:
-        raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
-    gen = int(kw["gen_tokens"]) if kw.get("gen_tokens") is not None else 256
-    if gen < 1:
-        raise SpecmodelError(f"--gen-tokens: must be >= 1, got {gen}")
-    tp = kw.get("tp")
-    if tp is not None and tp < 1:
-        raise SpecmodelError(f"--tp: must be >= 1, got {tp}")
-
-    plain = any(kw.get(k) is not None for k in ("baseline_tps", "verify_ms", "draft_ms", "overhead_ms"))
-    if kw.get("profile_path") and kw.get("baseline_sweep"):
-        # either one is the cost table; silently preferring one would misread the other
-        raise SpecmodelError("--baseline-sweep: give either --profile or --baseline-sweep, not both")
+    plain = args.plain_numbers
     profile: Profile | None
-    if kw.get("profile_path"):
-        path = resolve_profile_path(kw["profile_path"])
-        profile = load_profile(path)
+    if isinstance(args.profile, Profile):
+        profile = args.profile
         notes.append(f"profile {profile.name}: {profile.label}")
-    elif kw.get("baseline_sweep"):
+    elif args.profile is not None:
+        profile = load_profile(find_profile(args.profile))
+        notes.append(f"profile {profile.name}: {profile.label}")
+    elif args.baseline_sweep:
         from specmodel.trace.sweep import sweep_profile
 
-        profile = sweep_profile(kw["baseline_sweep"], tp or 1)  # the file's own errors first
+        profile = sweep_profile(args.baseline_sweep, args.tp or 1)  # the file's own errors first
         if require_costs:
-            _missing_plain_pieces(kw, sweep=True)
-        profile = _with_origins(profile, {"decode": f"your sweep {kw['baseline_sweep']}",
+            _missing_plain_pieces(args, sweep=True)
+        profile = _with_origins(profile, {"decode": f"your sweep {args.baseline_sweep}",
                                           "allreduce": "unknown: a throughput sweep has no all-reduce split"},
-                                tp_known=tp is not None)
+                                tp_known=args.tp is not None)
         notes.append(f"profile from {profile.label}")
     elif plain:
         if require_costs:
-            _missing_plain_pieces(kw, sweep=False)
+            _missing_plain_pieces(args, sweep=False)
         profile = None
         notes.append("profile from plain numbers on the command line")
     else:
         path, note = find_default_profile()
         profile = load_profile(path)
         notes.append(note)
-    if profile is not None and tp is not None and tp != profile.tp:
-        raise SpecmodelError(f"--tp: profile {profile.name} was measured at TP {profile.tp}; "
-                             "predicting another TP degree is a what-if (see `specmodel report`)")
-    if kw.get("accept_logs"):
-        _steps_from_logs(kw, profile, notes)
+    if profile is not None and args.tp is not None and args.tp != profile.tp:
+        raise FieldError("tp", f"profile {profile.name} was measured at TP {profile.tp}; "
+                               "predicting another TP degree is a what-if (see `specmodel report`)")
+    if args.accept_logs:
+        args = _steps_from_logs(args, profile, notes)
     base_spec = profile.spec if profile is not None else SpecConfig()
-    spec = resolve_spec(base_spec, kw.get("steps"), kw.get("topk"), kw.get("num_draft_tokens"))
-    context = parse_tokens(kw["context"], "--context") if kw.get("context") is not None else None
+    spec = resolve_spec(base_spec, args.steps, args.topk, args.num_draft_tokens)
+    context = args.context if isinstance(args.context, int) else None
     if plain:
-        profile = apply_numbers(profile, batch=batch, spec=spec, tp=tp, baseline_tps=kw.get("baseline_tps"),
-                                verify_ms=kw.get("verify_ms"), draft_ms=kw.get("draft_ms"),
-                                overhead_ms=kw.get("overhead_ms"), allreduce_frac=kw.get("allreduce_frac"),
-                                context_tokens=context or 0)
+        profile = apply_numbers(profile, batch=args.batch, spec=spec, tp=args.tp, baseline_tps=args.baseline_tps,
+                                verify_ms=args.verify_ms, draft_ms=args.draft_ms, overhead_ms=args.overhead_ms,
+                                allreduce_frac=args.allreduce_frac, context_tokens=context or 0)
     assert profile is not None
-    if kw.get("allreduce_fit"):
-        profile = apply_allreduce_fit(profile, kw["allreduce_fit"], notes)
+    if args.allreduce_fit:
+        profile = apply_allreduce_fit(profile, args.allreduce_fit, notes)
     if profile.spec != spec:
         profile = replace(profile, spec=spec)
 
-    dist, per_pos = resolve_accept(spec=spec, require=require_accept, notes=notes, **kw)
-    obs = parse_observation(kw["calibrate"]) if kw.get("calibrate") else None
-    return Scenario(profile=profile, dist=dist, spec=spec, batch=batch, generation_tokens=gen, observation=obs,
-                    notes=tuple(notes), per_position=per_pos, context_tokens=context)
+    warnings: list[str] = []
+    dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings)
+    obs = args.calibrate if isinstance(args.calibrate, Observation) else None
+    return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
+                    observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
+                    warnings=tuple(warnings))
 
 
-def _steps_from_logs(kw: dict[str, Any], profile: Profile | None, notes: list[str]) -> None:
-    """--steps/--topk/--num-draft-tokens from the server's logged configuration (a flag that
-    contradicts the log is an error showing both); says where they came from."""
+def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
+    """``args`` with steps/topk/num_draft_tokens from the server's logged configuration (a value
+    that contradicts the log is an error showing both); says where they came from."""
     from specmodel.trace.logs import check_flag_against_log, config_of_logs
 
-    cfg = config_of_logs(list(kw["accept_logs"]))
+    cfg = config_of_logs(list(args.accept_logs))
     if cfg is None:
-        return
-    for flag, key in (("--steps", "steps"), ("--topk", "topk"), ("--num-draft-tokens", "num_draft_tokens")):
-        kw[key] = check_flag_against_log(flag, kw.get(key), getattr(cfg, key), cfg)
+        return args
+    got: dict[str, int | None] = {}
+    for key in ("steps", "topk", "num_draft_tokens"):
+        try:  # its message names what it is given: a {field} reference, spelled by whoever prints it
+            got[key] = check_flag_against_log("{" + key + "}", getattr(args, key), getattr(cfg, key), cfg)
+        except SpecmodelError as exc:
+            raise FieldError(None, str(exc)) from None
     notes.append(f"server configuration from the log: {cfg.describe()}")
     if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
                      "its acceptance is used with this profile's costs")
+    return replace(args, steps=got["steps"], topk=got["topk"], num_draft_tokens=got["num_draft_tokens"])
 
 
-def resolve_accept(*, spec: SpecConfig, require: bool = True, notes: list[str] | None = None,
-                   **kw: Any) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+#: fractions summing within this share of 1 (or of 100 %) are rounding, not a wrong histogram
+FRACTION_SUM_TOLERANCE = 0.02
+
+
+def fractions_warning(hist: Mapping[int, float]) -> str | None:
+    """A histogram given as fractions that do not sum to 1 (nor to 100 %) is renormalised: say so,
+    with the sum (a bucket left out, or a typo, would otherwise shift the mean without a word)."""
+    vals = [float(v) for v in hist.values()]
+    total = math.fsum(vals)
+    if acc.histogram_has_counts(vals) or total <= 0:
+        return None
+    if abs(total - 1.0) <= FRACTION_SUM_TOLERANCE or abs(total / 100.0 - 1.0) <= FRACTION_SUM_TOLERANCE:
+        return None
+    return (f"accept histogram: the fractions sum to {total:.4g}, not 1: renormalised (each divided by {total:.4g}); "
+            "check for a missing or mistyped bucket, or give counts")
+
+
+def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True,
+                   notes: list[str] | None = None,
+                   warnings: list[str] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``)."""
-    conv = kw.get("accept_convention") or "tokens"
-    given = [n for n in ("accept_len", "accept_hist", "per_position", "alpha", "accept_logs") if kw.get(n)
-             not in (None, (), [])]
-    if len(given) > 1:
-        flags = ", ".join("--" + g.replace("_", "-").replace("accept-logs", "accept-log") for g in given)
-        raise SpecmodelError(f"give one accept-length source, got {flags}")
+    given = args.accept_sources()
     k = spec.max_accept_tokens
     if not given:
         if require:
-            raise SpecmodelError("an accept-length source is required: --accept-len, --accept-hist, --per-position, "
-                                 "--alpha or --accept-log")
+            raise FieldError(None, "an accept-length source is required: {accept_len}, {accept_hist}, "
+                                   "{per_position}, {alpha} or {accept_logs}")
         return acc.from_mean(1.0, k, source="none"), None
     src = given[0]
-    if src == "accept_len":
-        return accept_dist(kw["accept_len"], max_tokens=k, convention=conv,
-                           shape=kw.get("accept_shape") or "geometric"), None
-    if src == "accept_hist":
-        return accept_dist(parse_histogram(kw["accept_hist"]), max_tokens=k, convention=conv), None
-    if src == "per_position":
-        rates = _parse_float_list(kw["per_position"], "--per-position")
+    if args.accept_dist is not None:
+        return args.accept_dist, None
+    if args.accept_len is not None:
+        return accept_dist(args.accept_len, max_tokens=k, convention=args.convention, shape=args.shape), None
+    if args.accept_hist is not None:
+        hist = parse_histogram(args.accept_hist) if isinstance(args.accept_hist, str) else args.accept_hist
+        if warnings is not None and (w := fractions_warning(hist)) is not None:
+            warnings.append(w)
+        return accept_dist(hist, max_tokens=k, convention=args.convention), None
+    if isinstance(args.per_position, tuple):
+        rates = list(args.per_position)
         if len(rates) > spec.steps:
-            raise SpecmodelError(f"--per-position: {len(rates)} rates but steps is {spec.steps}; pass --steps {len(rates)}")
+            raise FieldError("per_position", f"{len(rates)} rates but steps is {spec.steps}; pass {{steps}} {len(rates)}")
         if len(rates) < spec.steps:
-            if kw.get("steps") is None:
+            if args.steps is None:
                 # a draft position with no rate would be paid for and never accepted: ask
-                raise SpecmodelError(
-                    f"--per-position: {len(rates)} rates but steps is {spec.steps} (the profile's); pass --steps "
-                    f"{len(rates)} to match, or --steps {spec.steps} explicitly to extend with the last conditional rate")
+                raise FieldError("per_position",
+                                 f"{len(rates)} rates but steps is {spec.steps} (the profile's); pass {{steps}} "
+                                 f"{len(rates)} to match, or {{steps}} {spec.steps} explicitly to extend with the last "
+                                 "conditional rate")
             dist = acc.resize(acc.from_per_position(rates), k)
             if notes is not None:
                 notes.append(f"--per-position: {len(rates)} rates extended to --steps {spec.steps} with the last "
                              "conditional acceptance rate (an assumption)")
             return dist, tuple(dist.per_position_rates())
         return acc.from_per_position(rates, max_tokens=k), tuple(rates)
-    if src == "alpha":
-        return acc.from_chain(kw["alpha"], spec.steps, source=f"chain alpha {kw['alpha']:g}"), None
+    if args.alpha is not None:
+        return acc.from_chain(args.alpha, spec.steps, source=f"chain alpha {args.alpha:g}"), None
+    assert src == "accept_logs"
     # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
     from specmodel.trace.logs import summarize
 
-    s = summarize(list(kw["accept_logs"]), k)
+    s = summarize(list(args.accept_logs), k)
     if notes is not None:
         notes.extend(s.notes)
     return s.dist, s.rates

@@ -8,15 +8,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH
+from specmodel.errors import FieldError, SpecmodelError
+from specmodel.limits import MAX_BATCH, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.logs import DecodeWindow, EngineConfig
-
-_SLACK = 0.0051  # logged means carry 2 decimals
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,9 +58,9 @@ def _predict(profile: Profile, w: DecodeWindow, spec: SpecConfig | None, obs: Ob
                        context_tokens=ctx)
     k = spec.max_accept_tokens
     a = float(w.accept_len or 1.0)
-    if a > k + _SLACK:
-        raise SpecmodelError(f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for --steps {spec.steps}; "
-                             "pass the --steps the server ran with (--speculative-num-steps)")
+    if a > k + ROUND_SLACK:
+        raise FieldError(None, f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for {{steps}} {spec.steps}; "
+                               "pass the {steps} the server ran with (--speculative-num-steps)")
     dist = from_mean(min(max(a, 1.0), float(k)), k, source=w.where)
     return predict(profile, dist, batch=w.batch, spec=spec, observation=obs, context_tokens=ctx)
 

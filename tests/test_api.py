@@ -10,7 +10,7 @@ import re
 import pytest
 
 import specmodel
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from tests.conftest import DATA, REPO, run_cli, run_python
 
 
@@ -74,15 +74,22 @@ def test_accept_conventions_and_sources_agree():
     assert from_dist.accept_samples == dist.samples > 0
 
 
-def test_api_errors_are_specmodel_errors():
-    with pytest.raises(SpecmodelError, match="accept"):
-        specmodel.predict(accept="three")  # type: ignore[arg-type]
-    with pytest.raises(SpecmodelError, match="batch"):
-        specmodel.predict(accept=2.0, batch=0)
-    with pytest.raises(SpecmodelError, match="--accept-len"):
-        specmodel.predict(accept=9.0)  # steps 3 allows at most 4 tokens/step
-    with pytest.raises(SpecmodelError, match="context"):
-        specmodel.predict(accept=2.0, context="lots")
+def test_api_errors_are_specmodel_errors_naming_the_argument_not_a_flag():
+    # issue 17 item 5: below commands/ an error names the field; from Python that is the argument
+    cases = [(dict(accept="three"), "accept: expected a mean accept length"),
+             (dict(accept=2.0, batch=0), "batch: must be in 1..65536, got 0"),
+             (dict(accept=9.0, steps=3), "accept: 9 (tokens convention) outside [1, 4] for steps = 3"),
+             (dict(accept=0.5), "accept: 0.5 (tokens convention) outside [1, 4] for steps = 3 (at most steps + 1 = 4 "
+                                "tokens per verify step); if that figure counts accepted drafts only, pass convention drafts"),
+             (dict(accept=2.0, context="lots"), "context: expected a token count"),
+             (dict(accept=2.0, steps=0), "steps: must be in 1..64, got 0"),
+             (dict(accept=2.0, generation_tokens=0), "generation_tokens: must be in 1..100000000, got 0"),
+             (dict(accept=2.0, calibrate="1,2"), "calibrate: expected BATCH,ACCEPT_LEN,TOKENS_PER_S or")]
+    for kw, start in cases:
+        with pytest.raises(FieldError) as info:
+            specmodel.predict(**kw)  # type: ignore[arg-type]
+        assert str(info.value).startswith(start), (kw, str(info.value))
+        assert "--" not in str(info.value), str(info.value)
     with pytest.raises(SpecmodelError):
         specmodel.load_profile(REPO / "no-such-profile")
 

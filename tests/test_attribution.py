@@ -27,6 +27,7 @@ def tp2(tmp_path_factory):
     return json.loads((out / "p" / "profile.json").read_text()), json.loads(ing.stdout)
 
 
+@pytest.mark.slow  # starts TP ranks (a profile run)
 @pytest.mark.torch
 def test_ingest_of_a_profiles_traces_reproduces_its_allreduce_and_message_bytes(tp2) -> None:
     prof, ing = tp2

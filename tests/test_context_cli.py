@@ -219,3 +219,15 @@ def test_plan_rejects_a_bad_grid(tmp_path: Path) -> None:
         r = run_cli("plan", "--accept-len", "3", *args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.strip().startswith("specmodel: error:") and needle in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_excel_csv_utf8_sweep_with_bom_and_crlf_reads_like_the_plain_file(tmp_path: Path) -> None:
+    # issue 18 item 22: Excel's "CSV UTF-8" starts with a byte-order mark and ends lines with CRLF
+    plain = tmp_path / "plain.csv"
+    plain.write_text(GOOD.replace("# baseline sweep, tok/s totals\n", ""))
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(b"\xef\xbb\xbf" + plain.read_text().replace("\n", "\r\n").encode())
+    args = ("--accept-len", "3", "--batch", "4", "--context", "32K", "--draft-ms", "1")
+    a = _predict("--baseline-sweep", str(plain), *args, cwd=tmp_path)
+    b = _predict("--baseline-sweep", str(excel), *args, cwd=tmp_path)
+    assert b["baseline_tokens_per_s"] == pytest.approx(240) and b["tokens_per_s"] == a["tokens_per_s"]

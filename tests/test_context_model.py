@@ -3,8 +3,6 @@ the qualified verdict, 4-field calibration, the serve plan."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -58,21 +56,26 @@ def test_measured_points_are_returned_exactly() -> None:
             assert fc.total_s == pytest.approx(_verify_s(b, L)) and not fc.extrapolated
 
 
-def test_interpolation_in_context_is_linear_in_log1p() -> None:
-    # between 4096 and 32768, at the geometric middle of (1 + L): w = 0.5 in x = ln(1 + L)
-    L = math.expm1(0.5 * (context_axis(4096) + context_axis(32768)))
+def test_interpolation_in_context_is_linear_in_L() -> None:
+    # KV reads grow linearly with L: halfway between 4096 and 32768 in L is halfway in cost
+    L = 0.5 * (4096 + 32768)
     fc = forward_cost(PROF, "decode", 4, L)
-    want = 0.5 * (_decode_s(4, 4096) + _decode_s(4, 32768))
-    assert fc.total_s == pytest.approx(want, rel=1e-12)
+    assert context_axis(L) == L
+    assert fc.total_s == pytest.approx(0.5 * (_decode_s(4, 4096) + _decode_s(4, 32768)), rel=1e-12)
     assert not fc.extrapolated
-    # a linear-in-L interpolation would give a different value: the axis choice matters
-    w_lin = (L - 4096) / (32768 - 4096)
-    assert abs(fc.total_s - (_decode_s(4, 4096) + w_lin * (_decode_s(4, 32768) - _decode_s(4, 4096)))) > 1e-5
+
+
+def test_a_short_context_is_near_the_short_measurement_not_the_long_one() -> None:
+    # issue 18 item 3: contexts 0 and 32K measured; in ln(1 + L) the step at 1K was 67 % of the way to 32K
+    rows = [_row("decode", 1, 1, 0, 0.010), _row("decode", 1, 1, 32768, 0.020)]
+    p = Profile(name="two", source={}, tp=1, costs=tuple(rows))
+    frac = (forward_cost(p, "decode", 1, 1024).total_s - 0.010) / (0.020 - 0.010)
+    assert frac == pytest.approx(1024 / 32768, rel=1e-9)
 
 
 def test_interpolation_in_both_axes_at_once() -> None:
-    b, L = 8, math.expm1(0.25 * context_axis(4096) + 0.75 * context_axis(32768))
-    # tokens: linear between the measured 4 and 16; context: 3/4 of the way from 4096 to 32768 in ln(1 + L)
+    b, L = 8, 0.25 * 4096 + 0.75 * 32768
+    # tokens: linear between the measured 4 and 16; context: 3/4 of the way from 4096 to 32768 in L
     wb, wl = (8 - 4) / (16 - 4), 0.75
     lo = _decode_s(4, 4096) + wb * (_decode_s(16, 4096) - _decode_s(4, 4096))
     hi = _decode_s(4, 32768) + wb * (_decode_s(16, 32768) - _decode_s(4, 32768))
@@ -105,7 +108,7 @@ def test_extrapolation_is_flagged_per_axis_never_silent() -> None:
     assert axes["batch"].label == "batch 64 > measured 16"
     v = forward_cost(PROF, "verify", 2, 0)  # 2 verify tokens < the 4 measured
     assert [e.label for e in v.extrapolations] == ["verify tokens 2 < measured 4"]
-    # beyond the last context: linear in ln(1 + L) along the last segment, never below it
+    # beyond the last context: linear in L along the last segment, never below it
     assert big.total_s > forward_cost(PROF, "decode", 64, 32768).total_s
 
 

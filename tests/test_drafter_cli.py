@@ -68,3 +68,29 @@ def test_bad_input_exit_2_one_line(tmp_path: Path) -> None:
     missing = run_cli("check-drafter", "--drafter", str(tmp_path / "nope"), "--target", str(t))
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"specmodel: error: {tmp_path / 'nope'}: drafter directory not found"
+
+
+def test_config_json_instead_of_its_directory_hints_the_directory(tmp_path: Path) -> None:
+    # issue 18 item 25: `--target …/config.json` is refused with the directory to pass instead
+    d, t = write_drafter(tmp_path / "d"), write_target(tmp_path / "t")
+    r = run_cli("check-drafter", "--drafter", str(d), "--target", str(t / "config.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"pass the directory holding it: --target {t}" in r.stderr
+    r = run_cli("check-drafter", "--drafter", str(d / "config.json"), "--target", str(t))
+    assert r.returncode == 2 and f"--drafter {d}" in r.stderr, r.stderr
+    # the hint is right: the command it suggests works
+    assert run_cli("check-drafter", "--drafter", str(d), "--target", str(t)).returncode == 0
+
+
+def test_swapped_drafter_and_target_hint_the_swap(tmp_path: Path) -> None:
+    d, t = write_drafter(tmp_path / "d"), write_target(tmp_path / "t")
+    r = run_cli("check-drafter", "--drafter", str(t), "--target", str(d))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "no *.safetensors files" in r.stderr
+    assert "--drafter and --target look swapped" in r.stderr and f"try --drafter {d} --target {t}" in r.stderr
+    # a drafter directory that simply lacks weights is not called a swap
+    empty = tmp_path / "e"
+    empty.mkdir()
+    (empty / "config.json").write_text((d / "config.json").read_text())
+    r = run_cli("check-drafter", "--drafter", str(empty), "--target", str(t))
+    assert r.returncode == 2 and "look swapped" not in r.stderr and "EAGLE-3 checkpoint directory" in r.stderr, r.stderr

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.torch  # the check runs the profiler
 SCRIPT = REPO / "scripts" / "gpu-check"
 
 
+@pytest.mark.slow  # starts ranks (the CPU dry run of scripts/gpu-check)
 def test_cpu_dry_run_writes_a_passing_results_file(tmp_path):
     out = tmp_path / "results.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--cpu-dry-run", "--out", str(out)], capture_output=True,

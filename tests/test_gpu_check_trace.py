@@ -21,6 +21,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
     return r, json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.mark.slow  # starts ranks (the CPU dry run of scripts/gpu-check)
 @pytest.mark.torch
 def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
     r, doc = _run(tmp_path, "--cpu-dry-run")

@@ -60,15 +60,76 @@ def test_check_drafter_json_carries_its_schema(tmp_path: Path) -> None:
     _check(json.loads(r.stdout), formats.DRAFTER_CHECK)
 
 
-def test_every_format_is_declared_once_and_checked_on_read() -> None:
+def test_every_format_is_declared_once() -> None:
     names = [f.name for f in formats.ALL]
     assert len(names) == len(set(names))
     assert all(v in formats.ALL for v in vars(formats).values() if isinstance(v, formats.Format))
-    from specmodel.errors import SpecmodelError
 
-    with pytest.raises(SpecmodelError, match=r"stdout: schema: expected 'specmodel.plan', got 'specmodel.report'"):
-        formats.PLAN.check(formats.REPORT.header(), "stdout")
-    with pytest.raises(SpecmodelError, match=r"f.json: schema_version: this specmodel reads 1, 2, file has 3"):
-        formats.PROFILE.check({"schema": "specmodel.profile", "schema_version": 3}, "f.json")
-    with pytest.raises(SpecmodelError, match="expected a JSON object"):
-        formats.ACCEPT.check([1, 2], "a.json")
+
+def _one_line_error(r, *needles: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specmodel: error: ") and "Traceback" not in r.stderr, r.stderr
+    for n in needles:
+        assert n in lines[0], r.stderr
+
+
+def _bad_headers(fmt: formats.Format) -> list[tuple[dict, str]]:
+    """(header change, what the reader must say) for a wrong schema, an unread version, a bool version."""
+    reads = f"schema_version: this specmodel reads {', '.join(map(str, fmt.readable_versions))}, file has"
+    return [({"schema": formats.REPORT.name}, f"schema: expected {fmt.name!r}, got 'specmodel.report'"),
+            ({"schema_version": 99}, f"{reads} 99"),
+            ({"schema_version": True}, f"{reads} True")]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_profile_reader_checks_the_header(case: int, tmp_path: Path) -> None:
+    change, needle = _bad_headers(formats.PROFILE)[case]
+    doc = json.loads((REFERENCE / "profile.json").read_text())
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "profile.json").write_text(json.dumps({**doc, **change}))
+    r = run_cli("predict", "--profile", str(tmp_path / "p"), "--accept-len", "2", cwd=tmp_path)
+    _one_line_error(r, f"{tmp_path / 'p' / 'profile.json'}: {needle}")
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_accept_reader_checks_the_header(case: int, tmp_path: Path) -> None:
+    change, needle = _bad_headers(formats.ACCEPT)[case]
+    saved = tmp_path / "a.json"
+    assert run_cli("accept", str(SG055), "-o", str(saved), cwd=tmp_path).returncode == 0
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), **change}))
+    for args in (["accept", str(saved)], ["predict", "--profile", str(REFERENCE), "--accept-log", str(saved)]):
+        _one_line_error(run_cli(*args, cwd=tmp_path), f"{saved}: {needle}")
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_sglang_forward_reader_checks_the_header(case: int, tmp_path: Path) -> None:
+    change, needle = _bad_headers(formats.SGLANG_FORWARD)[case]
+    d = tmp_path / "logs"
+    d.mkdir()
+    good = {**formats.SGLANG_FORWARD.header(), "type": "forward", "phase": "decode", "batch": 1, "tokens": 1,
+            "forwards": 1, "runner": "target", "gpu_s": 0.01}
+    (d / "rank0.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, **change}) + "\n")
+    r = run_cli("sglang", "--summarize", str(d), "-o", str(tmp_path / "p"), cwd=tmp_path)
+    _one_line_error(r, f"{d / 'rank0.jsonl'}: line 2: {needle}")
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_allreduce_fit_reader_checks_the_header(case: int, tmp_path: Path) -> None:
+    from specmodel.errors import SpecmodelError
+    from specmodel.trace.nccl_tests import load_fit_document
+
+    change, needle = _bad_headers(formats.ALLREDUCE_FIT)[case]
+    fit = tmp_path / "fit.json"
+    assert run_cli("nccl-tests", str(PCIE8), "-o", str(fit), cwd=tmp_path).returncode == 0
+    assert load_fit_document(fit)[0].tp == 8  # what the writer wrote, the reader reads
+    fit.write_text(json.dumps({**json.loads(fit.read_text()), **change}))
+    with pytest.raises(SpecmodelError) as exc:
+        load_fit_document(fit)
+    assert str(exc.value).startswith(f"{fit}: {needle}") and "\n" not in str(exc.value)
+
+
+def test_a_profile_given_where_an_accept_log_goes_names_both_formats(tmp_path: Path) -> None:
+    r = run_cli("predict", "--profile", str(REFERENCE), "--accept-log", str(REFERENCE / "profile.json"), cwd=tmp_path)
+    _one_line_error(r, "schema: expected 'specmodel.accept', got 'specmodel.profile'")

@@ -93,7 +93,7 @@ def test_profile_rows_add_up_and_match(gpu_result) -> None:
     assert (dec.allreduce_s, dec.compute_s, dec.other_s, dec.skew_s) == pytest.approx(
         (33 * US, 62 * US, 5 * US, 3 * US), abs=TOL)
     assert {r.kind for r in prof.costs} == {"decode", "verify", "draft", "draft_extend"}
-    assert [p["exposed_s"] for p in prof.source["phases"]] == pytest.approx([33 * US, 60 * US, 5 * US, 10 * US], abs=TOL)
+    assert [p["exposed_s"] for p in prof.source.details["phases"]] == pytest.approx([33 * US, 60 * US, 5 * US, 10 * US], abs=TOL)
 
 
 def test_num_draft_tokens_sets_verify_tokens() -> None:

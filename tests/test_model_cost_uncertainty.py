@@ -77,3 +77,21 @@ def test_median_interval_from_order_statistics():
     assert median_ci95(xs) == (6, 15)
     assert median_ci95_rel([10.0] * 8) == 0.0
     assert median_ci95_rel([9, 10, 10, 10, 10, 11]) == pytest.approx(0.1)
+
+
+def test_the_band_says_it_includes_the_cost_interval():
+    # issue 18 item 19: the band is widened by the costs' interval, so its label must not read
+    # as one generation's variability alone
+    from specmodel.report.content import _assumptions
+
+    prof = load_profile(REFERENCE)
+    dist = from_mean(2.6, prof.spec.max_accept_tokens)
+    plain = predict(prof, dist)
+    assert plain.band_label == "over 256 tokens"
+    noisy = predict(dataclasses.replace(prof, costs=tuple(dataclasses.replace(r, ci95_rel=0.10) for r in prof.costs)),
+                    dist)
+    assert noisy.band_label == f"over 256 tokens, cost interval ±{noisy.cycle_cost_ci95_rel:.1%}"
+    line = next(a for a in _assumptions(noisy, dist, prof, None) if a.startswith("band and P"))
+    assert f"plus the measured costs' 95 % interval (cycle ±{noisy.cycle_cost_ci95_rel:.1%})" in line
+    line = next(a for a in _assumptions(plain, dist, prof, None) if a.startswith("band and P"))
+    assert line.endswith("costs taken as exact (no interval measured)")

@@ -47,9 +47,9 @@ def test_fit_into_a_profile_copy(cli, tmp_path, reference_profile):
         assert (new.compute_s, new.other_s, new.n_allreduce) == (old.compute_s, old.other_s, old.n_allreduce)
         want = old.n_allreduce * allreduce_s(old.allreduce_msg_bytes, 8, prof.allreduce_fit) + old.skew_s
         assert new.allreduce_s == pytest.approx(want, rel=1e-9)
-    assert prof.source["kind"] == "derived" and prof.name == "box"
+    assert prof.source.kind == "derived" and prof.name == "box"
     assert [p.msg_bytes for p in prof.allreduce_points][:2] == [1024, 2048]
-    assert "nccl-tests" in prof.source["allreduce_from"]
+    assert "nccl-tests" in prof.source.allreduce_from
 
 
 def test_per_iteration_output_infers_tp(cli):

@@ -31,6 +31,7 @@ def _figure_pdf(path: Path, texts: list[tuple[float, float, str]]) -> Path:
     return path
 
 
+@pytest.mark.slow  # renders PDFs
 def test_the_checker_sees_overlap_and_text_off_the_page(tmp_path: Path) -> None:
     clean = _figure_pdf(tmp_path / "clean.pdf", [(0.1, 0.8, "warnings block"), (0.1, 0.7, "provenance: profile x")])
     assert layout_problems(clean) == []
@@ -73,6 +74,7 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _render(c, tmp / "crowded.pdf")
 
 
+@pytest.mark.slow  # renders a PDF
 def test_crowded_report_has_no_overlap_and_counts_what_it_left_out(crowded: Path) -> None:
     assert layout_problems(crowded) == []
     pages = [p.extract_text() for p in pypdf.PdfReader(str(crowded)).pages]
@@ -84,6 +86,7 @@ def test_crowded_report_has_no_overlap_and_counts_what_it_left_out(crowded: Path
     assert re.search(r"\.\.\. \d+ more findings \(all 30 in the JSON report\)", pages[-1])
 
 
+@pytest.mark.slow  # renders a PDF
 def test_measured_report_with_drafter_page_is_printable(tmp_path: Path) -> None:
     from specmodel.schema.profile import save_profile
 
@@ -116,6 +119,7 @@ def _demo_commands(tp: int, name: str) -> list[list[str]]:
     return cmds
 
 
+@pytest.mark.slow  # starts TP ranks and renders a PDF
 def test_make_demo_pdf_is_printable(tmp_path: Path) -> None:
     """`make demo`'s three commands as written in the Makefile (at TP 2 to keep CI short; `make demo` runs TP 8)."""
     import subprocess
@@ -127,3 +131,13 @@ def test_make_demo_pdf_is_printable(tmp_path: Path) -> None:
         assert r.returncode == 0, (c, r.stderr[-2000:])
     pdf = tmp_path / "reports" / "demo.pdf"
     assert layout_problems(pdf) == []
+    # issue 18 item 24: the README's `plan` examples, on the profile `make demo` wrote, recommend
+    # something in every cell (before: a grid of only "unmeasured" rows)
+    readme = (REPO / "README.md").read_text()
+    plans = [ln.split("#")[0].split() for ln in readme.splitlines() if ln.startswith("specmodel plan ")]
+    assert len(plans) >= 2
+    for argv in plans:
+        r = subprocess.run(specmodel_exe() + argv[1:], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        rows = [ln for ln in r.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", ln)]
+        assert rows and all(" measured " in ln and "unmeasured" not in ln for ln in rows), r.stdout

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from .conftest import REFERENCE, run_cli
+from .conftest import DATA, REFERENCE, run_cli
 
 
 def _json(*args, cwd=None):
@@ -40,6 +40,16 @@ def test_published_figures_via_json(tmp_path):
 
 
 def test_every_accept_source(tmp_path):
+    # every accept-length source the command line has (ScenarioArgs.ACCEPT_SOURCES less the API-only one)
+    from specmodel.commands.flags import flag_of
+    from specmodel.scenario import ACCEPT_SOURCES
+
+    checked = {"--accept-len", "--accept-hist", "--per-position", "--alpha", "--accept-log"}
+    assert checked == {flag_of(f) for f in ACCEPT_SOURCES if f != "accept_dist"}
+    m = _json("--accept-len", "2.5", cwd=tmp_path)
+    assert m["accept_mean_tokens"] == pytest.approx(2.5) and m["accept_samples"] == 0
+    log = _json("--accept-log", str(DATA / "logs_vllm_new" / "server.log"), cwd=tmp_path)
+    assert log["accept_mean_tokens"] == pytest.approx(2.769, abs=1e-3) and log["accept_samples"] == 6830
     h = _json("--accept-hist", "1:10,2:20,3:30,4:40", cwd=tmp_path)
     assert h["accept_mean_tokens"] == pytest.approx(3.0)
     assert h["accept_samples"] == 100

@@ -159,3 +159,45 @@ def test_profiler_scale_maps_profiled_collective_time_onto_bare_totals():
     assert A.profiler_scale([8.0, 8.0, 9.0], [10.0, 10.0, 12.0]) == pytest.approx(0.8)
     assert A.profiler_scale([], [1.0]) == 1.0
     assert A.profiler_scale([1.0], [0.0]) == 1.0
+
+
+def _ingest_skews(per_rank: list[list[tuple[str, float]]], *, seq: bool) -> list[float]:
+    """The same collectives through ingest's skew (trace/ingest.skews), keyed as a trace keys them."""
+    from specmodel.trace.attribution import PassRecord
+    from specmodel.trace.ingest import skews as ingest_skews
+    from specmodel.trace.kineto import RankTrace, TraceMeta
+
+    traces = []
+    for w, calls in enumerate(per_rank):
+        keys = tuple(("seq", i) if seq else ("ord", i, name) for i, (name, _) in enumerate(calls))
+        rec = PassRecord(label=LBL, occurrence=0, kind="decode", batch=1, tokens=1, span_s=1.0, busy_s=1.0,
+                         comm_s=1.0, exposed_s=1.0, n_collectives=len(calls), n_allreduce=len(calls),
+                         coll_keys=keys, coll_durs_s=tuple(d for _, d in calls))
+        meta = TraceMeta(path=f"r{w}", rank=w, rank_source="file name", world_size=len(per_rank), backend="gloo",
+                         base_time_ns=None, profile_id=None, nccl_version="", device_name="", device_count=0)
+        traces.append(RankTrace(meta=meta, mode="cpu", attribution="cpu span", n_events=0, n_kernels=0,
+                                passes=(rec,)))
+    sk = ingest_skews(traces)
+    return [sk[(w, LBL, 0)] for w in range(len(per_rank))]
+
+
+@pytest.mark.parametrize("per_rank", [
+    [[("all_reduce", 4.0), ("all_reduce", 1.0)], [("all_reduce", 1.0), ("all_reduce", 6.0)]],  # lined up
+    [[("all_reduce", 3.0), ("all_reduce", 5.0)], [("all_reduce", 1.0)]],  # one rank issued an extra one
+    [[("all_reduce", 2.0), ("all_gather", 1.0)], [("all_gather", 3.0), ("all_reduce", 1.0)]],  # order differs
+])
+def test_profiler_and_ingest_match_collectives_the_same_way(per_rank):
+    # issue 17 item 6: the profiler matched by position, ingest by key (partial sums over mismatched
+    # sequences); on a trace without Seq numbers both now give the profiler's numbers
+    calls = [[[A.Call(n, d) for n, d in rank]] for rank in per_rank]
+    prof, _ = A.skews(calls)
+    assert _ingest_skews(per_rank, seq=False) == [r[0] for r in prof]
+    if len(per_rank[0]) != len(per_rank[1]):
+        assert prof == [[0.0], [0.0]]
+
+
+def test_numbered_collectives_still_match_by_number_when_one_is_missing():
+    from specmodel.trace.attribution import collective_skew
+
+    sk, matched = collective_skew({0: ((("seq", 1), 4.0), (("seq", 2), 1.0)), 1: ((("seq", 2), 3.0),)})
+    assert not matched and sk == {0: 0.0, 1: 2.0}

@@ -174,3 +174,37 @@ def test_collectives_per_forward_match_the_architecture(preset, tp):
     dl2, _ = drafter(ids[:, :1], h[:, -1:])  # a draft step
     assert dl2.shape == (2, 1, du.draft_vocab_size)
     assert [c for c, _ in comm.calls].count("all_reduce") == 3
+
+
+def test_run_result_is_typed_and_round_trips_result_json(tmp_path):
+    # issue 17 item 6: the worker's result, read by the launcher, commands/profile and output, is
+    # a RunResult (result.json through to_dict/from_dict), not a free dict
+    import json
+
+    from specmodel.profile.output import build_profile, costs_csv, ranks_csv
+    from specmodel.profile.result import AllReduceResult, RankRow, RowResult, RunResult
+
+    s, src = C.load_shape(None, "kimi-k2.5")
+    d = C.drafter_for(s)
+    su, du, sc = C.scale(s, d, 2, layers=2, hidden=256, reason="t")
+    plan = RunPlan(name="x", tp=2, backend="gloo", device="cpu", dtype="float32", target=su, drafter=du, scaling=sc,
+                   model_source=src, context_len=64, contexts=(64,))
+    row = RowResult(kind="decode", batch=1, tokens=1, label="specmodel.decode[bs=1,toks=1]", context_tokens=64,
+                    total_s=0.01, allreduce_s=0.004, compute_s=0.006, skew_s=0.001, spread_s=0.0002, samples=5,
+                    n_allreduce=5, n_allgather=1, calls_matched=False, passes=7, ci95_rel=0.01,
+                    per_rank=(RankRow(rank=0, total_s=0.01, allreduce_s=0.004, skew_s=0.001, transfer_s=0.003),
+                              RankRow(rank=1, total_s=0.01, allreduce_s=0.005, skew_s=0.0, transfer_s=0.005)))
+    res = RunResult(plan=plan, rows=(row,), allreduce_points=(AllReduceResult(msg_bytes=4, latency_s=1e-5, spread_s=0.0),
+                                                              AllReduceResult(msg_bytes=4096, latency_s=3e-5,
+                                                                              spread_s=1e-6)),
+                    hardware={"hostname": "h"}, finished_utc="2026-12-01T00:00:00+00:00")
+    back = RunResult.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res
+    prof = build_profile(back)
+    r = prof.costs[0]
+    assert (r.kind, r.context_tokens, r.allreduce_msg_bytes, r.ci95_rel) == ("decode", 64, 256 * 4, 0.01)
+    assert prof.allreduce_fit is not None and prof.source.created_utc == res.finished_utc
+    assert any("different collective sequences" in n for n in prof.notes)  # calls_matched False is read
+    assert ranks_csv(back).splitlines()[2].startswith("decode,1,1,64,1,")
+    assert costs_csv(back).splitlines()[1].startswith("decode,1,1,64,0.01,")
+    assert "per_rank" not in row.to_dict(per_rank=False)

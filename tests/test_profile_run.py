@@ -45,7 +45,7 @@ def test_profile_json_carries_its_schema(runs):
 def test_profile_is_valid_and_complete(runs, tp):
     prof = load_profile(runs[tp])
     assert prof.tp == tp and prof.backend == "gloo" and prof.source_kind == "measured"
-    assert prof.source["tool"].startswith("specmodel profile ")
+    assert prof.source.tool.startswith("specmodel profile ")
     assert {r.kind for r in prof.costs} == set(KINDS)  # every phase present
     layers = prof.model["num_hidden_layers"]
     assert layers == 2 and prof.model["scaling"]["scaled"]

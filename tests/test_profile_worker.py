@@ -142,6 +142,7 @@ def test_kernel_busy_time_is_the_union_inside_the_window():
     assert kernel_busy_s(ev, 0, 100) == pytest.approx((15 + 10 + 5) * 1e-6)
 
 
+@pytest.mark.slow  # starts TP ranks
 def test_torchrun_ranks_that_sized_the_model_differently_run_rank_0s_plan(tmp_path):
     """Defect 7: under torchrun every process builds its own plan (on a GPU from the free memory
     it sees); here rank 1 is told another layer count. Both must run rank 0's plan (else their

@@ -7,6 +7,7 @@ the same order, character for character (trailing spaces aside).
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -71,3 +72,32 @@ def test_the_matcher_fails_on_a_changed_figure() -> None:
     assert _in_order(["...", "predicted    66.7 tok/s"], actual) is None
     assert _in_order(["predicted    60.0 tok/s"], actual) == "predicted    60.0 tok/s"
     assert _in_order(["predicted    66.7 tok/s", "cycle        30.00 ms"], actual) == "cycle        30.00 ms"
+
+
+def test_the_readme_says_how_to_reach_the_command_after_make_demo() -> None:
+    # issue 18 item 20: `make demo` installs into .venv; a bare `specmodel` is "command not found"
+    text = (REPO / "README.md").read_text()
+    first_use = text.index("$ specmodel ")
+    say = text.index("source .venv/bin/activate")
+    assert say < first_use and ".venv/bin/specmodel" in text[:first_use]
+
+
+def _options(command: str) -> set[str]:
+    r = run_cli(command, "--help")
+    assert r.returncode == 0, r.stderr
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", r.stdout))
+
+
+#: bare flags a page gives for another tool it describes (checked by hand: the tool has them)
+OTHER_TOOLS_FLAGS = {"docs/ingest.md": ("--rounds",)}  # benchmarks/bench_ingest_vs_hta.py
+
+
+@pytest.mark.parametrize("page,command", [("docs/ingest.md", "ingest"), ("docs/profile.md", "profile"),
+                                          ("docs/sglang.md", "sglang"), ("docs/drafter.md", "check-drafter")])
+def test_a_command_page_names_only_flags_its_command_has(page: str, command: str) -> None:
+    # issue 18 item 24: docs/ingest.md told users to pass `ingest --contexts N`, which does not exist.
+    # A bare `--flag` in backticks on a command's page is that command's flag.
+    text = (REPO / page).read_text()
+    bare = {f.split("=")[0] for m in re.findall(r"`(--[a-z][a-z0-9-]*[^`]*)`", text) for f in m.split()[0].split("/")}
+    unknown = sorted(bare - _options(command) - {"--help"} - set(OTHER_TOOLS_FLAGS.get(page, ())))
+    assert not unknown, f"{page} names {unknown}, not options of `specmodel {command}`"

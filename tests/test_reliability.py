@@ -151,6 +151,7 @@ def test_commit_set_moves_every_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.a", "x.b"]
 
 
+@pytest.mark.slow  # renders a PDF
 def test_report_removes_a_dead_writers_tmp_and_writes_the_set(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -161,6 +162,7 @@ def test_report_removes_a_dead_writers_tmp_and_writes_the_set(tmp_path: Path) ->
     assert sorted(p.name for p in out.iterdir()) == ["r.json", "r.md", "r.pdf"]
 
 
+@pytest.mark.slow  # renders a PDF
 def test_report_killed_mid_write_leaves_no_temp_after_the_next_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "specmodel.cli", "report", "--accept-len", "2", "-o",
@@ -207,6 +209,40 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
     while time.monotonic() < deadline and any(_alive(x) for x in pids):
         time.sleep(0.05)
     assert not any(_alive(x) for x in pids), "pool workers outlived their SIGKILLed parent"
+
+
+def test_a_rank_dies_with_its_parent_even_without_the_death_signal(tmp_path: Path) -> None:
+    # a profiler rank's handling (procs.die_with_parent, watch=True), with PDEATHSIG cleared so only
+    # the watcher thread can end it: the backstop off Linux, and one home for both callers
+    code = textwrap.dedent("""
+        import ctypes, os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import ctypes, os, time\\n"
+            "from specmodel.procs import die_with_parent\\n"
+            "die_with_parent(os.getppid(), watch=True, exit_code=4)\\n"
+            "ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\\n"
+            "time.sleep(120)\\n")])
+        print(child.pid, flush=True)
+        time.sleep(300)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert p.stdout is not None
+    pid = int(p.stdout.readline())
+    time.sleep(1.0)  # the child has started its watcher
+    assert _alive(pid)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid), "a rank outlived its SIGKILLed parent"
+
+
+def test_a_process_whose_parent_is_already_gone_exits_at_once() -> None:
+    r = subprocess.run([sys.executable, "-c", "from specmodel.procs import die_with_parent\n"
+                        "die_with_parent(-1, exit_code=4)\nprint('still here')"], capture_output=True, text=True,
+                       cwd=REPO, timeout=60)
+    assert r.returncode == 4 and "still here" not in r.stdout
 
 
 def test_a_stopped_rank_is_named_by_number(tmp_path: Path) -> None:

@@ -110,3 +110,58 @@ def test_source_kind_is_checked_on_load_and_when_scanning(tmp_path, ref_dict):
     ok = dict(ref_dict, source={"kind": "ingested"})
     (tmp_path / "ok.json").write_text(json.dumps(ok))
     assert read_source_kind(tmp_path / "ok.json") == "ingested"
+
+
+# ---- provenance: a typed, frozen Source (issue 17 item 3)
+
+def test_source_is_typed_frozen_and_round_trips_the_file_unchanged(tmp_path):
+    import dataclasses
+
+    from specmodel.schema.profile import Source
+
+    raw = json.loads((REFERENCE / "profile.json").read_text())
+    p = load_profile(REFERENCE)
+    assert isinstance(p.source, Source) and p.source.kind == "reference" and p.source.tp_known
+    assert profile_to_dict(p)["source"] == raw["source"]  # the on-disk object is unchanged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.source.kind = "measured"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        p.source.details["x"] = 1  # type: ignore[index]
+    # keys a front end records for people are kept, typed keys are typed
+    src = Source.from_dict({"kind": "ingested", "files": ["a", "b"], "mode": "gpu", "phases": [{"kind": "decode"}],
+                            "cost_origin": {"decode": "your flag"}, "tp_known": False})
+    assert src.files == ("a", "b") and src.details["mode"] == "gpu" and src.origins == {"decode": "your flag"}
+    assert not src.tp_known and Source.from_dict(src.to_dict()) == src
+
+
+@pytest.mark.parametrize(("source", "needle"), [
+    ({"kind": 3}, "source: kind: expected a string"),
+    ({"kind": "measurd"}, "source: kind: unknown 'measurd'"),
+    ({"description": ["x"]}, "source: description: expected a string"),
+    ({"files": "a.json"}, "source: files: expected a list of strings"),
+    ({"cost_origin": {"verify": 3}}, "source: cost_origin: expected an object of cost -> string"),
+    ({"cost_origin": {"verfy": "flag"}}, "source: cost_origin: unknown cost 'verfy'"),
+    ({"tp_known": "no"}, "source: tp_known: expected true or false"),
+])
+def test_a_bad_source_field_is_one_error_naming_the_file_and_field(ref_dict, source, needle):
+    with pytest.raises(SpecmodelError) as exc:
+        profile_from_dict(dict(ref_dict, source=source), "f.json")
+    assert str(exc.value).startswith("f.json: ") and needle in str(exc.value)
+
+
+def test_one_constructor_per_origin_sets_the_kind_and_side_fields():
+    from specmodel.schema.profile import Source
+
+    ref = Source.reference(description="d", tool="t")
+    assert [s.kind for s in (
+        Source.measured(tool="t", description="d", created_utc="c", method="m"),
+        Source.hook_summary(engine="sglang", engine_version="0.5.5", files=("r0",), description="d", clock="x"),
+        Source.ingested(description="d", files=()), Source.sweep(path="s.csv", description="d"), ref,
+        Source.numbers(tp_known=False),
+        Source.derived(base=ref, description="d2", derived_from=("a",), allreduce_from="nccl-tests f"),
+    )] == ["measured", "ingested", "ingested", "sweep", "reference", "numbers", "derived"]
+    with_flags = ref.with_origins({"verify": "your flag --verify-ms 27"}).with_origins({"draft": "x"}, tp_known=False)
+    assert with_flags.origins == {"verify": "your flag --verify-ms 27", "draft": "x"} and not with_flags.tp_known
+    assert ref.origins == {} and ref.tp_known  # the original is untouched
+    hook = Source.hook_summary(engine="sglang", engine_version="0.5.5", files=(), description="d", clock="cuda_event")
+    assert hook.versions() == {"engine_version": "0.5.5"} and hook.details["clock"] == "cuda_event"

@@ -24,6 +24,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
     return res, out
 
 
+@pytest.mark.slow  # starts the stand-in server
 def test_launcher_patches_spawned_workers_and_passes_exit_status(launched: tuple[object, Path]) -> None:
     res, out = launched
     assert res.returncode == 3, res.stderr  # the server's own status
@@ -40,6 +41,7 @@ def test_launcher_patches_spawned_workers_and_passes_exit_status(launched: tuple
     assert "38 forwards in 2 rank file(s)" in res.stderr
 
 
+@pytest.mark.slow  # starts the stand-in server
 def test_summarize_writes_profile(launched: tuple[object, Path], tmp_path: Path) -> None:
     _, out = launched
     res = run_cli("sglang", "--summarize", str(out), "-o", str(tmp_path / "profiles" / "standin"))
@@ -53,6 +55,7 @@ def test_summarize_writes_profile(launched: tuple[object, Path], tmp_path: Path)
     assert "note: Timed with perf_counter" in res.stdout
 
 
+@pytest.mark.slow  # starts the stand-in server
 def test_refuses_to_mix_runs(launched: tuple[object, Path]) -> None:
     _, out = launched
     res = run_cli("sglang", "--out", str(out), "--", sys.executable, "-c", "print('never')")

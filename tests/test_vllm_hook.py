@@ -192,7 +192,7 @@ def test_summarize_builds_rows_with_the_allreduce_split_and_host_time(standin: A
     assert dec.n_allreduce == 3 and dec.allreduce_s >= 3 * AR_S
     assert dec.other_s >= HOST_S  # the host work is in the row, not lost
     assert drf.total_s >= (AR_S + DRAFT_COMPUTE_S) / 3 and drf.n_allreduce == 0  # 1 all-reduce over k = 3 forwards
-    assert prof.tp == 2 and prof.source["engine"] == "vllm" and prof.overhead_s == 0
+    assert prof.tp == 2 and prof.source.engine == "vllm" and prof.overhead_s == 0
     assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
 
 

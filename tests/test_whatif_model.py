@@ -146,5 +146,5 @@ def test_batch_sweep_finds_where_speculation_stops_paying(ref: Profile) -> None:
 def test_powers_of_two() -> None:
     assert powers_of_two(1) == (1,)
     assert powers_of_two(48) == (1, 2, 4, 8, 16, 32, 48)
-    with pytest.raises(SpecmodelError, match="--max-batch"):
+    with pytest.raises(SpecmodelError, match="^max_batch: must be >= 1"):
         powers_of_two(0)

@@ -11,10 +11,18 @@ from typing import Any
 import click
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json
+from specmodel.io import PREVIOUS, atomic_write_json, refuse_shipped
 from specmodel.limits import MAX_TP
 from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
-from specmodel.schema.profile import AllReducePoint, load_profile, resolve_profile_path, save_profile
+from specmodel.schema.profile import (
+    AllReducePoint,
+    Source,
+    check_profile_destination,
+    load_profile,
+    read_source_kind,
+    resolve_profile_path,
+    save_profile,
+)
 from specmodel.trace.nccl_tests import (
     NcclRun,
     allreduce_points,
@@ -22,6 +30,7 @@ from specmodel.trace.nccl_tests import (
     fit_document,
     parse_nccl_tests,
 )
+from specmodel.units import alpha_beta, us
 
 
 def _merge(runs: list[NcclRun], tp: int) -> tuple[AllReducePoint, ...]:
@@ -60,6 +69,15 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         raise SpecmodelError("give at least one all_reduce_perf output file")
     if tp is not None and tp < 2:
         raise SpecmodelError(f"--tp: an all-reduce needs >= 2 ranks, got {tp}")
+    if profile_path is not None:
+        if output is None:
+            raise SpecmodelError("-o: required with --profile (the input profile is never modified in place)")
+        check_profile_destination(output, "-o")  # before any work: shipped, reference, foreign -> refused
+    elif output is not None:
+        refuse_shipped(output, "-o")
+        if Path(output).is_file() and read_source_kind(output) is not None:
+            raise SpecmodelError(f"-o: {output}: holds a specmodel profile; a fit alone never replaces one "
+                                 "(pass --profile to write a profile with the fit)")
     runs = [parse_nccl_tests(f) for f in files]
     for r in runs:
         if not r.is_allreduce:
@@ -89,30 +107,32 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
     written: Path | None = None
     profile_note = ""
     if profile_path is not None:
+        assert output is not None
         prof = load_profile(profile_path)
-        if output is None:
-            raise SpecmodelError("-o: required with --profile (the input profile is never modified in place)")
         keep = tuple(p for p in prof.allreduce_points if p.tp != tp)
         files_txt = ", ".join(r.path for r in runs)
-        src = dict(prof.source)
-        src["allreduce_from"] = f"nccl-tests {files_txt}"
+        src = prof.source.with_allreduce_from(f"nccl-tests {files_txt}")
         rows = prof.costs
         if prof.tp == tp:
             # the measured fit re-costs every all-reduce of the profile, so predictions change with it
             rows, changed = recost_rows(prof.costs, tp, fit)
             profile_note = f"re-costed the all-reduce of {changed} of {len(rows)} cost rows with the fit (skew kept)"
-            src["derived_from"] = [f"profile {prof.name} ({prof.source_kind})", f"nccl-tests {files_txt}"]
-            src["description"] = (f"derived from profile {prof.name} ({prof.label}) and nccl-tests {files_txt} "
-                                  "(all-reduce re-costed with the measured fit)")
-            src["kind"] = "derived"
+            src = Source.derived(base=src, derived_from=(f"profile {prof.name} ({prof.source_kind})",
+                                                         f"nccl-tests {files_txt}"),
+                                 description=(f"derived from profile {prof.name} ({prof.label}) and nccl-tests "
+                                              f"{files_txt} (all-reduce re-costed with the measured fit)"),
+                                 allreduce_from=src.allreduce_from)
         else:
             profile_note = f"profile {prof.name} is TP {prof.tp}; the fit is at TP {tp} (used for TP what-ifs only)"
         out_name = Path(output).parent.name if Path(output).suffix == ".json" else Path(output).name
         new = dataclasses.replace(prof, allreduce_points=keep + points, allreduce_fit=fit, source=src, costs=rows,
                                   name=out_name or f"{prof.name}+nccl-tests")
-        written = save_profile(new, output)
-        if written.resolve() == resolve_profile_path(profile_path).resolve():
-            profile_note = (profile_note + "; " if profile_note else "") + "updated the profile in place (as asked by -o)"
+        in_place = check_profile_destination(output, "-o").resolve() == resolve_profile_path(profile_path).resolve()
+        written = save_profile(new, output, flag="-o")
+        if in_place:
+            kept = written.with_suffix(f".{PREVIOUS}.json") if written.name != "profile.json" else written.parent / PREVIOUS
+            profile_note = ((profile_note + "; " if profile_note else "")
+                            + f"updated the profile in place (as asked by -o); the old one is kept in {kept}")
     elif output is not None:
         written = atomic_write_json(output, fit_document(fit, points, runs))
 
@@ -129,11 +149,11 @@ def nccl_tests_cmd(files: tuple[str, ...], tp: int | None, profile_path: str | N
         lines.append(f"file         {r.path}: {r.program or 'all_reduce_perf (pre-2.13 format)'}{ver}, {r.n_ranks or tp} ranks, "
                      f"{len(r.rows)} rows, check column {r.check_column or 'none'}"
                      + (", per-iteration timing" if r.per_iteration else ""))
-    lines.append(f"fit          {algorithm}: alpha {fit.alpha_s * 1e6:.3f} us per step, beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s "
-                 f"per link at TP {tp}; median |error| {statistics.median(abs(e) for e in errs):.1%}")
+    lines.append(f"fit          {algorithm}: {alpha_beta(fit.alpha_s, fit.beta_bytes_per_s, 3)} (per step, per link) "
+                 f"at TP {tp}; median |error| {statistics.median(abs(e) for e in errs):.1%}")
     lines.append("             size (B)   measured (us)   fitted (us)   error")
     for p, e in zip(points, errs, strict=True):
-        lines.append(f"       {p.msg_bytes:>14}  {p.latency_s * 1e6:>14.2f}  {allreduce_s(p.msg_bytes, tp, fit) * 1e6:>12.2f}  {e:>+6.1%}")
+        lines.append(f"       {p.msg_bytes:>14}  {us(p.latency_s, unit=False):>14}  {us(allreduce_s(p.msg_bytes, tp, fit), unit=False):>12}  {e:>+6.1%}")
     if profile_note:
         lines.append(f"note: {profile_note}")
     if written is not None:

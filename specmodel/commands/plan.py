@@ -18,7 +18,7 @@ from specmodel.schema.formats import PLAN
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out = [f"note: {n}" for n in sc.notes]
-    tp = "TP unknown" if sc.profile.source.get("tp_known") is False else f"TP{sc.profile.tp}"  # never a default TP1
+    tp = "TP unknown" if not sc.profile.source.tp_known else f"TP{sc.profile.tp}"  # never a default TP1
     out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), {tp}; "
                f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
                f"{sc.spec.steps}, topk {sc.spec.topk}")
@@ -107,8 +107,8 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
             return
     elif export_path is not None:
         raise SpecmodelError("--export: needs --engine vllm|sglang (the engine the schedule is for)")
-    plan = serve_plan_for(scenario, parse_token_list(batches, "--batches", MAX_BATCH) if batches else None,
-                      parse_token_list(contexts, "--contexts") if contexts else None)
+    plan = serve_plan_for(scenario, parse_token_list(batches, "batches", MAX_BATCH) if batches else None,
+                      parse_token_list(contexts, "contexts") if contexts else None)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))
     else:

@@ -73,7 +73,7 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
                     serve_tp: int | None) -> dict[str, Any]:
     """The ``specmodel.schedule`` document for ``engine`` (see the module docstring)."""
     prof = sc.profile
-    tp_known = prof.source.get("tp_known") is not False
+    tp_known = prof.source.tp_known
     model_name = prof.model.get("name") or prof.model.get("path")
     sch.check_target(profile_name=prof.name, profile_model=str(model_name) if model_name else None,
                      profile_tp=prof.tp, profile_tp_known=tp_known, serve_model=serve_model, serve_tp=serve_tp)

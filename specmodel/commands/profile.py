@@ -7,22 +7,25 @@ is imported only when a run starts, never by ``specmodel predict``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from specmodel.errors import Interrupted
 from specmodel.limits import (
     MAX_BATCH,
     MAX_CYCLES,
     MAX_DRAFT_TOKENS,
     MAX_HIDDEN,
     MAX_LAYERS,
+    MAX_PROFILE_CONTEXT_TOKENS,
     MAX_REPEATS,
     MAX_STEPS,
     MAX_TOPK,
@@ -30,13 +33,13 @@ from specmodel.limits import (
     MAX_WARMUP,
 )
 from specmodel.profile import configs as cfgs
-from specmodel.profile.plan import (
-    MAX_CONTEXT_TOKENS,  # the profiler's own bound (1M), tighter than specmodel.limits'
-    RunPlan,
-    build_plan,
-    is_torchrun,
-)
+from specmodel.profile.plan import CPU_DEFAULTS, GPU_DEFAULTS, RunPlan, build_plan, default_help, is_torchrun
 from specmodel.schema.formats import PROFILE_RUN
+
+if TYPE_CHECKING:
+    from specmodel.profile.result import RunResult
+
+_MODELS = "the model's"
 
 
 class _Progress:
@@ -87,17 +90,16 @@ def _run_local(plan: RunPlan, quiet: bool) -> Any:
         raise click.exceptions.Exit(1) from None
     except KeyboardInterrupt:
         prog.close()
-        click.echo(f"specmodel: interrupted: stopped all {plan.tp} ranks; nothing written", err=True)
-        raise
+        raise Interrupted(f"stopped all {plan.tp} ranks; nothing written") from None
     finally:
         prog.close()
 
 
-def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace_dir: Path | None,
+def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir: Path | None,
             wall_s: float, as_json: bool) -> None:
     from specmodel.profile.output import build_profile, compare_loop, format_comparison, format_summary, write_output
 
-    loop: dict[str, Any] | None = result.get("spec_loop")
+    loop = result.spec_loop
     if given is not None:  # compare with an existing profile; write nothing
         assert loop is not None
         against = compare_loop(given, loop)
@@ -114,11 +116,10 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
     profile = write_output(result, dest, trace_dir, overhead_s=overhead, extra=extra)
     if as_json:
         out = {**PROFILE_RUN.header(), "profile": str(dest), "wall_s": wall_s, "tp": profile.tp, "backend": profile.backend,
-               "rows": result["rows"], "allreduce_points": result.get("allreduce_points"),
+               "rows": [r.to_dict(per_rank=False) for r in result.rows],
+               "allreduce_points": [dataclasses.asdict(a) for a in result.allreduce_points],
                "allreduce_fit": profile.allreduce_fit.to_dict() if profile.allreduce_fit else None,
                "scaling": plan.scaling}
-        for r in out["rows"]:
-            r.pop("per_rank", None)
         if comp is not None:
             out["comparison"] = comp
         click.echo(json.dumps(out, indent=2))
@@ -138,39 +139,41 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: dict[str, Any], trace
               help="Hugging Face config.json (or its directory): DeepSeek-V3 / Kimi-K2(.5) / Llama / Qwen families.")
 @click.option("--preset", default=None, help=f"Named model ({', '.join(sorted(cfgs.PRESETS))}); default {cfgs.DEFAULT_PRESET}.")
 @click.option("--draft-config", type=click.Path(), default=None, help="The EAGLE-3 drafter's config.json (default: derived).")
-@click.option("--layers", type=click.IntRange(max=MAX_LAYERS), default=None, help="Target layers to build (CPU default 4; GPU: as many as fit).")
-@click.option("--hidden", type=click.IntRange(max=MAX_HIDDEN), default=None, help="Hidden size to build (CPU default 512; GPU: the model's).")
+@click.option("--layers", type=click.IntRange(max=MAX_LAYERS), default=None, help=f"Target layers to build ({default_help('layers', none='as many as fit')}).")
+@click.option("--hidden", type=click.IntRange(max=MAX_HIDDEN), default=None, help=f"Hidden size to build ({default_help('hidden', none=_MODELS)}).")
 @click.option("--full-size", is_flag=True, help="Build the model at its real size (no scaling).")
-@click.option("--batches", default=None, help="Batch sizes to sweep (default 1,2,4,8 on CPU; 1..64 on GPU).")
+@click.option("--batches", default=None, help=f"Batch sizes to sweep ({default_help('batches')}).")
 @click.option("--verify-tokens", default=None, help="Tokens per request for verify forwards at the smallest batch (default 2,4,8 + --num-draft-tokens; other batches: --num-draft-tokens).")
 @click.option("--phases", default=None, help="Forward kinds to measure (default decode,verify,draft,draft_extend).")
-@click.option("--steps", type=click.IntRange(max=MAX_STEPS), default=None, help="Draft depth (--speculative-num-steps); default 3.")
-@click.option("--topk", type=click.IntRange(max=MAX_TOPK), default=None, help="Draft branching (--speculative-eagle-topk); default 1.")
+@click.option("--steps", type=click.IntRange(max=MAX_STEPS), default=None, help=f"Draft depth (--speculative-num-steps); {default_help('steps')}.")
+@click.option("--topk", type=click.IntRange(max=MAX_TOPK), default=None, help=f"Draft branching (--speculative-eagle-topk); {default_help('topk')}.")
 @click.option("--num-draft-tokens", type=click.IntRange(max=MAX_DRAFT_TOKENS), default=None, help="Tokens verified per request; default steps+1.")
-@click.option("--context-len", type=click.IntRange(max=MAX_CONTEXT_TOKENS), default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
+@click.option("--context-len", type=click.IntRange(max=MAX_PROFILE_CONTEXT_TOKENS), default=None, help="One KV-cache length per request, tokens (same as --contexts N).")
 @click.option("--contexts", default=None,
               help="KV lengths per request to sweep, e.g. 0,4K,32K,128K (K = 1024); every phase at each "
-                   "(default 256,4K on CPU; 1K,8K,32K on GPU).")
+                   f"({default_help('contexts')}).")
 @click.option("--eager", is_flag=True, help="GPU: time eager forwards (default: CUDA-graph replays, as SGLang runs).")
 @click.option("--ci-target", default=None,
-              help="Time each point until its 95% interval is within this % of its median (default 2).")
+              help="Time each point until its 95% interval is within this % of its median "
+                   f"({default_help('ci_target_rel', fmt=lambda v: f'{v * 100:g}')}).")
 @click.option("--time-budget", type=float, default=None,
-              help="Seconds for the interleaved timing passes (default 40 CPU, 120 GPU); stops before the target if spent.")
-@click.option("--min-passes", type=click.IntRange(max=MAX_REPEATS), default=None, help="Timing passes before the interval is judged (default 6).")
+              help=f"Seconds for the interleaved timing passes ({default_help('time_budget_s')}); stops before the "
+                   "target if spent.")
+@click.option("--min-passes", type=click.IntRange(max=MAX_REPEATS), default=None, help=f"Timing passes before the interval is judged ({default_help('min_passes')}).")
 @click.option("--burst", type=click.IntRange(max=MAX_REPEATS), default=None,
-              help="Forwards run back to back per timed sample, as a serving loop runs them (default 1).")
-@click.option("--warmup", type=click.IntRange(max=MAX_WARMUP), default=None, help="Unmeasured forwards per point (default 2 CPU, 5 GPU).")
-@click.option("--repeats", type=click.IntRange(max=MAX_REPEATS), default=None, help="Profiled forwards per point, for the all-reduce share and the trace (default 4 CPU, 10 GPU).")
+              help=f"Forwards run back to back per timed sample, as a serving loop runs them ({default_help('burst')}).")
+@click.option("--warmup", type=click.IntRange(max=MAX_WARMUP), default=None, help=f"Unmeasured forwards per point ({default_help('warmup')}).")
+@click.option("--repeats", type=click.IntRange(max=MAX_REPEATS), default=None, help=f"Profiled forwards per point, for the all-reduce share and the trace ({default_help('repeats')}).")
 @click.option("--allreduce-sizes", default=None, help="Pure all-reduce sweep sizes, e.g. 4,1K,64K,4M, or 'none'.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
-              show_default=True, help="auto: float32 on CPU, bfloat16 on GPU.")
+              show_default=True, help=f"auto: {CPU_DEFAULTS.dtype} on CPU, {GPU_DEFAULTS.dtype} on GPU.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=float, default=300.0, show_default=True,
               help="Stop when no rank makes progress for this many seconds (crash or hang); name the rank.")
 @click.option("--spec-loop", is_flag=True, help="Also run a real speculative loop and compare its tok/s with the prediction.")
-@click.option("--accept-len", type=float, default=None, help="Spec loop: mean tokens per verify step drawn (default 3.0).")
-@click.option("--batch", type=click.IntRange(max=MAX_BATCH), default=None, help="Spec loop: concurrent requests (default 1).")
-@click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help="Spec loop: measured cycles (default 120 CPU, 200 GPU), in 10 rounds alternating with the baseline.")
+@click.option("--accept-len", type=float, default=None, help=f"Spec loop: mean tokens per verify step drawn ({default_help('loop_accept_len', fmt=lambda v: f'{v:.1f}')}, at most steps + 1).")
+@click.option("--batch", type=click.IntRange(max=MAX_BATCH), default=None, help=f"Spec loop: concurrent requests ({default_help('loop_batch')}).")
+@click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help=f"Spec loop: measured cycles ({default_help('cycles')}), in 10 rounds alternating with the baseline.")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Spec loop: compare with this existing profile instead of measuring a new one.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
@@ -202,7 +205,7 @@ def _torchrun(plan: RunPlan, dest: Path, given: Any, as_json: bool) -> None:
 
     t0 = time.monotonic()
 
-    def write(result: dict[str, Any], trace_dir: Path) -> None:
+    def write(result: RunResult, trace_dir: Path) -> None:
         _finish(plan, dest, given, result, trace_dir, time.monotonic() - t0, as_json)
 
     code = run_rank(plan, run_dir=None, board_path=None, write_result=write)

@@ -146,7 +146,7 @@ def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int |
     path = save_profile(profile, output)
     kinds = sorted({r.kind for r in profile.costs})
     click.echo(f"wrote {path}: {len(profile.costs)} cost rows ({', '.join(kinds)}), tp {profile.tp}, "
-               f"SGLang {profile.source.get('engine_version')}")
+               f"SGLang {profile.source.engine_version}")
     for note in profile.notes:
         click.echo(f"note: {note}")
 

@@ -9,7 +9,7 @@ import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
-from specmodel.scenario import resolve_scenario
+from specmodel.scenario import ScenarioArgs, resolve_scenario
 from specmodel.schema.formats import VALIDATION
 from specmodel.trace.logs import check_flag_against_log, logged_config, parse_log
 from specmodel.validation import check_log_matches_profile, summary, validate_windows
@@ -39,8 +39,8 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
         steps = check_flag_against_log("--steps", steps, cfg.steps, cfg)
         topk = check_flag_against_log("--topk", topk, cfg.topk, cfg)
         num_draft_tokens = check_flag_against_log("--num-draft-tokens", num_draft_tokens, cfg.num_draft_tokens, cfg)
-    sc = resolve_scenario(require_accept=False, profile_path=profile_path, steps=steps, topk=topk,
-                          num_draft_tokens=num_draft_tokens)
+    sc = resolve_scenario(ScenarioArgs(profile=profile_path, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens),
+                          require_accept=False)
     if cfg is not None:
         check_log_matches_profile(cfg, sc.profile)
     for f in files:

@@ -607,6 +607,23 @@ def check_coverage(vm: VocabMap, dims: Dims, ids: np.ndarray, counts: np.ndarray
     return Finding(name="vocab.coverage", status=status, message=msg, values=values), cov
 
 
+def _looks_like_drafter(cfg: HFConfig) -> bool:
+    """An EAGLE drafter's config (a target's never has these): draft_vocab_size, or an Eagle architecture."""
+    archs = cfg.get("architectures")
+    names = archs if isinstance(archs, list) else []
+    return cfg.get("draft_vocab_size") is not None or any(isinstance(a, str) and "eagle" in a.lower() for a in names)
+
+
+def _swap_hint(drafter_dir: str | Path, target_dir: str | Path, tcfg: HFConfig) -> str:
+    """What to do when the drafter directory holds no weights: most often the two flags are swapped."""
+    if not any(Path(drafter_dir).glob("*.safetensors*")) and (
+            _looks_like_drafter(tcfg) or any(Path(target_dir).glob("*.safetensors"))):
+        why = "an EAGLE drafter's config.json" if _looks_like_drafter(tcfg) else "the *.safetensors"
+        return (f"; --drafter and --target look swapped ({target_dir} holds {why}): "
+                f"try --drafter {target_dir} --target {drafter_dir}")
+    return " (--drafter is the EAGLE-3 checkpoint directory with its weights; --target needs only config.json)"
+
+
 def check_drafter(*, drafter_dir: str | Path, target_dir: str | Path,
                   reference_dir: str | Path | None = None, token_freq: str | Path | None = None) -> DrafterReport:
     """Run every check; bad input (missing files, unreadable headers, a d2t/t2d of the wrong
@@ -614,7 +631,10 @@ def check_drafter(*, drafter_dir: str | Path, target_dir: str | Path,
     dcfg = load_config(drafter_dir, "drafter")
     tcfg = load_config(target_dir, "target")
     dims = read_dims(dcfg, tcfg)
-    tensors = read_checkpoint_headers(drafter_dir)
+    try:
+        tensors = read_checkpoint_headers(drafter_dir)
+    except SpecmodelError as exc:
+        raise SpecmodelError(f"{exc}{_swap_hint(drafter_dir, target_dir, tcfg)}") from None
     vm = load_vocab_map(tensors, dims, "drafter")
 
     findings: list[Finding] = [

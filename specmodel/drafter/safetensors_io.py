@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_SAFETENSORS_HEADER_BYTES
 
 #: bits per element of each safetensors dtype (safetensors 0.8 ``Dtype``; F4/F6 are packed),
 #: used only to word the error for a file the library refuses.
@@ -37,8 +38,6 @@ INT_DTYPES = frozenset({"U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"})
 FLOAT_DTYPES = frozenset({"F4", "F6_E2M3", "F6_E3M2", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ",
                           "F8_E5M2FNUZ", "F16", "BF16", "F32", "F64"})
 
-#: A header larger than this is not a real header (the spec caps it at 100 MB).
-MAX_HEADER_BYTES = 100_000_000
 INDEX_NAME = "model.safetensors.index.json"
 
 
@@ -88,7 +87,7 @@ def _diagnose(p: Path) -> None:
             if len(head) < 8:
                 raise SpecmodelError(f"{p}: unreadable safetensors header (file is {size} bytes, shorter than the 8-byte length)")
             (n,) = struct.unpack("<Q", head)
-            if n == 0 or n > MAX_HEADER_BYTES or n > size - 8:
+            if n == 0 or n > MAX_SAFETENSORS_HEADER_BYTES or n > size - 8:
                 raise SpecmodelError(f"{p}: unreadable safetensors header (declared length {n} bytes, file is {size} bytes)")
             raw = fh.read(n)
     except OSError as exc:

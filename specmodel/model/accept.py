@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 
 CONVENTIONS = ("tokens", "drafts")
 
@@ -21,14 +21,14 @@ CONVENTIONS = ("tokens", "drafts")
 def to_tokens(value: float, convention: str) -> float:
     """tokens/step = drafts/step + 1 (the bonus token); identity for ``tokens``."""
     if convention not in CONVENTIONS:
-        raise SpecmodelError(f"--accept-convention: unknown {convention!r} (expected tokens or drafts)")
+        raise FieldError("convention", f"unknown {convention!r} (expected tokens or drafts)")
     return value + 1.0 if convention == "drafts" else value
 
 
 def from_tokens(value: float, convention: str) -> float:
     """Inverse of :func:`to_tokens`."""
     if convention not in CONVENTIONS:
-        raise SpecmodelError(f"--accept-convention: unknown {convention!r} (expected tokens or drafts)")
+        raise FieldError("convention", f"unknown {convention!r} (expected tokens or drafts)")
     return value - 1.0 if convention == "drafts" else value
 
 
@@ -95,7 +95,7 @@ class AcceptDist:
 
 def _check_max_tokens(max_tokens: int) -> None:
     if max_tokens < 1:
-        raise SpecmodelError(f"--steps: max tokens per step must be >= 1 (steps + 1), got {max_tokens}")
+        raise FieldError("steps", f"max tokens per step must be >= 1 (steps + 1), got {max_tokens}")
 
 
 def chain_mean(alpha: float, k: int) -> float:
@@ -105,9 +105,9 @@ def chain_mean(alpha: float, k: int) -> float:
     Decoding", Eq. (1): E[#tokens] = (1 − α^(γ+1)) / (1 − α), γ = k. Limit α→1: k+1.
     """
     if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
-        raise SpecmodelError(f"--alpha: acceptance rate must be in [0, 1], got {alpha}")
+        raise FieldError("alpha", f"acceptance rate must be in [0, 1], got {alpha}")
     if k < 0:
-        raise SpecmodelError(f"--steps: number of drafts must be >= 0, got {k}")
+        raise FieldError("steps", f"number of drafts must be >= 0, got {k}")
     if alpha >= 1.0 - 1e-12:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -150,17 +150,16 @@ def from_mean(mean: float, max_tokens: int, *, convention: str = "tokens",
     """
     _check_max_tokens(max_tokens)
     if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not math.isfinite(mean):
-        raise SpecmodelError(f"--accept-len: must be a finite number, got {mean!r}")
+        raise FieldError("accept_len", f"must be a finite number, got {mean!r}")
     m = to_tokens(float(mean), convention)
     lo_name = "0" if convention == "drafts" else "1"
     hi = max_tokens - 1 if convention == "drafts" else max_tokens
     if not 1.0 - 1e-9 <= m <= max_tokens + 1e-9:
         # below 1 token/step is impossible in the tokens convention (the bonus token): the user
         # most likely quoted accepted drafts only
-        hint = ("; if that figure counts accepted drafts only, pass --accept-convention drafts"
+        hint = ("; if that figure counts accepted drafts only, pass {convention} drafts"
                 if convention == "tokens" and 0.0 <= mean < 1.0 else "")
-        raise SpecmodelError(
-            f"--accept-len: {mean:g} ({convention} convention) outside [{lo_name}, {hi}] "
+        raise FieldError("accept_len", f"{mean:g} ({convention} convention) outside [{lo_name}, {hi}] "
             f"for steps = {max_tokens - 1} (at most steps + 1 = {max_tokens} tokens per verify step){hint}"
         )
     m = min(max(m, 1.0), float(max_tokens))
@@ -175,33 +174,32 @@ def from_mean(mean: float, max_tokens: int, *, convention: str = "tokens",
         if frac > 0:
             probs[lo] += frac
         return AcceptDist(probs=tuple(probs), source=source, convention=convention)
-    raise SpecmodelError(f"--accept-shape: unknown {shape!r} (expected geometric or point)")
+    raise FieldError("shape", f"unknown {shape!r} (expected geometric or point)")
 
 
 def from_histogram(counts: Mapping[int, float], *, convention: str = "tokens",
                    max_tokens: int | None = None, source: str = "histogram") -> AcceptDist:
     """Empirical distribution from per-step counts ``{value: count}`` in ``convention``."""
     if not counts:
-        raise SpecmodelError("--accept-hist: empty histogram")
+        raise FieldError("accept_hist", "empty histogram")
     shifted: dict[int, float] = {}
     for v, c in counts.items():
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
-            raise SpecmodelError(f"--accept-hist: count for {v} must be a finite number >= 0, got {c!r}")
+            raise FieldError("accept_hist", f"count for {v} must be a finite number >= 0, got {c!r}")
         t = int(round(to_tokens(float(v), convention)))
         if t < 1:
-            raise SpecmodelError(
-                f"--accept-hist: value {v} is below the minimum ({'0' if convention == 'drafts' else '1'}) "
+            raise FieldError("accept_hist", f"value {v} is below the minimum ({'0' if convention == 'drafts' else '1'}) "
                 f"for the {convention} convention"
             )
         shifted[t] = shifted.get(t, 0.0) + float(c)
     top = max(shifted)
     k = max_tokens if max_tokens is not None else top
     if top > k:
-        raise SpecmodelError(f"--accept-hist: value {from_tokens(top, convention):g} exceeds the maximum "
+        raise FieldError("accept_hist", f"value {from_tokens(top, convention):g} exceeds the maximum "
                              f"{from_tokens(k, convention):g} for steps = {k - 1}")
     total = sum(shifted.values())
     if total <= 0:
-        raise SpecmodelError("--accept-hist: all counts are zero")
+        raise FieldError("accept_hist", "all counts are zero")
     probs = tuple(shifted.get(j, 0.0) / total for j in range(1, k + 1))
     if not histogram_has_counts(counts.values()):
         return AcceptDist(probs=probs, source=f"{source} (fractions: sample size unknown)", convention=convention,
@@ -231,20 +229,19 @@ def from_per_position(rates: Sequence[float], *, max_tokens: int | None = None,
     """
     rs = [float(r) for r in rates]
     if not rs:
-        raise SpecmodelError("--per-position: needs at least one rate")
+        raise FieldError("per_position", "needs at least one rate")
     for i, r in enumerate(rs):
         if not math.isfinite(r) or not 0.0 <= r <= 1.0:
-            raise SpecmodelError(f"--per-position: rate {i + 1} must be in [0, 1], got {r}")
+            raise FieldError("per_position", f"rate {i + 1} must be in [0, 1], got {r}")
     for i in range(1, len(rs)):
         if rs[i] > rs[i - 1] + 1e-9:
-            raise SpecmodelError(
-                f"--per-position: rates must not increase (position {i + 1}: {rs[i]} > position {i}: {rs[i - 1]}); "
+            raise FieldError("per_position", f"rates must not increase (position {i + 1}: {rs[i]} > position {i}: {rs[i - 1]}); "
                 "draft i+1 can only be accepted after draft i"
             )
     k = len(rs)
     kk = max_tokens if max_tokens is not None else k + 1
     if kk < k + 1:
-        raise SpecmodelError(f"--per-position: {k} rates given but steps = {kk - 1} allows at most {kk - 1}")
+        raise FieldError("per_position", f"{k} rates given but steps = {kk - 1} allows at most {kk - 1}")
     tail = [1.0] + rs + [0.0] * (kk - k)
     probs = tuple(max(tail[j - 1] - tail[j], 0.0) for j in range(1, kk + 1))
     s = sum(probs)

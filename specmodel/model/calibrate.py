@@ -14,14 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS
+from specmodel.errors import FieldError
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS, ROUND_SLACK
 
 #: an observed cycle shorter than this share of the modelled forwards (verify + draft, no
 #: overhead) is not noise between a profile and a server: the point or the profile is wrong
 MIN_PLAUSIBLE_CYCLE_FRAC = 0.5
 #: logged accept lengths carry 2 decimals: steps + 1 may be exceeded by rounding only
-_ROUND_SLACK = 0.0051
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,16 +38,16 @@ class Observation:
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or not 1 <= self.batch <= MAX_BATCH:
-            raise SpecmodelError(f"--calibrate: batch must be an integer in 1..{MAX_BATCH}, got {self.batch}")
+            raise FieldError("calibrate", f"batch must be an integer in 1..{MAX_BATCH}, got {self.batch}")
         if self.context_tokens is not None and self.context_tokens < 0:
-            raise SpecmodelError(f"--calibrate: context must be >= 0 tokens, got {self.context_tokens}")
+            raise FieldError("calibrate", f"context must be >= 0 tokens, got {self.context_tokens}")
         if self.context_tokens is not None and self.context_tokens > MAX_CONTEXT_TOKENS:
-            raise SpecmodelError(f"--calibrate: context must be <= {MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
-        if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + _ROUND_SLACK:
-            raise SpecmodelError(f"--calibrate: accept length must be a finite number of tokens/step in "
+            raise FieldError("calibrate", f"context must be <= {MAX_CONTEXT_TOKENS} tokens, got {self.context_tokens}")
+        if not math.isfinite(self.accept_tokens) or not 1.0 <= self.accept_tokens <= MAX_STEPS + 1 + ROUND_SLACK:
+            raise FieldError("calibrate", f"accept length must be a finite number of tokens/step in "
                                  f"1..{MAX_STEPS + 1}, got {self.accept_tokens}")
         if not math.isfinite(self.tokens_per_s) or not self.tokens_per_s > 0:
-            raise SpecmodelError(f"--calibrate: tok/s must be a finite number > 0, got {self.tokens_per_s}")
+            raise FieldError("calibrate", f"tok/s must be a finite number > 0, got {self.tokens_per_s}")
 
     @property
     def cycle_s(self) -> float:
@@ -72,6 +71,32 @@ def unseen_cycle_s(obs: Observation, modelled_cycle_s: float) -> float:
     return obs.cycle_s - modelled_cycle_s
 
 
+#: an observed cycle this many times the modelled one is worth a second look (see :func:`looks_per_request`)
+SUSPECT_CYCLE_RATIO = 2.0
+
+
+def looks_per_request(obs: Observation, modelled_cycle_s: float) -> str | None:
+    """A warning when the point's tok/s reads like ONE request's rate, not the total over B.
+
+    Total tok/s = B × E[A] / T_cycle, so a per-request figure passed as the total makes the
+    observed cycle B times too long. Suspect when B > 1, the observed cycle is at least
+    :data:`SUSPECT_CYCLE_RATIO` × the modelled one, and reading the figure as per request
+    (cycle / B) lands nearer the model than reading it as the total: r = T_obs / T_model,
+    |ln(r / B)| < |ln r|. Not refused: a server can be that slow; the user is told which figure
+    would be total (B × tok/s).
+    """
+    if obs.batch <= 1 or modelled_cycle_s <= 0:
+        return None
+    r = obs.cycle_s / modelled_cycle_s
+    if r < SUSPECT_CYCLE_RATIO or abs(math.log(r / obs.batch)) >= abs(math.log(r)):
+        return None
+    total = obs.tokens_per_s * obs.batch
+    return (f"calibration: {obs.tokens_per_s:g} tok/s at batch {obs.batch} means a {obs.cycle_s * 1e3:.2f} ms cycle, "
+            f"{r:.1f}x the modelled {modelled_cycle_s * 1e3:.2f} ms; tok/s is the TOTAL over the batch: if "
+            f"{obs.tokens_per_s:g} is one request's rate, the total is {total:g} tok/s "
+            f"({obs.batch} x {obs.tokens_per_s:g}), which gives a {obs.cycle_s / obs.batch * 1e3:.2f} ms cycle")
+
+
 _FORMS = "BATCH,ACCEPT_LEN,TOKENS_PER_S or BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"
 
 
@@ -84,12 +109,11 @@ def check_observation(obs: Observation, *, max_accept_tokens: int, modelled_forw
       modelled forwards alone: the per-cycle overhead would have to be negative by more than
       any profile/server mismatch (``1,2.0,1e9`` is a 2 ns cycle).
     """
-    if obs.accept_tokens > max_accept_tokens + _ROUND_SLACK:
-        raise SpecmodelError(f"--calibrate: accept length {obs.accept_tokens:g} exceeds steps + 1 = {max_accept_tokens} "
-                             "(a verify emits at most every draft plus the bonus token); pass the --steps it ran with")
+    if obs.accept_tokens > max_accept_tokens + ROUND_SLACK:
+        raise FieldError("calibrate", f"accept length {obs.accept_tokens:g} exceeds steps + 1 = {max_accept_tokens} "
+                             "(a verify emits at most every draft plus the bonus token); pass the {steps} it ran with")
     if modelled_forward_s > 0 and obs.cycle_s < MIN_PLAUSIBLE_CYCLE_FRAC * modelled_forward_s:
-        raise SpecmodelError(
-            f"--calibrate: {obs.tokens_per_s:g} tok/s at batch {obs.batch}, accept {obs.accept_tokens:g} means a "
+        raise FieldError("calibrate", f"{obs.tokens_per_s:g} tok/s at batch {obs.batch}, accept {obs.accept_tokens:g} means a "
             f"{obs.cycle_s * 1e3:.4g} ms cycle, less than {MIN_PLAUSIBLE_CYCLE_FRAC:.0%} of the profile's "
             f"{modelled_forward_s * 1e3:.4g} ms of forwards: the calibrated overhead would be negative (wrong point "
             "or wrong profile?)")
@@ -103,7 +127,7 @@ def parse_observation(text: str) -> Observation:
     """
     parts = [p.strip() for p in text.split(",")]
     if len(parts) not in (3, 4):
-        raise SpecmodelError(f"--calibrate: expected {_FORMS}, got {text!r}")
+        raise FieldError("calibrate", f"expected {_FORMS}, got {text!r}")
     try:
         if len(parts[0]) > 12 or (len(parts) == 4 and len(parts[1]) > 12):
             raise ValueError(parts[0])
@@ -112,5 +136,5 @@ def parse_observation(text: str) -> Observation:
         a = float(parts[-2])
         t = float(parts[-1])
     except ValueError:
-        raise SpecmodelError(f"--calibrate: expected {_FORMS} (BATCH and CONTEXT integers), got {text!r}") from None
+        raise FieldError("calibrate", f"expected {_FORMS} (BATCH and CONTEXT integers), got {text!r}") from None
     return Observation(batch=b, accept_tokens=a, tokens_per_s=t, context_tokens=ctx)

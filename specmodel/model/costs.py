@@ -1,7 +1,7 @@
 """Forward cost surfaces T_fwd(kind, tokens, context), split into all-reduce / compute / other seconds.
 
 A profile's rows of one kind are measurements at (tokens, context_tokens) points. The
-lookup interpolates piecewise-linearly in both axes, with context on a log scale
+lookup interpolates piecewise-linearly in both axes, context linear in L as KV reads are
 (:func:`context_axis`), and never hides a value nobody measured: outside the measured
 range on any axis the result carries an :class:`Extrapolation` per axis.
 """
@@ -84,13 +84,22 @@ Components = tuple[float, float, float]  # (allreduce_s, compute_s, other_s)
 
 
 def context_axis(context_tokens: float) -> float:
-    """x(L) = ln(1 + L): the coordinate context is interpolated in.
+    """x(L) = L: the coordinate context is interpolated in, so between measured contexts
 
-    Measured contexts are spread geometrically (0, 4K, 32K, 128K); on a linear axis one
-    segment would span 32K..128K and a 64K lookup would sit between two points a factor 4
-    apart. ln(1 + L) keeps L = 0 finite and spaces such a sweep evenly.
+        T(n, L) = T(n, L_j) + (L − L_j) / (L_{j+1} − L_j) · (T(n, L_{j+1}) − T(n, L_j)).
+
+    Why linear: a decode/verify step reads every request's KV cache once, so its attention time
+    grows as bytes_KV ∝ L (memory-bound decode attention; FlashDecoding, Dao et al. 2023,
+    "Flash-Decoding for long-context inference"); the rest of the step does not depend on L.
+    Checked by leaving one measured context out and interpolating between its neighbours
+    (``scripts/context_loo.py``; docs/context.md): on published step times of another model
+    family (issue 18 item 3: 8 GPUs, PCIe, contexts 0–128K) linear in L misses by 0.3–0.4 %
+    median, ≤ 1.4 % max, where ln(1 + L) missed by 4–7 % median, up to 24 %; on GLM-5.1 TP8
+    (tests/data/glm51_rtx6kpro_tp8_mtp, DCP8 / DCP1) linear misses by 0.47 % / 0.87 % median,
+    3.4 % / 1.1 % max, ln(1 + L) by 0.16 % / 1.29 %, 1.1 % / 1.8 %. A log axis puts a 1K lookup
+    between contexts 0 and 32K already 67 % of the way to the 32K cost; linear puts it at 3 %.
     """
-    return math.log1p(max(float(context_tokens), 0.0))
+    return max(float(context_tokens), 0.0)
 
 
 def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components]]:
@@ -158,10 +167,10 @@ def surface(rows: tuple[CostRow, ...], kind: str, tokens: float,
 
         T(n, L) = (1 − w)·T(n, L_j) + w·T(n, L_{j+1}),   w = (x(L) − x(L_j)) / (x(L_{j+1}) − x(L_j)),
 
-    with x(L) = ln(1 + L) (:func:`context_axis`) and L_j ≤ L ≤ L_{j+1}. A convex combination of
+    with x(L) = L (:func:`context_axis`: KV reads grow linearly in L) and L_j ≤ L ≤ L_{j+1}. A convex combination of
     curves non-decreasing in n is non-decreasing in n, so the surface is monotone in both axes.
     Below the smallest measured context: that context's curve; above the largest: linear in
-    x(L) along the last segment (slope ≥ 0), constant with one measured context. Every axis
+    L along the last segment (slope ≥ 0), constant with one measured context. Every axis
     outside its measured range is reported as an :class:`Extrapolation`.
     """
     by_ctx: dict[int, list[CostRow]] = {}

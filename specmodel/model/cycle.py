@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 
 
 def draft_s(step_s: float, steps: int, extend_s: float | None = None) -> float:
@@ -21,7 +21,7 @@ def draft_s(step_s: float, steps: int, extend_s: float | None = None) -> float:
     the draft runner over B × topk tokens (sglang/srt/speculative/eagle_worker.py).
     """
     if steps < 1:
-        raise SpecmodelError(f"--steps: must be >= 1, got {steps}")
+        raise FieldError("steps", f"must be >= 1, got {steps}")
     if extend_s is None:
         return steps * step_s
     return extend_s + (steps - 1) * step_s
@@ -72,7 +72,7 @@ def accept_mean_se(accept_tokens: float, accept_std_tokens: float, generation_to
     The band, P(speedup > 1) and the verdict all use this one figure.
     """
     if generation_tokens < 1:
-        raise SpecmodelError(f"--gen-tokens: must be >= 1, got {generation_tokens}")
+        raise FieldError("generation_tokens", f"must be >= 1, got {generation_tokens}")
     cycles = max(generation_tokens / accept_tokens, 1.0)
     var = 1.0 / cycles + (1.0 / samples if samples > 0 else 0.0)
     return accept_std_tokens * math.sqrt(var)

@@ -21,12 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.predict import cycle_costs
 from specmodel.schema.profile import Profile, SpecConfig
 
-MAX_STEPS = 8
 TOPKS = (1, 2, 4, 8)
 
 
@@ -69,7 +69,7 @@ class AcceptModel:
 
 
 def accept_model(dist: AcceptDist, *, rates: Sequence[float] | None = None, measured_topk: int = 1,
-                 max_steps: int = MAX_STEPS) -> AcceptModel:
+                 max_steps: int = SEARCH_MAX_STEPS) -> AcceptModel:
     """Per-depth chain acceptance from the user's accept-length source.
 
     * per-position rates r_i when given (vLLM, or a log that has them), else the rates
@@ -186,7 +186,7 @@ def _running_totals(values: Sequence[float]) -> list[float]:
     return acc
 
 
-def search_space(max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS) -> Iterator[tuple[int, int, int]]:
+def search_space(max_steps: int = SEARCH_MAX_STEPS, topks: Sequence[int] = TOPKS) -> Iterator[tuple[int, int, int]]:
     """(steps, topk, ndt) with steps ∈ 1..max, topk ∈ ``topks``, ndt ∈ [2, steps·topk + 1]."""
     for s in range(1, max_steps + 1):
         for k in topks:
@@ -254,7 +254,7 @@ def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, to
                      accept_extrapolated=steps > model.measured_depth or topk != model.measured_topk)
 
 
-def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps: int = MAX_STEPS,
+def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps: int = SEARCH_MAX_STEPS,
                  topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> tuple[Candidate, ...]:
     """Every configuration of :func:`search_space` at ``batch``; same figures as :func:`evaluate`.
 
@@ -344,7 +344,7 @@ class Optimum:
 
 
 def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
-             max_steps: int = MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> Optimum:
+             max_steps: int = SEARCH_MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> Optimum:
     """Rank every configuration by predicted tok/s; the default configuration is always evaluated.
 
     The recommendation is the best *measured* configuration (:attr:`Candidate.measured`).

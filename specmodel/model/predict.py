@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, resize
-from specmodel.model.calibrate import Observation, check_observation, unseen_cycle_s
+from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.schema.profile import Profile, SpecConfig
 
@@ -69,7 +69,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     L = ``context_tokens`` of KV per request (default: the profile's smallest measured decode context).
     """
     if batch < 1:
-        raise SpecmodelError(f"--batch: must be >= 1, got {batch}")
+        raise FieldError("batch", f"must be >= 1, got {batch}")
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     warnings: list[str] = []
     base = forward_cost(profile, "decode", batch, ctx)
@@ -113,8 +113,7 @@ def cost_origins(profile: Profile) -> dict[str, str]:
     Keys: ``decode``, ``verify``, ``draft``, ``overhead``, ``allreduce``. A cost without an entry
     came from the profile itself.
     """
-    raw = profile.source.get("cost_origin")
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    return profile.source.origins
 
 
 def profile_origin(profile: Profile) -> str:
@@ -177,6 +176,8 @@ def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
     check_observation(obs, max_accept_tokens=spec.max_accept_tokens, modelled_forward_s=cc.cycle_s - cc.overhead_s)
     extra = unseen_cycle_s(obs, cc.cycle_s)
     warnings = [f"calibration point: {e.label}" for e in cc.extrapolations]
+    if (suspect := looks_per_request(obs, cc.cycle_s)) is not None:
+        warnings.append(suspect)
     if extra < 0:
         warnings.append(f"calibration: observed cycle {obs.cycle_s * 1e3:.2f} ms is shorter than the modelled "
                         f"{cc.cycle_s * 1e3:.2f} ms; the profile over-estimates this server (overhead left at "
@@ -267,12 +268,17 @@ class Prediction:
 
     @property
     def band_label(self) -> str:
-        """The qualifier shared by the band and P(speedup > 1) wherever they are shown."""
+        """The qualifier shared by the band and P(speedup > 1) wherever they are shown: what they
+        include (one generation; the mean's sampling error; the measured costs' 95 % interval)."""
         if self.accept_samples_unknown:
-            return f"over {self.generation_tokens} tokens, sample size unknown"
-        if self.accept_samples > 0:
-            return f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
-        return f"over {self.generation_tokens} tokens"
+            label = f"over {self.generation_tokens} tokens, sample size unknown"
+        elif self.accept_samples > 0:
+            label = f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
+        else:
+            label = f"over {self.generation_tokens} tokens"
+        if self.cycle_cost_ci95_rel > 0:
+            label += f", cost interval ±{self.cycle_cost_ci95_rel:.1%}"
+        return label
 
     @property
     def p_text(self) -> str:
@@ -331,18 +337,22 @@ def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
 
     The thresholds are compared with the figures as displayed (two decimals), so the verdict
     never contradicts the number printed next to it ("1.10x … within 10 %" cannot happen).
-    ``p_gt_1`` None (sample size unknown): decided on the speedup, and the reason says so.
+    ``p_gt_1`` None (sample size unknown): the GO rule's P >= GO_MIN_P cannot be checked, so
+    it is not GO (one rule, issue 18 item 11): MARGINAL, and the reason says what is needed.
     """
     sp = round(speedup, 2)
     p = None if p_gt_1 is None else round(p_gt_1, 2)
     p_txt = "needs counts" if p is None else f"{p:.2f}"
     if sp < 1.0:
         return "NO-GO", f"predicted speedup {sp:.2f}x < 1: speculation is slower than the baseline"
-    if sp >= GO_MIN_SPEEDUP and (p is None or p >= GO_MIN_P):
+    if sp >= GO_MIN_SPEEDUP and p is not None and p >= GO_MIN_P:
         return "GO", f"predicted speedup {sp:.2f}x >= {GO_MIN_SPEEDUP:.2f}x with P(speedup>1) = {p_txt}"
     if sp < GO_MIN_SPEEDUP:
         return "MARGINAL", (f"predicted speedup {sp:.2f}x is below {GO_MIN_SPEEDUP:.2f}x (within "
                             f"{GO_MIN_SPEEDUP - 1:.0%} of break-even); P(speedup>1) = {p_txt}")
+    if p is None:
+        return "MARGINAL", (f"predicted speedup {sp:.2f}x but P(speedup>1) unknown: GO needs P >= {GO_MIN_P:.2f}, "
+                            "which needs the histogram as counts (fractions carry no sample size)")
     return "MARGINAL", f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p_txt} < {GO_MIN_P:.2f}"
 
 
@@ -354,9 +364,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     smallest measured context)."""
     spec = spec or profile.spec
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
-        raise SpecmodelError(
-            f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at most "
-            f"{spec.max_accept_tokens}; raise --steps"
+        raise FieldError(
+            None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "
+                  f"most {spec.max_accept_tokens}; raise {{steps}}"
         )
     if dist.max_tokens != spec.max_accept_tokens:
         dist = dataclasses.replace(resize(dist, spec.max_accept_tokens), convention=dist.convention,
@@ -418,7 +428,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
         # a calibration modelled off measured costs carries that into every prediction made with it
         extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
-        tp_known=profile.source.get("tp_known", True) is not False,
+        tp_known=profile.source.tp_known,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,

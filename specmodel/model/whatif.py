@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
 from specmodel.model.memory import per_rank_weight_bytes
@@ -20,6 +20,7 @@ from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 from specmodel.schema.shapes import ModelShape
+from specmodel.units import alpha_beta
 
 #: Used only when a profile carries no all-reduce data at all (no fit, no points, no per-call
 #: latencies in its rows): order-of-magnitude PCIe figures, a few µs per NCCL hop and
@@ -61,9 +62,7 @@ def _row(r: CostRow, *, allreduce_s: float, compute_s: float | None = None, skew
 
 
 def _relabel(profile: Profile, what: str) -> Profile:
-    src = dict(profile.source)
-    src["description"] = f"{profile.label}; what-if: {what}"
-    return dataclasses.replace(profile, source=src)
+    return dataclasses.replace(profile, source=profile.source.with_description(f"{profile.label}; what-if: {what}"))
 
 
 def allreduce_faster(profile: Profile, factor: float = 2.0) -> Profile:
@@ -110,7 +109,7 @@ def choose_fit(profile: Profile) -> FitChoice:
         return FitChoice(fit=fit_alpha_beta([b for b, _ in calls], [t for _, t in calls], tp),
                          origin="fitted to the per-call all-reduce time of the profile's cost rows")
     return FitChoice(fit=AllReduceFit(alpha_s=DEFAULT_ALPHA_S, beta_bytes_per_s=DEFAULT_BETA_BYTES_PER_S, tp=tp),
-                     origin=(f"DEFAULT alpha {DEFAULT_ALPHA_S * 1e6:g} us, beta {DEFAULT_BETA_BYTES_PER_S / 1e9:g} GB/s "
+                     origin=(f"DEFAULT {alpha_beta(DEFAULT_ALPHA_S, DEFAULT_BETA_BYTES_PER_S)} "
                              "(the profile has no all-reduce data)"))
 
 
@@ -305,7 +304,7 @@ def stop_paying_batch(points: Sequence[Prediction]) -> int | None:
 def powers_of_two(max_batch: int) -> tuple[int, ...]:
     """1, 2, 4, … ≤ ``max_batch`` (``max_batch`` itself appended when not a power of two)."""
     if max_batch < 1:
-        raise SpecmodelError(f"--max-batch: must be >= 1, got {max_batch}")
+        raise FieldError("max_batch", f"must be >= 1, got {max_batch}")
     out = []
     b = 1
     while b <= max_batch:

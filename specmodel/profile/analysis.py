@@ -8,7 +8,8 @@ its next op); GPU = the union of collective-kernel time in the forward's device 
 Compute = the forward's time − all-reduce time. **Skew**: a rank that reaches a collective early
 waits inside it for the slowest; the last to arrive waits for no one, so its duration is the
 transfer itself. Matching the i-th collective of a repetition across ranks, skew on rank r =
-Σᵢ (durᵣᵢ − minᵣ' durᵣ'ᵢ); transfer = all-reduce time − skew.
+Σᵢ (durᵣᵢ − minᵣ' durᵣ'ᵢ); transfer = all-reduce time − skew (the rule ingest applies too:
+``attribution.collective_skew``).
 """
 
 from __future__ import annotations
@@ -173,25 +174,25 @@ def profiler_scale(bare_totals: Sequence[float], profiled_totals: Sequence[float
     return median(bare_totals) / prof
 
 
-def skews(per_rank_calls: Sequence[Sequence[Sequence[float]]]) -> tuple[list[list[float]], bool]:
-    """``per_rank_calls[w][r]`` = durations of repetition r's collectives on rank w, in order.
+def skews(per_rank_calls: Sequence[Sequence[Sequence[float | Call]]]) -> tuple[list[list[float]], bool]:
+    """``per_rank_calls[w][r]`` = repetition r's collectives on rank w, in order (durations, or
+    :class:`Call` so a different collective at the same position is a mismatch too).
 
-    Returns (skew[w][r], matched) — skew 0 where the call lists do not line up across ranks.
+    Returns (skew[w][r], matched) by the one rule (:func:`specmodel.trace.attribution.collective_skew`,
+    positional keys): skew 0 where the call lists do not line up across ranks.
     """
     W = len(per_rank_calls)
     R = min((len(x) for x in per_rank_calls), default=0)
     out = [[0.0] * R for _ in range(W)]
     matched = True
     for r in range(R):
-        lists = [per_rank_calls[w][r] for w in range(W)]
-        n = len(lists[0])
-        if any(len(x) != n for x in lists):
-            matched = False
-            continue
-        for i in range(n):
-            lo = min(x[i] for x in lists)
-            for w in range(W):
-                out[w][r] += lists[w][i] - lo
+        keyed = {w: tuple((("ord", i, c.collective if isinstance(c, Call) else ""),
+                           c.dur_s if isinstance(c, Call) else c) for i, c in enumerate(per_rank_calls[w][r]))
+                 for w in range(W)}
+        sk, ok = engine.collective_skew(keyed)
+        matched = matched and ok
+        for w in range(W):
+            out[w][r] = sk[w]
     return out, matched
 
 
@@ -224,7 +225,7 @@ def aggregate_point(totals: Sequence[Sequence[float]], comms: Sequence[Sequence[
     # each repetition's all-reduce is bounded by that repetition's (unprofiled) total; the trace
     # carries those totals (otherData.specmodel.bare_totals_s), so ingest applies the same bound
     comm_c = [[min(comms[w][r], totals[w][r]) for r in range(R)] for w in range(W)]
-    sk, matched = skews([[[c.dur_s for c in calls[w][r]] for r in range(R)] for w in range(W)])
+    sk, matched = skews([[list(calls[w][r]) for r in range(R)] for w in range(W)])
     sk = [[min(sk[w][r], comm_c[w][r]) for r in range(R)] for w in range(W)]
     rep_total = [sum(totals[w][r] for w in range(W)) / W for r in range(R)]
     total = engine.median_of_rank_means([totals[w][r] for w in range(W)] for r in range(R))

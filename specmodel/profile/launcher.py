@@ -30,6 +30,7 @@ from typing import Any
 
 from specmodel.profile import status
 from specmodel.profile.plan import RunPlan
+from specmodel.profile.result import RunResult
 
 EXIT_PEER = 3
 CHILD_ENV = "SPECMODEL_PROFILE_CHILD"  # set in every rank the command starts (not under torchrun)
@@ -49,7 +50,7 @@ class RankFailed(Exception):
 
 @dataclass
 class RunOutput:
-    result: dict[str, Any]
+    result: RunResult
     trace_dir: Path
     run_dir: Path
     wall_s: float
@@ -187,8 +188,8 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
             time.sleep(POLL_S)
         res_path = run_dir / "result.json"
         try:
-            result = json.loads(res_path.read_text())
-        except (OSError, ValueError) as exc:
+            result = RunResult.from_dict(json.loads(res_path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RankFailed(f"rank 0 finished but left no readable result ({exc})", rank=0, log_dir=run_dir) from None
         return RunOutput(result=result, trace_dir=run_dir / "traces", run_dir=run_dir,
                          wall_s=time.monotonic() - t_start)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError, require_finite
-from specmodel.io import check_output_dir, confined_name
-from specmodel.limits import MAX_BATCH
+from specmodel.io import atomic_write_text, check_output_dir, confined_name
+from specmodel.limits import MAX_BATCH, MAX_CONTEXTS, MAX_PROFILE_CONTEXT_TOKENS
 from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
 from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, phase_label
@@ -26,16 +26,80 @@ from specmodel.schema.shapes import DrafterShape, ModelShape
 #: Forward kinds the sweep measures, in the order they run (every kind the cycle model uses).
 SWEEP_KINDS = CYCLE_KINDS
 
-CPU_BATCHES = (1, 2, 4, 8)
-GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 VERIFY_TOKENS = (2, 4, 8)
-#: KV lengths per request swept by default (tokens): on the CPU a short and a long one on the
-#: scaled model, so the default sweep stays about as long as a single-context one was.
-CPU_CONTEXTS = (256, 4096)
-GPU_CONTEXTS = (1024, 8192, 32768)
-MAX_CONTEXT_TOKENS = 1 << 20  # 1M tokens per request: beyond any served model today
-CPU_AR_SIZES = tuple(4 * 4**i for i in range(11))  # 4 B .. 4 MiB, x4 (nccl-tests style)
-GPU_AR_SIZES = tuple(8 * 2**i for i in range(25))  # 8 B .. 128 MiB, x2
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDefaults:
+    """What ``specmodel profile`` runs when a flag is not given, on one kind of device.
+
+    The one home of these numbers: :func:`build_plan` reads them and ``specmodel profile --help``
+    is written from them (:func:`default_help`), so the help cannot drift from the code.
+    """
+
+    device: str  # "CPU" | "GPU", as the help names it
+    batches: tuple[int, ...]
+    #: KV lengths per request swept (tokens): on the CPU a short and a long one on the scaled
+    #: model, so the default sweep stays about as long as a single-context one was
+    contexts: tuple[int, ...]
+    allreduce_sizes: tuple[int, ...]
+    layers: int | None  # target layers built; None: as many as fit (GPU)
+    hidden: int | None  # hidden size built; None: the model's own
+    dtype: str
+    warmup: int  # unmeasured forwards per point
+    repeats: int  # profiled forwards per point (the all-reduce share, the trace)
+    time_budget_s: float  # seconds of interleaved timing passes
+    cycles: int  # spec loop: measured cycles
+    loop_warmup: int  # spec loop: unmeasured cycles
+    allreduce_warmup: int
+    allreduce_repeats: int
+    allreduce_calls: int  # back-to-back calls per timed sample
+    min_passes: int = 6
+    ci_target_rel: float = 0.02
+    burst: int = 1
+    steps: int = 3
+    topk: int = 1
+    loop_batch: int = 1
+    loop_accept_len: float = 3.0  # capped at steps + 1
+
+
+CPU_DEFAULTS = RunDefaults(
+    device="CPU", batches=(1, 2, 4, 8), contexts=(256, 4096),
+    allreduce_sizes=tuple(4 * 4**i for i in range(11)),  # 4 B .. 4 MiB, x4 (nccl-tests style)
+    layers=cfgs.CPU_LAYERS, hidden=cfgs.CPU_HIDDEN, dtype="float32", warmup=1, repeats=4, time_budget_s=40.0,
+    cycles=120, loop_warmup=3, allreduce_warmup=2, allreduce_repeats=8, allreduce_calls=4)
+GPU_DEFAULTS = RunDefaults(
+    device="GPU", batches=(1, 2, 4, 8, 16, 32, 64), contexts=(1024, 8192, 32768),
+    allreduce_sizes=tuple(8 * 2**i for i in range(25)),  # 8 B .. 128 MiB, x2
+    layers=None, hidden=None, dtype="bfloat16", warmup=5, repeats=10, time_budget_s=120.0,
+    cycles=200, loop_warmup=10, allreduce_warmup=5, allreduce_repeats=20, allreduce_calls=20)
+
+
+def defaults_for(cpu: bool) -> RunDefaults:
+    return CPU_DEFAULTS if cpu else GPU_DEFAULTS
+
+
+def _tokens_text(n: int) -> str:
+    return f"{n >> 10}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _default_text(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ",".join(_tokens_text(x) if isinstance(x, int) else str(x) for x in v)
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def default_help(attr: str, *, none: str = "", fmt: Any = _default_text) -> str:
+    """``"default 1 CPU, 5 GPU"`` (``"default 6"`` when both agree) for a :class:`RunDefaults` field;
+    ``none`` says what a None default means (``"as many as fit"``)."""
+    def one(d: RunDefaults) -> str:
+        v = getattr(d, attr)
+        return none if v is None else fmt(v)
+
+    c, g = one(CPU_DEFAULTS), one(GPU_DEFAULTS)
+    return f"default {c}" if c == g else f"default {c} CPU, {g} GPU"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,18 +164,19 @@ class RunPlan:
     topk: int = 1
     num_draft_tokens: int = 4
     points: tuple[Point, ...] = ()
-    warmup: int = 2
-    repeats: int = 8  # profiled repetitions per point (all-reduce share, trace)
-    min_passes: int = 6  # interleaved timing passes before the interval is judged
+    # (defaults: the CPU run's, RunDefaults; build_plan fills every one for the device it runs on)
+    warmup: int = CPU_DEFAULTS.warmup
+    repeats: int = CPU_DEFAULTS.repeats  # profiled repetitions per point (all-reduce share, trace)
+    min_passes: int = CPU_DEFAULTS.min_passes  # interleaved timing passes before the interval is judged
     max_passes: int = 200
-    ci_target_rel: float = 0.02  # stop timing a point once its 95 % interval is within this
-    time_budget_s: float = 60.0  # … or when the timing passes have run this long
+    ci_target_rel: float = CPU_DEFAULTS.ci_target_rel  # stop timing a point once its 95 % interval is within this
+    time_budget_s: float = CPU_DEFAULTS.time_budget_s  # … or when the timing passes have run this long
     graphs: bool = False  # time CUDA-graph replays (GPU); False: eager forwards
-    burst: int = 1  # forwards back to back per timed sample (per-forward time = elapsed / burst)
+    burst: int = CPU_DEFAULTS.burst  # forwards back to back per timed sample (per-forward time = elapsed / burst)
     allreduce_sizes: tuple[int, ...] = ()
-    allreduce_warmup: int = 2
-    allreduce_repeats: int = 8
-    allreduce_calls: int = 10  # back-to-back calls per timed sample (per-call time = elapsed / calls)
+    allreduce_warmup: int = CPU_DEFAULTS.allreduce_warmup
+    allreduce_repeats: int = CPU_DEFAULTS.allreduce_repeats
+    allreduce_calls: int = CPU_DEFAULTS.allreduce_calls  # back-to-back calls per timed sample (per-call time = elapsed / calls)
     context_len: int = 256  # the smallest swept context (the spec loop's)
     contexts: tuple[int, ...] = ()
     seed: int = 0
@@ -165,7 +230,8 @@ class RunPlan:
         return cls(**kw)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        # atomic: a rank starting while the parent writes must never read half a plan
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> RunPlan:
@@ -268,7 +334,6 @@ def _sizes(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
 
 
 _CTX_RE = re.compile(r"^(\d+)([kKmM]?)$")
-MAX_CONTEXTS = 16
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -281,8 +346,8 @@ def _contexts(text: str) -> tuple[int, ...]:
         if not m:
             raise SpecmodelError(f"--contexts: expected KV lengths in tokens like 0,4K,32K,128K, got {part!r}")
         v = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
-        if v > MAX_CONTEXT_TOKENS:
-            raise SpecmodelError(f"--contexts: {part} = {v} tokens is above the limit of {MAX_CONTEXT_TOKENS} (1M)")
+        if v > MAX_PROFILE_CONTEXT_TOKENS:
+            raise SpecmodelError(f"--contexts: {part} = {v} tokens is above the limit of {MAX_PROFILE_CONTEXT_TOKENS} (1M)")
         out.append(v)
     if not out:
         raise SpecmodelError("--contexts: expected at least one value")
@@ -349,7 +414,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     contexts_given = _contexts(o["contexts"]) if o["contexts"] is not None else None
     if o["profile_path"] and contexts_given is not None:
         raise SpecmodelError("--contexts: not with --profile (the loop runs at that profile's context)")
-    ci_target = _percent(o["ci_target"], "--ci-target", 0.02)
+    ci_target = _percent(o["ci_target"], "--ci-target", CPU_DEFAULTS.ci_target_rel)
     if o["time_budget"] is not None:
         require_finite("--time-budget", o["time_budget"], minimum=0.0, strict_min=True)
         if o["time_budget"] > 86400:
@@ -379,12 +444,12 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         steps = steps or given.spec.steps
         topk = topk or given.spec.topk
         ndt = ndt or given.spec.num_draft_tokens
-    steps, topk = steps or 3, topk or 1
+    steps, topk = steps or CPU_DEFAULTS.steps, topk or CPU_DEFAULTS.topk  # (the same on a GPU)
     ndt = ndt or (steps + 1 if topk == 1 else min(steps * topk + 1, 8))
     SpecConfig(steps=steps, topk=topk, num_draft_tokens=ndt)  # validates the combination
     accept = None
     if o["spec_loop"]:
-        acc = o["accept_len"] if o["accept_len"] is not None else min(3.0, steps + 1.0)
+        acc = o["accept_len"] if o["accept_len"] is not None else min(CPU_DEFAULTS.loop_accept_len, steps + 1.0)
         accept = (acc, from_mean(acc, steps + 1, source=f"mean {acc:g}"))
 
     # ---- where it goes (an explicit --name is checked now, a default one once the backend is known)
@@ -405,7 +470,8 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         raise SpecmodelError(f"--tp {tp}: profile {given.name} was measured at TP {given.tp}")
     placement = select(tp, o["backend"], local_world=local_world_from_env() if torchrun else None)
     cpu = placement.device == "cpu"
-    dtype = o["dtype"] if o["dtype"] != "auto" else ("float32" if cpu else "bfloat16")
+    d = defaults_for(cpu)
+    dtype = o["dtype"] if o["dtype"] != "auto" else d.dtype
 
     if given is not None:
         contexts: tuple[int, ...] = (int(given.model.get("context_len", 256)),)
@@ -414,12 +480,12 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     elif o["context_len"] is not None:
         contexts = (o["context_len"],)
     else:
-        contexts = CPU_CONTEXTS if cpu else GPU_CONTEXTS
+        contexts = d.contexts
     points = () if given is not None else sweep_points(
-        kinds=kinds, batches=batches or (CPU_BATCHES if cpu else GPU_BATCHES),
+        kinds=kinds, batches=batches or d.batches,
         verify_tokens=verify_tokens or tuple(sorted({*VERIFY_TOKENS, ndt})), topk=topk, num_draft_tokens=ndt,
         contexts=contexts)
-    loop = (o["batch"] or 1, contexts[0], max(ndt, topk, 1)) if accept is not None else None
+    loop = (o["batch"] or d.loop_batch, contexts[0], max(ndt, topk, 1)) if accept is not None else None
 
     if given is not None:
         target = ModelShape.from_dict(given.model["target"])
@@ -434,7 +500,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
                                                   max_topk=None, max_vocab=None, reason="full size")
         elif cpu:
             target, drafter, scaling = cfgs.scale(
-                shape, drafter, tp, layers=o["layers"] or cfgs.CPU_LAYERS, hidden=o["hidden"] or cfgs.CPU_HIDDEN,
+                shape, drafter, tp, layers=o["layers"] or d.layers, hidden=o["hidden"] or d.hidden,
                 reason="CPU default: scaled down so the default sweep runs in minutes on a few cores "
                        "(--layers/--hidden/--full-size to change)")
         else:
@@ -445,11 +511,10 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     spec_loop = None
     if accept is not None:
         acc, dist = accept
-        spec_loop = SpecLoopPlan(batch=o["batch"] or 1, cycles=o["cycles"] or (120 if cpu else 200),
-                                 warmup=3 if cpu else 10, accept_probs=tuple(dist.probs), accept_len=acc,
+        spec_loop = SpecLoopPlan(batch=o["batch"] or d.loop_batch, cycles=o["cycles"] or d.cycles,
+                                 warmup=d.loop_warmup, accept_probs=tuple(dist.probs), accept_len=acc,
                                  seed=o["seed"])
-    sizes = () if given is not None else (sizes_given if sizes_given is not None else
-                                          (CPU_AR_SIZES if cpu else GPU_AR_SIZES))
+    sizes = () if given is not None else (sizes_given if sizes_given is not None else d.allreduce_sizes)
 
     name = o["name"] or (given.name + "-specloop" if given else default_name(tp, placement.backend))
     dest = Path(o["out_dir"]) / name
@@ -458,13 +523,13 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     plan = RunPlan(
         name=name, tp=tp, backend=placement.backend, device=placement.device, dtype=dtype, target=target,
         drafter=drafter, scaling=scaling, model_source=source, steps=steps, topk=topk, num_draft_tokens=ndt,
-        points=points, warmup=o["warmup"] if o["warmup"] is not None else (1 if cpu else 5),
-        repeats=o["repeats"] or (4 if cpu else 10), allreduce_sizes=sizes,
-        min_passes=o["min_passes"] if o["min_passes"] is not None else 6, ci_target_rel=ci_target,
-        time_budget_s=float(o["time_budget"]) if o["time_budget"] is not None else (40.0 if cpu else 120.0),
-        graphs=not cpu and not o["eager"], burst=o["burst"] or 1,
-        allreduce_warmup=2 if cpu else 5, allreduce_repeats=8 if cpu else 20,
-        allreduce_calls=4 if cpu else 20, context_len=context, contexts=contexts,
+        points=points, warmup=o["warmup"] if o["warmup"] is not None else d.warmup,
+        repeats=o["repeats"] or d.repeats, allreduce_sizes=sizes,
+        min_passes=o["min_passes"] if o["min_passes"] is not None else d.min_passes, ci_target_rel=ci_target,
+        time_budget_s=float(o["time_budget"]) if o["time_budget"] is not None else d.time_budget_s,
+        graphs=not cpu and not o["eager"], burst=o["burst"] or d.burst,
+        allreduce_warmup=d.allreduce_warmup, allreduce_repeats=d.allreduce_repeats,
+        allreduce_calls=d.allreduce_calls, context_len=context, contexts=contexts,
         seed=o["seed"], timeout_s=float(o["timeout"]), spec_loop=spec_loop,
     )
     return plan, dest, given

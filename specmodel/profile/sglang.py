@@ -215,7 +215,7 @@ def _meta(runner: Any, rank: str) -> dict[str, Any]:
             device_name = torch.cuda.get_device_name()
         except Exception:  # noqa: BLE001
             pass
-    return {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "meta",
+    return {**SGLANG_FORWARD.header(), "type": "meta",
             "sglang_version": sglang_version(), "pid": os.getpid(), "rank": rank,
             "tp_size": tp_size if isinstance(tp_size, int) else None, "device": device,
             "device_name": device_name, "model_path": sa_get("model_path"),
@@ -420,7 +420,7 @@ def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple
                 _open(runner if runner is not None else self)
     if target.role == "model_runner" and getattr(self, "is_draft_worker", False):
         runner_kind = "draft"
-    rec = {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "forward",
+    rec = {**SGLANG_FORWARD.header(), "type": "forward",
            "phase": ph, "batch": batch, "tokens": tokens, "forwards": forwards,
            "forward_mode": mode, "runner": runner_kind, "member": member,
            "t_start_unix_s": time.time()}

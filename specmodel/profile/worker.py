@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,12 +29,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
 from specmodel.profile.annotate import Stopwatch, timed_phase
 from specmodel.profile.device import Placement, capture_graph, torch_device
 from specmodel.profile.launcher import CHILD_ENV
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import Point, RunPlan
+from specmodel.profile.result import AllReduceResult, RankResult, RankRow, RowResult, RunResult
 from specmodel.profile.tp import CollectiveFailed, Comm
 from specmodel.schema.phases import TARGET_KINDS
 from specmodel.stats import iqr, median, median_ci95_rel
@@ -75,25 +76,6 @@ class Fault:
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected fault at {where}")
-
-
-def _watch_parent() -> None:
-    """Die with the supervising parent (never linger as an orphan holding a port or a GPU)."""
-    try:  # Linux: the kernel sends SIGKILL when the parent exits
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    ppid = os.getppid()
-
-    def loop() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != ppid:
-                os._exit(EXIT_ORPHAN)
-
-    threading.Thread(target=loop, name="specmodel-parent-watch", daemon=True).start()
 
 
 class Rank:
@@ -305,7 +287,7 @@ class Rank:
         return out
 
     # ------------------------------------------------------------ the whole run
-    def run(self, out_dir: Path) -> dict[str, Any]:
+    def run(self, out_dir: Path) -> RankResult:
         p = self.plan
         self.build()
         points = self.measure_points(out_dir)
@@ -317,8 +299,8 @@ class Rank:
             assert self.target is not None and self.drafter is not None
             loop = run_loop(self)
         hw = hardware.collect(p.device, self.local_world) if self.local_rank == 0 else None
-        return {"rank": self.rank, "host": os.uname().nodename, "points": points, "allreduce": ar,
-                "spec_loop": loop, "hardware": hw}
+        return RankResult(rank=self.rank, host=os.uname().nodename, points=tuple(points), allreduce=tuple(ar),
+                          spec_loop=loop, hardware=hw)
 
 
 def comm_scale(bare_totals: list[float], profiled_totals: list[float], *, device_timed: bool) -> float:
@@ -355,7 +337,7 @@ def kernel_busy_s(events: list[dict[str, Any]], t0_us: float, t1_us: float) -> f
     return busy * 1e-6
 
 
-def gather(rank: Rank, mine: dict[str, Any]) -> list[dict[str, Any]] | None:
+def gather(rank: Rank, mine: RankResult) -> list[RankResult] | None:
     rank.fault.check("gather")
     objs: list[Any] = [None] * rank.world if rank.rank == 0 else []
     try:
@@ -365,12 +347,12 @@ def gather(rank: Rank, mine: dict[str, Any]) -> list[dict[str, Any]] | None:
     return objs if rank.rank == 0 else None
 
 
-def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> dict[str, Any]:
+def combine(plan: RunPlan, per_rank: list[RankResult], trace_dir: Path) -> RunResult:
     """Rank 0: aggregate every rank's numbers into the run's result; write per-rank traces."""
     W = len(per_rank)
     rows = []
     for i, pt in enumerate(plan.points):
-        recs = [per_rank[w]["points"][i] for w in range(W)]
+        recs = [per_rank[w].points[i] for w in range(W)]
         # the split (all-reduce, skew, collective counts) from the profiled repetitions, their
         # totals carried to the unprofiled scale; the row's seconds from the timing passes
         stats = analysis.aggregate_point(
@@ -387,28 +369,28 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
             t_w = median(recs[w]["totals"][:R])
             f = t_w / pr["total_s"] if pr["total_s"] > 0 else 1.0
             a_w, s_w = min(pr["allreduce_s"] * f, t_w), min(pr["skew_s"] * f, t_w)
-            by_rank.append({"rank": w, "total_s": t_w, "allreduce_s": a_w, "skew_s": s_w, "transfer_s": a_w - s_w})
+            by_rank.append(RankRow(rank=w, total_s=t_w, allreduce_s=a_w, skew_s=s_w, transfer_s=a_w - s_w))
         busy = None
         if all(r.get("busy") for r in recs):  # GPU: kernel-busy seconds, rank mean per repetition
             busy = median([sum(r["busy"][j] for r in recs) / W for j in range(min(len(r["busy"]) for r in recs))])
-        rows.append({"kind": pt.kind, "batch": pt.batch, "tokens": pt.tokens, "label": pt.label,
-                     "context_tokens": pt.context, "ci95_rel": median_ci95_rel(rep_means),
-                     "passes": recs[0].get("passes", R), "busy_s": busy,
-                     "total_s": total, "allreduce_s": ar, "compute_s": total - ar,
-                     "skew_s": skew, "spread_s": iqr(rep_means), "samples": R,
-                     "n_allreduce": stats.n_allreduce, "n_allgather": stats.n_allgather,
-                     "calls_matched": stats.calls_matched, "per_rank": by_rank})
+        rows.append(RowResult(kind=pt.kind, batch=pt.batch, tokens=pt.tokens, label=pt.label,
+                              context_tokens=pt.context, ci95_rel=median_ci95_rel(rep_means),
+                              passes=recs[0].get("passes", R), busy_s=busy,
+                              total_s=total, allreduce_s=ar, compute_s=total - ar,
+                              skew_s=skew, spread_s=iqr(rep_means), samples=R,
+                              n_allreduce=stats.n_allreduce, n_allgather=stats.n_allgather,
+                              calls_matched=stats.calls_matched, per_rank=tuple(by_rank)))
     ar_points = []
-    if W > 1 and per_rank[0]["allreduce"]:
-        for j, a in enumerate(per_rank[0]["allreduce"]):
-            lat, spread = analysis.allreduce_latency([per_rank[w]["allreduce"][j]["durs"] for w in range(W)])
-            ar_points.append({"msg_bytes": a["msg_bytes"], "latency_s": lat, "spread_s": spread})
+    if W > 1 and per_rank[0].allreduce:
+        for j, a in enumerate(per_rank[0].allreduce):
+            lat, spread = analysis.allreduce_latency([per_rank[w].allreduce[j]["durs"] for w in range(W)])
+            ar_points.append(AllReduceResult(msg_bytes=a["msg_bytes"], latency_s=lat, spread_s=spread))
     trace_dir.mkdir(parents=True, exist_ok=True)
     for w in range(W):
         events: list[Any] = []
         seen_meta: set[tuple[Any, ...]] = set()
         meta: dict[str, Any] = {}
-        for rec in per_rank[w]["points"]:
+        for rec in per_rank[w].points:
             meta = meta or dict(rec.get("trace_meta") or {})
             for e in rec["trace"]:
                 if e.get("ph") == "M":
@@ -420,21 +402,21 @@ def combine(plan: RunPlan, per_rank: list[dict[str, Any]], trace_dir: Path) -> d
         other = dict(meta.pop("otherData", None) or {})
         other["specmodel"] = {"rank": w, "tp": plan.tp, "backend": plan.backend, "name": plan.name,
                               "note": "every profiled repetition of each measured forward",
-                              "profiler_scale": {r["label"]: r["profiler_scale"] for r in per_rank[w]["points"]},
-                              "bare_totals_s": {r["label"]: r["totals"] for r in per_rank[w]["points"]},
-                              "profiled_totals_s": {r["label"]: r["profiled_totals"] for r in per_rank[w]["points"]}}
+                              "profiler_scale": {r["label"]: r["profiler_scale"] for r in per_rank[w].points},
+                              "bare_totals_s": {r["label"]: r["totals"] for r in per_rank[w].points},
+                              "profiled_totals_s": {r["label"]: r["profiled_totals"] for r in per_rank[w].points}}
         doc = {**meta, "traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
         (trace_dir / f"rank{w}.trace.json").write_text(json.dumps(doc))
-    hosts = sorted({r["host"] for r in per_rank})
-    hw: dict[str, Any] = dict(next((r["hardware"] for r in per_rank if r.get("hardware")), None) or {})
+    hosts = sorted({r.host for r in per_rank})
+    first_hw = next((r.hardware for r in per_rank if r.hardware), None)
+    hw: dict[str, Any] = dict(first_hw or {})
     hw["hosts"] = hosts
     hw["nodes"] = len(hosts)
-    nodes = [r["hardware"] for r in per_rank if r.get("hardware")]
+    nodes = [r.hardware for r in per_rank if r.hardware]
     if len(nodes) > 1:
         hw["per_node"] = nodes
-    return {"plan": plan.to_dict(), "rows": rows, "allreduce_points": ar_points,
-            "spec_loop": per_rank[0].get("spec_loop"), "hardware": hw,
-            "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    return RunResult(plan=plan, rows=tuple(rows), allreduce_points=tuple(ar_points), spec_loop=per_rank[0].spec_loop,
+                     hardware=hw, finished_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def agree_plan(plan: RunPlan, rank: int) -> RunPlan:
@@ -507,7 +489,7 @@ def run_rank(plan: RunPlan, *, run_dir: Path | None, board_path: Path | None,
                     write_result(result, trace_dir)
                 if run_dir is not None:
                     tmp = run_dir / ".result.json.tmp"
-                    tmp.write_text(json.dumps(result))
+                    tmp.write_text(json.dumps(result.to_dict()))
                     os.replace(tmp, run_dir / "result.json")
             r.comm.barrier()
         finally:
@@ -541,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--run-dir", required=True)
     a = ap.parse_args(argv)
-    _watch_parent()
+    die_with_parent(os.getppid(), watch=True, exit_code=EXIT_ORPHAN)  # never linger as an orphan
     run_dir = Path(a.run_dir)
     plan = RunPlan.load(a.plan)
     board = run_dir / "status.bin"

@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from specmodel import __version__
+from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
@@ -247,8 +248,7 @@ class ReportContent:
 
         opt = self.optimizer
         return {
-            "schema": REPORT_SCHEMA,
-            "schema_version": REPORT_SCHEMA_VERSION,
+            **REPORT.header(),
             "title": self.title,
             "specmodel_version": self.version,
             "pages": list(self.pages),
@@ -393,11 +393,12 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
     out.append(over)
     if p.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
-                   f"the band ({p.band_label}) covers one generation's variability only")
+                   f"the band ({p.band_label}) covers one generation's variability"
+                   + _cost_part(p.cycle_cost_ci95_rel, only=True))
     else:
         out.append(f"band and P(speedup > 1) {p.band_label}: one generation's variability"
                    + (" plus the sampling error of the measured mean" if dist.samples > 0 else
-                      " (accept length taken as exact)"))
+                      " (accept length taken as exact)") + _cost_part(p.cycle_cost_ci95_rel))
     out.append(f"GO needs speedup >= {GO_MIN_SPEEDUP:.2f}x and P(speedup > 1) >= {GO_MIN_P:.2f}; "
                "NO-GO below 1.00x")
     if profile.source_kind == "reference":
@@ -413,9 +414,7 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
             ("hardware", hw_txt or "not recorded"),
             ("model", str(profile.model.get("name", "not recorded"))),
             ("backend / TP", f"{profile.backend or 'not recorded'} / {f'TP {p.tp}' if p.tp_known else 'TP unknown'}")]
-    versions = {k: v for k, v in profile.source.items() if "version" in k and isinstance(v, (str, int, float))}
-    if isinstance(profile.source.get("versions"), dict):
-        versions.update({k: v for k, v in profile.source["versions"].items() if isinstance(v, (str, int, float))})
+    versions = profile.source.versions()
     if versions:
         rows.append(("profile versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))))
     rows.append(("specmodel", f"{__version__}; python {platform.python_version()}; numpy {_version('numpy')}; "
@@ -475,7 +474,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                            speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
                            extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
 
-    model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(8, spec.steps))
+    model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(SEARCH_MAX_STEPS, spec.steps))
     ctx = p.context_tokens
     opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx)
     optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx)
@@ -523,3 +522,10 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
                                extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated))))
     return ContextView(batch=p.batch, context_tokens=int(p.context_tokens), measured_contexts=measured,
                        accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows))
+
+
+def _cost_part(u: float, only: bool = False) -> str:
+    """What the band says about the costs: it is widened by their measured 95 % interval (issue 18 item 19)."""
+    if u > 0:
+        return f", plus the measured costs' 95 % interval (cycle ±{u:.1%})"
+    return " only (costs taken as exact: no interval measured)" if only else "; costs taken as exact (no interval measured)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specmodel.report.content import ReportContent
-from specmodel.units import ms
+from specmodel.units import alpha_beta, ms
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -43,7 +43,7 @@ def render_markdown(c: ReportContent) -> str:
 
     ar = c.allreduce
     lines += ["", "## All-reduce", "",
-              f"alpha {ar.fit_alpha_s * 1e6:.2f} us, beta {ar.fit_beta_bytes_per_s / 1e9:.2f} GB/s "
+              f"{alpha_beta(ar.fit_alpha_s, ar.fit_beta_bytes_per_s)} "
               f"({ar.fit_algorithm}, {ar.fit_origin}); {len(ar.points)} measured points.", ""]
     lines += _table(["message", "tokens", "bytes", "model us/call"],
                     [[s.label, str(s.tokens), f"{s.msg_bytes:.0f}",

@@ -18,7 +18,7 @@ from typing import Any
 
 from specmodel.io import atomic_write_bytes
 from specmodel.report.content import ReportContent
-from specmodel.units import ms
+from specmodel.units import alpha_beta, ms
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
 VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00"}
@@ -349,7 +349,7 @@ def page_allreduce(c: ReportContent) -> Any:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("latency per all-reduce (us)")
     ax.legend(loc="lower right", fontsize=8)
-    lines = [f"TP {ar.tp}", f"alpha = {ar.fit_alpha_s * 1e6:.2f} us", f"beta = {ar.fit_beta_bytes_per_s / 1e9:.2f} GB/s",
+    lines = [f"TP {ar.tp}", *alpha_beta(ar.fit_alpha_s, ar.fit_beta_bytes_per_s).split(", "),
              f"fit: {ar.fit_origin}", "", "at this operating point:"]
     for s in ar.sizes:
         per = f", {s.per_call_s * 1e6:.1f} us/call (model)" if s.per_call_s is not None else ""

@@ -2,7 +2,9 @@
 
 A document starts with ``{"schema": NAME, "schema_version": N, ...}`` (:meth:`Format.stamp`);
 a reader calls :meth:`Format.check` first, which refuses another format or an unreadable
-version with one line naming the file. The body of each format is built and validated by the
+version with one line naming the file. Every writer stamps through its format and every reader
+checks through it (tests/test_json_schema.py feeds each reader a wrong schema and version); no
+module spells a header by hand, and no format is declared outside :data:`ALL`. The body of each format is built and validated by the
 code that owns its content (``schema/profile.py`` for profiles; the modules named below for the
 rest); a test checks that every ``--json`` output carries its header.
 """
@@ -93,5 +95,10 @@ INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome
 PROFILE_RUN = Format(name="specmodel.profile_run", version=1, what="specmodel profile run")
 
+#: scripts/gpu-check's result file (the device validation run, docs/gpu-validation.md)
+GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-check result")
+#: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
+GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
+
 ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
-       DRAFTER_CHECK, INGEST, PROFILE_RUN)
+       DRAFTER_CHECK, INGEST, PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE)

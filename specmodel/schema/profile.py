@@ -2,7 +2,7 @@
 
 A profile is one JSON file (``profile.json``, usually in ``profiles/<name>/``) holding:
 
-* provenance (``source``, ``hardware``, ``model``) — free-form but typed dicts;
+* provenance: ``source`` (a typed :class:`Source`), ``hardware``, ``model`` (free-form dicts);
 * the speculative configuration it was measured for (``spec``);
 * a cost table: one :class:`CostRow` per measured forward kind × batch × tokens, each
   split into all-reduce / compute / other seconds;
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json, read_json
+from specmodel.io import PREVIOUS, atomic_write_json, read_json, refuse_shipped, replace_dir
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import FORWARD_KINDS
@@ -357,6 +358,175 @@ class SpecConfig:
 SOURCE_KINDS = ("measured", "ingested", "derived", "reference", "sweep", "numbers")
 #: The kinds measured on the user's own box: a bare command picks one up from ./profiles.
 OWN_BOX_KINDS = ("measured", "ingested", "derived")
+#: The costs a flag, a sweep or a fit can replace, each recorded in ``Source.cost_origin``.
+COST_KEYS = ("decode", "verify", "draft", "overhead", "allreduce")
+
+_SOURCE_STR = ("tool", "description", "created_utc", "method", "engine", "engine_version", "allreduce_from")
+_SOURCE_LIST = ("files", "derived_from")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """Where a profile's costs came from (the profile's ``source`` object), typed and frozen.
+
+    Build one with the constructor of its origin (:meth:`measured`, :meth:`hook_summary`,
+    :meth:`ingested`, :meth:`sweep`, :meth:`reference`, :meth:`numbers`, :meth:`derived`);
+    change one with :meth:`with_origins` / :meth:`with_description`. ``cost_origin`` names,
+    per replaced cost (:data:`COST_KEYS`), who replaced it (a flag, a sweep); ``tp_known`` is
+    False for plain numbers without ``--tp``. Keys a front end records for people (an ingest's
+    per-phase table, a hook's clock) are kept in ``details`` and written back unchanged. On disk
+    the same JSON object as before (format ``specmodel.profile`` v2, no new version needed):
+    ``cost_origin`` is written only when set, ``tp_known`` only when False.
+    """
+
+    kind: str | None = None
+    description: str = ""
+    tool: str = ""
+    created_utc: str = ""
+    method: str = ""
+    files: tuple[str, ...] = ()
+    engine: str = ""
+    engine_version: str = ""
+    derived_from: tuple[str, ...] = ()
+    allreduce_from: str = ""
+    cost_origin: tuple[tuple[str, str], ...] = ()
+    tp_known: bool = True
+    details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in SOURCE_KINDS:
+            raise SpecmodelError(f"profile: source: kind: unknown {self.kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
+        for key, _ in self.cost_origin:
+            if key not in COST_KEYS:
+                raise SpecmodelError(f"profile: source: cost_origin: unknown cost {key!r} (expected one of "
+                                     f"{', '.join(COST_KEYS)})")
+        clash = sorted(set(self.details) & {f.name for f in fields(Source)})
+        if clash:
+            raise SpecmodelError(f"profile: source: details: {clash[0]!r} is a typed field")
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))  # read-only, like the rest
+
+    # ---- one constructor per origin
+    @classmethod
+    def measured(cls, *, tool: str, description: str, created_utc: str, method: str) -> Source:
+        """``specmodel profile``: forwards timed on this box."""
+        return cls(kind="measured", tool=tool, description=description, created_utc=created_utc, method=method)
+
+    @classmethod
+    def hook_summary(cls, *, engine: str, engine_version: str, files: tuple[str, ...], description: str,
+                     clock: str) -> Source:
+        """``specmodel sglang --summarize``: an engine hook's per-forward log (``clock``: what timed it)."""
+        return cls(kind="ingested", tool=f"specmodel {engine}", engine=engine, engine_version=engine_version,
+                   files=files, description=description, details={"clock": clock})
+
+    @classmethod
+    def ingested(cls, *, description: str, files: tuple[str, ...], **details: Any) -> Source:
+        """``specmodel ingest``: Kineto traces (``details``: mode, per-phase and per-rank tables)."""
+        return cls(kind="ingested", tool="specmodel ingest", description=description, files=files, details=details)
+
+    @classmethod
+    def sweep(cls, *, path: str, description: str) -> Source:
+        """``--baseline-sweep``: measured non-speculative throughput, decode only."""
+        return cls(kind="sweep", description=description, details={"path": path})
+
+    @classmethod
+    def reference(cls, *, description: str, tool: str) -> Source:
+        """The shipped reference (derived from a published write-up, not measured by this tool)."""
+        return cls(kind="reference", description=description, tool=tool)
+
+    @classmethod
+    def numbers(cls, *, tp_known: bool) -> Source:
+        """Plain numbers on the command line (``--baseline-tps``, ``--verify-ms`` ...)."""
+        return cls(kind="numbers", description="plain numbers from the command line", tp_known=tp_known)
+
+    @classmethod
+    def derived(cls, *, base: Source, description: str, derived_from: tuple[str, ...], allreduce_from: str) -> Source:
+        """A profile re-costed with a measured all-reduce fit (``nccl-tests --profile``)."""
+        return replace(base, kind="derived", description=description, derived_from=derived_from,
+                       allreduce_from=allreduce_from)
+
+    # ---- changes (a new Source; profiles are frozen)
+    def with_origins(self, origins: Mapping[str, str], *, tp_known: bool | None = None) -> Source:
+        merged = dict(self.cost_origin)
+        merged.update(origins)
+        return replace(self, cost_origin=tuple(merged.items()),
+                       tp_known=self.tp_known if tp_known is None else tp_known)
+
+    def with_description(self, description: str) -> Source:
+        return replace(self, description=description)
+
+    def with_allreduce_from(self, allreduce_from: str) -> Source:
+        return replace(self, allreduce_from=allreduce_from)
+
+    @property
+    def origins(self) -> dict[str, str]:
+        """``cost_origin`` as a dict: cost -> who replaced it; a cost not in it came from the profile."""
+        return dict(self.cost_origin)
+
+    def versions(self) -> dict[str, str | int | float]:
+        """Every version the source records (engine, tools; ``versions`` objects), for provenance tables."""
+        out: dict[str, str | int | float] = {"engine_version": self.engine_version} if self.engine_version else {}
+        out.update({k: v for k, v in self.details.items() if "version" in k and isinstance(v, (str, int, float))
+                    and not isinstance(v, bool)})
+        more = self.details.get("versions")
+        if isinstance(more, Mapping):
+            out.update({str(k): v for k, v in more.items() if isinstance(v, (str, int, float))})
+        return out
+
+    # ---- the JSON object
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "source") -> Source:
+        kw: dict[str, Any] = {}
+        kind = d.get("kind")
+        if kind is not None and not isinstance(kind, str):
+            raise SpecmodelError(f"{where}: kind: expected a string, got {kind!r}")
+        kw["kind"] = kind
+        for key in _SOURCE_STR:
+            v = d.get(key)
+            if v is None:
+                continue
+            if not isinstance(v, str):
+                raise SpecmodelError(f"{where}: {key}: expected a string, got {type(v).__name__}")
+            kw[key] = v
+        for key in _SOURCE_LIST:
+            v = d.get(key)
+            if v is None:
+                continue
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise SpecmodelError(f"{where}: {key}: expected a list of strings")
+            kw[key] = tuple(v)
+        co = d.get("cost_origin")
+        if co is not None:
+            if not isinstance(co, Mapping) or not all(isinstance(v, str) for v in co.values()):
+                raise SpecmodelError(f"{where}: cost_origin: expected an object of cost -> string")
+            kw["cost_origin"] = tuple((str(k), v) for k, v in co.items())
+        tpk = d.get("tp_known")
+        if tpk is not None:
+            if not isinstance(tpk, bool):
+                raise SpecmodelError(f"{where}: tp_known: expected true or false, got {tpk!r}")
+            kw["tp_known"] = tpk
+        typed = {f.name for f in fields(cls)}
+        kw["details"] = {k: v for k, v in d.items() if k not in typed}
+        try:
+            return cls(**kw)
+        except SpecmodelError as exc:
+            raise SpecmodelError(str(exc).replace("profile: source", where, 1)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {} if self.kind is None else {"kind": self.kind}
+        for key in ("description", "tool", "created_utc", "method", "engine", "engine_version"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        for key in _SOURCE_LIST:
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
+        if self.allreduce_from:
+            out["allreduce_from"] = self.allreduce_from
+        if self.cost_origin:
+            out["cost_origin"] = dict(self.cost_origin)
+        if not self.tp_known:
+            out["tp_known"] = False
+        out.update(self.details)
+        return out
 
 
 def read_source_kind(path: str | Path) -> str | None:
@@ -367,7 +537,7 @@ def read_source_kind(path: str | Path) -> str | None:
         d = read_json(path, max_bytes=64 << 20)
     except (SpecmodelError, OSError, RecursionError):  # (RecursionError: a deeply nested file)
         return None
-    if not isinstance(d, Mapping) or d.get("schema") != PROFILE_SCHEMA or not isinstance(d.get("source"), Mapping):
+    if not PROFILE.matches(d) or not isinstance(d.get("source"), Mapping):
         return None
     kind = d["source"].get("kind")
     return kind if kind in SOURCE_KINDS else None
@@ -378,7 +548,8 @@ class Profile:
     """A validated profile. Construct via :func:`load_profile` / :func:`profile_from_dict`."""
 
     name: str
-    source: dict[str, Any]
+    #: a :class:`Source`; a mapping given here (a test's literal) is validated into one
+    source: Source
     tp: int
     costs: tuple[CostRow, ...]
     spec: SpecConfig = field(default_factory=SpecConfig)
@@ -409,19 +580,19 @@ class Profile:
             if r.key in seen:
                 raise SpecmodelError(f"profile: costs: duplicate {r.where}")
             seen.add(r.key)
-        kind = self.source.get("kind")
-        if kind is not None and kind not in SOURCE_KINDS:
-            raise SpecmodelError(f"profile: source: kind: unknown {kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
+        if not isinstance(self.source, Source):
+            if not isinstance(self.source, Mapping):
+                raise SpecmodelError(f"profile: source: expected a Source, got {type(self.source).__name__}")
+            object.__setattr__(self, "source", Source.from_dict(self.source, "profile: source"))
 
     @property
     def source_kind(self) -> str:
-        return str(self.source.get("kind", "unknown"))
+        return self.source.kind or "unknown"
 
     @property
     def label(self) -> str:
         """One line saying what this profile is and how far to trust it."""
-        desc = self.source.get("description")
-        return str(desc) if desc else f"{self.source_kind} profile"
+        return self.source.description or f"{self.source_kind} profile"
 
     def rows(self, kind: str) -> tuple[CostRow, ...]:
         return tuple(r for r in self.costs if r.kind == kind)
@@ -443,11 +614,9 @@ class Profile:
 
 
 def profile_to_dict(p: Profile) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "schema": PROFILE_SCHEMA,
-        "schema_version": PROFILE_SCHEMA_VERSION,
+    return PROFILE.stamp({
         "name": p.name,
-        "source": p.source,
+        "source": p.source.to_dict(),
         "hardware": p.hardware,
         "model": p.model,
         "tp": p.tp,
@@ -458,8 +627,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         "allreduce_points": [a.to_dict() for a in p.allreduce_points],
         "allreduce_fit": p.allreduce_fit.to_dict() if p.allreduce_fit else None,
         "notes": list(p.notes),
-    }
-    return out
+    })
 
 
 def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
@@ -472,16 +640,7 @@ def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
 
 def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     """Validate a decoded JSON object and build a :class:`Profile`. ``where`` names the file."""
-    if not isinstance(d, dict):
-        raise SpecmodelError(f"{where}: expected a JSON object at top level")
-    if d.get("schema") != PROFILE_SCHEMA:
-        raise SpecmodelError(f"{where}: schema: expected {PROFILE_SCHEMA!r}, got {d.get('schema')!r} (not a specmodel profile)")
-    ver = d.get("schema_version")
-    if isinstance(ver, bool) or ver not in PROFILE_READABLE_VERSIONS:
-        raise SpecmodelError(
-            f"{where}: schema_version: this specmodel reads versions "
-            f"{', '.join(map(str, PROFILE_READABLE_VERSIONS))}, file has {ver!r}"
-        )
+    ver = PROFILE.check(d, where)
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise SpecmodelError(f"{where}: name: missing or not a string")
@@ -509,7 +668,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     try:
         return Profile(
             name=name,
-            source=_dict(d, "source", where),
+            source=Source.from_dict(_dict(d, "source", where), f"{where}: source"),
             hardware=_dict(d, "hardware", where),
             model=_dict(d, "model", where),
             tp=_int(d, "tp", where, minimum=1),
@@ -542,12 +701,62 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(read_json(p), str(p))
 
 
-def save_profile(profile: Profile, path: str | Path) -> Path:
-    """Atomically write ``profile`` (to ``path``/profile.json when ``path`` is a directory)."""
+def check_profile_destination(path: str | Path, flag: str = "-o/--output") -> Path:
+    """The one rule for writing a profile where something may already be (``profile --name``,
+    ``nccl-tests -o``, ``ingest -o``, ``sglang --summarize -o``): refuse, before any work, unless
+    the place is new, an empty directory, or holds a profile this tool wrote on the user's box
+    (:data:`OWN_BOX_KINDS`); the shipped package and reference profiles are never written.
+
+    ``path`` names a profile directory, its ``profile.json``, or a standalone ``NAME.json``;
+    returns the file that will be written. What is replaced is kept (:func:`save_profile`).
+    """
     p = Path(path)
-    if p.suffix != ".json":
-        p = p / "profile.json"
-    # Round-trip validation: never write something we could not read back.
+    refuse_shipped(p, flag)
+    target = p if p.suffix == ".json" else p / "profile.json"
+    holder = target.parent if target.name == "profile.json" else target
+    if holder.is_symlink():
+        raise SpecmodelError(f"{flag}: {holder}: is a symbolic link (a profile is never written through one); "
+                             f"choose another {flag}")
+    if holder is target:
+        if holder.exists() and not holder.is_file():
+            raise SpecmodelError(f"{flag}: {holder}: exists and is not a file; choose another {flag}")
+        exists = holder.exists()
+    else:
+        if holder.exists() and not holder.is_dir():
+            raise SpecmodelError(f"{flag}: {holder}: exists and is not a profile directory; choose another {flag}")
+        exists = holder.is_dir() and any(holder.iterdir())
+    if exists:
+        kind = read_source_kind(target)
+        if kind not in OWN_BOX_KINDS:
+            what = ("the reference profile" if kind == "reference" else f"a {kind} profile" if kind
+                    else "something that is not a profile written by specmodel")
+            raise SpecmodelError(f"{flag}: {holder}: holds {what}; only a profile specmodel measured, ingested or "
+                                 f"derived on this box is replaced (the old one kept), so choose another {flag}")
+    return target
+
+
+def write_profile_json(profile: Profile, path: str | Path, *, shipped_ok: bool = False) -> Path:
+    """Atomically write one ``profile.json`` after a validated round trip (never something we could
+    not read back). No destination rule: for a fresh staging directory, or the maintainer script
+    that regenerates the shipped reference (``shipped_ok``); commands call :func:`save_profile`."""
+    p = Path(path)
     d = profile_to_dict(profile)
     profile_from_dict(d, str(p))
-    return atomic_write_json(p, d)
+    return atomic_write_json(p, d, shipped_ok=shipped_ok)
+
+
+def save_profile(profile: Profile, path: str | Path, *, flag: str = "-o/--output") -> Path:
+    """Write ``profile`` to ``path`` (``path``/profile.json when ``path`` is a directory) under
+    :func:`check_profile_destination`; returns the file written.
+
+    A directory is replaced as a whole, the old one kept as ``previous/`` inside the new one
+    (:func:`specmodel.io.replace_dir`); a standalone ``NAME.json`` replaced keeps the old one as
+    ``NAME.previous.json``.
+    """
+    target = check_profile_destination(path, flag)
+    if target.name != "profile.json":
+        if target.exists():
+            atomic_write_json(target.with_suffix(f".{PREVIOUS}.json"), read_json(target))
+        return write_profile_json(profile, target)
+    replace_dir(target.parent, lambda stage: write_profile_json(profile, stage / "profile.json"), flag=flag)
+    return target

@@ -25,7 +25,7 @@ import bisect
 import math
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,3 +388,32 @@ def median_of_rank_means(reps: Iterable[Sequence[float]]) -> float:
     both aggregate this way."""
     means = [sum(v) / len(v) for v in reps if len(v)]
     return median(means)
+
+
+def collective_skew(durs: Mapping[Any, Sequence[tuple[Any, float]]]) -> tuple[dict[Any, float], bool]:
+    """Seconds each rank waited in one pass's collectives: the one skew rule, for the profiler's
+    analysis (profile/analysis.py) and ``specmodel ingest`` (trace/ingest.py) alike.
+
+    ``durs[rank]`` = the pass's collectives on that rank, in issue order, as (key, seconds); key
+    ``("seq", n)`` where the trace numbers its collectives (record_param_comms ``Seq``), else a
+    position ``("ord", i, collective)``. A rank that arrives early waits inside the collective for
+    the slowest, so its skew = Σ over matched collectives of (its duration − the shortest on any
+    rank). Returns (skew by rank, matched): matched when every rank issued the same sequence. When
+    they differ, numbered collectives still match by number (the common ones); positional keys
+    match nothing (a collective missing on one rank shifts every later position), so skew is 0.
+    """
+    ranks = list(durs)
+    if len(ranks) < 2:
+        return {r: 0.0 for r in ranks}, True
+    seqs = [tuple(k for k, _ in durs[r]) for r in ranks]
+    matched = all(s == seqs[0] for s in seqs)
+    common: Iterable[Any]
+    if matched:
+        common = seqs[0]
+    elif all(isinstance(k, tuple) and k[:1] == ("seq",) for s in seqs for k in s):
+        common = set.intersection(*(set(s) for s in seqs))
+    else:
+        return {r: 0.0 for r in ranks}, False
+    by_key = {r: dict(durs[r]) for r in ranks}
+    fastest = {k: min(by_key[r][k] for r in ranks) for k in common}
+    return {r: sum(by_key[r][k] - fastest[k] for k in fastest) for r in ranks}, matched

@@ -41,13 +41,7 @@ def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[
                 truncated = True
                 continue
             raise SpecmodelError(f"{where}: not valid JSON") from None
-        if not isinstance(rec, dict):
-            raise SpecmodelError(f"{where}: expected a JSON object")
-        if rec.get("schema") != fmt.name:
-            raise SpecmodelError(f"{where}: schema: expected {fmt.name!r}, got {rec.get('schema')!r} (not a {fmt.what})")
-        if rec.get("schema_version") not in fmt.readable_versions:
-            raise SpecmodelError(f"{where}: schema_version: this specmodel reads {fmt.version}, "
-                                 f"got {rec.get('schema_version')!r}")
+        fmt.check(rec, where)  # one header check for every format (a bool version is refused too)
         out.append((where, rec))
     return out, truncated
 

@@ -19,10 +19,11 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.procs import die_with_parent
-from specmodel.schema.profile import KINDS, CostRow, Profile, SpecConfig
+from specmodel.schema.profile import KINDS, CostRow, Profile, Source, SpecConfig
 from specmodel.stats import iqr, median
 from specmodel.trace.attribution import (
     PassRecord,
+    collective_skew,
     median_of_rank_means,
 )
 from specmodel.trace.kineto import (
@@ -117,11 +118,9 @@ def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
             groups[(p.label, p.occurrence)][t.meta.rank] = p
     out: dict[tuple[int, str, int], float] = {}
     for (label, occ), by_rank in groups.items():
-        durs = {r: dict(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()}
-        common = set.intersection(*(set(d) for d in durs.values())) if len(durs) > 1 else set()
-        fastest = {k: min(d[k] for d in durs.values()) for k in common}
-        for r, d in durs.items():
-            out[(r, label, occ)] = sum(d[k] - fastest[k] for k in common)
+        sk, _ = collective_skew({r: tuple(zip(p.coll_keys, p.coll_durs_s, strict=True)) for r, p in by_rank.items()})
+        for r, v in sk.items():
+            out[(r, label, occ)] = v
     return out
 
 
@@ -275,16 +274,14 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
         steps = max(1, math.ceil((opts.num_draft_tokens - 1) / opts.topk))
     spec = SpecConfig(steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
     files = [Path(t.meta.path).name for t in result.traces]
-    source = {
-        "kind": "ingested",
-        "tool": "specmodel ingest",
-        "description": f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
-                       f", TP{tp})",
-        "mode": result.mode,
-        "files": files,
-        "phases": [p.to_dict() for p in result.phases],
-        "ranks": [{"rank": r.rank, "file": Path(r.path).name, "passes": r.passes, "busy_s": r.busy_s,
-                   "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
-    }
+    source = Source.ingested(
+        description=f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
+                    f", TP{tp})",
+        files=tuple(files),
+        mode=result.mode,
+        phases=[p.to_dict() for p in result.phases],
+        ranks=[{"rank": r.rank, "file": Path(r.path).name, "passes": r.passes, "busy_s": r.busy_s,
+                "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
+    )
     return Profile(name=name, source=source, tp=tp, costs=rows, spec=spec, hardware=hardware, backend=backend,
                    notes=notes)

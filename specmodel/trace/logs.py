@@ -54,7 +54,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, loads_json, read_text_lines
-from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK
 from specmodel.model import accept as acc
 from specmodel.schema.formats import ACCEPT
 
@@ -63,7 +63,6 @@ ACCEPT_SCHEMA_VERSION = ACCEPT.version
 #: SGLang ``--decode-log-interval`` default (server_args.py, 0.5.5 and 0.5.23).
 DEFAULT_DECODE_LOG_INTERVAL = 40
 #: printed values carry 2 decimals: a window mean may exceed steps+1 by rounding only
-_ROUND_SLACK = 0.0051
 
 # ---------------------------------------------------------------------------------------------
 # regexes, one per key
@@ -414,7 +413,7 @@ def _parse_text_log(path: str, lines: list[str]) -> LogFile:
             a = _num(d["accept_len"], where, "accept len") if "accept_len" in d else None
             if not math.isfinite(tput) or tput < 0:
                 raise SpecmodelError(f"{where}: gen throughput must be a finite number >= 0, got {d['gen_tokens_per_s']}")
-            if a is not None and (not math.isfinite(a) or a < 1.0 - _ROUND_SLACK):
+            if a is not None and (not math.isfinite(a) or a < 1.0 - ROUND_SLACK):
                 raise SpecmodelError(f"{where}: accept len {d['accept_len']} is not >= 1 token/step "
                                      "(SGLang counts the bonus token, so the minimum is 1)")
             ctx = _count(d["tokens"], where, "#token") / batch if "tokens" in d and batch > 0 else None
@@ -529,7 +528,7 @@ def _parse_bench(path: str, lines: list[str]) -> LogFile:
                       ("num_draft_tokens", MAX_DRAFT_TOKENS)):
             if vals[k] > hi:
                 raise SpecmodelError(f"{where}: {k} must be <= {hi}, got {row[k]!r}")
-        if vals["acc_length"] < 1.0 - _ROUND_SLACK:
+        if vals["acc_length"] < 1.0 - ROUND_SLACK:
             raise SpecmodelError(f"{where}: acc_length {row['acc_length']} is not >= 1 token/step")
         b = int(vals["batch_size"])
         # speed = acc_length / step_time is per request; the window's total is × batch
@@ -557,12 +556,13 @@ def parse_log(path: str | Path) -> LogFile:
             doc = loads_json(text, spath)
         except SpecmodelError:
             doc = None
-        if isinstance(doc, dict) and doc.get("schema") == ACCEPT_SCHEMA:
+        if ACCEPT.matches(doc):
+            assert isinstance(doc, dict)
             _check_saved(doc, spath)
             return LogFile(path=spath, engine="specmodel.accept", fmt=f"v{doc['schema_version']}", lines_read=len(lines),
                            lines_matched=1, saved=doc)
         if isinstance(doc, dict) and "schema" in doc:
-            raise SpecmodelError(f"{spath}: schema {doc.get('schema')!r} is not a specmodel.accept file")
+            ACCEPT.check(doc, spath)  # another specmodel document: one line saying which
         return _parse_bench(spath, lines)
     return _parse_text_log(spath, lines)
 
@@ -632,7 +632,7 @@ def _mixture(means: Iterable[tuple[float, float, str]], max_tokens: int, source:
     """Σ w·from_mean(m, K) / Σ w, grouping equal means (logs print 2 decimals: few distinct)."""
     by_mean: dict[float, float] = {}
     for m, w, where in means:
-        if m > max_tokens + _ROUND_SLACK:
+        if m > max_tokens + ROUND_SLACK:
             raise _too_long(where, m, max_tokens)
         mm = min(max(m, 1.0), float(max_tokens))
         by_mean[mm] = by_mean.get(mm, 0.0) + w
@@ -653,9 +653,7 @@ def _label(paths: Sequence[str]) -> str:
 
 
 def _check_saved(doc: dict[str, Any], where: str) -> None:
-    ver = doc.get("schema_version")
-    if ver != ACCEPT_SCHEMA_VERSION:
-        raise SpecmodelError(f"{where}: schema_version: this specmodel reads version {ACCEPT_SCHEMA_VERSION}, file has {ver!r}")
+    ACCEPT.check(doc, where)
     probs = doc.get("probs")
     if not isinstance(probs, list) or not probs or not all(
             isinstance(p, (int, float)) and not isinstance(p, bool) for p in probs):
@@ -816,7 +814,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         for i in range(1, k):  # 3-decimal rounding must not make the sequence increase
             avg[i] = min(avg[i], avg[i - 1])
         mean_logged = 1.0 + sum(r.accepted for r in with_rates) / total
-        if mean_logged > max_tokens + _ROUND_SLACK:
+        if mean_logged > max_tokens + ROUND_SLACK:
             raise _too_long(label, mean_logged, max_tokens)
         dist = acc.from_per_position(avg, max_tokens=max_tokens, source=f"vLLM log {label}")
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(total)))
@@ -833,7 +831,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
             "and feed its -o JSON to --accept-log")
     n_drafts = sum(r.drafted for r in recs) / nst
     mean = 1.0 + sum(r.accepted for r in recs) / n_drafts
-    if mean > max_tokens + _ROUND_SLACK:
+    if mean > max_tokens + ROUND_SLACK:
         raise _too_long(label, mean, max_tokens)
     dist = acc.from_mean(min(mean, float(max_tokens)), max_tokens, source=f"vLLM log {label}")
     dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(n_drafts)))
@@ -921,9 +919,7 @@ def throughput_series(windows: Iterable[DecodeWindow]) -> tuple[SeriesPoint, ...
 def accept_document(s: AcceptSummary) -> dict[str, Any]:
     """The schema-versioned JSON ``specmodel accept -o`` writes (and ``--accept-log`` reads back)."""
     d = s.dist
-    return {
-        "schema": ACCEPT_SCHEMA,
-        "schema_version": ACCEPT_SCHEMA_VERSION,
+    return ACCEPT.stamp({
         "convention": "tokens",
         "steps": d.max_tokens - 1,
         "max_tokens": d.max_tokens,
@@ -941,7 +937,7 @@ def accept_document(s: AcceptSummary) -> dict[str, Any]:
         "server": None if s.config is None else {
             k: getattr(s.config, k) for k in ("engine", "where", "model", "tp", "algorithm", "draft_model", "steps",
                                               "topk", "num_draft_tokens", "decode_log_interval")},
-    }
+    })
 
 
 def write_accept_json(s: AcceptSummary, path: str | Path) -> Path:

@@ -252,27 +252,20 @@ FIT_SCHEMA_VERSION = ALLREDUCE_FIT.version
 
 def fit_document(fit: AllReduceFit, points: Sequence[AllReducePoint], sources: Sequence[NcclRun]) -> dict[str, Any]:
     """The standalone schema-versioned JSON ``specmodel nccl-tests -o`` writes without ``--profile``."""
-    return {
-        "schema": FIT_SCHEMA,
-        "schema_version": FIT_SCHEMA_VERSION,
+    return ALLREDUCE_FIT.stamp({
         "source": {"kind": "nccl-tests", "files": [r.path for r in sources],
                    "programs": sorted({r.program for r in sources if r.program}),
                    "versions": sorted({r.version for r in sources if r.version})},
         "allreduce_fit": fit.to_dict(),
         "allreduce_points": [p.to_dict() for p in points],
-    }
+    })
 
 
 def load_fit_document(path: str | Path) -> tuple[AllReduceFit, tuple[AllReducePoint, ...]]:
     """Read back :func:`fit_document`; every field validated, errors name the file."""
     where = str(path)
     d = read_json(path)
-    if not isinstance(d, dict) or d.get("schema") != FIT_SCHEMA:
-        raise SpecmodelError(f"{where}: schema: expected {FIT_SCHEMA!r}, got "
-                             f"{d.get('schema') if isinstance(d, dict) else type(d).__name__!r}")
-    if d.get("schema_version") != FIT_SCHEMA_VERSION:
-        raise SpecmodelError(f"{where}: schema_version: this specmodel reads version {FIT_SCHEMA_VERSION}, "
-                             f"file has {d.get('schema_version')!r}")
+    ALLREDUCE_FIT.check(d, where)
     fit_raw = d.get("allreduce_fit")
     if not isinstance(fit_raw, dict):
         raise SpecmodelError(f"{where}: allreduce_fit: missing or not an object")

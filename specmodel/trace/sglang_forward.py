@@ -88,7 +88,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     rows come from the target runner only. Several directories may be combined (e.g. a
     baseline run for ``decode`` rows and a speculative run for the rest).
     """
-    from specmodel.schema.profile import CostRow, Profile
+    from specmodel.schema.profile import CostRow, Profile, Source
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
@@ -149,11 +149,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "replay seconds / forwards.")
     if len(versions) > 1:
         notes.append(f"logs come from several SGLang versions: {', '.join(sorted(versions))}")
-    source = {"kind": "ingested", "tool": "specmodel sglang", "engine": "sglang",
-              "engine_version": ", ".join(sorted(versions)), "files": [str(f) for f in files],
-              "clock": "cuda_event" if clocks == {"gpu_s"} else "perf_counter",
-              "description": f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} forwards "
-                             f"from {len(files)} rank file(s)"}
+    source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
+                                 files=tuple(str(f) for f in files),
+                                 clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
+                                 description=f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} "
+                                             f"forwards from {len(files)} rank file(s)")
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_text_lines
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.profile import CostRow, Profile, Source
 
 BATCH_COLUMNS = ("batch", "concurrency")
 CONTEXT_COLUMNS = ("context", "context_tokens")
@@ -134,7 +134,7 @@ def sweep_profile(path: str, tp: int) -> Profile:
                   for pt in sorted(points, key=lambda q: (q.context_tokens, q.batch)))
     ctxs = sorted({pt.context_tokens for pt in points})
     ctx_txt = f"contexts {', '.join(map(str, ctxs))}" if len(ctxs) > 1 else f"context {ctxs[0]}"
-    return Profile(name=p.stem, source={"kind": "sweep", "description": f"baseline sweep {p.name} "
-                                        f"({len(points)} points, {ctx_txt}; decode step only, no all-reduce split)",
-                                        "path": str(p)},
+    return Profile(name=p.stem, source=Source.sweep(path=str(p), description=f"baseline sweep {p.name} "
+                                                    f"({len(points)} points, {ctx_txt}; decode step only, no "
+                                                    "all-reduce split)"),
                    tp=tp, costs=costs, path=str(p))

@@ -100,7 +100,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
     time. Several directories may be combined (a baseline run for ``decode``, a speculative one)."""
-    from specmodel.schema.profile import CostRow, Profile, SpecConfig
+    from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
     from specmodel.trace.hooklog import log_files
 
     files = log_files(dirs, COMMAND)
@@ -210,10 +210,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "(rows are not split by context)")
     if len(versions) > 1:
         notes.append(f"logs come from several vLLM versions: {', '.join(sorted(versions))}")
-    source = {"kind": "ingested", "tool": COMMAND, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
-              "files": [str(f) for f in files], "clock": clock,
-              "description": f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} steps from "
-                             f"{len(files)} rank file(s)"}
+    source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(versions)),
+                                 files=tuple(str(f) for f in files), clock=clock,
+                                 description=f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} "
+                                             f"steps from {len(files)} rank file(s)")
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))

@@ -1,0 +1,117 @@
+"""What a profiling run returns, typed: each rank's :class:`RankResult` (gathered to rank 0) and
+the run's :class:`RunResult` (rank 0's combination, ``result.json`` in the run directory), read by
+the launcher, ``commands/profile.py`` and ``profile/output.py``. Pure Python: no torch.
+
+All seconds are SI. The per-point records a rank measures (``RankResult.points``: its timings,
+collective calls and trace slice) are the worker's working data, combined by ``worker.combine``
+only; what leaves the worker is typed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specmodel.profile.plan import RunPlan
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankRow:
+    """One rank's share of a measured point (medians over repetitions, seconds)."""
+
+    rank: int
+    total_s: float
+    allreduce_s: float
+    skew_s: float
+    transfer_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowResult:
+    """One measured forward (a plan point) over all ranks: the row a profile's cost row comes from.
+
+    ``total_s`` = median over repetitions of the rank mean (timing passes, no profiler); the
+    all-reduce / skew split from the profiled repetitions carried to that scale; ``ci95_rel`` the
+    half-width of the 95 % interval of that median relative to it; ``busy_s`` kernel-busy time
+    (GPU only); ``calls_matched`` False when ranks issued different collective sequences (skew 0).
+    """
+
+    kind: str
+    batch: int
+    tokens: int
+    label: str
+    context_tokens: int
+    total_s: float
+    allreduce_s: float
+    compute_s: float
+    skew_s: float
+    spread_s: float
+    samples: int
+    n_allreduce: int
+    n_allgather: int
+    calls_matched: bool
+    passes: int
+    ci95_rel: float | None = None
+    busy_s: float | None = None
+    per_rank: tuple[RankRow, ...] = ()
+
+    def to_dict(self, *, per_rank: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if per_rank:
+            d["per_rank"] = [asdict(r) for r in self.per_rank]
+        else:
+            d.pop("per_rank")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RowResult:
+        return cls(**{**d, "per_rank": tuple(RankRow(**r) for r in d.get("per_rank", ()))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduceResult:
+    """One size of the pure all-reduce sweep: median latency over ranks x samples, and its spread."""
+
+    msg_bytes: int
+    latency_s: float
+    spread_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankResult:
+    """What one rank measured, gathered to rank 0: its per-point records (worker-internal), the
+    all-reduce sweep samples, the spec loop's record (rank 0's is used) and, on each node's local
+    rank 0, the hardware inventory."""
+
+    rank: int
+    host: str
+    points: tuple[dict[str, Any], ...]
+    allreduce: tuple[dict[str, Any], ...]
+    spec_loop: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """The whole run: the plan that ran, one :class:`RowResult` per point, the all-reduce sweep,
+    the spec loop's record (``profile/specloop.py``), the hardware, when it finished (UTC)."""
+
+    plan: RunPlan
+    rows: tuple[RowResult, ...]
+    allreduce_points: tuple[AllReduceResult, ...] = ()
+    spec_loop: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    finished_utc: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``result.json`` (the launcher reads it back with :meth:`from_dict`)."""
+        return {"plan": self.plan.to_dict(), "rows": [r.to_dict() for r in self.rows],
+                "allreduce_points": [asdict(a) for a in self.allreduce_points], "spec_loop": self.spec_loop,
+                "hardware": self.hardware or {}, "finished_utc": self.finished_utc}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        return cls(plan=RunPlan.from_dict(d["plan"]), rows=tuple(RowResult.from_dict(r) for r in d["rows"]),
+                   allreduce_points=tuple(AllReduceResult(**a) for a in d.get("allreduce_points") or ()),
+                   spec_loop=d.get("spec_loop"), hardware=d.get("hardware") or {},
+                   finished_utc=d.get("finished_utc") or "")
