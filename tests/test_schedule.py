@@ -153,9 +153,9 @@ def test_schedules_vllm_would_refuse_are_refused_here(entries: list, msg: str) -
 def test_target_engine_mismatch_names_what_differs() -> None:
     kw = {"profile_name": "p", "profile_model": "/models/Qwen3-0.6B", "profile_tp": 2, "profile_tp_known": True}
     sch.check_target(**kw, serve_model="Qwen/qwen3-0.6b", serve_tp=2)  # same model by hub id or path
-    with pytest.raises(SpecmodelError, match="--serve-tp 1: profile p was measured at TP2"):
+    with pytest.raises(SpecmodelError, match="serve_tp: the engine runs TP1, profile p was measured at TP2"):
         sch.check_target(**kw, serve_model=None, serve_tp=1)
-    with pytest.raises(SpecmodelError, match="--serve-model other: profile p was measured on"):
+    with pytest.raises(SpecmodelError, match="serve_model: the engine serves other, profile p was measured on"):
         sch.check_target(**kw, serve_model="other", serve_tp=None)
 
 
@@ -190,8 +190,8 @@ def test_plan_engine_vllm_json_and_export_are_one_validated_document(tmp_path: P
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--serve-tp", "2"], "--serve-tp 2: profile kimi-k2.5-int4-tp8-pcie was measured at TP8"),
-    (["--serve-model", "Qwen/Qwen3-0.6B"], "--serve-model Qwen/Qwen3-0.6B: profile kimi-k2.5-int4-tp8-pcie"),
+    (["--serve-tp", "2"], "--serve-tp: the engine runs TP2, profile kimi-k2.5-int4-tp8-pcie was measured at TP8"),
+    (["--serve-model", "Qwen/Qwen3-0.6B"], "--serve-model: the engine serves Qwen/Qwen3-0.6B, profile kimi-k2.5-int4"),
     (["--speculative-config", "[1]"], "--speculative-config: expected a JSON object"),
     (["--speculative-config", "{bad"], "--speculative-config"),
 ])

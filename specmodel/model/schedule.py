@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.serveplan import OFF, SPECULATE, VLLM_METHODS, PlanCell
 
 #: Why a range has its k.
@@ -320,17 +320,18 @@ def check_target(*, profile_name: str, profile_model: str | None, profile_tp: in
     """Refuse a schedule for an engine the profile was not measured on (costs and acceptance
     belong to one model at one TP): one line naming what differs."""
     if serve_tp is not None and profile_tp_known and serve_tp != profile_tp:
-        raise SpecmodelError(f"--serve-tp {serve_tp}: profile {profile_name} was measured at TP{profile_tp}; "
-                             "profile the engine at the TP it serves with")
+        raise FieldError("serve_tp", f"the engine runs TP{serve_tp}, profile {profile_name} was measured at "
+                                     f"TP{profile_tp}; profile the engine at the TP it serves with")
     if serve_tp is not None and not profile_tp_known:
-        raise SpecmodelError(f"--serve-tp {serve_tp}: profile {profile_name} does not record its TP; "
-                             "its costs cannot be matched to the engine")
+        raise FieldError("serve_tp", f"the engine runs TP{serve_tp}, profile {profile_name} does not record its TP; "
+                                     "its costs cannot be matched to the engine")
     if serve_model is not None:
         if not profile_model:
-            raise SpecmodelError(f"--serve-model {serve_model}: profile {profile_name} does not name its model")
+            raise FieldError("serve_model", f"the engine serves {serve_model}, profile {profile_name} does not name "
+                                            "its model")
         if _norm_model(serve_model) != _norm_model(profile_model):
-            raise SpecmodelError(f"--serve-model {serve_model}: profile {profile_name} was measured on "
-                                 f"{profile_model!r}; profile the engine's model")
+            raise FieldError("serve_model", f"the engine serves {serve_model}, profile {profile_name} was measured "
+                                            f"on {profile_model!r}; profile the engine's model")
 
 
 def schedule_document(schedules: Sequence[ContextSchedule], *, engine: str, algorithm: str,
@@ -342,7 +343,7 @@ def schedule_document(schedules: Sequence[ContextSchedule], *, engine: str, algo
     ``sglang_static``: the schedules over every topk (static flags may run trees), per context
     like ``schedules``; default: ``schedules``."""
     if engine not in ENGINES:
-        raise SpecmodelError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+        raise FieldError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
     static = list(sglang_static) if sglang_static is not None else list(schedules)
     if [s.context_tokens for s in static] != [s.context_tokens for s in schedules]:
         raise SpecmodelError("schedule: the static SGLang schedules must cover the same contexts")
