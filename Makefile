@@ -58,7 +58,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed $(ENGINE_VENV)/.installed
 	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider
 
-# everything but the tests marked slow (real TP ranks, the end-to-end report): for the edit-test loop
+# everything but the tests marked slow (real TP ranks, the end-to-end report, live vLLM servers): for the edit-test loop
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 

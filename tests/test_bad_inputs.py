@@ -34,6 +34,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("usage-bad-choice", ["predict", "--accept-convention", "bits"]),
     ("usage-out-dir-file", ["profile", "--out-dir", B + "/a_file"]),
     ("usage-sglang-tp0", ["sglang", "--tp", "0"]),
+    ("usage-vllm-tp0", ["vllm", "--tp", "0"]),
     ("usage-no-such-command", ["no-such-command"]),
     ("usage-accept-bad-int", ["accept", "--steps", "x", SG]),
     ("usage-ingest-no-inputs", ["ingest"]),
@@ -127,6 +128,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("trace-baseline-deep", ["ingest", TRACE, "--baseline", B + "/deep.json", "--no-save"]),
     ("sglang-summarize-deep", ["sglang", "--summarize", B + "/sglang_forward", "-o", "{W}/sg"]),
     ("sglang-summarize-bigint", ["sglang", "--summarize", B + "/sglang_forward_bigint", "-o", "{W}/sg"]),
+    ("vllm-summarize-deep", ["vllm", "--summarize", B + "/sglang_forward", "-o", "{W}/vl"]),
+    ("vllm-summarize-bigint", ["vllm", "--summarize", B + "/sglang_forward_bigint", "-o", "{W}/vl"]),
     ("drafter-token-freq-deep", ["check-drafter", "--drafter", "{W}/drafter_ok", "--target", "{W}/target",
                                  "--token-freq", B + "/token_freq_deep.json"]),
     ("drafter-token-freq-bigint", ["check-drafter", "--drafter", "{W}/drafter_ok", "--target", "{W}/target",
@@ -162,6 +165,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("out-ingest-csv-readonly", ["ingest", TRACE, "--no-save", "--csv", "/proc/specmodel-x.csv"]),
     ("out-sglang-summarize-file", ["sglang", "--summarize", B + "/a_file", "-o", "{W}/sg"]),
     ("out-sglang-out-file", ["sglang", "--out", B + "/a_file", "--", "true"]),
+    ("out-vllm-summarize-file", ["vllm", "--summarize", B + "/a_file", "-o", "{W}/vl"]),
+    ("out-vllm-out-file", ["vllm", "--out", B + "/a_file", "--", "true"]),
     # ---- 4. paths
     ("path-profile-long", ["predict", "--profile", LONG_NAME, "--accept-len", "2"]),
     ("path-profile-json-dir", ["predict", "--profile", B + "/profile.json", "--accept-len", "2"]),
@@ -319,12 +324,13 @@ def test_names_and_index_entries_stay_inside(results: dict[str, dict[str, object
 def test_messages_name_the_flag_or_file(results: dict[str, dict[str, object]]) -> None:
     expect = {
         "usage-bad-int": "--batch", "usage-missing-option": "--drafter", "usage-bad-choice": "--accept-convention",
-        "usage-out-dir-file": "--out-dir", "usage-sglang-tp0": "--tp", "bound-predict-steps": "--steps",
+        "usage-out-dir-file": "--out-dir", "usage-sglang-tp0": "--tp", "usage-vllm-tp0": "--tp", "bound-predict-steps": "--steps",
         "bound-profile-tp": "--tp", "file-profile-steps": "spec.steps", "json-deep": "deep.json",
         "nccl-truncated-row": "nccl_truncated_row.txt:", "trace-pid-list": "pid", "calibrate-inf": "--calibrate",
         "out-report-png-dir-file": "--png-dir", "path-profile-json-dir": "is a directory",
         "name-ingest-dotdot": "--name", "out-accept-readonly": "/proc/specmodel-x.json",
         "log-vllm-bigint": "Accepted", "trace-ext-dict": "External id",
+        "vllm-summarize-deep": "rank0.jsonl: line 1", "out-vllm-out-file": "--out",
     }
     for cid, frag in expect.items():
         assert frag in str(results[cid]["stderr"]), (cid, results[cid]["stderr"])

@@ -258,3 +258,22 @@ def test_health_url_follows_the_servers_flags() -> None:
     assert health_url(("python", "-m", "x", "--host", "0.0.0.0", "--port", "9001")) == "http://127.0.0.1:9001/health"
     assert health_url(("python", "--port=7")) == "http://127.0.0.1:7/health"
     assert health_url(("python",)) == "http://127.0.0.1:8000/health"
+
+
+def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
+    from specmodel.commands.sglang import child_env
+    from specmodel.commands.vllm import ENV_VAR
+
+    env = child_env(tmp_path / "out", env_var=ENV_VAR)
+    env.pop("SPECMODEL_SGLANG_DIR", None)
+    code = "import sys; print('specmodel.profile.vllm' in sys.modules, 'specmodel.profile.sglang' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    # this interpreter has no vLLM: the shim stays silent and loads nothing
+    assert r.stdout.split() == ["False", "False"]
+    fake = tmp_path / "fakevllm"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text("")
+    env["PYTHONPATH"] += f":{fake}"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.stdout.split() == ["True", "False"], r.stderr

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 ENV_PYTHON = "SPECMODEL_VLLM_PYTHON"
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 #: bounded everything: a test that hangs is worse than one that fails
-HEALTH_TIMEOUT_S = 240.0
+HEALTH_TIMEOUT_S = 420.0  # an idle 2-core box starts a server in 21-30 s; a shared one took 3 min
 REQUEST_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 
@@ -74,7 +74,9 @@ def free_port() -> int:
 @dataclass(frozen=True, kw_only=True)
 class TinyModels:
     """Directories of the offline models (same tokenizer): the target, the target plus weight
-    noise (a drafter that wins: accepts ~2.3 of 4 at k=3), a random small model (one that loses: ~1.0)."""
+    noise of 5 % of each tensor's std (a drafter that wins: ~3.8 tokens per verify of 4 at k=3,
+    tests/data/vllm_cpu_032), an unrelated random model of the same shape
+    (one that loses: ~1.0)."""
 
     target: Path
     draft_noisy: Path
@@ -131,7 +133,9 @@ def _build(out: Path, hidden: int = 256, layers: int = 4, noise: float = 0.05) -
 
     target = make(out / "target", hidden, layers, seed=0)
     make(out / "draft_noisy", hidden, layers, seed=1, base=target.float(), scale=noise)
-    make(out / "draft_random", hidden // 2, 2, seed=2)
+    # the losing drafter has the target's shape (its forwards cost what the winning one's do), so a
+    # profile of one predicts the other from its acceptance alone
+    make(out / "draft_random", hidden, layers, seed=2)
 
 
 def build_models(py: Path, out: Path, *, timeout_s: float = 300.0) -> TinyModels:
@@ -314,6 +318,73 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- a bounded benchmark client
+
+
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                 "vllm:spec_decode_num_accepted_tokens_total", "vllm:generation_tokens_total")
+
+
+def counters(metrics_text: str) -> dict[str, float]:
+    """The Prometheus counters the benchmark needs (summed over label sets); 0 when absent."""
+    out = dict.fromkeys(SPEC_COUNTERS, 0.0)
+    for line in metrics_text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            with contextlib.suppress(ValueError):
+                out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throughput:
+    """``reps`` rounds of ``batch`` concurrent greedy requests of ``tokens`` tokens each."""
+
+    batch: int
+    tokens: int
+    tokens_per_s: tuple[float, ...]  # one per round
+    accept_tokens: float | None  # vLLM's mean acceptance length over the rounds (bonus included)
+    proposal_rate: float | None  # drafts per request-step (ngram proposes nothing when no n-gram matches)
+
+    @property
+    def median_tokens_per_s(self) -> float:
+        xs = sorted(self.tokens_per_s)
+        n = len(xs)
+        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+    @property
+    def spread_rel(self) -> float:
+        """(max - min) / median of the rounds."""
+        return (max(self.tokens_per_s) - min(self.tokens_per_s)) / self.median_tokens_per_s
+
+
+def measure(srv: VllmServer, *, batch: int, tokens: int = 64, reps: int = 3, warmup: bool = True) -> Throughput:
+    """Bounded: ``reps`` rounds, each request under REQUEST_TIMEOUT_S."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(batch) as ex:
+        if warmup:  # numba compiles the ngram proposer on its first call (seconds): not a cost per step
+            list(ex.map(lambda _: srv.complete(max_tokens=8), range(batch)))
+        before = counters(srv.get("/metrics"))
+        rates = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            outs = list(ex.map(lambda _: srv.complete(max_tokens=tokens), range(batch)))
+            wall = time.perf_counter() - t0
+            rates.append(sum(int(o["usage"]["completion_tokens"]) for o in outs) / wall)
+        after = counters(srv.get("/metrics"))
+    d = {k: after[k] - before[k] for k in SPEC_COUNTERS}
+    drafts = d["vllm:spec_decode_num_drafts_total"]
+    acc = d["vllm:spec_decode_num_accepted_tokens_total"]
+    gen = d["vllm:generation_tokens_total"]
+    accept = 1 + acc / drafts if drafts else None
+    # generated = drafts × E[A] + steps without a draft × 1, so request-steps = gen − accepted
+    rate = drafts / (gen - acc) if drafts and gen > acc else None
+    return Throughput(batch=batch, tokens=tokens, tokens_per_s=tuple(rates), accept_tokens=accept, proposal_rate=rate)
 
 
 @contextlib.contextmanager

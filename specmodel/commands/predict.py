@@ -26,16 +26,24 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"accept len   {p.accept_mean_tokens:.2f} tokens/step incl. bonus "
                  f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
                  f"source: {p.accept_source}")
+    # an all-reduce share nobody measured is printed as unknown, never as 0.00 ms (issue 18 item 15)
+    ar_unknown = dict(p.cost_sources).get("all-reduce", "").startswith("unknown")
+
+    def ar(seconds: float) -> str:
+        return "unknown" if ar_unknown else ms(seconds)
+
     lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s total, {p.baseline_tokens_per_s_per_request:.1f} "
-                 f"tok/s per request  (decode step {ms(p.baseline_step_s)}, all-reduce {ms(p.baseline_allreduce_s)})")
+                 f"tok/s per request  (decode step {ms(p.baseline_step_s)}, all-reduce {ar(p.baseline_allreduce_s)})")
     lines.append(f"cycle        {ms(p.cycle_s)}")
-    lines.append(f"  verify     {ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {ms(p.verify_allreduce_s)}, "
-                 f"compute {ms(p.verify_compute_s)}, other {ms(p.verify_other_s)}")
+    lines.append(f"  verify     {ms(p.verify_s):>10}  ({p.verify_tokens} tokens)  all-reduce {ar(p.verify_allreduce_s)}, "
+                 + (f"compute + other {ms(p.verify_compute_s + p.verify_other_s)}" if ar_unknown else
+                    f"compute {ms(p.verify_compute_s)}, other {ms(p.verify_other_s)}"))
     lines.append(f"  draft      {ms(p.draft_s):>10}  ({p.draft_parts})  "
-                 f"all-reduce {ms(p.draft_allreduce_s)}")
+                 f"all-reduce {ar(p.draft_allreduce_s)}")
     cal = f"  (calibration added {ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
     lines.append(f"  overhead   {ms(p.overhead_s):>10}{cal}")
-    lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
+    lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)" if ar_unknown else
+                 f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
                  f"(95% band {p.band_label}: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
                  f"total)  speedup {p.speedup:.2f}x")

@@ -36,8 +36,8 @@ def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str
     return env
 
 
-def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang",
-          env_var: str = "SPECMODEL_SGLANG_DIR") -> subprocess.Popen[bytes]:
+def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_var: str = "SPECMODEL_SGLANG_DIR",
+          extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Check ``--out`` and the command, then start the server with the hook (shared by `specmodel vllm`)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
@@ -51,7 +51,7 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang",
     out_dir.mkdir(parents=True, exist_ok=True)
     click.echo(f"specmodel {tool}: hook on; per-rank logs go to {out_dir}/rank<k>.jsonl", err=True)
     try:
-        return subprocess.Popen(list(command), env=child_env(out_dir, env_var=env_var))
+        return subprocess.Popen(list(command), env={**child_env(out_dir, env_var=env_var), **(extra_env or {})})
     except OSError as exc:
         raise SpecmodelError(f"server command: cannot run '{exe}': {exc.strerror}") from None
 

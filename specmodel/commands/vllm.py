@@ -90,7 +90,12 @@ def _stop_server(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
 def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> int:
     """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy."""
     url = health_url(command)
-    proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR)
+    # vLLM 0.32 runs Model Runner V2 on GPUs with Triton; the hook's seams are V1's (profile/vllm.py)
+    v1 = {} if "VLLM_USE_V2_MODEL_RUNNER" in os.environ else {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR, extra_env=v1)
+    if v1:
+        click.echo("specmodel vllm: VLLM_USE_V2_MODEL_RUNNER=0 (the hook times vLLM's V1 model runner; "
+                   "the CPU build runs it anyway)", err=True)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         proc.send_signal(signum)
@@ -192,7 +197,7 @@ def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int |
     path = save_profile(profile, output)
     kinds = sorted({r.kind for r in profile.costs})
     click.echo(f"wrote {path}: {len(profile.costs)} cost rows ({', '.join(kinds)}), tp {profile.tp}, "
-               f"vLLM {profile.source.get('engine_version')}")
+               f"vLLM {profile.source.engine_version}")
     for note in profile.notes:
         click.echo(f"note: {note}")
 

@@ -59,6 +59,10 @@ LINE_SCHEMA = VLLM_STEP.name
 LINE_SCHEMA_VERSION = VLLM_STEP.version
 
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+#: Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``): 0.32 picks it on GPUs with Triton
+#: (``VllmConfig.use_v2_model_runner``; the CPU build has no Triton and runs V1). Its step has
+#: another shape; ``specmodel vllm`` sets ``VLLM_USE_V2_MODEL_RUNNER=0`` and the hook warns if V2 loads.
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 PARALLEL_MODULE = "vllm.distributed.parallel_state"
 #: (module, class, method, role): what is wrapped, by name
 TARGETS: tuple[tuple[str, str, str, str], ...] = (
@@ -249,14 +253,19 @@ def _write(obj: dict[str, Any]) -> None:
 
 
 def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
-    """Turn the record's timers into seconds (the line that is written)."""
+    """Turn the record's clocks into seconds (the line that is written). CPU steps carry floats
+    already (the hot path allocates nothing); GPU steps carry CUDA-event timers."""
     timers = rec.pop("_timers")
+    acc = rec.pop("_ar")
     for key in ("forward", "draft"):
         t = timers.get(key)
-        rec[f"{key}_s"] = None if t is None else t.seconds()
+        if t is None:
+            rec[f"{key}_s"] = rec[f"{key}_allreduce_s"] = rec[f"{key}_n_allreduce"] = None
+            continue
+        rec[f"{key}_s"] = t if isinstance(t, float) else t.seconds()
         ars = timers.get(f"{key}_ar", [])
-        rec[f"{key}_allreduce_s"] = sum(a.seconds() for a in ars) if t is not None else None
-        rec[f"{key}_n_allreduce"] = len(ars) if t is not None else None
+        rec[f"{key}_allreduce_s"] = acc[key][0] + sum(a.seconds() for a in ars)
+        rec[f"{key}_n_allreduce"] = int(acc[key][1]) + len(ars)
     used = (rec["forward_s"] or 0.0) + (rec["draft_s"] or 0.0)
     rec["overhead_s"] = max(rec["step_s"] - used, 0.0)
     return rec
@@ -268,10 +277,11 @@ def flush(wait: bool = False) -> int:
         keep: list[dict[str, Any]] = []
         for rec in _STATE.pending:
             timers = rec["_timers"]
-            if not wait and not all(t.ready() for t in _all_timers(timers)):
+            if not wait and rec["_cuda"] and not all(t.ready() for t in _all_timers(timers)):
                 keep.append(rec)
                 continue
             try:
+                rec.pop("_cuda")
                 _write(_resolve(rec))
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
@@ -283,7 +293,7 @@ def flush(wait: bool = False) -> int:
 def _all_timers(timers: dict[str, Any]) -> list[_Timer]:
     out: list[_Timer] = []
     for v in timers.values():
-        out.extend(v if isinstance(v, list) else [v])
+        out.extend(x for x in (v if isinstance(v, list) else [v]) if isinstance(x, _Timer))
     return out
 
 
@@ -324,7 +334,8 @@ def _begin_step(runner: Any, so: Any) -> None:
                    "kind": kind, "batch": batch, "tokens": tokens, "spec_tokens": spec,
                    "context_tokens": round(ctx, 1), "draft_method": method if isinstance(method, str) else None,
                    "draft_k": k if isinstance(k, int) else None, "gap_s": gap, "t_start_unix_s": time.time(),
-                   "_t0": t0, "_cuda": _is_cuda(runner), "_timers": {}}
+                   "_t0": t0, "_cuda": _is_cuda(runner), "_timers": {},
+                   "_ar": {"forward": [0.0, 0], "draft": [0.0, 0]}}
 
 
 def _end_step() -> None:
@@ -335,16 +346,25 @@ def _end_step() -> None:
     if rec is None:
         return
     rec["step_s"] = t1 - rec.pop("_t0")
-    cuda = rec.pop("_cuda")
+    if not rec["_cuda"]:
+        rec.pop("_cuda")
+        _write(_resolve(rec))  # CPU clocks are final now: no queue
+        return
     with _STATE.lock:
         _STATE.pending.append(rec)
-    if not cuda or len(_STATE.pending) > 8:
+    if len(_STATE.pending) > 8:
         flush(wait=False)
 
 
-def _annotated(label: str) -> Any:
-    from specmodel.profile.annotate import phase
+def _annotated(label: str | None, cuda: bool) -> Any:
+    """The annotation seam's span (NVTX on a GPU, record_function while a profiler records), or
+    None when nothing would see it: on the CPU outside a profile, entering it is pure cost."""
+    if label is None:
+        return None
+    from specmodel.profile.annotate import phase, profiler_recording
 
+    if not cuda and not profiler_recording():
+        return None
     return phase(label)
 
 
@@ -371,40 +391,54 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any]) -> Callable[
             rec = _STATE.step
             if rec is None or _STATE.where is not None:
                 return orig(self, *args, **kwargs)
-            timer = _Timer(rec["_cuda"])
+            cuda = rec["_cuda"]
             if role == "forward":
                 label = _label(rec["kind"], rec["batch"], rec["tokens"])
             elif rec["draft_method"] in VLLM_FORWARD_DRAFTERS and rec["draft_k"]:
                 label = _label("draft", rec["batch"], rec["batch"] * rec["draft_k"], forwards=rec["draft_k"])
             else:
                 label = None  # a host-side proposal: no forward to label
-            rec["_timers"][f"{role}_ar"] = []
-            cm = _annotated(label) if label is not None else None
+            if cuda:
+                rec["_timers"][f"{role}_ar"] = []
+            cm = _annotated(label, cuda)
             if cm is not None:
                 cm.__enter__()
             _STATE.where = role
-            timer.start()
+            timer = _Timer(True) if cuda else None
+            if timer is not None:
+                timer.start()
+            t0 = time.perf_counter()
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                timer.stop()
+                t1 = time.perf_counter()
+                if timer is not None:
+                    timer.stop()
                 _STATE.where = None
                 if cm is not None:
                     cm.__exit__(None, None, None)
-                rec["_timers"][role] = timer
+                rec["_timers"][role] = timer if timer is not None else t1 - t0
     else:  # allreduce
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             rec = _STATE.step
             where = _STATE.where
             if rec is None or where is None:
                 return orig(self, *args, **kwargs)
-            timer = _Timer(rec["_cuda"])
-            timer.start()
+            if rec["_cuda"]:
+                timer = _Timer(True)
+                timer.start()
+                try:
+                    return orig(self, *args, **kwargs)
+                finally:
+                    timer.stop()
+                    rec["_timers"][f"{where}_ar"].append(timer)
+            t0 = time.perf_counter()
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                timer.stop()
-                rec["_timers"][f"{where}_ar"].append(timer)
+                acc = rec["_ar"][where]
+                acc[0] += time.perf_counter() - t0
+                acc[1] += 1
 
     wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(orig, "__name__", member)
@@ -446,6 +480,9 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str) 
 
 
 def _on_import(name: str, mod: ModuleType) -> None:
+    if name == V2_RUNNER_MODULE and os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") not in ("0", "false", "False"):
+        _warn_once("v2", f"vLLM {vllm_version()}: Model Runner V2 may be in use; the hook times the V1 runner only "
+                         "(set VLLM_USE_V2_MODEL_RUNNER=0)")
     for module, cls_name, method, role in TARGETS:
         if module == name:
             try:
@@ -466,7 +503,7 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
         if mod is not None:
             _on_import(name, mod)
     if _STATE.finder is None:
-        _STATE.finder = PatchOnImport((t[0] for t in TARGETS), _on_import)
+        _STATE.finder = PatchOnImport([*(t[0] for t in TARGETS), V2_RUNNER_MODULE], _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     return patched_members()
 

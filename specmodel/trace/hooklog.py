@@ -41,7 +41,7 @@ def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[
                 truncated = True
                 continue
             raise SpecmodelError(f"{where}: not valid JSON") from None
-        fmt.check(rec, where)  # one header check for every format (a bool version is refused too)
+        fmt.check(rec, where)  # a JSON object of this format, a version this specmodel reads
         out.append((where, rec))
     return out, truncated
 

@@ -154,6 +154,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
                                  description=f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} "
                                              f"forwards from {len(files)} rank file(s)")
+    # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
+    # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
+    source = source.with_origins({"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; "
+                                               "ingest a Kineto trace of the same run for it)"})
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))

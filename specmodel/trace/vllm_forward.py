@@ -214,6 +214,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                  files=tuple(str(f) for f in files), clock=clock,
                                  description=f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} "
                                              f"steps from {len(files)} rank file(s)")
+    if no_ar_timed:
+        source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))
