@@ -289,7 +289,8 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
     return replace(sc, notes=tuple(notes) + sc.notes) if notes else sc
 
 
-def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None) -> ServePlan:
+def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] | None,
+                   topks: tuple[int, ...] | None = None) -> ServePlan:
     """The scenario's serve plan (``specmodel plan``): per (batch, context) the best measured
     speculative configuration or "off"; the grid defaults to the measured batches and contexts
     plus the asked-for ones. (The optimizer is imported here: it is not on ``predict``'s cold path.)"""
@@ -311,7 +312,9 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     at = None if sc.by_context is None else band_models(sc.by_context, per_position=sc.per_position is not None,
                                                          measured_topk=sc.spec.topk,
                                                          max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at)
+    if topks is None:
+        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at)
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at, topks=topks)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ PCIE8 = DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt"
 CASES = {
     "predict": (formats.PREDICTION, ["predict", "--accept-len", "3.2", "--json"]),
     "plan": (formats.PLAN, ["plan", "--accept-len", "3.2", "--json"]),
+    "plan --engine": (formats.SCHEDULE, ["plan", "--accept-len", "3.2", "--engine", "vllm", "--json"]),
     "accept": (formats.ACCEPT, ["accept", str(VNEW), "--json"]),
     "validate": (formats.VALIDATION, ["validate", "--profile", str(REFERENCE), str(SG055), "--json"]),
     "nccl-tests": (formats.ALLREDUCE_FIT, ["nccl-tests", str(PCIE8), "--json"]),

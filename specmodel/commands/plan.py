@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from specmodel.commands import plan_schedule
 from specmodel.commands.scenario import with_scenario
+from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
 from specmodel.model.predict import GO_MIN_SPEEDUP
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan, sglang_flags, vllm_speculative_config
@@ -105,15 +107,32 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
 @click.option("--contexts", default=None,
               help="Contexts (KV tokens per request) of the grid, e.g. 0,4K,32K (default: the measured ones).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@plan_schedule.schedule_options
 @with_scenario(require_costs=False)  # the plan marks what was measured itself
-def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, **_: Any) -> None:
+def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, engine: str | None,
+             export_path: str | None, **kw: Any) -> None:
     """Serve plan: best (steps, topk, draft tokens) per (batch, context), or switch speculation off.
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
+
+    With --engine vllm|sglang: the engine's native per-batch schedule per measured context
+    (--json prints that document; --export FILE writes it).
     """
+    if engine is not None:
+        doc = plan_schedule.engine_schedule(scenario, engine=engine, contexts=contexts,
+                                            **{k: kw[k] for k in plan_schedule.SCHEDULE_KWARGS})
+        if export_path is not None:
+            plan_schedule.export(doc, export_path)
+        if as_json:
+            click.echo(json.dumps(doc, indent=2, allow_nan=False))
+            return
+    elif export_path is not None:
+        raise SpecmodelError("--export: needs --engine vllm|sglang (the engine the schedule is for)")
     plan = serve_plan_for(scenario, parse_token_list(batches, "batches", MAX_BATCH) if batches else None,
                       parse_token_list(contexts, "contexts") if contexts else None)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan, scenario), indent=2, allow_nan=False))
     else:
         click.echo(format_plan(plan, scenario))
+        if engine is not None:
+            click.echo(plan_schedule.format_schedule(doc))

@@ -18,7 +18,16 @@ from specmodel.model.accept import AcceptByContext
 from specmodel.model.cycle import Assumption
 from specmodel.model.optimize import MARGINAL as MARGINAL
 from specmodel.model.optimize import OFF as OFF
-from specmodel.model.optimize import SPECULATE, UNMEASURED, AcceptModel, Candidate, accept_model, action_for, optimize
+from specmodel.model.optimize import (
+    SPECULATE,
+    TOPKS,
+    UNMEASURED,
+    AcceptModel,
+    Candidate,
+    accept_model,
+    action_for,
+    optimize,
+)
 from specmodel.model.predict import cycle_costs
 from specmodel.schema.profile import Profile, SpecConfig
 
@@ -109,10 +118,12 @@ def band_models(by_context: AcceptByContext, *, per_position: bool, measured_top
 
 
 def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], contexts: Sequence[int],
-               default: SpecConfig, max_steps: int = 8, accept_at: AcceptAt | None = None) -> ServePlan:
+               default: SpecConfig, max_steps: int = 8, accept_at: AcceptAt | None = None,
+               topks: Sequence[int] = TOPKS) -> ServePlan:
     """The plan over ``batches`` × ``contexts`` (see the module docstring). With ``accept_at``
     each context is planned with its own acceptance (``model`` is then unused) and the plan
-    records which (:attr:`ServePlan.accept_bands`)."""
+    records which (:attr:`ServePlan.accept_bands`); ``topks`` narrows the search to what an
+    engine can run (vLLM drafts chains: ``(1,)``)."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []
@@ -124,7 +135,7 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
             bands.append((L, label))
         for b in sorted(set(batches)):
             opt = optimize(profile, m, batch=b, default=default, context_tokens=L, top=1,
-                           max_steps=max(max_steps, default.steps))
+                           max_steps=max(max_steps, default.steps), topks=topks)
             assert opt.best_any is not None
             assumed = cycle_costs(profile, batch=b, spec=default, context_tokens=L).assumptions
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,

@@ -75,6 +75,9 @@ ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmode
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
 #: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
 VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
+#: `specmodel plan --engine E --export FILE` / `plan --engine E --json`: engine-native speculation
+#: schedules per context band (model/schedule.py); read back by benchmarks and scripts that start the engine
+SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --export schedule")
 
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict)
@@ -99,5 +102,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PREDICTION, PLAN, REPORT, VALIDATION, DRAFTER_CHECK, INGEST,
-       PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
+       DRAFTER_CHECK, INGEST, PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)

@@ -1,0 +1,151 @@
+"""``specmodel plan --engine vllm|sglang [--export FILE]``: the serve plan as the schedule an engine runs.
+
+Kept beside ``commands/plan.py`` (which owns the table and the decision rule) so the plan
+command only adds the flags and one call. The plan is evaluated at every batch 1..B (B the
+largest measured decode batch: interpolated costs count as measured) and at each measured
+context; :mod:`specmodel.model.schedule` encodes its decisions.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specmodel.errors import SpecmodelError
+from specmodel.io import atomic_write_json, loads_json, read_json
+from specmodel.limits import MAX_BATCH, MAX_TP, bounded_int
+from specmodel.model import schedule as sch
+from specmodel.model.costs import measured_contexts
+from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
+from specmodel.schema.formats import SCHEDULE
+
+#: vLLM's schedule is clipped at its --max-num-seqs; ours runs to this batch by default (k past
+#: the measured batches is 0, and vLLM carries the last k on, so a larger engine limit is safe).
+DEFAULT_MAX_NUM_SEQS = 1024
+
+
+def schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--engine", type=click.Choice(sch.ENGINES), default=None,
+                     help="Write the plan as this engine's native schedule (vLLM "
+                          "num_speculative_tokens_per_batch_size; SGLang adaptive-steps config), one per context."),
+        click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
+                     help="With --engine: write the schedule document (specmodel.schedule JSON) here."),
+        click.option("--speculative-config", "vllm_base", default=None,
+                     help="With --engine vllm: your speculative config JSON (method, model, ...); the schedule "
+                          "fills num_speculative_tokens and the per-batch list. Default: method from the profile, "
+                          "model from --drafter."),
+        click.option("--drafter", default=None, help="With --engine: the drafter model (path or hub id)."),
+        click.option("--max-num-seqs", type=bounded_int(1, MAX_BATCH), default=None,
+                     help=f"With --engine: the engine's --max-num-seqs (the last batch the schedule covers; "
+                          f"default {DEFAULT_MAX_NUM_SEQS} or the largest measured batch)."),
+        click.option("--sglang-config-path", default="adaptive.json", show_default=True,
+                     help="With --engine sglang: the path the flags name for the adaptive config file."),
+        click.option("--serve-model", default=None,
+                     help="With --engine: the model the engine serves; refused unless the profile was measured on it."),
+        click.option("--serve-tp", type=bounded_int(1, MAX_TP), default=None,
+                     help="With --engine: the engine's TP; refused unless the profile was measured at it."),
+    ]
+    return functools.reduce(lambda acc, o: o(acc), reversed(opts), f)
+
+
+def _vllm_base(sc: Scenario, vllm_base: str | None, drafter: str | None) -> dict[str, Any]:
+    if vllm_base is not None:
+        base = loads_json(vllm_base.encode(), "--speculative-config")
+        if not isinstance(base, dict):
+            raise SpecmodelError("--speculative-config: expected a JSON object")
+    else:
+        base = {"method": sch.vllm_method(sc.spec.algorithm)}
+    if drafter is not None:
+        base["model"] = drafter
+    elif "model" not in base and base.get("method") not in ("mtp", "ngram", "suffix"):
+        base["model"] = "<drafter>"
+    return base
+
+
+def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_base: str | None, drafter: str | None,
+                    max_num_seqs: int | None, sglang_config_path: str, serve_model: str | None,
+                    serve_tp: int | None) -> dict[str, Any]:
+    """The ``specmodel.schedule`` document for ``engine`` (see the module docstring)."""
+    prof = sc.profile
+    tp_known = prof.source.tp_known
+    model_name = prof.model.get("name") or prof.model.get("path")
+    sch.check_target(profile_name=prof.name, profile_model=str(model_name) if model_name else None,
+                     profile_tp=prof.tp, profile_tp_known=tp_known, serve_model=serve_model, serve_tp=serve_tp)
+    top = max(r.batch for r in prof.rows("decode"))
+    ctxs = parse_token_list(contexts, "--contexts") if contexts else list(measured_contexts(prof, "decode"))
+    # vLLM drafts chains; SGLang's adaptive steps are topk 1 only too; SGLang's static flags may run trees
+    chains = serve_plan_for(sc, list(range(1, top + 1)), ctxs, topks=(1,))
+    last = max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top)
+    scheds = sch.context_schedules(chains.cells, max_batch=last)
+    static = None
+    if engine == "sglang":
+        full = serve_plan_for(sc, list(range(1, top + 1)), ctxs)
+        static = sch.context_schedules(full.cells, max_batch=last, chains_only=False)
+    notes = [n for s in scheds for n in s.notes]
+    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
+    drafts_by_model = base.get("method") not in ("ngram", "ngram_gpu", "suffix")
+    if engine == "vllm" and drafts_by_model and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
+        notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py), so an "
+                     "'off' range costs one draft forward per step more than starting the engine without speculation")
+    if engine == "sglang":
+        notes.append("SGLang >= 0.5.23 pads the batch up to a CUDA-graph batch size before it picks the slot "
+                     "(adaptive_spec_params.py), so each switch lands on the next CUDA-graph size; 0.5.5 cannot "
+                     "switch at run time: serve batches above the switch-off point without speculation")
+    about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
+             "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
+             "measured_batches": [1, top], "scenario_notes": list(sc.notes), "notes": notes}
+    doc = sch.schedule_document(scheds, engine=engine, algorithm=chains.algorithm, vllm_base=base,
+                                sglang_config_path=sglang_config_path, header=SCHEDULE.header(), about=about,
+                                sglang_static=static)
+    sch.check_schedule_document(doc, "schedule")  # what we write must be what we accept back
+    return doc
+
+
+def format_schedule(doc: dict[str, Any]) -> str:
+    out = ["", f"{doc['engine']} schedule (k = draft tokens per request per step; 0 = off; "
+               f"encoding read from {doc['encoding_read_from']}):"]
+    for b in doc["bands"]:
+        until = f"..{b['until_tokens'] - 1}" if b["until_tokens"] is not None else " and above"
+        off = b["switch_off_above"]
+        off_txt = ("speculation off at every batch" if off == 0 else "never switches off" if off is None
+                   else f"switch speculation off above batch {off}")
+        out.append(f"  context {b['context_tokens']}{until} tokens ({off_txt}):")
+        for r in b["ranges"]:
+            sp = (f" predicted {r['speedup_min']:.2f}-{r['speedup_max']:.2f}x" if r["speedup_min"] is not None else "")
+            out.append(f"    batch {r['start']:>4}-{r['end']:<5} k={r['k']}  ({r['basis']}){sp}")
+        if doc["engine"] == "vllm":
+            out.append(f"    vLLM:   {b['vllm']['args']}")
+        else:
+            sg = b["sglang"]
+            if sg["adaptive_flags"]:
+                out.append(f"    SGLang >= 0.5.23: {sg['adaptive_flags']}")
+                out.append(f"      with {json.dumps(sg['adaptive_config'], separators=(',', ':'))} in that file")
+            for st in sg["static"]:
+                out.append(f"    SGLang 0.5.5 batch {st['start']}-{st['end']}: {st['flags'] or 'no speculative flags'}")
+    out.extend(f"note: {n}" for n in doc["notes"])
+    return "\n".join(out)
+
+
+def export(doc: dict[str, Any], path: str) -> None:
+    """Write atomically; never into the installed package, never over a file that is not a schedule."""
+    p = Path(path)
+    if p.resolve().is_relative_to(Path(sch.__file__).resolve().parents[1]):
+        raise SpecmodelError(f"--export {path}: inside the specmodel package (shipped files are never written)")
+    if p.exists():
+        try:
+            old = read_json(p)
+        except SpecmodelError:
+            old = None
+        if not SCHEDULE.matches(old):
+            raise SpecmodelError(f"--export {path}: exists and is not a {SCHEDULE.name} document; not overwritten")
+    atomic_write_json(p, doc)
+
+
+#: the keyword arguments of :func:`engine_schedule` that come straight from :func:`schedule_options`
+SCHEDULE_KWARGS = ("vllm_base", "drafter", "max_num_seqs", "sglang_config_path", "serve_model", "serve_tp")
