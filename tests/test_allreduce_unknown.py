@@ -1,40 +1,48 @@
-"""Issue 18 item 15: a profile whose all-reduce share nobody measured (the SGLang hook times whole
-forwards) prints "unknown", never "all-reduce 0.00 ms = 0.0 %"."""
-
+"""Issue 18 item 15: a profile without an all-reduce split (a throughput sweep, the SGLang hook's
+whole-forward timing) prints the all-reduce share as unknown everywhere — CLI, JSON, report — never 0.00 ms / 0.0 %."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from specmodel.model.accept import from_mean
+from specmodel.model.predict import predict
+from specmodel.report.content import _breakdown
+from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
 from tests.conftest import run_cli
 
-
-def _sglang_log(d: Path) -> None:
-    d.mkdir()
-    lines = [{"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "meta", "sglang_version": "0.5.5",
-              "rank": "0", "tp_size": 2, "spec": {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}}]
-    for phase, toks, secs in (("decode", 1, 0.020), ("verify", 4, 0.030), ("draft", 1, 0.004)):
-        for i in range(5):
-            lines.append({"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "forward", "phase": phase,
-                          "batch": 1, "tokens": toks, "forwards": 1, "runner": "draft" if phase == "draft" else "target",
-                          "gpu_s": secs * (1 + 0.01 * i)})
-    (d / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+SPEC = SpecConfig(algorithm="EAGLE3", steps=3, topk=1, num_draft_tokens=4)
 
 
-def test_sglang_summary_prints_allreduce_unknown_not_zero(tmp_path: Path) -> None:
-    _sglang_log(tmp_path / "run")
-    r = run_cli("sglang", "--summarize", str(tmp_path / "run"), "-o", str(tmp_path / "prof"))
+def _profile(allreduce_s: float) -> Profile:
+    rows = [CostRow(kind=k, batch=1, tokens=t, total_s=s, allreduce_s=allreduce_s * s, compute_s=(1 - allreduce_s) * s,
+                    other_s=0.0, n_allreduce=9 if allreduce_s else 0)
+            for k, t, s in (("decode", 1, 0.010), ("verify", 4, 0.012), ("draft", 1, 0.001), ("draft_extend", 4, 0.001))]
+    return Profile(name="p", source=Source.numbers(tp_known=True), tp=2, costs=tuple(rows), spec=SPEC)
+
+
+def test_the_split_is_known_only_where_a_row_records_allreduce_time() -> None:
+    assert _profile(0.5).has_allreduce_split and not _profile(0.0).has_allreduce_split
+    known, unknown = (predict(_profile(f), from_mean(2.5, 4), batch=1, spec=SPEC) for f in (0.5, 0.0))
+    assert known.allreduce_known and not unknown.allreduce_known
+    d = unknown.to_dict()
+    assert d["cycle_allreduce_frac"] is None and d["verify_allreduce_s"] is None and d["allreduce_known"] is False
+    assert known.to_dict()["cycle_allreduce_frac"] > 0
+    labels = [s.label for s in _breakdown(unknown).cycle]
+    assert not any(lab == "verify all-reduce" for lab in labels) and "unknown" in labels[0]
+    assert any(s.label == "verify all-reduce" for s in _breakdown(known).cycle)
+
+
+def test_predict_on_a_sweep_profile_says_unknown_not_zero(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("batch,context,tokens_per_s\n1,0,100\n4,0,320\n")
+    r = run_cli("predict", "--baseline-sweep", str(sweep), "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2.5",
+                cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = run_cli("predict", "--profile", str(tmp_path / "prof"), "--accept-len", "2.5", "--steps", "3",
-                "--num-draft-tokens", "4")
-    assert r.returncode == 0, r.stderr
-    assert "all-reduce 0.00 ms" not in r.stdout and "= 0.0 % of the cycle" not in r.stdout
-    assert "all-reduce    unknown" in r.stdout
-    assert "all-reduce unknown" in r.stdout  # the baseline line too
-
-
-def test_a_profile_with_a_measured_split_still_prints_it(tmp_path: Path, reference_profile: Path) -> None:
-    r = run_cli("predict", "--profile", str(reference_profile), "--accept-len", "2.0")
-    assert r.returncode == 0, r.stderr
-    assert "unknown" not in r.stdout.split("cycle", 1)[1].split("predicted", 1)[0]
-    assert "% of the cycle" in r.stdout
+    cycle_ar = [ln for ln in r.stdout.splitlines() if ln.startswith("  all-reduce ")]
+    assert cycle_ar and all("unknown" in ln for ln in cycle_ar), r.stdout
+    assert "0.0% of the cycle" not in r.stdout and "all-reduce 0.00 ms" not in r.stdout
+    j = run_cli("predict", "--baseline-sweep", str(sweep), "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2.5",
+                "--json", cwd=tmp_path)
+    assert j.returncode == 0, j.stderr
+    assert json.loads(j.stdout)["cycle_allreduce_frac"] is None

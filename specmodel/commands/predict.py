@@ -27,7 +27,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
                  f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
                  f"source: {p.accept_source}")
     # an all-reduce share nobody measured is printed as unknown, never as 0.00 ms (issue 18 item 15)
-    ar_unknown = dict(p.cost_sources).get("all-reduce", "").startswith("unknown")
+    ar_unknown = not p.allreduce_known
 
     def ar(seconds: float) -> str:
         return "unknown" if ar_unknown else ms(seconds)

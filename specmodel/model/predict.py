@@ -240,6 +240,8 @@ class Prediction:
     draft_extend_s: float | None = None  # the first drafter forward when measured separately
     accept_samples_unknown: bool = False
     cost_sources: tuple[tuple[str, str], ...] = ()  # (cost, where it came from)
+    #: False when the profile has no all-reduce split: every *allreduce* figure is then unknown (not 0)
+    allreduce_known: bool = True
 
     @property
     def tp_label(self) -> str:
@@ -292,6 +294,10 @@ class Prediction:
         d["tp"] = self.tp if self.tp_known else None
         d["cost_sources"] = dict(self.cost_sources)
         d["band_label"] = self.band_label
+        if not self.allreduce_known:  # unknown is not zero (issue 18 item 15)
+            for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
+                      "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
+                d[k] = None
         return d
 
     def to_frame(self) -> pd.DataFrame:
@@ -435,6 +441,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         tp_known=profile.source.tp_known,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
+        allreduce_known=profile.has_allreduce_split,
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
     )
 

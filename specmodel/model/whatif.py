@@ -253,7 +253,7 @@ def no_allreduce_split(profile: Profile) -> str:
     """Why an all-reduce what-if cannot apply ("" when it can): no row records any all-reduce time
     (a baseline sweep or plain numbers: the step is one total), so halving or re-scaling it changes nothing
     and the result would only repeat the as-is figures under another label."""
-    if any(r.allreduce_s > 0 for r in profile.costs):
+    if profile.has_allreduce_split:
         return ""
     return ("not available: the profile records no all-reduce split (every row's all-reduce time is 0 / unknown: "
             f"{profile.label}); profile or ingest a trace to split it")

@@ -348,6 +348,14 @@ def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
 
 
 def _breakdown(p: Prediction) -> Breakdown:
+    if not p.allreduce_known:  # no split measured: one segment per forward, never an "all-reduce 0" bar
+        return Breakdown(
+            baseline=(Segment(label="decode step (all-reduce split unknown)", seconds=p.baseline_step_s),),
+            cycle=(Segment(label="verify (all-reduce split unknown)", seconds=p.verify_s),
+                   Segment(label="draft", seconds=p.draft_s),
+                   Segment(label="overhead", seconds=p.overhead_s)),
+            baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
+            accept_mean_tokens=p.accept_mean_tokens)
     return Breakdown(
         baseline=(Segment(label="all-reduce", seconds=p.baseline_allreduce_s),
                   Segment(label="compute + other", seconds=p.baseline_step_s - p.baseline_allreduce_s)),

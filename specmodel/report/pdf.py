@@ -180,7 +180,7 @@ def page_verdict(c: ReportContent) -> Any:
         ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
         ("P(speedup > 1)", p.p_text),
         ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
-        ("Cycle", f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"),
+        ("Cycle", (f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}" if p.allreduce_known else f"{ms(p.cycle_s)}, all-reduce unknown (no split)")),
     ]
     y = 0.70
     fig.text(0.04, y, "Key figures", fontsize=12, weight="bold", va="top")

@@ -597,6 +597,13 @@ class Profile:
     def rows(self, kind: str) -> tuple[CostRow, ...]:
         return tuple(r for r in self.costs if r.kind == kind)
 
+    @property
+    def has_allreduce_split(self) -> bool:
+        """Whether any row records all-reduce time. Without it (a throughput sweep, plain numbers, a
+        hook that times whole forwards) the all-reduce share is *unknown*, not zero: printers say
+        so and all-reduce what-ifs cannot apply (issue 18 item 15)."""
+        return any(r.allreduce_s > 0 for r in self.costs)
+
     def has(self, kind: str) -> bool:
         return any(r.kind == kind for r in self.costs)
 
