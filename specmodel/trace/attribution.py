@@ -49,6 +49,7 @@ _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 ARGS_KEYS = ("Collective name", "correlation", "External id", "Seq", "Process Group Name", "In msg nelems",
              "dtype", "Input Dims", "Input type")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+_COLL_KEY = "Collective name"
 _EPS_US = 1e-3  # ts are printed with 3 decimals (ns) in µs
 _MISSING = object()
 
@@ -139,6 +140,7 @@ class Collector:
     args_keys: tuple[str, ...] = ARGS_KEYS  # (a class constant; the pre-filter reads it)
     decisions: dict[tuple[Any, Any, Any], Any] = field(default_factory=dict)  # the pre-filter's cache
     _cpu_rules: dict[str, Any] = field(default_factory=dict)
+    _kernel_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # (name, Collective name)
 
     def _times(self, e: dict[str, Any]) -> tuple[float, float]:
         ts, dur = e.get("ts"), e.get("dur", 0.0)
@@ -234,6 +236,72 @@ class Collector:
 
     def skipped(self, n: int) -> None:
         """Events the pre-filter counted without decoding (part of ``n_events``)."""
+        self.n_events += n
+
+    def on_structs(self, events: Sequence[Any], as_dict: Any) -> None:
+        """The pre-filter's kept events of one run, as structs (``_jsonstream.Prefilter``): what
+        ``on_event(as_dict(ev))`` does for each, in order, without building a dict for the common
+        ones — a GPU kernel / memcpy / memset that is no collective and a kernel launch, with
+        numeric ts/dur and scalar ids (half of a GPU trace's events). Any other event, or one of
+        those with anything unusual (a value :meth:`on_event` would refuse or read otherwise),
+        goes through :meth:`on_event` itself."""
+        miss = MISSING
+        fin = math.isfinite
+        busy, runtime = GPU_BUSY_CATS, _RUNTIME_CATS
+        kernels, launches = self.kernels, self.launches
+        rules = self._kernel_rules
+        on_event = self.on_event
+        n = 0
+        for ev in events:
+            cat = ev.cat
+            if ev.ph != "X" or not (cat in busy or cat in runtime):
+                on_event(as_dict(ev))
+                continue
+            dur = ev.dur
+            try:
+                t0 = float(ev.ts)
+                d = float(0.0 if dur is miss else dur)
+            except (TypeError, ValueError, OverflowError):
+                on_event(as_dict(ev))  # (it names the bad field)
+                continue
+            a = ev.args
+            if a is None or a is miss:
+                corr = None
+                cname = None
+            else:
+                corr = a.correlation
+                if corr is miss:
+                    corr = None
+                cname = a.collective_name
+            if not (fin(t0) and fin(d)) or d < 0 or type(corr) in (list, dict):
+                on_event(as_dict(ev))
+                continue
+            pid = ev.pid
+            if pid is miss:
+                pid = None
+            if cat in runtime:
+                name = ev.name
+                if type(name) is str and is_launch(name) and a is not None and a is not miss \
+                        and a.correlation is not miss:
+                    launches.append((t0, pid, corr))
+                n += 1
+                continue
+            if cat == "kernel":
+                name = ev.name
+                key = ("" if name is miss else name if type(name) is str else str(name),
+                       cname if type(cname) is str else None)
+                c = rules.get(key, miss)
+                if c is miss:
+                    c = rules[key] = classify_kernel(key[0], None if key[1] is None else {_COLL_KEY: key[1]})
+                if c is not None:  # a collective: its bytes and sequence number, the full rules
+                    on_event(as_dict(ev))
+                    continue
+                if not self.n_kernels:
+                    self.host_ops.clear()
+                    self.decisions.clear()
+                self.n_kernels += 1
+            kernels.append((t0, t0 + d, pid, corr, None, "", 0, None))
+            n += 1
         self.n_events += n
 
     def on_event(self, e: Any) -> None:
