@@ -77,7 +77,10 @@ class Prefilter(Protocol):
 
     def decide(self, ph: Any, cat: Any, name: Any) -> Any: ...
 
-    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool: ...
+    def host_ops_of(self, ops: Sequence[Any]) -> bool:
+        """HOST_OP events, as decoded structs (their pid, tid, ts, dur; MISSING when absent);
+        False (nothing recorded) sends the run to the full decode."""
+        ...
 
     def on_event(self, e: Any) -> None: ...
 
@@ -274,7 +277,7 @@ class _Scanner:
             elif d is host:
                 a = ev.args
                 if a is miss or a is None or coll is None or getattr(a, coll) is miss:
-                    hosts.append((ev.pid, ev.tid, ev.ts, ev.dur, ev.name, ev.cat))
+                    hosts.append(ev)
                     continue
             else:  # decode only if args has key d
                 a = ev.args

@@ -208,30 +208,43 @@ class Collector:
         self.decisions[(ph, cat, name)] = d
         return d
 
-    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool:
-        """Record host ops the pre-filter read off their top-level fields, (pid, tid, ts, dur, name,
-        cat) each (a missing key is MISSING): what :meth:`on_event` records for a ``HOST_OP``
+    def host_ops_of(self, ops: Sequence[Any]) -> bool:
+        """Record host ops the pre-filter read off their top-level fields (decoded structs: pid,
+        tid, ts, dur; a missing key is MISSING): what :meth:`on_event` records for a ``HOST_OP``
         event. False, recording nothing, if any has an invalid ts/dur (the full decode names it)."""
         if self.n_kernels:
             return True  # a GPU trace: the host timeline is not kept
-        times = []
-        for pid, tid, ts, dur, _name, _cat in ops:
+        miss = MISSING
+        fin = math.isfinite
+        pending: dict[tuple[Any, Any], list[float]] = {}
+        last_pid: Any = miss
+        last_tid: Any = miss
+        out: list[float] = []
+        for op in ops:
+            ts, dur = op.ts, op.dur
             try:
                 t0 = float(ts)
-                d = float(0.0 if dur is MISSING else dur)
+                d = float(0.0 if dur is miss else dur)
             except (TypeError, ValueError, OverflowError):
                 return False
-            if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
+            if not (fin(t0) and fin(d)) or d < 0:
                 return False
-            times.append((None if pid is MISSING else pid, None if tid is MISSING else tid, t0, t0 + d))
+            pid, tid = op.pid, op.tid
+            # (consecutive ops mostly share a thread; == is the dict key's own equality)
+            if pid is miss or tid is miss or last_pid is miss or pid != last_pid or tid != last_tid:
+                key = (None if pid is miss else pid, None if tid is miss else tid)
+                out = pending.get(key)  # type: ignore[assignment]
+                if out is None:
+                    out = pending[key] = []
+                last_pid, last_tid = (miss, miss) if miss in (pid, tid) else (pid, tid)
+            out.append(t0)
+            out.append(t0 + d)
         host = self.host_ops
-        for pid, tid, t0, t1 in times:
-            key = (pid, tid)
+        for key, times in pending.items():
             arr = host.get(key)
             if arr is None:
                 arr = host[key] = array("d")
-            arr.append(t0)
-            arr.append(t1)
+            arr.extend(times)
         return True
 
     def skipped(self, n: int) -> None:
