@@ -254,8 +254,8 @@ class Collector:
     def on_structs(self, events: Sequence[Any], as_dict: Any) -> None:
         """The pre-filter's kept events of one run, as structs (``_jsonstream.Prefilter``): what
         ``on_event(as_dict(ev))`` does for each, in order, without building a dict for the common
-        ones — a GPU kernel / memcpy / memset that is no collective and a kernel launch, with
-        numeric ts/dur and scalar ids (half of a GPU trace's events). Any other event, or one of
+        ones — a GPU kernel / memcpy / memset, a kernel launch and, on a GPU trace, a collective's
+        caller (cpu_op), with numeric ts/dur and scalar ids (half of a GPU trace's events). Any other event, or one of
         those with anything unusual (a value :meth:`on_event` would refuse or read otherwise),
         goes through :meth:`on_event` itself."""
         miss = MISSING
@@ -267,7 +267,7 @@ class Collector:
         n = 0
         for ev in events:
             cat = ev.cat
-            if ev.ph != "X" or not (cat in busy or cat in runtime):
+            if ev.ph != "X" or not (cat in busy or cat in runtime or (cat == "cpu_op" and self.n_kernels)):
                 on_event(as_dict(ev))
                 continue
             dur = ev.dur
@@ -292,6 +292,21 @@ class Collector:
             pid = ev.pid
             if pid is miss:
                 pid = None
+            if cat == "cpu_op":  # on a GPU trace: a collective's caller (record_param_comms), no host op
+                name = ev.name
+                if type(name) is not str:
+                    n += 1
+                    continue
+                e = as_dict(ev)
+                args = e.get("args")
+                if self._cpu_rule(name) is not None or (type(args) is dict and _COLL_KEY in args):
+                    cc = classify_cpu_op(name, args)
+                    if cc is not None:
+                        tid = ev.tid
+                        self.cpu_colls.append((t0, t0 + d, pid, cc.collective, cc.implementation,
+                                               message_bytes(args), None if tid is miss else tid))
+                n += 1
+                continue
             if cat in runtime:
                 name = ev.name
                 if type(name) is str and is_launch(name) and a is not None and a is not miss \
@@ -306,13 +321,27 @@ class Collector:
                 c = rules.get(key, miss)
                 if c is miss:
                     c = rules[key] = classify_kernel(key[0], None if key[1] is None else {_COLL_KEY: key[1]})
-                if c is not None:  # a collective: its bytes and sequence number, the full rules
-                    on_event(as_dict(ev))
-                    continue
+                coll: Any = None
+                impl = ""
+                nbytes = 0
+                seq = None
+                if c is not None:  # a collective: its bytes and sequence number
+                    e = as_dict(ev)
+                    args = e.get("args")
+                    args = args if type(args) is dict else {}
+                    if "Seq" in args:
+                        seq = (args.get("Process Group Name"), args.get("Seq"))
+                        if type(seq[0]) in (list, dict) or type(seq[1]) in (list, dict):
+                            on_event(e)  # (it names the field)
+                            continue
+                    coll, impl, nbytes = c.collective, c.implementation, message_bytes(args)
                 if not self.n_kernels:
                     self.host_ops.clear()
                     self.decisions.clear()
                 self.n_kernels += 1
+                kernels.append((t0, t0 + d, pid, corr, coll, impl, nbytes, seq))
+                n += 1
+                continue
             kernels.append((t0, t0 + d, pid, corr, None, "", 0, None))
             n += 1
         self.n_events += n
