@@ -13,9 +13,10 @@ naming the file.
 drops (``aten::`` ops, flow arrows, runtime calls); decoding them was most of ingest's time. With a
 ``keep`` predicate the array is cut at the last ``},`` of the buffer and that whole run of events
 is handed to msgspec's C decoder at once, which validates all of it and materialises only the
-fields the predicate reads (:data:`EVENT_KEYS`, ``args`` as raw text). Only events the predicate
-keeps become dicts (their ``args`` decoded by the standard library, as before); the rest are
-counted. Why this is exact: the cut is proven, not guessed — ``[`` + run + ``]`` is valid JSON
+fields the predicate reads (:data:`EVENT_KEYS`, ``args`` only the predicate's ``args_keys``). Only
+events the predicate keeps are delivered (the rest are counted): to the consumer's own
+``on_structs`` as the decoded structs when ``on_event`` is its own (no dict per event), else as
+dicts. Why this is exact: the cut is proven, not guessed — ``[`` + run + ``]`` is valid JSON
 only if the cut lies between two top-level events (a cut inside a string or a nested value
 leaves it unterminated). Anything msgspec refuses or reads differently from the standard
 library (a wrong cut, NaN/Infinity, a number out of range, a lone surrogate, invalid JSON) sends
