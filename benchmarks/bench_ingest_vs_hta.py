@@ -175,6 +175,9 @@ def main() -> None:
         fams[key] = (desc, d, files)
         mb = sum(f.stat().st_size for f in files) / 1e6
         print(f"{key}: {desc}: {len(files)} files, {mb:.1f} MB on disk in {d}")
+    # an installed package has its bytecode compiled; an editable checkout under PYTHONDONTWRITEBYTECODE
+    # (as on the shared box) would recompile every specmodel module at every start: compile it once
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "specmodel")], check=True)
     print(f"{os.cpu_count()} cores, {a.rounds} interleaved rounds; uptime: {os.popen('uptime').read().strip()}")
     runs: dict[str, dict[str, list[tuple[float, int] | None]]] = {k: {c: [] for c in NAMES} for k in fams}
     with tempfile.TemporaryDirectory() as tmp:

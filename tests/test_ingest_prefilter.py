@@ -216,3 +216,19 @@ def test_args_keys_lists_every_args_key_the_attribution_reads() -> None:
                 read.add(node.left.value)
     assert read >= {"correlation", "Collective name", "In msg nelems"}  # (the walk finds them)
     assert read <= set(ARGS_KEYS), read - set(ARGS_KEYS)
+
+
+def test_kernels_and_launches_are_taken_without_a_dict(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a GPU trace the kept events are mostly plain kernels and their launches: Collector.on_structs
+    # takes them off the decoded structs (on_event, which needs a dict, sees only the others)
+    path = next(p for p in _traces() if p.parts[-2] == "kineto_gpu_tp2")
+    ref = Collector(path=str(path), span_name=_is_span_name)
+    scan_trace(path, ref.on_event, keep=None)
+    seen: list[Any] = []
+    real = Collector.on_event
+    monkeypatch.setattr(Collector, "on_event", lambda self, e: (seen.append(e), real(self, e))[1])
+    col = Collector(path=str(path), span_name=_is_span_name)
+    scan_trace(path, col.on_event, keep=col, on_skipped=col.skipped)
+    assert _state(col) == _state(ref)
+    assert col.n_kernels > 0 and col.launches
+    assert len(seen) < (len(col.kernels) + len(col.launches)) / 2

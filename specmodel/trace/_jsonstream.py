@@ -13,9 +13,10 @@ naming the file.
 drops (``aten::`` ops, flow arrows, runtime calls); decoding them was most of ingest's time. With a
 ``keep`` predicate the array is cut at the last ``},`` of the buffer and that whole run of events
 is handed to msgspec's C decoder at once, which validates all of it and materialises only the
-fields the predicate reads (:data:`EVENT_KEYS`, ``args`` as raw text). Only events the predicate
-keeps become dicts (their ``args`` decoded by the standard library, as before); the rest are
-counted. Why this is exact: the cut is proven, not guessed — ``[`` + run + ``]`` is valid JSON
+fields the predicate reads (:data:`EVENT_KEYS`, ``args`` only the predicate's ``args_keys``). Only
+events the predicate keeps are delivered (the rest are counted): to the consumer's own
+``on_structs`` as the decoded structs when ``on_event`` is its own (no dict per event), else as
+dicts. Why this is exact: the cut is proven, not guessed — ``[`` + run + ``]`` is valid JSON
 only if the cut lies between two top-level events (a cut inside a string or a nested value
 leaves it unterminated). Anything msgspec refuses or reads differently from the standard
 library (a wrong cut, NaN/Infinity, a number out of range, a lone surrogate, invalid JSON) sends
@@ -77,7 +78,25 @@ class Prefilter(Protocol):
 
     def decide(self, ph: Any, cat: Any, name: Any) -> Any: ...
 
-    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool: ...
+    def host_ops_of(self, ops: Sequence[Any]) -> bool:
+        """HOST_OP events, as decoded structs (their pid, tid, ts, dur; MISSING when absent);
+        False (nothing recorded) sends the run to the full decode."""
+        ...
+
+    def on_event(self, e: Any) -> None: ...
+
+    def on_structs(self, events: Sequence[Any], as_dict: Callable[[Any], dict[str, Any]]) -> None:
+        """The kept events of one run, as decoded structs (fields :data:`EVENT_KEYS`, ``args`` a
+        struct whose attributes are :func:`arg_field` of each key, MISSING when absent): exactly
+        what ``on_event(as_dict(ev))`` for each, in order, would do (used when ``on_event`` is
+        the consumer's own)."""
+        ...
+
+
+def arg_field(key: str) -> str:
+    """The attribute of a decoded ``args`` struct holding ``key`` (``"Collective name"`` ->
+    ``collective_name``)."""
+    return re.sub(r"\W+", "_", key).strip("_").lower()
 
 
 #: Below this many characters left in the buffer, read more before cutting a run.
@@ -97,7 +116,9 @@ if msgspec is not None:
         ``args_keys`` (every other key is validated and skipped, in C). Ids must be scalars (a
         list or object sends the run to the full decode, which names it); ``args`` an object or
         null. Values are those json.loads gives (msgspec refuses the inputs where they differ)."""
-        fields = tuple((f"a{i}", k) for i, k in enumerate(args_keys))
+        fields = tuple((arg_field(k), k) for k in args_keys)
+        if len({f for f, _ in fields}) != len(fields):
+            raise ValueError(f"args keys clash as attributes: {args_keys}")
         args_t = msgspec.defstruct("_Args", [(f, Any, msgspec.field(default=msgspec.UNSET, name=k))
                                              for f, k in fields])
         event_t = msgspec.defstruct("_Event", [
@@ -105,6 +126,24 @@ if msgspec is not None:
             ("ts", Any, msgspec.UNSET), ("dur", Any, msgspec.UNSET),
             ("args", args_t | None | msgspec.UnsetType, msgspec.UNSET)])  # type: ignore[operator]
         return msgspec.json.Decoder(list[event_t]), fields  # type: ignore[valid-type]
+
+
+    @lru_cache(maxsize=8)
+    def _as_dict(fields: tuple[tuple[str, str], ...]) -> Callable[[Any], dict[str, Any]]:
+        """A decoded event -> the dict ``json.loads`` gives, less the fields nobody reads."""
+        miss = MISSING
+
+        def as_dict(ev: Any) -> dict[str, Any]:
+            e = asdict(ev)
+            for k in _TOP_KEYS:
+                if e[k] is miss:
+                    del e[k]
+            a = e.pop("args")
+            if a is not miss:
+                e["args"] = None if a is None else {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
+            return e
+
+        return as_dict
 
 
 class _Scanner:
@@ -239,25 +278,22 @@ class _Scanner:
             elif d is host:
                 a = ev.args
                 if a is miss or a is None or coll is None or getattr(a, coll) is miss:
-                    hosts.append((ev.pid, ev.tid, ev.ts, ev.dur, ev.name, ev.cat))
+                    hosts.append(ev)
                     continue
             else:  # decode only if args has key d
                 a = ev.args
                 if a is miss or a is None or getattr(a, attr[d]) is miss:
                     continue
-            e = asdict(ev)
-            for k in _TOP_KEYS:
-                if e[k] is miss:
-                    del e[k]
-            a = e.pop("args")
-            if a is not miss:
-                e["args"] = None if a is None else {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
-            kept.append(e)
+            kept.append(ev)
         if hosts and not keep.host_ops_of(hosts):
             return False
         self.n_skipped += len(run) - len(kept)
-        for e in kept:
-            on_event(e)
+        as_dict = _as_dict(fields)
+        if getattr(on_event, "__self__", None) is keep and getattr(on_event, "__func__", None) is type(keep).on_event:
+            keep.on_structs(kept, as_dict)  # the consumer's own handler: no dict per event
+        else:
+            for ev in kept:
+                on_event(as_dict(ev))
         self.pos = cut + 2  # past the ','
         return True
 

@@ -49,6 +49,7 @@ _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 ARGS_KEYS = ("Collective name", "correlation", "External id", "Seq", "Process Group Name", "In msg nelems",
              "dtype", "Input Dims", "Input type")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+_COLL_KEY = "Collective name"
 _EPS_US = 1e-3  # ts are printed with 3 decimals (ns) in µs
 _MISSING = object()
 
@@ -139,6 +140,7 @@ class Collector:
     args_keys: tuple[str, ...] = ARGS_KEYS  # (a class constant; the pre-filter reads it)
     decisions: dict[tuple[Any, Any, Any], Any] = field(default_factory=dict)  # the pre-filter's cache
     _cpu_rules: dict[str, Any] = field(default_factory=dict)
+    _kernel_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # (name, Collective name)
 
     def _times(self, e: dict[str, Any]) -> tuple[float, float]:
         ts, dur = e.get("ts"), e.get("dur", 0.0)
@@ -206,34 +208,142 @@ class Collector:
         self.decisions[(ph, cat, name)] = d
         return d
 
-    def host_ops_of(self, ops: Sequence[tuple[Any, Any, Any, Any, Any, Any]]) -> bool:
-        """Record host ops the pre-filter read off their top-level fields, (pid, tid, ts, dur, name,
-        cat) each (a missing key is MISSING): what :meth:`on_event` records for a ``HOST_OP``
+    def host_ops_of(self, ops: Sequence[Any]) -> bool:
+        """Record host ops the pre-filter read off their top-level fields (decoded structs: pid,
+        tid, ts, dur; a missing key is MISSING): what :meth:`on_event` records for a ``HOST_OP``
         event. False, recording nothing, if any has an invalid ts/dur (the full decode names it)."""
         if self.n_kernels:
             return True  # a GPU trace: the host timeline is not kept
-        times = []
-        for pid, tid, ts, dur, _name, _cat in ops:
+        miss = MISSING
+        fin = math.isfinite
+        pending: dict[tuple[Any, Any], list[float]] = {}
+        last_pid: Any = miss
+        last_tid: Any = miss
+        out: list[float] = []
+        for op in ops:
+            ts, dur = op.ts, op.dur
             try:
                 t0 = float(ts)
-                d = float(0.0 if dur is MISSING else dur)
+                d = float(0.0 if dur is miss else dur)
             except (TypeError, ValueError, OverflowError):
                 return False
-            if not (math.isfinite(t0) and math.isfinite(d)) or d < 0:
+            if not (fin(t0) and fin(d)) or d < 0:
                 return False
-            times.append((None if pid is MISSING else pid, None if tid is MISSING else tid, t0, t0 + d))
+            pid, tid = op.pid, op.tid
+            # (consecutive ops mostly share a thread; == is the dict key's own equality)
+            if pid is miss or tid is miss or last_pid is miss or pid != last_pid or tid != last_tid:
+                key = (None if pid is miss else pid, None if tid is miss else tid)
+                out = pending.get(key)  # type: ignore[assignment]
+                if out is None:
+                    out = pending[key] = []
+                last_pid, last_tid = (miss, miss) if miss in (pid, tid) else (pid, tid)
+            out.append(t0)
+            out.append(t0 + d)
         host = self.host_ops
-        for pid, tid, t0, t1 in times:
-            key = (pid, tid)
+        for key, times in pending.items():
             arr = host.get(key)
             if arr is None:
                 arr = host[key] = array("d")
-            arr.append(t0)
-            arr.append(t1)
+            arr.extend(times)
         return True
 
     def skipped(self, n: int) -> None:
         """Events the pre-filter counted without decoding (part of ``n_events``)."""
+        self.n_events += n
+
+    def on_structs(self, events: Sequence[Any], as_dict: Any) -> None:
+        """The pre-filter's kept events of one run, as structs (``_jsonstream.Prefilter``): what
+        ``on_event(as_dict(ev))`` does for each, in order, without building a dict for the common
+        ones — a GPU kernel / memcpy / memset, a kernel launch and, on a GPU trace, a collective's
+        caller (cpu_op), with numeric ts/dur and scalar ids (half of a GPU trace's events). Any other event, or one of
+        those with anything unusual (a value :meth:`on_event` would refuse or read otherwise),
+        goes through :meth:`on_event` itself."""
+        miss = MISSING
+        fin = math.isfinite
+        busy, runtime = GPU_BUSY_CATS, _RUNTIME_CATS
+        kernels, launches = self.kernels, self.launches
+        rules = self._kernel_rules
+        on_event = self.on_event
+        n = 0
+        for ev in events:
+            cat = ev.cat
+            if ev.ph != "X" or not (cat in busy or cat in runtime or (cat == "cpu_op" and self.n_kernels)):
+                on_event(as_dict(ev))
+                continue
+            dur = ev.dur
+            try:
+                t0 = float(ev.ts)
+                d = float(0.0 if dur is miss else dur)
+            except (TypeError, ValueError, OverflowError):
+                on_event(as_dict(ev))  # (it names the bad field)
+                continue
+            a = ev.args
+            if a is None or a is miss:
+                corr = None
+                cname = None
+            else:
+                corr = a.correlation
+                if corr is miss:
+                    corr = None
+                cname = a.collective_name
+            if not (fin(t0) and fin(d)) or d < 0 or type(corr) in (list, dict):
+                on_event(as_dict(ev))
+                continue
+            pid = ev.pid
+            if pid is miss:
+                pid = None
+            if cat == "cpu_op":  # on a GPU trace: a collective's caller (record_param_comms), no host op
+                name = ev.name
+                if type(name) is not str:
+                    n += 1
+                    continue
+                e = as_dict(ev)
+                args = e.get("args")
+                if self._cpu_rule(name) is not None or (type(args) is dict and _COLL_KEY in args):
+                    cc = classify_cpu_op(name, args)
+                    if cc is not None:
+                        tid = ev.tid
+                        self.cpu_colls.append((t0, t0 + d, pid, cc.collective, cc.implementation,
+                                               message_bytes(args), None if tid is miss else tid))
+                n += 1
+                continue
+            if cat in runtime:
+                name = ev.name
+                if type(name) is str and is_launch(name) and a is not None and a is not miss \
+                        and a.correlation is not miss:
+                    launches.append((t0, pid, corr))
+                n += 1
+                continue
+            if cat == "kernel":
+                name = ev.name
+                key = ("" if name is miss else name if type(name) is str else str(name),
+                       cname if type(cname) is str else None)
+                c = rules.get(key, miss)
+                if c is miss:
+                    c = rules[key] = classify_kernel(key[0], None if key[1] is None else {_COLL_KEY: key[1]})
+                coll: Any = None
+                impl = ""
+                nbytes = 0
+                seq = None
+                if c is not None:  # a collective: its bytes and sequence number
+                    e = as_dict(ev)
+                    args = e.get("args")
+                    args = args if type(args) is dict else {}
+                    if "Seq" in args:
+                        seq = (args.get("Process Group Name"), args.get("Seq"))
+                        if type(seq[0]) in (list, dict) or type(seq[1]) in (list, dict):
+                            on_event(e)  # (it names the field)
+                            continue
+                    coll, impl, nbytes = c.collective, c.implementation, message_bytes(args)
+                if not self.n_kernels:
+                    self.host_ops.clear()
+                    self.decisions.clear()
+                self.n_kernels += 1
+                kernels.append((t0, t0 + d, pid, corr, coll, impl, nbytes, seq))
+                n += 1
+                continue
+            kernels.append((t0, t0 + d, pid, corr, None, "", 0, None))
+            n += 1
         self.n_events += n
 
     def on_event(self, e: Any) -> None:
