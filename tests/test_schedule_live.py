@@ -64,5 +64,7 @@ def test_exported_schedule_is_accepted_and_used_by_the_live_engine(vllm_python: 
             t.join(300)
         four = {k: v - before[k] for k, v in metrics_counters(srv.url).items()}
         assert four["generated"] >= 4 * TOKENS, four
-        # per generated token, four at once draft far less than one alone: k = 0 at batch >= 2
-        assert four["draft_tokens"] / four["generated"] < 0.25 * solo["draft_tokens"] / solo["generated"], (solo, four)
+        # per generated token, four at once draft far less than one alone: k = 0 at batch >= 2. Static
+        # k = 3 would draft at the solo rate (ratio ~1); the requests' ragged ends run at batch 1 (k = 3),
+        # which on a loaded box put the ratio at 0.19-0.27, so the bound is 0.5, not 0.25
+        assert four["draft_tokens"] / four["generated"] < 0.5 * solo["draft_tokens"] / solo["generated"], (solo, four)
