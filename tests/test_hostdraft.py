@@ -23,6 +23,7 @@ from specmodel.model.hostdraft import host_cycle_costs, host_cycle_s, mixed_spee
 from specmodel.model.predict import predict
 from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import SpecConfig, load_profile
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "vllm_oos_tp1_1023"
@@ -110,3 +111,13 @@ def test_mixed_speedup_moves_toward_the_cycle_speedup_as_more_steps_propose(r1: 
     lo, hi = sorted((r1, r2))
     # a winning cycle (3.0 tokens in 1.5 base steps): more proposing steps, more speedup
     assert mixed_speedup(3.0, hi, 1.0, 1.5) >= mixed_speedup(3.0, lo, 1.0, 1.5) - 1e-12
+
+
+def test_predict_cli_on_an_ngram_profile_uses_the_host_cycle() -> None:
+    """`specmodel predict` takes the algorithm from the profile (NGRAM): same 6.962 ms cycle as above."""
+    r = run_cli("predict", "--profile", str(DATA / "profile_base_ngram.json"), "--accept-len", "3.11", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    d = d.get("prediction", d)
+    assert d["cycle_s"] == pytest.approx(6.962e-3, abs=0.005e-3)
+    assert d["draft_s"] == 0.0 and d["assumed"] == []
