@@ -12,12 +12,13 @@ What a prediction needs:
 * draft_model: T_base(B) and T_verify(B·(k+1)) from the profile, k drafter forwards at batch B
   (the profile's draft rows: same shape for both drafters, so the losing one is out of sample
   in acceptance only), acceptance from the run.
-* ngram: no draft forward. T_verify from the same profile, the drafter cost set to zero and the
-  proposal's host time per step assumed 0 (vLLM's numba lookup; the hook measures ~0.2 ms of a
-  ~25 ms step here: said in the output, not fitted). vLLM proposes nothing for a request whose
-  n-gram does not match, so a share (1 − r) of request-steps are plain decode steps: with r the
-  drafts per request-step (from the counters), speedup = (r·E[A] + 1 − r)·T_base / (r·T_cycle +
-  (1 − r)·T_base).
+* ngram: no draft forward. The cycle is `specmodel.model.hostdraft`'s: the verify *forward* from
+  the profile (not its verify step, which carries the draft_model proposer's host work) + the host
+  work of a step without a forward drafter (the baseline decode row's `other_s` at batch B) + the
+  lookup's host time (no ngram run is profiled, so assumed 0 and said so; the hook measures
+  ~0.1-0.2 ms per step here). vLLM proposes nothing for a request whose n-gram does not match, so a
+  share (1 − r) of request-steps are decode-shaped: r = drafts per request-step from the counters,
+  `hostdraft.mixed_speedup`.
 
 The noisy draft_model rows are the profiled configuration itself: "in-sample" in the table. Targets (issue 16): median |speedup error| ≤ 10 % and go/no-go
 right wherever the measured speedup is outside 0.9-1.1.
@@ -29,7 +30,6 @@ Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 64]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -45,8 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from specmodel.model.accept import from_mean  # noqa: E402
+from specmodel.model.hostdraft import mixed_speedup  # noqa: E402
 from specmodel.model.predict import predict  # noqa: E402
-from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS  # noqa: E402
+from specmodel.schema.phases import is_host_proposer  # noqa: E402
 from specmodel.schema.profile import Profile, SpecConfig, save_profile  # noqa: E402
 from specmodel.trace.vllm_forward import summarize  # noqa: E402
 from tests.vllm_engine import (  # noqa: E402
@@ -67,16 +68,13 @@ TARGET_MEDIAN = 0.10
 
 def predict_speedup(profile: Profile, *, method: str, batch: int, accept: float, rate: float | None) -> dict[str, Any]:
     spec = SpecConfig(algorithm=method.upper(), steps=K, topk=1, num_draft_tokens=K + 1)
-    if method not in VLLM_FORWARD_DRAFTERS:
-        # no drafter forward: drop the draft rows; host time per proposal assumed 0 (see the docstring)
-        profile = dataclasses.replace(profile.with_costs([r for r in profile.costs if r.kind != "draft"]),
-                                      overhead_s=0.0)
     p = predict(profile, from_mean(min(accept, K + 1.0), K + 1), batch=batch, spec=spec)
-    r = 1.0 if rate is None else min(max(rate, 0.0), 1.0)
-    tokens = r * accept + (1 - r)
-    step = r * p.cycle_s + (1 - r) * p.baseline_step_s
-    return {"speedup": tokens / step * p.baseline_step_s, "cycle_s": p.cycle_s, "base_s": p.baseline_step_s,
-            "verify_s": p.verify_s, "draft_s": p.draft_s, "model_speedup": p.speedup}
+    r = 1.0 if rate is None else rate
+    # a forward drafter proposes on every step; a host proposer only where its lookup matched
+    sp = mixed_speedup(accept, r, p.baseline_step_s, p.cycle_s, p.overhead_s) if is_host_proposer(method) else p.speedup
+    return {"speedup": sp, "cycle_s": p.cycle_s, "base_s": p.baseline_step_s, "verify_s": p.verify_s,
+            "draft_s": p.draft_s, "proposal_s": p.overhead_s, "model_speedup": p.speedup,
+            "assumed": [a.label for a in p.assumed]}
 
 
 def run_server(py: Path, model: Path, *, tp: int, spec: dict[str, Any] | None, hook_dir: Path | None,
@@ -202,7 +200,9 @@ def main() -> int:
     print(f"median |speedup error| {med:.1%} over {len(errs)} configurations ({med_oos:.1%} over the "
           f"{len(oos)} out-of-sample ones); target <= {TARGET_MEDIAN:.0%}")
     print(f"go/no-go right on {agree}/{decided} configurations whose measured speedup is outside 0.9-1.1")
-    print(f"ngram: proposal host time assumed 0; box {platform.machine()} {os.cpu_count()} cores, load avg "
+    assumed = sorted({a for r in rows for a in r.get("pred_assumed", [])})
+    print("assumed: " + ("; ".join(assumed) if assumed else "nothing"))
+    print(f"box {platform.machine()} {os.cpu_count()} cores, load avg "
           f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; {time.monotonic() - t_start:.0f} s")
     res = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "rows": rows,
            "median_abs_error": med, "median_abs_error_oos": med_oos, "go_no_go": [agree, decided],

@@ -172,10 +172,16 @@ class Assumption:
     batch: int
     tokens: float
     context_tokens: float
+    #: a cost with no fallback curve, taken as a stated value (e.g. ``"0 s"`` for an unmeasured
+    #: host proposal), and the measurement that removes it
+    assumed_as: str = ""
+    measure_hint: str = ""
 
     @property
     def label(self) -> str:
         """``verify not measured at 128K: assumed = decode at 4 tokens``."""
+        if self.assumed_as:
+            return f"{self.kind} not measured: assumed {self.assumed_as}"
         where = context_text(self.context_tokens) if self.context_tokens > 0 else "context 0"
         return (f"{self.kind} not measured at {where}: assumed = {self.fallback} "
                 f"at {self.tokens:g} tokens")
@@ -183,6 +189,8 @@ class Assumption:
     @property
     def to_measure(self) -> str:
         """The measurement that removes the assumption (profiler, SGLang hook, vLLM profiler)."""
+        if self.measure_hint:
+            return self.measure_hint
         b, per, ctx = self.batch, max(int(round(self.tokens / max(self.batch, 1))), 1), int(self.context_tokens)
         return (f"measure {self.kind} at batch {b} x {per} tokens, context {ctx}: "
                 f"`specmodel profile --phases decode,{self.kind} --batches {b} --verify-tokens {per} "
@@ -216,6 +224,8 @@ class CycleCosts:
     overhead_s: float
     context_tokens: float = 0.0
     warnings: tuple[str, ...] = ()
+    #: costs assumed outside the forward-kind table (a host proposer's unmeasured proposal time)
+    stated_assumptions: tuple[Assumption, ...] = ()
 
     @property
     def forwards(self) -> tuple[ForwardCost, ...]:
@@ -231,7 +241,8 @@ class CycleCosts:
     def assumptions(self) -> tuple[Assumption, ...]:
         """Every cost taken from a fallback kind's curve (a kind with no rows in the profile)."""
         return tuple(Assumption(kind=fc.kind, fallback=fc.from_kind, batch=self.batch, tokens=fc.tokens,
-                                context_tokens=fc.context_tokens) for fc in self.forwards if fc.from_kind)
+                                context_tokens=fc.context_tokens)
+                     for fc in self.forwards if fc.from_kind) + self.stated_assumptions
 
     @property
     def extrapolated(self) -> bool:

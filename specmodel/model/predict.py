@@ -14,7 +14,8 @@ from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
-from specmodel.schema.phases import forward_tokens
+from specmodel.model.hostdraft import host_cycle_costs
+from specmodel.schema.phases import forward_tokens, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     """
     if batch < 1:
         raise FieldError("batch", f"must be >= 1, got {batch}")
+    if is_host_proposer(spec.algorithm):
+        # ngram / suffix: no drafter forward; a verify step's host work is not borrowed from another drafter
+        return host_cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens, proposal_s=overhead_s)
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     warnings: list[str] = []
     base = forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx)
@@ -101,6 +105,8 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
         verify = own
     if "draft" in given:
         draft = given["draft"]
+    elif is_host_proposer(cc.spec.algorithm):
+        draft = f"none: {cc.spec.algorithm.lower()} proposes on the host (no drafter forward)"
     elif profile.has("draft"):
         draft = own
     elif cal is not None:
@@ -109,6 +115,9 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
         draft = "none: assumed free (pass --draft-ms or --calibrate)"
     own_overhead_s = profile.overhead_s - (cal.added_overhead_s if cal is not None else 0.0)
     overhead = given.get("overhead", own if own_overhead_s > 0 else "none: 0 assumed (pass --overhead-ms or --calibrate)")
+    if is_host_proposer(cc.spec.algorithm) and "overhead" not in given:
+        overhead = ("assumed 0 (no run of this proposer profiled)" if any(a.kind == "proposal" for a in cc.assumptions)
+                    else f"{own}: measured {cc.spec.algorithm.lower()} proposal time per step")
     if cal is not None:
         o = cal.observation
         overhead += (f" + calibration {cal.added_overhead_s * 1e3:.2f} ms from your observed point "

@@ -92,6 +92,15 @@ TARGET_KINDS = tuple(k.name for k in KIND_TABLE if k.model == "target")
 #: the others (``ngram``, ``suffix``) propose on the host: no draft forward, host time per proposal.
 #: Read the hook (profile/vllm.py) writes and the summarizer (trace/vllm_forward.py) reads.
 VLLM_FORWARD_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "dflash")
+#: Proposers that run no drafter forward (no draft all-reduces): vLLM's ``ngram`` / ``suffix``
+#: (v1/spec_decode/ngram_proposer.py, suffix_decoding.py) and SGLang's ``NGRAM``. Their cycle is
+#: :func:`specmodel.model.hostdraft.host_cycle_costs`.
+HOST_PROPOSERS = ("ngram", "suffix")
+
+
+def is_host_proposer(algorithm: str | None) -> bool:
+    """A speculative method (vLLM ``method`` or a SpecConfig ``algorithm``, any case) that proposes on the host."""
+    return bool(algorithm) and str(algorithm).lower() in HOST_PROPOSERS
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
 #: When a kind is missing, the kind whose curve stands in for it.

@@ -1,0 +1,100 @@
+"""The cycle of a host-side proposer: vLLM ``ngram`` / ``suffix``, SGLang ``NGRAM``.
+
+Such a proposer runs no drafter forward (so no draft all-reduces): vLLM's n-gram lookup is numba
+code over the request's token ids (vllm/v1/spec_decode/ngram_proposer.py, 0.32.0), called from
+``GPUModelRunner.propose_draft_token_ids`` after the verify's ``sample_tokens``. A cycle is one
+engine step: the target's verify forward over B·(k+1) tokens, the step's host work (input
+preparation, rejection sampling, bookkeeping, the scheduling gap) and the lookup itself.
+
+Why not the profile's verify *step*: a vLLM verify row measured with ``draft_model`` carries that
+proposer's host work (on the CPU engine here, 2026-12-01: scheduling gap 6.3 ms and step host
+work 4.4 ms against 1.0 and 2.1 ms in an ngram run; README, "Check specmodel against a real
+engine"), so a verify step is not a property of the target alone. Only its forward is.
+
+Notation as in :mod:`specmodel.model.cycle`; r = share of request-steps in which the proposer
+proposed (vLLM's ``spec_decode_num_drafts`` / (generated − accepted tokens)).
+"""
+
+from __future__ import annotations
+
+from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
+from specmodel.model.cycle import Assumption, CycleCosts
+from specmodel.schema.phases import forward_tokens, is_host_proposer
+from specmodel.schema.profile import Profile, SpecConfig
+
+
+def host_cycle_s(verify_forward_s: float, step_host_s: float, proposal_s: float) -> float:
+    """T_cycle = T_fwd,verify(B·(k+1)) + T_host(B) + T_propose.
+
+    T_fwd,verify: the target forward alone (all-reduce + compute of the profile's verify row);
+    T_host: the host work of an engine step with no forward drafter; T_propose: the lookup.
+    """
+    return verify_forward_s + step_host_s + proposal_s
+
+
+def mixed_speedup(accept_tokens: float, proposal_rate: float, base_step_s: float, cycle_s: float,
+                  proposal_s: float = 0.0) -> float:
+    """Speedup when only a share r of request-steps carries a proposal:
+
+        speedup = (r·E[A] + 1 − r) · T_base / (r·T_cycle + (1 − r)·(T_base + T_propose))
+
+    vLLM's n-gram proposer returns no draft for a request whose last n-gram has no earlier match;
+    that request's next step is decode-shaped (one token) but the lookup still ran. Exact at B = 1
+    (a step either verifies or decodes); at B > 1 it mixes request-steps as if each step were one
+    or the other, while vLLM batches both in one step (the forward then sees fewer than B·(k+1)
+    tokens): an approximation, stated. r = 1 gives :func:`specmodel.model.cycle.speedup`.
+    """
+    r = min(max(proposal_rate, 0.0), 1.0)
+    tokens = r * accept_tokens + (1.0 - r)
+    step = r * cycle_s + (1.0 - r) * (base_step_s + proposal_s)
+    return tokens * base_step_s / step
+
+
+def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_tokens: float | None = None,
+                     proposal_s: float | None = None) -> CycleCosts:
+    """:class:`CycleCosts` of a host proposer (``spec.algorithm`` in HOST_PROPOSERS).
+
+    * verify = the profile's verify row at B·ndt tokens, its forward only (``allreduce_s`` +
+      ``compute_s``), plus the host work of a step without a forward drafter: the verify row's own
+      ``other_s`` when the profile's speculative run was this kind of proposer (its verify steps had
+      no drafter), else the decode row's ``other_s`` at batch B (the baseline's measured step host
+      work), never another drafter's.
+    * draft = none (no drafter forward, no draft all-reduces).
+    * overhead = T_propose: ``proposal_s`` when given; the profile's ``overhead_s`` when its
+      speculative run used the same method (``specmodel vllm --summarize`` puts the median measured
+      proposal time there); otherwise 0, listed in :attr:`CycleCosts.assumptions`.
+    """
+    ctx = float(default_context(profile) if context_tokens is None else context_tokens)
+    method = spec.algorithm.lower()
+    base = forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx)
+    v = forward_cost(profile, "verify", forward_tokens("verify", batch, spec), ctx)
+    same_run = is_host_proposer(profile.spec.algorithm) and not v.from_kind
+    host = v.other_s if same_run else base.other_s
+    verify = ForwardCost(kind="verify", tokens=v.tokens, total_s=v.allreduce_s + v.compute_s + host,
+                         allreduce_s=v.allreduce_s, compute_s=v.compute_s, other_s=host,
+                         context_tokens=v.context_tokens, extrapolations=v.extrapolations, from_kind=v.from_kind)
+    warnings: list[str] = []
+    if v.from_kind:
+        warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
+    elif not same_run:
+        warnings.append(f"{method}: verify forward from the profile's {profile.spec.algorithm or 'verify'} run; "
+                        f"host work per step from the decode step at batch {batch} (that run's verify steps "
+                        "carry its own proposer's host work)")
+    for fc in (base, verify):
+        for e in fc.extrapolations:
+            warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
+    stated: tuple[Assumption, ...] = ()
+    if proposal_s is not None:
+        prop = proposal_s
+    elif profile.spec.algorithm.lower() == method and (profile.overhead_s > 0 or "overhead" in profile.source.origins):
+        prop = profile.overhead_s
+    else:
+        prop = 0.0
+        stated = (Assumption(kind="proposal", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
+                             assumed_as=f"0 s per step (the {method} lookup's host time; no {method} run profiled)",
+                             measure_hint=f"run the server with --speculative-config method {method} under "
+                                          "`specmodel vllm` and `--summarize` it with the baseline run: the median "
+                                          "proposal time becomes the profile's overhead"),)
+    return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=ZERO_COST, draft_extend=None,
+                      draft_total_s=0.0, draft_allreduce_s=0.0, overhead_s=prop, context_tokens=ctx,
+                      warnings=tuple(warnings), stated_assumptions=stated)

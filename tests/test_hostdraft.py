@@ -1,0 +1,123 @@
+"""The host-proposer (ngram / suffix) cycle (specmodel.model.hostdraft; issue 16 item 4).
+
+Validation set (cited, not tuned to): the TP 1 run of benchmarks/bench_vllm_oos.py on 2026-12-01
+10:16-10:23 UTC (load average 5.4-7.7), raw figures in
+benchmarks/results/vllm_oos_tp1_2026-12-01_1023.json. tests/data/vllm_oos_tp1_1023/ holds that
+run's own profile (hook on the baseline + draft_model noisy k=3 servers, `specmodel vllm
+--summarize`: profile_base_draft_noisy.json) and the same baseline summarized with the ngram
+server's hook logs (profile_base_ngram.json: its proposal time measured, 0.121 ms per step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specmodel.model.accept import from_mean
+from specmodel.model.cycle import speedup
+from specmodel.model.hostdraft import host_cycle_costs, host_cycle_s, mixed_speedup
+from specmodel.model.predict import predict
+from specmodel.schema.phases import is_host_proposer
+from specmodel.schema.profile import SpecConfig, load_profile
+from tests.conftest import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "vllm_oos_tp1_1023"
+RESULTS = REPO / "benchmarks" / "results" / "vllm_oos_tp1_2026-12-01_1023.json"
+NGRAM = SpecConfig(algorithm="NGRAM", steps=3, topk=1, num_draft_tokens=4)
+
+
+def _row(drafter: str, batch: int) -> dict[str, float]:
+    rows = json.loads(RESULTS.read_text())["rows"]
+    return next(r for r in rows if r["drafter"] == drafter and r["batch"] == batch)
+
+
+def test_batch1_row_rederived_from_the_profile() -> None:
+    """README's hand derivation of the TP 1 ngram batch-1 row, from the profile's rows:
+    verify forward at 4 tokens 4.598 ms (compute; no all-reduce at TP 1) + the baseline decode
+    step's host work 1.485 ms + proposal 0 (assumed) = T_cycle 6.083 ms; T_base 3.445 ms;
+    E[A] 3.111, r 0.692 (the run's counters) -> (0.692·3.111 + 0.308)·3.445 /
+    (0.692·6.083 + 0.308·3.445) = 1.61x (the README: 1.60x by hand); measured 1.187x."""
+    p = load_profile(DATA / "profile_base_draft_noisy.json")
+    row = _row("ngram", 1)
+    cc = host_cycle_costs(p, batch=1, spec=NGRAM)
+    assert cc.verify.compute_s == pytest.approx(4.598e-3, abs=0.002e-3)
+    assert cc.verify.other_s == pytest.approx(1.485e-3, abs=0.002e-3)  # decode's host work, not verify's 12.3 ms
+    assert cc.base.total_s == pytest.approx(3.445e-3, abs=0.002e-3)
+    assert cc.cycle_s == pytest.approx(6.083e-3, abs=0.005e-3)
+    assert cc.draft_total_s == 0.0 and cc.draft_allreduce_s == 0.0
+    sp = mixed_speedup(row["accept_tokens"], row["proposal_rate"], cc.base.total_s, cc.cycle_s, cc.overhead_s)
+    assert sp == pytest.approx(1.609, abs=0.005)
+    # against the live engine: +36 % (go/no-go right: both > 1); the old borrowed-step figure was 0.66x
+    assert sp / row["measured_speedup"] - 1 == pytest.approx(0.355, abs=0.01)
+    assert (sp > 1) == (row["measured_speedup"] > 1)
+
+
+def test_the_proposal_time_is_flagged_when_no_ngram_run_was_profiled() -> None:
+    p = load_profile(DATA / "profile_base_draft_noisy.json")
+    pr = predict(p, from_mean(3.11, 4), batch=1, spec=NGRAM)
+    assert not pr.measured
+    assert [a.kind for a in pr.assumed] == ["proposal"]
+    assert "proposal not measured: assumed 0 s" in pr.verdict_label
+    assert "specmodel vllm" in pr.to_measure[0]
+    assert pr.overhead_s == 0.0
+    assert "proposes on the host" in dict(pr.cost_sources)["draft"]
+
+
+def test_an_ngram_profile_supplies_its_own_verify_host_work_and_proposal_time() -> None:
+    """profile_base_ngram.json: verify at 4 tokens from the ngram run's own rows (forward 3.576 ms;
+    host 3.264 ms, the running max over its 2/3/4-token rows 3.264/2.945/3.120 ms, costs.py's
+    monotone rule), its median proposal 0.121 ms measured: T_cycle = 6.962 ms, nothing assumed."""
+    p = load_profile(DATA / "profile_base_ngram.json")
+    pr = predict(p, from_mean(3.11, 4), batch=1, spec=NGRAM)
+    assert pr.measured and pr.assumed == ()
+    assert pr.overhead_s == pytest.approx(0.121e-3, abs=0.001e-3)
+    assert pr.verify_other_s == pytest.approx(3.264e-3, abs=0.002e-3)  # its own verify steps: no forward drafter
+    assert pr.cycle_s == pytest.approx(6.962e-3, abs=0.005e-3)
+    assert pr.cycle_s == pytest.approx(host_cycle_s(pr.verify_compute_s + pr.verify_allreduce_s, pr.verify_other_s,
+                                                    pr.overhead_s), rel=1e-12)
+    assert "measured ngram proposal" in dict(pr.cost_sources)["overhead"]
+
+
+def test_draft_model_predictions_are_unchanged() -> None:
+    """The forward-drafter path still uses the verify step and k drafter forwards: the
+    in-sample noisy draft_model row at batch 1 stays at 0.376x (the results file's figure)."""
+    p = load_profile(DATA / "profile_base_draft_noisy.json")
+    row = _row("draft_noisy", 1)
+    spec = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
+    pr = predict(p, from_mean(row["accept_tokens"], 4), batch=1, spec=spec)
+    assert pr.speedup == pytest.approx(row["predicted_speedup"], rel=1e-6)
+    assert pr.cycle_s == pytest.approx(30.83e-3, abs=0.01e-3)
+
+
+def test_is_host_proposer() -> None:
+    assert is_host_proposer("ngram") and is_host_proposer("NGRAM") and is_host_proposer("suffix")
+    assert not is_host_proposer("draft_model") and not is_host_proposer("EAGLE3") and not is_host_proposer("")
+
+
+@given(accept=st.floats(1.0, 4.0), base=st.floats(1e-4, 1.0), cycle=st.floats(1e-4, 1.0), prop=st.floats(0, 1e-2))
+def test_mixed_speedup_limits(accept: float, base: float, cycle: float, prop: float) -> None:
+    # r = 1: the plain cycle speedup; r = 0: decode steps that still pay the lookup
+    assert mixed_speedup(accept, 1.0, base, cycle, prop) == pytest.approx(speedup(accept, base, cycle), rel=1e-9)
+    assert mixed_speedup(accept, 0.0, base, cycle, prop) == pytest.approx(base / (base + prop), rel=1e-9)
+
+
+@given(r1=st.floats(0, 1), r2=st.floats(0, 1))
+def test_mixed_speedup_moves_toward_the_cycle_speedup_as_more_steps_propose(r1: float, r2: float) -> None:
+    lo, hi = sorted((r1, r2))
+    # a winning cycle (3.0 tokens in 1.5 base steps): more proposing steps, more speedup
+    assert mixed_speedup(3.0, hi, 1.0, 1.5) >= mixed_speedup(3.0, lo, 1.0, 1.5) - 1e-12
+
+
+def test_predict_cli_on_an_ngram_profile_uses_the_host_cycle() -> None:
+    """`specmodel predict` takes the algorithm from the profile (NGRAM): same 6.962 ms cycle as above."""
+    r = run_cli("predict", "--profile", str(DATA / "profile_base_ngram.json"), "--accept-len", "3.11", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    d = d.get("prediction", d)
+    assert d["cycle_s"] == pytest.approx(6.962e-3, abs=0.005e-3)
+    assert d["draft_s"] == 0.0 and d["assumed"] == []
