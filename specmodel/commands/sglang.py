@@ -11,13 +11,18 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_TP
+
+if TYPE_CHECKING:
+    from specmodel.schema.profile import Profile
 
 
 def shim_dir() -> Path:
@@ -138,15 +143,22 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
 
 
 def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
-    from specmodel.schema.profile import save_profile
     from specmodel.trace.sglang_forward import summarize
 
-    prof_name = name or (output.parent.name if output.suffix == ".json" else output.name) or "sglang"
+    write_hook_profile(summarize, dirs, output, name, tp, engine="SGLang")
+
+
+def write_hook_profile(summarize: Callable[..., Profile], dirs: tuple[Path, ...], output: Path, name: str | None,
+                       tp: int | None, *, engine: str) -> None:
+    """``--summarize`` of an engine hook (SGLang, vLLM): the hook's JSONL -> a profile at ``output``."""
+    from specmodel.schema.profile import save_profile
+
+    prof_name = name or (output.parent.name if output.suffix == ".json" else output.name) or engine.lower()
     profile = summarize(dirs, name=prof_name, tp=tp)
     path = save_profile(profile, output)
     kinds = sorted({r.kind for r in profile.costs})
     click.echo(f"wrote {path}: {len(profile.costs)} cost rows ({', '.join(kinds)}), tp {profile.tp}, "
-               f"SGLang {profile.source.engine_version}")
+               f"{engine} {profile.source.engine_version}")
     for note in profile.notes:
         click.echo(f"note: {note}")
 

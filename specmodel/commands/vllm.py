@@ -24,7 +24,7 @@ from types import FrameType
 
 import click
 
-from specmodel.commands.sglang import start
+from specmodel.commands.sglang import start, write_hook_profile
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_TP
 
@@ -189,17 +189,9 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
 
 
 def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
-    from specmodel.schema.profile import save_profile
     from specmodel.trace.vllm_forward import summarize
 
-    prof_name = name or (output.parent.name if output.suffix == ".json" else output.name) or "vllm"
-    profile = summarize(dirs, name=prof_name, tp=tp)
-    path = save_profile(profile, output)
-    kinds = sorted({r.kind for r in profile.costs})
-    click.echo(f"wrote {path}: {len(profile.costs)} cost rows ({', '.join(kinds)}), tp {profile.tp}, "
-               f"vLLM {profile.source.engine_version}")
-    for note in profile.notes:
-        click.echo(f"note: {note}")
+    write_hook_profile(summarize, dirs, output, name, tp, engine="vLLM")
 
 
 if __name__ == "__main__":  # pragma: no cover
