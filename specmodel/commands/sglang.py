@@ -82,12 +82,14 @@ def launch(command: tuple[str, ...], out_dir: Path) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _count_lines(out_dir: Path) -> tuple[int, int]:
+def count_records(out_dir: Path, record_type: str) -> tuple[int, int]:
+    """(rank files, records of ``record_type``) a hook wrote under ``out_dir`` (unreadable files count 0)."""
     files = sorted(out_dir.glob("rank*.jsonl"))
+    marker = f'"type": "{record_type}"'.encode()
     n = 0
     for f in files:
         try:
-            n += sum(1 for line in f.read_bytes().split(b"\n") if b'"type": "forward"' in line)
+            n += sum(1 for line in f.read_bytes().split(b"\n") if marker in line)
         except OSError:
             pass
     return len(files), n
@@ -130,7 +132,7 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel sglang -- python -m sglang.launch_server --model-path ...")
     rc = launch(command, out_dir)
-    files, lines = _count_lines(out_dir)
+    files, lines = count_records(out_dir, "forward")
     if lines:
         nxt = f"next: specmodel sglang --summarize {out_dir} -o profiles/<name>"
     else:

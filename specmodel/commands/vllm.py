@@ -24,7 +24,7 @@ from types import FrameType
 
 import click
 
-from specmodel.commands.sglang import start, write_hook_profile
+from specmodel.commands.sglang import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_TP
 
@@ -131,15 +131,6 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
     return 128 - rc if rc < 0 else rc
 
 
-def _count_steps(out_dir: Path) -> tuple[int, int]:
-    files = sorted(out_dir.glob("rank*.jsonl"))
-    n = 0
-    for f in files:
-        with contextlib.suppress(OSError):
-            n += sum(1 for line in f.read_bytes().split(b"\n") if b'"type": "step"' in line)
-    return len(files), n
-
-
 @click.command("vllm", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("vllm-forward"), show_default=True,
               help="Directory for rank<k>.jsonl (must not hold an earlier run's files).")
@@ -180,7 +171,7 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ...")
     rc = launch(command, out_dir, health_timeout_s)
-    files, steps = _count_steps(out_dir)
+    files, steps = count_records(out_dir, "step")
     nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
            "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
     click.echo(f"specmodel vllm: server exited with status {rc}; {steps} steps in {files} rank file(s) "
