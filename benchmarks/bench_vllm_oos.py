@@ -1,30 +1,37 @@
 """specmodel's predictions against a live vLLM CPU engine, out of sample (issue 16 item 4).
 
-Per TP degree (1 and 2): profile the engine once -- one configuration, `draft_model` (the
-target + 5 % weight noise) at k = 3, hooked by `specmodel vllm`, traffic at batch 1 and 4, plus
-the same server without speculation for the baseline step -- and `specmodel vllm --summarize`
-it. Then measure with a bounded client (batch 1 and 4, greedy, fixed length): no speculation, `ngram` (k = 3), the winning `draft_model` (noisy target)
-and a losing one (an unrelated random model of the target's shape), and predict each
-configuration's speedup with `specmodel.model.predict.predict` on the profile, given only that
-configuration's own acceptance (vLLM's counters, as `accept` reads them from a log).
+Per TP degree (1 and 2), every server runs under `specmodel vllm` (the hook's cost is then in the
+baseline and the speculative tok/s alike) and serves greedy traffic at batch 1, 2 and 4.
 
-What a prediction needs:
-* draft_model: T_base(B) and T_verify(B·(k+1)) from the profile, k drafter forwards at batch B
-  (the profile's draft rows: same shape for both drafters, so the losing one is out of sample
-  in acceptance only), acceptance from the run.
-* ngram: no draft forward. The cycle is `specmodel.model.hostdraft`'s: the verify *forward* from
-  the profile (not its verify step, which carries the draft_model proposer's host work) + the host
-  work of a step without a forward drafter (the baseline decode row's `other_s` at batch B) + the
-  lookup's host time (no ngram run is profiled, so assumed 0 and said so; the hook measures
-  ~0.1-0.2 ms per step here). vLLM proposes nothing for a request whose n-gram does not match, so a
-  share (1 − r) of request-steps are decode-shaped: r = drafts per request-step from the counters,
-  `hostdraft.mixed_speedup`.
+* **Profiled** (the hook's logs make the profiles; only their batch-1 and batch-4 steps are kept,
+  so batch 2 is out of sample in batch: its costs are interpolated):
+  - the server without speculation (T_base, the decode rows);
+  - `draft_model` = the target + 5 % weight noise, k = 3: the verify and draft rows of a drafter
+    that runs a forward -> profile "draft";
+  - `ngram`, k = 3: the verify rows and the lookup time of a host proposer -> profile "ngram".
+    Why a second profile: a speculative vLLM step's host work depends on the proposer (measured
+    here, TP 1 batch 1: scheduling gap + step host work 2.7 ms without speculation, 4.3 ms with
+    ngram -- in its decode-shaped steps too -- 5.6 ms with draft_model), so neither the baseline's
+    nor the drafter's host work is ngram's; the forward costs are the same target's.
+* **Out of sample** (measured, never profiled): every configuration at batch 2; the losing
+  `draft_model` (an unrelated random model of the target's shape: out of sample in acceptance,
+  E[A] ~1.0) at every batch; the winning draft at k = 5 (out of sample in k: 5 drafter forwards,
+  a verify over B*6 tokens) at every batch.
 
-The noisy draft_model rows are the profiled configuration itself: "in-sample" in the table. Targets (issue 16): median |speedup error| ≤ 10 % and go/no-go
-right wherever the measured speedup is outside 0.9-1.1.
+Each prediction is `specmodel.model.predict.predict` on the profile, given only that
+configuration's own acceptance and, for ngram, its share of request-steps that proposed (vLLM's
+counters, as `specmodel watch` reads them; `predict --proposal-rate`). Measured speedup = tok/s
+with / without speculation: the baseline server stays up and each speculative server runs beside
+it, their rounds of B requests of `--tokens` tokens interleaved (A B B A ..., a pause between
+rounds so the idle one stops spinning), each round timed on the wall clock; the ratio of the
+medians of `--reps` rounds after a full-length warm-up. (Measured one after the other, the same
+baseline server read 127 and 276 tok/s minutes apart on this VM.)
 
-Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 64] [--reps 3] [--out DIR]
-(needs `make engine`; 8 server starts, about 10 min on an idle 2-core box).
+Targets (issue 16): median |speedup error| <= 10 % and go/no-go right wherever the measured
+speedup is outside 0.9-1.1.
+
+Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 128] [--reps 9] [--out DIR]
+(needs `make engine`; 5 server starts per TP degree, about 15 min for both on an idle 2-core box).
 """
 
 from __future__ import annotations
@@ -45,7 +52,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from specmodel.model.accept import from_mean  # noqa: E402
-from specmodel.model.hostdraft import mixed_speedup  # noqa: E402
 from specmodel.model.predict import predict  # noqa: E402
 from specmodel.schema.phases import is_host_proposer  # noqa: E402
 from specmodel.schema.profile import Profile, SpecConfig, save_profile  # noqa: E402
@@ -56,39 +62,55 @@ from tests.vllm_engine import (  # noqa: E402
     build_models,
     draft_spec,
     engine_python,
-    measure,
+    measure_pair,
     ngram_spec,
 )
 
 K = 3
-BATCHES = (1, 4)
+K_OOS = 5
+BATCHES = (1, 2, 4)
+PROFILED_BATCHES = (1, 4)
 BAND = (0.9, 1.1)
 TARGET_MEDIAN = 0.10
 
 
-def predict_speedup(profile: Profile, *, method: str, batch: int, accept: float, rate: float | None) -> dict[str, Any]:
-    spec = SpecConfig(algorithm=method.upper(), steps=K, topk=1, num_draft_tokens=K + 1)
-    p = predict(profile, from_mean(min(accept, K + 1.0), K + 1), batch=batch, spec=spec)
-    r = 1.0 if rate is None else rate
+def predict_speedup(profile: Profile, *, method: str, k: int, batch: int, accept: float,
+                    rate: float | None) -> dict[str, Any]:
+    spec = SpecConfig(algorithm=method.upper(), steps=k, topk=1, num_draft_tokens=k + 1)
     # a forward drafter proposes on every step; a host proposer only where its lookup matched
-    sp = mixed_speedup(accept, r, p.baseline_step_s, p.cycle_s, p.overhead_s) if is_host_proposer(method) else p.speedup
-    return {"speedup": sp, "cycle_s": p.cycle_s, "base_s": p.baseline_step_s, "verify_s": p.verify_s,
-            "draft_s": p.draft_s, "proposal_s": p.overhead_s, "model_speedup": p.speedup,
-            "assumed": [a.label for a in p.assumed]}
+    r = min(rate, 1.0) if rate is not None and is_host_proposer(method) else None
+    p = predict(profile, from_mean(min(accept, k + 1.0), k + 1), batch=batch, spec=spec, proposal_rate=r)
+    return {"speedup": p.speedup, "cycle_s": p.cycle_s, "mean_step_s": p.mean_step_s, "base_s": p.baseline_step_s,
+            "verify_s": p.verify_s, "draft_s": p.draft_s, "proposal_s": p.overhead_s,
+            "assumed": [a.label for a in p.assumed], "extrapolated": [e.label for e in p.extrapolated]}
 
 
-def run_server(py: Path, model: Path, *, tp: int, spec: dict[str, Any] | None, hook_dir: Path | None,
-               tokens: int, reps: int, log: Path) -> dict[int, Throughput]:
-    wrap = [str(REPO / ".venv" / "bin" / "specmodel"), "vllm", "--out", str(hook_dir), "--"] if hook_dir else []
+def keep_batches(profile: Profile, batches: tuple[int, ...]) -> Profile:
+    """The profile with only the steps of ``batches`` (the others stay out of sample)."""
+    import dataclasses
+
+    costs = tuple(r for r in profile.costs if r.batch in batches)
+    return dataclasses.replace(profile, costs=costs,
+                               notes=profile.notes + (f"benchmark: rows of batches {batches} only",))
+
+
+def hook_wrap(hook_dir: Path) -> list[str]:
+    return [str(REPO / ".venv" / "bin" / "specmodel"), "vllm", "--out", str(hook_dir), "--"]
+
+
+def run_pair(py: Path, model: Path, base: VllmServer, *, tp: int, spec: dict[str, Any], hook_dir: Path,
+             tokens: int, reps: int, log: Path) -> dict[int, tuple[Throughput, Throughput]]:
+    """Start the speculative server beside the running baseline one; per batch, their rounds
+    interleaved (tests.vllm_engine.measure_pair); stop it."""
     t0 = time.monotonic()
-    with VllmServer(python=py, model=model, tp=tp, spec=spec, wrap=wrap, log_path=log) as srv:
+    with VllmServer(python=py, model=model, tp=tp, spec=spec, wrap=hook_wrap(hook_dir), log_path=log) as srv:
         started = time.monotonic() - t0
-        out = {b: measure(srv, batch=b, tokens=tokens, reps=reps) for b in BATCHES}
-    what = (spec or {}).get("method", "none")
-    print(f"  tp{tp} {what:<11} hook {'on ' if hook_dir else 'off'} start {started:4.0f} s  "
-          + "  ".join(f"b{b} {t.median_tokens_per_s:6.1f} tok/s (±{t.spread_rel / 2:.0%})"
-                      + (f" E[A] {t.accept_tokens:.2f} r {t.proposal_rate:.2f}" if t.accept_tokens else "")
-                      for b, t in out.items()), flush=True)
+        out = {b: measure_pair(base, srv, batch=b, tokens=tokens, reps=reps) for b in BATCHES}
+    print(f"  tp{tp} {spec['method']:<11} k={spec['num_speculative_tokens']} start {started:4.0f} s  "
+          + "  ".join(f"b{b} {bt.median_tokens_per_s:6.1f} -> {st.median_tokens_per_s:6.1f} tok/s "
+                      f"(±{max(bt.spread_rel, st.spread_rel) / 2:.0%})"
+                      + (f" E[A] {st.accept_tokens:.2f} r {st.proposal_rate:.2f}" if st.accept_tokens else "")
+                      for b, (bt, st) in out.items()), flush=True)
     return out
 
 
@@ -118,12 +140,10 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tp", type=int, action="append", default=None)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--models", type=Path, default=None)
-    ap.add_argument("--hook-off", action="store_true",
-                    help="measure every configuration on a fresh server without the hook (12 starts instead of 8)")
     a = ap.parse_args()
     py = engine_python()
     if py is None:
@@ -132,52 +152,54 @@ def main() -> int:
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-vllm-oos-"))
     out.mkdir(parents=True, exist_ok=True)
     models = build_models(py, a.models or out / "models")
-    drafters = {"ngram": ngram_spec(K), "draft_noisy": draft_spec(models.draft_noisy, K),
-                "draft_random": draft_spec(models.draft_random, K)}
+    # name -> (server's speculative config, k, profile it is predicted from, profiled?)
+    configs: dict[str, tuple[dict[str, Any], int, str, bool]] = {
+        "draft_noisy": (draft_spec(models.draft_noisy, K), K, "draft", True),
+        "ngram": (ngram_spec(K), K, "ngram", True),
+        "draft_random": (draft_spec(models.draft_random, K), K, "draft", False),
+        f"draft_noisy_k{K_OOS}": (draft_spec(models.draft_noisy, K_OOS), K_OOS, "draft", False),
+    }
     t_start = time.monotonic()
     load = [os.getloadavg()[0]]
     rows: list[dict[str, Any]] = []
     for tp in a.tp or [1, 2]:
         d = out / f"tp{tp}"
         d.mkdir(exist_ok=True)
-        print(f"TP {tp}: profile (hook on: baseline + draft_model noisy k={K})", flush=True)
-        hook_base, hook_spec = d / "hook_base", d / "hook_draft_noisy"
-        profiled_base = run_server(py, models.target, tp=tp, spec=None, hook_dir=hook_base, tokens=a.tokens,
-                                   reps=a.reps, log=d / "hook_base.log")
-        profiled_spec = run_server(py, models.target, tp=tp, spec=drafters["draft_noisy"], hook_dir=hook_spec,
-                                   tokens=a.tokens, reps=a.reps, log=d / "hook_draft_noisy.log")
-        profile = summarize([hook_base, hook_spec], name=f"vllm-cpu-tp{tp}")
-        save_profile(profile, d / "profile")
-        load.append(os.getloadavg()[0])
-        print(f"TP {tp}: measure (hook {'off' if a.hook_off else 'on, its logs unused'})", flush=True)
-        if a.hook_off:
-            base = run_server(py, models.target, tp=tp, spec=None, hook_dir=None, tokens=a.tokens, reps=a.reps,
-                              log=d / "base.log")
-        else:
-            base = profiled_base  # the baseline's own tok/s (its steps are the profile's decode rows)
-        for name, spec in drafters.items():
-            if name == "draft_noisy" and not a.hook_off:
-                got = profiled_spec  # in-sample by construction: the profiled run itself
-            else:
-                got = run_server(py, models.target, tp=tp, spec=spec, hook_dir=None if a.hook_off else d / f"measure_{name}", tokens=a.tokens,
-                                 reps=a.reps, log=d / f"{name}.log")
-            load.append(os.getloadavg()[0])
+        print(f"TP {tp}: every server hooked; profiled: baseline, draft_model k={K}, ngram k={K} "
+              f"(their batches {PROFILED_BATCHES})", flush=True)
+        run: dict[str, dict[int, tuple[Throughput, Throughput]]] = {}
+        t0 = time.monotonic()
+        with VllmServer(python=py, model=models.target, tp=tp, spec=None, wrap=hook_wrap(d / "hook_base"),
+                        log_path=d / "base.log") as base_srv:
+            print(f"  tp{tp} baseline server up in {time.monotonic() - t0:.0f} s; each speculative server "
+                  "runs beside it, rounds interleaved", flush=True)
+            for name, (spec, _k, _prof, _ins) in configs.items():
+                run[name] = run_pair(py, models.target, base_srv, tp=tp, spec=spec, hook_dir=d / f"hook_{name}",
+                                     tokens=a.tokens, reps=a.reps, log=d / f"{name}.log")
+                load.append(os.getloadavg()[0])
+        profiles = {"draft": keep_batches(summarize([d / "hook_base", d / "hook_draft_noisy"], name=f"vllm-cpu-tp{tp}"),
+                                          PROFILED_BATCHES),
+                    "ngram": keep_batches(summarize([d / "hook_base", d / "hook_ngram"], name=f"vllm-cpu-tp{tp}-ngram"),
+                                          PROFILED_BATCHES)}
+        for key, prof in profiles.items():
+            save_profile(prof, d / f"profile_{key}")
+        for name, (spec, k, prof_key, profiled) in configs.items():
             for b in BATCHES:
-                t = got[b]
+                bt, t = run[name][b]
                 if t.accept_tokens is None:
                     print(f"  tp{tp} {name} b{b}: no drafts counted; skipped", flush=True)
                     continue
-                pred = predict_speedup(profile, method=spec["method"], batch=b, accept=t.accept_tokens,
-                                       rate=t.proposal_rate)
-                meas = t.median_tokens_per_s / base[b].median_tokens_per_s
-                rows.append({"tp": tp, "drafter": name, "batch": b, "in_sample": name == "draft_noisy",
+                pred = predict_speedup(profiles[prof_key], method=spec["method"], k=k, batch=b,
+                                       accept=t.accept_tokens, rate=t.proposal_rate)
+                meas = t.median_tokens_per_s / bt.median_tokens_per_s
+                rows.append({"tp": tp, "drafter": name, "k": k, "batch": b, "in_sample": profiled and b in PROFILED_BATCHES,
                              "accept_tokens": t.accept_tokens, "proposal_rate": t.proposal_rate,
-                             "base_tokens_per_s": base[b].median_tokens_per_s, "spec_tokens_per_s": t.median_tokens_per_s,
-                             "spread_rel": max(t.spread_rel, base[b].spread_rel),
+                             "base_tokens_per_s": bt.median_tokens_per_s, "spec_tokens_per_s": t.median_tokens_per_s,
+                             "spread_rel": max(t.spread_rel, bt.spread_rel),
                              "measured_speedup": meas, "predicted_speedup": pred["speedup"],
-                             "error": pred["speedup"] / meas - 1, **{f"pred_{k}": v for k, v in pred.items()}})
+                             "error": pred["speedup"] / meas - 1, **{f"pred_{k2}": v for k2, v in pred.items()}})
     print()
-    print(f"{'TP':>2} {'drafter':<13} {'B':>2} {'E[A]':>5} {'r':>5} {'base tok/s':>10} {'spec tok/s':>10} "
+    print(f"{'TP':>2} {'drafter':<17} {'B':>2} {'E[A]':>5} {'r':>5} {'base tok/s':>10} {'spec tok/s':>10} "
           f"{'measured':>8} {'predicted':>9} {'error':>7}  go/no-go")
     agree, decided = 0, 0
     for r in rows:
@@ -188,25 +210,27 @@ def main() -> int:
             decided += 1
             agree += ok
         verdict = ("right" if ok else "WRONG") if outside else "(inside 0.9-1.1)"
-        print(f"{r['tp']:>2} {r['drafter'] + ('*' if r['in_sample'] else ''):<13} {r['batch']:>2} "
+        print(f"{r['tp']:>2} {r['drafter'] + ('*' if r['in_sample'] else ''):<17} {r['batch']:>2} "
               f"{r['accept_tokens']:5.2f} {r['proposal_rate'] or 1:5.2f} {r['base_tokens_per_s']:10.1f} "
               f"{r['spec_tokens_per_s']:10.1f} {m:8.2f}x {p:8.2f}x {r['error']:+7.1%}  {verdict}")
     errs = [abs(r["error"]) for r in rows]
     oos = [abs(r["error"]) for r in rows if not r["in_sample"]]
     med = statistics.median(errs) if errs else float("nan")
     med_oos = statistics.median(oos) if oos else float("nan")
-    print("\n* in-sample: the profiled configuration" + (", measured again on a fresh server without the hook"
-                                                        if a.hook_off else " (its own run)"))
+    print("\n* in-sample: a profiled configuration at a profiled batch (its own run)")
     print(f"median |speedup error| {med:.1%} over {len(errs)} configurations ({med_oos:.1%} over the "
           f"{len(oos)} out-of-sample ones); target <= {TARGET_MEDIAN:.0%}")
     print(f"go/no-go right on {agree}/{decided} configurations whose measured speedup is outside 0.9-1.1")
     assumed = sorted({a for r in rows for a in r.get("pred_assumed", [])})
     print("assumed: " + ("; ".join(assumed) if assumed else "nothing"))
+    extrap = sorted({a for r in rows for a in r.get("pred_extrapolated", [])})
+    print("extrapolated: " + ("; ".join(extrap) if extrap else "nothing"))
     print(f"box {platform.machine()} {os.cpu_count()} cores, load avg "
           f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; {time.monotonic() - t_start:.0f} s")
     res = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "rows": rows,
            "median_abs_error": med, "median_abs_error_oos": med_oos, "go_no_go": [agree, decided],
-           "load_avg_1m": [min(load), max(load)], "tokens": a.tokens, "reps": a.reps}
+           "load_avg_1m": [min(load), max(load)], "tokens": a.tokens, "reps": a.reps,
+           "timing": "wall clock per round of requests"}
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     print(f"results: {out / 'results.json'}")
     return 0

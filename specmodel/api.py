@@ -68,7 +68,7 @@ def predict(profile: Profile | str | Path | None = None, *,
             batch: int = 1, context: int | str | None = None, steps: int | None = None, topk: int | None = None,
             num_draft_tokens: int | None = None, convention: str = "tokens", shape: str = "geometric",
             calibrate: Observation | str | tuple[float, ...] | None = None,
-            generation_tokens: int = 256) -> Prediction:
+            generation_tokens: int = 256, proposal_rate: float | None = None) -> Prediction:
     """Predict tok/s, speedup, break-even accept length and a verdict at one operating point.
 
     ``profile``: a :class:`Profile`, a path, or ``None`` for the shipped reference.
@@ -78,13 +78,14 @@ def predict(profile: Profile | str | Path | None = None, *,
     ``steps``/``topk``/``num_draft_tokens``: the speculative config (default: the profile's).
     ``calibrate``: one observed point ``(batch, accept, tok/s)`` or ``(batch, context, accept, tok/s)``,
     as ``--calibrate`` takes it.
+    ``proposal_rate``: ngram/suffix only, the share of request-steps that proposed (``--proposal-rate``).
     Bad input raises :class:`specmodel.errors.FieldError` naming the argument (``accept: 9 …``).
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     try:
         sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
                       num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                      generation_tokens=generation_tokens)
+                      generation_tokens=generation_tokens, proposal_rate=proposal_rate)
         return run_prediction(sc)
     except FieldError as exc:
         raise exc.renamed(_ARGUMENT_OF) from None

@@ -35,7 +35,7 @@ from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import default_context, forward_cost, measured_contexts
 from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
-from specmodel.schema.phases import default_num_draft_tokens, forward_tokens
+from specmodel.schema.phases import default_num_draft_tokens, forward_tokens, is_host_proposer
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -46,7 +46,7 @@ from specmodel.schema.profile import (
     read_source_kind,
     resolve_profile_path,
 )
-from specmodel.units import alpha_beta
+from specmodel.units import alpha_beta, from_ms, ms
 
 if TYPE_CHECKING:
     from specmodel.model.serveplan import ServePlan
@@ -76,13 +76,14 @@ class Scenario:
     warnings: tuple[str, ...] = ()  # about the inputs themselves; printed with the prediction's own
     #: acceptance per context band when the accept log measured it (plan and report pick a band per context)
     by_context: acc.AcceptByContext | None = None
+    proposal_rate: float | None = None  # --proposal-rate (host proposers); None = every step proposes
 
 
 def run_prediction(sc: Scenario) -> Prediction:
     """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`
     (the scenario's warnings about its inputs first, then the model's)."""
     pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
-                   observation=sc.observation, context_tokens=sc.context_tokens)
+                   observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate)
     return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
 
 
@@ -105,6 +106,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "draft_ms": (1e-3, 1e6),
     "overhead_ms": (0.0, 1e6),
     "allreduce_frac": (0.0, 1.0),
+    # (0 would be a run that never speculated: nothing to predict)
+    "proposal_rate": (1e-3, 1.0),
 }
 INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens")
 #: the accept-length sources: exactly one per prediction
@@ -148,6 +151,8 @@ class ScenarioArgs:
     calibrate: Observation | str | tuple[float, ...] | None = None
     generation_tokens: int = 256
     allreduce_fit: str | None = None
+    #: host proposers (ngram, suffix): share of request-steps in which the lookup proposed
+    proposal_rate: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.context, str):
@@ -270,7 +275,8 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
              steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
              convention: str = "tokens", shape: str = "geometric",
              calibrate: Observation | str | tuple[float, ...] | None = None,
-             generation_tokens: int = 256, notes: tuple[str, ...] = ()) -> Scenario:
+             generation_tokens: int = 256, notes: tuple[str, ...] = (),
+             proposal_rate: float | None = None) -> Scenario:
     """A :class:`Scenario` from plain arguments (what :func:`specmodel.predict` takes): the same
     :class:`ScenarioArgs` and :func:`resolve_scenario` as the command line."""
     if isinstance(accept, acc.AcceptDist):
@@ -284,7 +290,7 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
         source = {"accept_len": accept}
     args = ScenarioArgs(profile=profile, batch=batch, context=context, steps=steps, topk=topk,
                         num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                        generation_tokens=generation_tokens, **source)
+                        generation_tokens=generation_tokens, proposal_rate=proposal_rate, **source)
     sc = resolve_scenario(args)
     return replace(sc, notes=tuple(notes) + sc.notes) if notes else sc
 
@@ -312,9 +318,15 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     at = None if sc.by_context is None else band_models(sc.by_context, per_position=sc.per_position is not None,
                                                          measured_topk=sc.spec.topk,
                                                          max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
+    r = 1.0 if sc.proposal_rate is None else sc.proposal_rate
+    if r < 1.0 and not is_host_proposer(sc.spec.algorithm):
+        raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
+                                          f"{sc.spec.algorithm or 'a drafter forward'} proposes on every step")
     if topks is None:
-        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at)
-    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at, topks=topks)
+        return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at,
+                          proposal_rate=r)
+    return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at, topks=topks,
+                      proposal_rate=r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,10 +509,10 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
         put("decode", batch, batch / baseline_tps, allreduce_frac)
         origins["decode"] = f"your flag --baseline-tps {baseline_tps:g} (at batch {batch})"
     if verify_ms is not None:
-        put("verify", forward_tokens("verify", batch, spec), verify_ms / 1e3, allreduce_frac)
+        put("verify", forward_tokens("verify", batch, spec), from_ms(verify_ms), allreduce_frac)
         origins["verify"] = f"your flag --verify-ms {verify_ms:g}"
     if draft_ms is not None:
-        put("draft", forward_tokens("draft", batch, spec), draft_ms / 1e3, None)
+        put("draft", forward_tokens("draft", batch, spec), from_ms(draft_ms), None)
         rows = [r for r in rows if r.kind != "draft_extend"]
         origins["draft"] = f"your flag --draft-ms {draft_ms:g} (x {spec.steps} steps)"
     if overhead_ms is not None:
@@ -514,11 +526,11 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     if profile is None:
         base = Profile(name="command-line", source=Source.numbers(tp_known=tp is not None),
                        tp=tp or 1, costs=tuple(rows), spec=spec,
-                       overhead_s=(overhead_ms or 0.0) / 1e3, path="(command line)")
+                       overhead_s=from_ms(overhead_ms or 0.0), path="(command line)")
         return _with_origins(base, origins, tp_known=tp is not None)
     new = profile.with_costs(rows)
     if overhead_ms is not None:
-        new = replace(new, overhead_s=overhead_ms / 1e3)
+        new = replace(new, overhead_s=from_ms(overhead_ms))
     if any(v is not None for v in (baseline_tps, verify_ms, draft_ms, overhead_ms)):
         new = replace(new, source=new.source.with_description(f"{profile.label}; with command-line overrides"))
     return _with_origins(new, origins)
@@ -543,8 +555,8 @@ def apply_allreduce_fit(profile: Profile, fit_path: str, notes: list[str]) -> Pr
     after = min(new.rows("decode"), key=lambda r: r.tokens)
     notes.append(f"all-reduce re-costed with {fit_path}: {changed} of {len(rows)} rows, "
                  f"{alpha_beta(fit.alpha_s, fit.beta_bytes_per_s)} ({fit.algorithm}, TP {fit.tp}); "
-                 f"decode at {before.tokens} tokens: all-reduce {before.allreduce_s * 1e3:.2f} ms in the profile -> "
-                 f"{after.allreduce_s * 1e3:.2f} ms (waiting/skew kept: {after.skew_s * 1e3:.2f} ms)")
+                 f"decode at {before.tokens} tokens: all-reduce {ms(before.allreduce_s)} in the profile -> "
+                 f"{ms(after.allreduce_s)} (waiting/skew kept: {ms(after.skew_s)})")
     return _with_origins(new, {"allreduce": f"nccl-tests fit {fit_path} at each row's message size "
                                             f"(+ waiting/skew as measured in {profile.name})"})
 
@@ -646,7 +658,7 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
-                    warnings=tuple(warnings), by_context=bands)
+                    warnings=tuple(warnings), by_context=bands, proposal_rate=args.proposal_rate)
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:

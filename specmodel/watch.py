@@ -28,6 +28,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.model import accept as acc
 from specmodel.schema.formats import WATCH
+from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.engines import metrics_format_of
 from specmodel.trace.engines.base import (
@@ -151,12 +152,15 @@ class Observed:
     tokens_per_s: float | None
     span_s: float
     verify_steps: float | None  # drafts counted in the window (vLLM counters), else None
+    #: share of request-steps that carried a draft (vLLM counters: drafts / (generated − accepted));
+    #: below 1 for host proposers (ngram finds no match), ~1 for a drafter forward
+    proposal_rate: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "accept_mean_tokens": self.dist.mean_tokens, "accept_probs": list(self.dist.probs),
                 "per_position": list(self.rates) if self.rates is not None else None, "steps": self.steps,
                 "batch": self.batch, "context_tokens": self.context_tokens, "tokens_per_s": self.tokens_per_s,
-                "span_s": self.span_s, "verify_steps": self.verify_steps}
+                "span_s": self.span_s, "verify_steps": self.verify_steps, "proposal_rate": self.proposal_rate}
 
 
 def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
@@ -191,13 +195,16 @@ def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(d_drafts)))
         d_gen = b.gen_tokens - a.gen_tokens if a.gen_tokens is not None and b.gen_tokens is not None else None
         tps = d_gen / span if d_gen is not None and span > 0 else None
+        # generated = drafts × E[A] + request-steps without a draft × 1, so request-steps = generated − accepted
+        rate = min(d_drafts / (d_gen - d_acc), 1.0) if d_gen is not None and d_gen > d_acc else None
         if d_gen is not None and a.engine_steps is not None and b.engine_steps is not None \
                 and b.engine_steps > a.engine_steps:
-            # requests per engine step over the whole window: tokens per step / tokens per request per
-            # step (the accept length); a running-requests gauge sampled at scrape time misses bursts
-            batch = d_gen / (b.engine_steps - a.engine_steps) / dist.mean_tokens
+            # requests per engine step over the whole window: tokens per step / tokens per request-step
+            # (r·E[A] + 1 − r); a running-requests gauge sampled at scrape time misses bursts
+            per_req_step = dist.mean_tokens if rate is None else rate * dist.mean_tokens + 1.0 - rate
+            batch = d_gen / (b.engine_steps - a.engine_steps) / per_req_step
         return Observed(engine="vllm", dist=dist, rates=rates, steps=k, batch=batch, context_tokens=ctx,
-                        tokens_per_s=tps, span_s=span, verify_steps=d_drafts)
+                        tokens_per_s=tps, span_s=span, verify_steps=d_drafts, proposal_rate=rate)
     # SGLang: acceptance is a gauge (the last decode-log window's accept len); weight by running
     # the idle rule of `accept` (window_skip_reason): no running request or no tokens generated
     pts = [(s.sample.accept_len_gauge, s.sample.running or 0.0) for s in win.scrapes
@@ -288,7 +295,8 @@ class Reading:
         o = self.observed
         ctx = f"{o.context_tokens:.0f}" if o.context_tokens is not None else "?"
         ext = f"  (extrapolated: {', '.join(self.extrapolated)})" if self.extrapolated else ""
-        return (f"{stamp}  accept {o.dist.mean_tokens:.2f} tok/step (k {self.spec.steps}), batch {o.batch:.1f}, "
+        prop = f", {o.proposal_rate:.0%} of steps proposed" if o.proposal_rate is not None and o.proposal_rate < 0.995 else ""
+        return (f"{stamp}  accept {o.dist.mean_tokens:.2f} tok/step (k {self.spec.steps}{prop}), batch {o.batch:.1f}, "
                 f"context {ctx}: speedup {self.speedup:.2f}x [{self.speedup_low:.2f}-{self.speedup_high:.2f}], "
                 f"margin {self.margin_tokens:+.2f} tok/step over break-even {self.break_even_tokens:.2f}; "
                 f"advice: {self.advice}{ext}")
@@ -324,14 +332,18 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     if dist.max_tokens < spec.max_accept_tokens:
         dist = acc.resize(dist, spec.max_accept_tokens, rates=obs.rates)
         dist = replace(dist, source=obs.dist.source, samples=obs.dist.samples)
-    p = predict(profile, dist, batch=b, spec=spec, context_tokens=obs.context_tokens)
+    # the share of steps that proposed matters for a host proposer only (a drafter forward always proposes)
+    rate = obs.proposal_rate if obs.proposal_rate is not None and is_host_proposer(spec.algorithm) else None
+    p = predict(profile, dist, batch=b, spec=spec, context_tokens=obs.context_tokens, proposal_rate=rate)
     base = p.baseline_tokens_per_s
     topks = (1,) if obs.engine == "vllm" else (1, 2, 4, 8)
     model = accept_model(dist, rates=obs.rates, measured_topk=spec.topk, max_steps=max(8, spec.steps))
-    opt = optimize(profile, model, batch=b, default=spec, top=1, topks=topks, context_tokens=obs.context_tokens)
+    opt = optimize(profile, model, batch=b, default=spec, top=1, topks=topks, context_tokens=obs.context_tokens,
+                   proposal_rate=p.proposal_rate)
     batches = sorted({r.batch for r in profile.rows("decode")} | {b})
     limit = batch_limit([optimize(profile, model, batch=x, default=spec, top=1, topks=topks,
-                                  context_tokens=obs.context_tokens) for x in batches])
+                                  context_tokens=obs.context_tokens, proposal_rate=p.proposal_rate)
+                         for x in batches])
     notes: list[str] = []
     if obs.context_tokens is None:
         ctxs = measured_contexts(profile, "decode")

@@ -121,3 +121,66 @@ def test_predict_cli_on_an_ngram_profile_uses_the_host_cycle() -> None:
     d = d.get("prediction", d)
     assert d["cycle_s"] == pytest.approx(6.962e-3, abs=0.005e-3)
     assert d["draft_s"] == 0.0 and d["assumed"] == []
+
+
+def test_predict_takes_the_share_of_steps_that_proposed() -> None:
+    """predict(proposal_rate=r) gives the mixture speedup of the benchmark's hand blend, on the
+    same profile and the same row (r 0.692, E[A] 3.111 of the 10:23 run): 1.609x as above."""
+    p = load_profile(DATA / "profile_base_draft_noisy.json")
+    row = _row("ngram", 1)
+    dist = from_mean(row["accept_tokens"], 4)
+    full = predict(p, dist, batch=1, spec=NGRAM)
+    mixed = predict(p, dist, batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"])
+    assert mixed.speedup == pytest.approx(1.609, abs=0.005)
+    assert mixed.speedup < full.speedup  # steps without a match emit one token
+    assert mixed.proposal_rate == pytest.approx(0.692, abs=0.001)
+    # mean step r·T_cycle + (1 − r)·T_base (proposal time 0 here)
+    assert mixed.mean_step_s == pytest.approx(0.692 * 6.083e-3 + 0.308 * 3.445e-3, rel=2e-3)
+    # break-even stays in E[A] of the proposing steps: at it the mixture speedup is exactly 1
+    be = mixed.break_even_accept_tokens
+    assert mixed_speedup(be, row["proposal_rate"], mixed.baseline_step_s, mixed.cycle_s, mixed.overhead_s) == \
+        pytest.approx(1.0, rel=1e-9)
+    # at batch 1 with a free lookup a step that proposes nothing is itself at break-even (one token
+    # in one base step), so the break-even of the proposing steps does not move with r ...
+    assert be == pytest.approx(full.break_even_accept_tokens, rel=1e-9)
+    # ... while a lookup that costs time on every step moves it up
+    ng = load_profile(DATA / "profile_base_ngram.json")  # its lookup measured: 0.121 ms per step
+    assert ng.overhead_s > 0
+    slow = predict(ng, dist, batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"])
+    assert slow.break_even_accept_tokens > predict(ng, dist, batch=1, spec=NGRAM).break_even_accept_tokens
+    assert full.proposal_rate == 1.0 and full.mean_step_s == full.cycle_s
+
+
+def test_proposal_rate_is_refused_for_a_drafter_forward() -> None:
+    from specmodel.errors import FieldError
+
+    p = load_profile(DATA / "profile_base_draft_noisy.json")
+    with pytest.raises(FieldError, match="proposal_rate"):
+        predict(p, from_mean(2.0, 4), batch=1, proposal_rate=0.5)  # the profile's DRAFT_MODEL
+    r = run_cli("predict", "--profile", str(DATA / "profile_base_draft_noisy.json"), "--accept-len", "2",
+                "--proposal-rate", "0.5")
+    assert r.returncode == 2 and "--proposal-rate" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("predict", "--profile", str(DATA / "profile_base_ngram.json"), "--accept-len", "3", "--proposal-rate", "0")
+    assert r.returncode == 2 and "--proposal-rate" in r.stderr
+
+
+def test_proposal_rate_from_the_cli_the_api_and_plan_agree() -> None:
+    import specmodel
+
+    prof = DATA / "profile_base_ngram.json"
+    r = run_cli("predict", "--profile", str(prof), "--accept-len", "3.11", "--proposal-rate", "0.69", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    api = specmodel.predict(str(prof), accept=3.11, proposal_rate=0.69)
+    assert d["speedup"] == pytest.approx(api.speedup, rel=1e-12) and d["proposal_rate"] == 0.69
+    plain = specmodel.predict(str(prof), accept=3.11)
+    assert api.speedup < plain.speedup
+    text = run_cli("predict", "--profile", str(prof), "--accept-len", "3.11", "--proposal-rate", "0.69")
+    assert "69% of request-steps proposed" in text.stdout
+    # the plan's default (measured) configuration at batch 1 carries the same mixture
+    pl = run_cli("plan", "--profile", str(prof), "--accept-len", "3.11", "--proposal-rate", "0.69", "--json")
+    assert pl.returncode == 0, pl.stderr
+    cells = [c for c in json.loads(pl.stdout)["cells"] if c["batch"] == 1]
+    dflt = cells[0]["default"]
+    assert dflt["speedup"] == pytest.approx(api.speedup, rel=1e-9)

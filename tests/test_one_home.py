@@ -43,3 +43,23 @@ def test_the_rounding_slack_is_written_once():
 def test_the_profilers_context_bound_is_the_tighter_one():
     assert limits.MAX_PROFILE_CONTEXT_TOKENS < limits.MAX_CONTEXT_TOKENS
     assert limits.SEARCH_MAX_STEPS < limits.MAX_STEPS
+
+
+#: a unit conversion written inline: x * 1e3 / x / 1e3 / x * 1e-6 / x * 1e9 / x / 1024**3 ...
+_CONVERSION = re.compile(r"[*/]\s*(?:1e-?[369]|1000(?:\.0)?|1024\s*\*\*\s*3)\b")
+
+
+def test_unit_conversions_live_in_units_py():
+    """SI is stored and converted once (issue 17 item 6): the printers (ms, us, gb_per_s, gib, gb,
+    alpha_beta, tokens_text) and the readers' conversions into SI (from_ms, from_us, from_ns,
+    from_gb_per_s, to_ms / to_us for plot axes) are in specmodel/units.py; no other module writes
+    ``seconds * 1e3``. (Bounds such as ``1e-3 <= x`` compare, not convert, and are not matched.)"""
+    hits = []
+    for path, text in _sources().items():
+        if path.name == "units.py":
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if _CONVERSION.search(code):
+                hits.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
+    assert hits == [], "\n".join(hits)

@@ -196,6 +196,38 @@ def test_summarize_builds_rows_with_the_allreduce_split_and_host_time(standin: A
     assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
 
 
+def test_ramp_cells_seen_few_times_are_left_out_and_said(standin: Any, tmp_path: Path) -> None:
+    """A request wave ramps 4 -> 3 -> ... : the batch-3 cell is seen once or twice. Kept, one slow step
+    there becomes a cost row the running-max surface carries to every larger batch (78 ms, measured)."""
+    _record_run(standin, None, 1, 6)
+    _record_run(standin, None, 4, 6)
+    _record_run(standin, None, 3, 2)  # the ramp
+    prof = summarize([standin.out], name="t")
+    assert sorted(r.batch for r in prof.rows("decode")) == [1, 4]
+    assert any("fewer than 5 times" in n and "decode b3 t3 (2)" in n for n in prof.notes)
+    keep = summarize([standin.out], name="t", min_samples=1)
+    assert sorted(r.batch for r in keep.rows("decode")) == [1, 3, 4]
+    out = tmp_path / "p"
+    r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--summarize", str(standin.out), "-o", str(out),
+                        "--min-samples", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    assert sorted(c["batch"] for c in doc["costs"] if c["kind"] == "decode") == [1, 3, 4]
+    r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--min-samples", "2", "--", "true"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--min-samples only apply with --summarize" in r.stderr
+
+
+def test_summary_names_the_model_and_the_device_the_checks_read(standin: Any) -> None:
+    """The model/device checks of validate and watch read model.name and hardware.cpu_name/gpu_name."""
+    from specmodel.validation import profile_device
+
+    _record_run(standin, None, 1, 5)
+    prof = summarize([standin.out], name="t")
+    assert prof.model["name"] == "/models/tiny" and profile_device(prof) == "cpu"
+    assert prof.hardware["cpu_name"]
+
+
 def test_ngram_proposal_time_is_the_profiles_overhead_not_a_draft_row(standin: Any) -> None:
     _record_run(standin, None, 1, 3)
     _record_run(standin, "ngram", 1, 5)

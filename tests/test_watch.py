@@ -179,6 +179,12 @@ def test_vllm_watch_reading_from_recorded_pages():
     rates = [(y - x) / d for x, y in zip(a.accepted_per_pos or (), b.accepted_per_pos or (), strict=True)]
     assert doc["observed"]["per_position"] == pytest.approx(rates, abs=1e-9)
     assert doc["observed"]["verify_steps"] == d and doc["observed"]["batch"] > 1.0
+    # the share of request-steps that proposed: drafts / (generated − accepted) (an ngram server: < 1),
+    # and the prediction (the recorded profile is ngram's) is over the mixture of steps it implies
+    gen = (b.gen_tokens or 0) - (a.gen_tokens or 0)
+    rate = d / (gen - ((b.accepted_tokens or 0) - (a.accepted_tokens or 0)))
+    assert 0 < rate < 1
+    assert doc["observed"]["proposal_rate"] == pytest.approx(rate, rel=1e-9)
 
 
 def test_vllm_counter_reset_restarts_the_window():

@@ -362,21 +362,17 @@ class Throughput:
         return (max(self.tokens_per_s) - min(self.tokens_per_s)) / self.median_tokens_per_s
 
 
-def measure(srv: VllmServer, *, batch: int, tokens: int = 64, reps: int = 3, warmup: bool = True) -> Throughput:
-    """Bounded: ``reps`` rounds, each request under REQUEST_TIMEOUT_S."""
-    from concurrent.futures import ThreadPoolExecutor
+def _round(srv: VllmServer, ex: Any, batch: int, tokens: int) -> float:
+    """One round: ``batch`` concurrent greedy requests of ``tokens`` tokens; all their completion
+    tokens over the round's wall time."""
+    t0 = time.perf_counter()
+    outs = list(ex.map(lambda _: srv.complete(max_tokens=tokens), range(batch)))
+    wall = time.perf_counter() - t0
+    return sum(int(o["usage"]["completion_tokens"]) for o in outs) / wall
 
-    with ThreadPoolExecutor(batch) as ex:
-        if warmup:  # numba compiles the ngram proposer on its first call (seconds): not a cost per step
-            list(ex.map(lambda _: srv.complete(max_tokens=8), range(batch)))
-        before = counters(srv.get("/metrics"))
-        rates = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            outs = list(ex.map(lambda _: srv.complete(max_tokens=tokens), range(batch)))
-            wall = time.perf_counter() - t0
-            rates.append(sum(int(o["usage"]["completion_tokens"]) for o in outs) / wall)
-        after = counters(srv.get("/metrics"))
+
+def _throughput(batch: int, tokens: int, rates: list[float], before: dict[str, float],
+                after: dict[str, float]) -> Throughput:
     d = {k: after[k] - before[k] for k in SPEC_COUNTERS}
     drafts = d["vllm:spec_decode_num_drafts_total"]
     acc = d["vllm:spec_decode_num_accepted_tokens_total"]
@@ -385,6 +381,57 @@ def measure(srv: VllmServer, *, batch: int, tokens: int = 64, reps: int = 3, war
     # generated = drafts × E[A] + steps without a draft × 1, so request-steps = gen − accepted
     rate = drafts / (gen - acc) if drafts and gen > acc else None
     return Throughput(batch=batch, tokens=tokens, tokens_per_s=tuple(rates), accept_tokens=accept, proposal_rate=rate)
+
+
+def measure(srv: VllmServer, *, batch: int, tokens: int = 64, reps: int = 3, warmup: bool = True,
+            warmup_tokens: int = 8) -> Throughput:
+    """Bounded: ``reps`` rounds, each request under REQUEST_TIMEOUT_S. The warm-up round
+    (``warmup_tokens`` per request, not counted) absorbs one-off costs: numba compiling the n-gram
+    proposer, torch.compile specialising on a new batch shape.
+
+    A round's rate is every completion token over the round's wall time. (vLLM's own
+    ``vllm:request_decode_time_seconds`` was tried as a decode-only clock and is not one on this
+    CPU engine: 72 tok/s for a drafter whose steps the hook times at 25 ms with 1.00 tokens each,
+    against 37 tok/s of wall clock, 2026-12-01.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(batch) as ex:
+        if warmup:  # numba compiles the ngram proposer on its first call (seconds): not a cost per step
+            list(ex.map(lambda _: srv.complete(max_tokens=warmup_tokens), range(batch)))
+        before = counters(srv.get("/metrics"))
+        rates = [_round(srv, ex, batch, tokens) for _ in range(reps)]
+        after = counters(srv.get("/metrics"))
+    return _throughput(batch, tokens, rates, before, after)
+
+
+#: Between two servers' rounds: vLLM's TP workers busy-spin on their shared-memory queue for 1 s
+#: after their last read (SpinCondition.busy_loop_s, shm_broadcast.py, 0.32.0) before they sleep;
+#: an idle server spinning would steal the cores from the one being measured.
+PAIR_PAUSE_S = 1.2
+
+
+def measure_pair(a: VllmServer, b: VllmServer, *, batch: int, tokens: int = 64, reps: int = 5,
+                 pause_s: float = PAIR_PAUSE_S) -> tuple[Throughput, Throughput]:
+    """Two live servers measured in alternating rounds (A B B A A B ..., as pyperf interleaves
+    what it compares), so a slow minute of the box lands on both: the ratio of their medians is
+    a speedup, where two servers measured minutes apart give two absolute times. Each gets a
+    full-length warm-up round first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rates: dict[int, list[float]] = {0: [], 1: []}
+    srvs = (a, b)
+    with ThreadPoolExecutor(batch) as ex:
+        for s in srvs:
+            _round(s, ex, batch, tokens)  # warm-up, not counted
+            time.sleep(pause_s)
+        before = [counters(s.get("/metrics")) for s in srvs]
+        for i in range(reps):
+            for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+                rates[j].append(_round(srvs[j], ex, batch, tokens))
+                time.sleep(pause_s)
+        after = [counters(s.get("/metrics")) for s in srvs]
+    return (_throughput(batch, tokens, rates[0], before[0], after[0]),
+            _throughput(batch, tokens, rates[1], before[1], after[1]))
 
 
 @contextlib.contextmanager

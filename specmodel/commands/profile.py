@@ -33,7 +33,16 @@ from specmodel.limits import (
     MAX_WARMUP,
 )
 from specmodel.profile import configs as cfgs
-from specmodel.profile.plan import CPU_DEFAULTS, GPU_DEFAULTS, RunPlan, build_plan, default_help, is_torchrun
+from specmodel.profile.plan import (
+    CPU_DEFAULTS,
+    GPU_DEFAULTS,
+    SWEEP_KINDS,
+    VERIFY_TOKENS,
+    RunPlan,
+    build_plan,
+    default_help,
+    is_torchrun,
+)
 from specmodel.schema.formats import PROFILE_RUN
 
 if TYPE_CHECKING:
@@ -106,7 +115,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
         click.echo(json.dumps({**PROFILE_RUN.header(), "comparison": against}, indent=2) if as_json
                    else format_comparison(against))
         return
-    overhead = loop["spec"]["overhead_s"] if loop else None
+    overhead = loop.spec.overhead_s if loop else None
     extra: dict[str, Any] = {}
     comp: dict[str, Any] | None = None
     if loop:
@@ -143,8 +152,10 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
 @click.option("--hidden", type=click.IntRange(max=MAX_HIDDEN), default=None, help=f"Hidden size to build ({default_help('hidden', none=_MODELS)}).")
 @click.option("--full-size", is_flag=True, help="Build the model at its real size (no scaling).")
 @click.option("--batches", default=None, help=f"Batch sizes to sweep ({default_help('batches')}).")
-@click.option("--verify-tokens", default=None, help="Tokens per request for verify forwards at the smallest batch (default 2,4,8 + --num-draft-tokens; other batches: --num-draft-tokens).")
-@click.option("--phases", default=None, help="Forward kinds to measure (default decode,verify,draft,draft_extend).")
+@click.option("--verify-tokens", default=None,
+              help="Tokens per request for verify forwards at the smallest batch (default "
+                   f"{','.join(map(str, VERIFY_TOKENS))} + --num-draft-tokens; other batches: --num-draft-tokens).")
+@click.option("--phases", default=None, help=f"Forward kinds to measure (default {','.join(SWEEP_KINDS)}).")
 @click.option("--steps", type=click.IntRange(max=MAX_STEPS), default=None, help=f"Draft depth (--speculative-num-steps); {default_help('steps')}.")
 @click.option("--topk", type=click.IntRange(max=MAX_TOPK), default=None, help=f"Draft branching (--speculative-eagle-topk); {default_help('topk')}.")
 @click.option("--num-draft-tokens", type=click.IntRange(max=MAX_DRAFT_TOKENS), default=None, help="Tokens verified per request; default steps+1.")

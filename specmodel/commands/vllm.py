@@ -143,10 +143,14 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
 @click.option("--name", default=None, help="With --summarize: profile name (default: the output directory's name).")
 @click.option("--tp", type=click.IntRange(min=1, max=MAX_TP), default=None,
               help="With --summarize: TP degree, when the logs do not say.")
+@click.option("--min-samples", type=click.IntRange(min=1, max=1_000_000), default=None,
+              help="With --summarize: leave out (kind, batch, tokens) cells seen fewer times per rank "
+                   "(ramp steps) [default: 5].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
-             output: Path | None, name: str | None, tp: int | None, command: tuple[str, ...]) -> None:
+             output: Path | None, name: str | None, tp: int | None, min_samples: int | None,
+             command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
     \b
@@ -163,10 +167,10 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
             raise SpecmodelError("--summarize: give either a server command or --summarize, not both")
         if output is None:
             raise SpecmodelError("--summarize: -o/--output is required (e.g. -o profiles/my-box)")
-        _summarize(summarize_dirs, output, name, tp)
+        _summarize(summarize_dirs, output, name, tp, min_samples)
         return
-    if output is not None or name is not None or tp is not None:
-        raise SpecmodelError("-o/--name/--tp only apply with --summarize")
+    if output is not None or name is not None or tp is not None or min_samples is not None:
+        raise SpecmodelError("-o/--name/--tp/--min-samples only apply with --summarize")
     if not command:
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ...")
@@ -179,10 +183,14 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     ctx.exit(rc)
 
 
-def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
-    from specmodel.trace.vllm_forward import summarize
+def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None,
+               min_samples: int | None) -> None:
+    from functools import partial
 
-    write_hook_profile(summarize, dirs, output, name, tp, engine="vLLM")
+    from specmodel.trace.vllm_forward import MIN_SAMPLES, summarize
+
+    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES), dirs, output, name, tp,
+                       engine="vLLM")
 
 
 if __name__ == "__main__":  # pragma: no cover

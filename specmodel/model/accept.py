@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import FieldError, SpecmodelError
+from specmodel.units import tokens_text
 
 CONVENTIONS = ("tokens", "drafts")
 
@@ -365,7 +366,8 @@ class ContextBand:
 
 
 def _k(n: int) -> str:
-    return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+    # a band's edge: exact (1536, not 1.5K) unless it is a whole number of K tokens
+    return tokens_text(n) if n and n % 1024 == 0 else str(n)
 
 
 #: band edges, KV tokens per request: 0, 1K, 2K, 4K, … (acceptance is reported to fall with

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from specmodel.errors import FieldError
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS, ROUND_SLACK
+from specmodel.units import ms
 
 #: an observed cycle shorter than this share of the modelled forwards (verify + draft, no
 #: overhead) is not noise between a profile and a server: the point or the profile is wrong
@@ -91,10 +92,10 @@ def looks_per_request(obs: Observation, modelled_cycle_s: float) -> str | None:
     if r < SUSPECT_CYCLE_RATIO or abs(math.log(r / obs.batch)) >= abs(math.log(r)):
         return None
     total = obs.tokens_per_s * obs.batch
-    return (f"calibration: {obs.tokens_per_s:g} tok/s at batch {obs.batch} means a {obs.cycle_s * 1e3:.2f} ms cycle, "
-            f"{r:.1f}x the modelled {modelled_cycle_s * 1e3:.2f} ms; tok/s is the TOTAL over the batch: if "
+    return (f"calibration: {obs.tokens_per_s:g} tok/s at batch {obs.batch} means a {ms(obs.cycle_s)} cycle, "
+            f"{r:.1f}x the modelled {ms(modelled_cycle_s)}; tok/s is the TOTAL over the batch: if "
             f"{obs.tokens_per_s:g} is one request's rate, the total is {total:g} tok/s "
-            f"({obs.batch} x {obs.tokens_per_s:g}), which gives a {obs.cycle_s / obs.batch * 1e3:.2f} ms cycle")
+            f"({obs.batch} x {obs.tokens_per_s:g}), which gives a {ms(obs.cycle_s / obs.batch)} cycle")
 
 
 _FORMS = "BATCH,ACCEPT_LEN,TOKENS_PER_S or BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"
@@ -114,8 +115,8 @@ def check_observation(obs: Observation, *, max_accept_tokens: int, modelled_forw
                              "(a verify emits at most every draft plus the bonus token); pass the {steps} it ran with")
     if modelled_forward_s > 0 and obs.cycle_s < MIN_PLAUSIBLE_CYCLE_FRAC * modelled_forward_s:
         raise FieldError("calibrate", f"{obs.tokens_per_s:g} tok/s at batch {obs.batch}, accept {obs.accept_tokens:g} means a "
-            f"{obs.cycle_s * 1e3:.4g} ms cycle, less than {MIN_PLAUSIBLE_CYCLE_FRAC:.0%} of the profile's "
-            f"{modelled_forward_s * 1e3:.4g} ms of forwards: the calibrated overhead would be negative (wrong point "
+            f"{ms(obs.cycle_s, 3)} cycle, less than {MIN_PLAUSIBLE_CYCLE_FRAC:.0%} of the profile's "
+            f"{ms(modelled_forward_s, 3)} of forwards: the calibrated overhead would be negative (wrong point "
             "or wrong profile?)")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.costs import Extrapolation, ForwardCost
 from specmodel.schema.profile import SpecConfig
+from specmodel.units import tokens_text
 
 
 def draft_s(step_s: float, steps: int, extend_s: float | None = None) -> float:
@@ -147,14 +148,6 @@ def p_speedup_gt_1_with_costs(accept_tokens: float, break_even_tokens: float, ac
     return normal_cdf((accept_tokens - break_even_tokens) / se)
 
 
-def context_text(context_tokens: float) -> str:
-    """128K / 32K / 1.5K / 0: a context as users write it (K = 1024 tokens)."""
-    c = float(context_tokens)
-    if c >= 1024:
-        k = c / 1024
-        return f"{k:.0f}K" if abs(k - round(k)) < 1e-9 else f"{k:.1f}K"
-    return f"{c:g}"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Assumption:
@@ -182,7 +175,7 @@ class Assumption:
         """``verify not measured at 128K: assumed = decode at 4 tokens``."""
         if self.assumed_as:
             return f"{self.kind} not measured: assumed {self.assumed_as}"
-        where = context_text(self.context_tokens) if self.context_tokens > 0 else "context 0"
+        where = tokens_text(self.context_tokens) if self.context_tokens > 0 else "context 0"
         return (f"{self.kind} not measured at {where}: assumed = {self.fallback} "
                 f"at {self.tokens:g} tokens")
 

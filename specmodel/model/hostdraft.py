@@ -45,20 +45,72 @@ def mixed_speedup(accept_tokens: float, proposal_rate: float, base_step_s: float
     tokens): an approximation, stated. r = 1 gives :func:`specmodel.model.cycle.speedup`.
     """
     r = min(max(proposal_rate, 0.0), 1.0)
-    tokens = r * accept_tokens + (1.0 - r)
-    step = r * cycle_s + (1.0 - r) * (base_step_s + proposal_s)
-    return tokens * base_step_s / step
+    return mixed_tokens(accept_tokens, r) * base_step_s / mixed_step_s(r, cycle_s, base_step_s, proposal_s)
+
+
+def mixed_tokens(accept_tokens: float, proposal_rate: float) -> float:
+    """Tokens per request-step when a share r proposes: E' = r·E[A] + (1 − r)."""
+    return proposal_rate * accept_tokens + (1.0 - proposal_rate)
+
+
+def mixed_std(accept_tokens: float, std_tokens: float, proposal_rate: float) -> float:
+    """Standard deviation of the tokens of one request-step under that mixture (a proposing step
+    draws from the accept distribution, a non-proposing one emits 1):
+    Var = r·σ² + r(1 − r)(E[A] − 1)²."""
+    r = proposal_rate
+    return float((r * std_tokens**2 + r * (1.0 - r) * (accept_tokens - 1.0) ** 2) ** 0.5)
+
+
+def mixed_step_s(proposal_rate: float, cycle_s: float, base_step_s: float, proposal_s: float) -> float:
+    """Mean step time: T' = r·T_cycle + (1 − r)·(T_base + T_propose) (the lookup runs either way)."""
+    r = proposal_rate
+    return r * cycle_s + (1.0 - r) * (base_step_s + proposal_s)
+
+
+def accept_for_mixed(tokens_per_step: float, proposal_rate: float) -> float:
+    """The E[A] of the proposing steps that gives ``tokens_per_step`` overall: E = (E' − 1 + r)/r."""
+    return (tokens_per_step - 1.0 + proposal_rate) / proposal_rate
+
+
+def any_proposes(proposal_rate: float, batch: int) -> float:
+    """P(at least one of B requests proposes in a step) = 1 − (1 − r)^B (requests independent)."""
+    return 1.0 - (1.0 - proposal_rate) ** batch
+
+
+def verify_tokens_when_any(proposal_rate: float, batch: int, steps: int) -> float:
+    """Expected tokens of a verify forward given that some request proposed: every request brings its
+    next token, each proposing one k drafts more, B + k·B·r / P(any). vLLM schedules 1 +
+    len(spec_token_ids) tokens per request (v1 scheduler, 0.32.0), and the n-gram proposer returns
+    no drafts where its lookup found no match, so a batched step verifies fewer than B·(k+1)."""
+    p_any = any_proposes(proposal_rate, batch)
+    return batch + steps * batch * proposal_rate / p_any if p_any > 0 else float(batch)
+
+
+def host_mean_step_s(profile: Profile, *, batch: int, spec: SpecConfig, proposal_rate: float,
+                     context_tokens: float | None = None, proposal_s: float | None = None) -> float:
+    """The mean engine step of a host proposer at share r of proposing request-steps:
+
+        T' = P(any)·T_cycle(B + k·B·r/P(any) tokens) + (1 − P(any))·(T_base + T_propose)
+
+    A step is a verify step when any of its B requests proposed (its forward over the tokens of
+    :func:`verify_tokens_when_any`), else a decode step that still ran the lookup. At B = 1 this
+    is :func:`mixed_step_s`; r = 1 gives T_cycle(B·(k+1))."""
+    p_any = any_proposes(proposal_rate, batch)
+    cc = host_cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens, proposal_s=proposal_s,
+                          verify_tokens=verify_tokens_when_any(proposal_rate, batch, spec.steps))
+    return p_any * cc.cycle_s + (1.0 - p_any) * (cc.base.total_s + cc.overhead_s)
 
 
 def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_tokens: float | None = None,
-                     proposal_s: float | None = None) -> CycleCosts:
+                     proposal_s: float | None = None, verify_tokens: float | None = None) -> CycleCosts:
     """:class:`CycleCosts` of a host proposer (``spec.algorithm`` in HOST_PROPOSERS).
 
     * verify = the profile's verify row at B·ndt tokens, its forward only (``allreduce_s`` +
       ``compute_s``), plus the host work of a step without a forward drafter: the verify row's own
       ``other_s`` when the profile's speculative run was this kind of proposer (its verify steps had
       no drafter), else the decode row's ``other_s`` at batch B (the baseline's measured step host
-      work), never another drafter's.
+      work), never another drafter's. ``verify_tokens``: the forward's tokens when fewer than
+      B·ndt (some requests proposed nothing: :func:`verify_tokens_when_any`).
     * draft = none (no drafter forward, no draft all-reduces).
     * overhead = T_propose: ``proposal_s`` when given; the profile's ``overhead_s`` when its
       speculative run used the same method (``specmodel vllm --summarize`` puts the median measured
@@ -67,7 +119,8 @@ def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     method = spec.algorithm.lower()
     base = forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx)
-    v = forward_cost(profile, "verify", forward_tokens("verify", batch, spec), ctx)
+    v = forward_cost(profile, "verify", forward_tokens("verify", batch, spec) if verify_tokens is None
+                     else verify_tokens, ctx)
     same_run = is_host_proposer(profile.spec.algorithm) and not v.from_kind
     host = v.other_s if same_run else base.other_s
     verify = ForwardCost(kind="verify", tokens=v.tokens, total_s=v.allreduce_s + v.compute_s + host,

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from specmodel.errors import SpecmodelError
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
+from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.predict import cycle_costs, verdict_for
-from specmodel.schema.phases import draft_steps
+from specmodel.schema.phases import draft_steps, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 
 TOPKS = (1, 2, 4, 8)
@@ -255,24 +256,39 @@ class Candidate:
                 "measured": self.measured, "sglang_flags": self.sglang_flags()}
 
 
+def _rates(profile: Profile, spec: SpecConfig, batch: int, context_tokens: float | None, e: float, base_s: float,
+           cycle_s: float, proposal_rate: float) -> tuple[float, float]:
+    """(tok/s, speedup) of a cycle at ``batch``; with a host proposer's ``proposal_rate`` r < 1
+    over its mean step (:func:`specmodel.model.hostdraft.host_mean_step_s`, the rule
+    :func:`specmodel.model.predict.predict` uses)."""
+    if proposal_rate < 1.0 and is_host_proposer(spec.algorithm):
+        e = hd.mixed_tokens(e, proposal_rate)
+        cycle_s = hd.host_mean_step_s(profile, batch=batch, spec=spec, proposal_rate=proposal_rate,
+                                      context_tokens=context_tokens)
+    return eq.spec_tokens_per_s(batch, e, cycle_s), eq.speedup(e, base_s, cycle_s)
+
+
 def evaluate(profile: Profile, model: AcceptModel, *, batch: int, steps: int, topk: int,
-             num_draft_tokens: int, context_tokens: float | None = None) -> Candidate:
+             num_draft_tokens: int, context_tokens: float | None = None, proposal_rate: float = 1.0) -> Candidate:
     """tok/s = B·E[A|s]/T_cycle(s) for one configuration (costs looked up in ``profile`` at
-    ``context_tokens`` of KV per request; default: the profile's smallest measured context)."""
+    ``context_tokens`` of KV per request; default: the profile's smallest measured context;
+    ``proposal_rate``: see :func:`_rates`)."""
     spec = SpecConfig(algorithm=profile.spec.algorithm, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
     cc = cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens)
     e = expected_tokens(model.conditional, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens)
     t = cc.cycle_s
+    tps, sp = _rates(profile, spec, batch, context_tokens, e, cc.base.total_s, t, proposal_rate)
     return Candidate(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, batch=batch, accept_tokens=e,
                      draft_s=cc.draft_total_s, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
-                     tokens_per_s=eq.spec_tokens_per_s(batch, e, t), speedup=eq.speedup(e, cc.base.total_s, t),
+                     tokens_per_s=tps, speedup=sp,
                      cost_extrapolated=cc.extrapolated, cost_assumed=cc.assumed, context_tokens=cc.context_tokens,
                      accept_extrapolated=steps > model.measured_depth or topk != model.measured_topk)
 
 
 def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps: int = SEARCH_MAX_STEPS,
-                 topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> tuple[Candidate, ...]:
+                 topks: Sequence[int] = TOPKS, context_tokens: float | None = None,
+                 proposal_rate: float = 1.0) -> tuple[Candidate, ...]:
     """Every configuration of :func:`search_space` at ``batch``; same figures as :func:`evaluate`.
 
     Shares work across configurations: the profile lookups depend on (topk, ndt) only and
@@ -296,11 +312,12 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
                 draft = eq.draft_s(cc.draft_step.total_s, s, ext) if profile.has("draft") else 0.0
                 t = eq.cycle_s(draft, cc.verify.total_s, cc.overhead_s)
                 e = prefix[s][min(n - 1, len(prefix[s]) - 1)]
+                cand = SpecConfig(algorithm=profile.spec.algorithm, steps=s, topk=k, num_draft_tokens=n)
+                tps, sp = _rates(profile, cand, batch, context_tokens, e, cc.base.total_s, t, proposal_rate)
                 out.append(Candidate(steps=s, topk=k, num_draft_tokens=n, batch=batch, accept_tokens=e,
                                      draft_s=draft, verify_s=cc.verify.total_s, overhead_s=cc.overhead_s, cycle_s=t,
                                      baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, cc.base.total_s),
-                                     tokens_per_s=eq.spec_tokens_per_s(batch, e, t),
-                                     speedup=eq.speedup(e, cc.base.total_s, t), cost_extrapolated=cc.extrapolated,
+                                     tokens_per_s=tps, speedup=sp, cost_extrapolated=cc.extrapolated,
                                      cost_assumed=cc.assumed,
                                      context_tokens=cc.context_tokens,
                                      accept_extrapolated=s > model.measured_depth or k != model.measured_topk))
@@ -387,7 +404,8 @@ class Optimum:
 
 
 def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecConfig, top: int = 10,
-             max_steps: int = SEARCH_MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None) -> Optimum:
+             max_steps: int = SEARCH_MAX_STEPS, topks: Sequence[int] = TOPKS, context_tokens: float | None = None,
+             proposal_rate: float = 1.0) -> Optimum:
     """Rank every configuration by predicted tok/s; the default configuration is always evaluated.
 
     The recommendation is the best *measured* configuration (:attr:`Candidate.measured`).
@@ -398,9 +416,10 @@ def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecC
     if depth > model.max_depth:
         raise SpecmodelError(f"optimizer: steps {depth} exceeds the accept model's depth {model.max_depth}")
     cands = list(evaluate_all(profile, model, batch=batch, max_steps=max_steps, topks=topks,
-                              context_tokens=context_tokens))
+                              context_tokens=context_tokens, proposal_rate=proposal_rate))
     dflt = evaluate(profile, model, batch=batch, steps=default.steps, topk=default.topk,
-                    num_draft_tokens=default.num_draft_tokens, context_tokens=context_tokens)
+                    num_draft_tokens=default.num_draft_tokens, context_tokens=context_tokens,
+                    proposal_rate=proposal_rate)
     if all(c.key != dflt.key for c in cands):
         cands.append(dflt)
     ranked = sorted(cands, key=_rank_key)

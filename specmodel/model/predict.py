@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from specmodel.errors import FieldError
 from specmodel.limits import ROUND_SLACK
 from specmodel.model import cycle as eq
+from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
@@ -17,6 +18,7 @@ from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.schema.phases import forward_tokens, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.units import ms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,7 +122,7 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
                     else f"{own}: measured {cc.spec.algorithm.lower()} proposal time per step")
     if cal is not None:
         o = cal.observation
-        overhead += (f" + calibration {cal.added_overhead_s * 1e3:.2f} ms from your observed point "
+        overhead += (f" + calibration {ms(cal.added_overhead_s)} from your observed point "
                      f"(batch {o.batch}, accept {o.accept_tokens:g}, {o.tokens_per_s:g} tok/s)")
     allreduce = given.get("allreduce", own)
     return (("baseline", base), ("verify", verify), ("draft", draft), ("overhead", overhead),
@@ -154,9 +156,9 @@ def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
     if (suspect := looks_per_request(obs, cc.cycle_s)) is not None:
         warnings.append(suspect)
     if extra < 0:
-        warnings.append(f"calibration: observed cycle {obs.cycle_s * 1e3:.2f} ms is shorter than the modelled "
-                        f"{cc.cycle_s * 1e3:.2f} ms; the profile over-estimates this server (overhead left at "
-                        f"{profile.overhead_s * 1e3:.2f} ms)")
+        warnings.append(f"calibration: observed cycle {ms(obs.cycle_s)} is shorter than the modelled "
+                        f"{ms(cc.cycle_s)}; the profile over-estimates this server (overhead left at "
+                        f"{ms(profile.overhead_s)})")
     new_overhead = max(profile.overhead_s + extra, 0.0)
     cal = Calibration(observation=obs, modelled_cycle_s=cc.cycle_s, observed_cycle_s=obs.cycle_s,
                       added_overhead_s=new_overhead - profile.overhead_s, context_tokens=cc.context_tokens,
@@ -279,14 +281,18 @@ class Prediction:
     def draft_parts(self) -> str:
         """The draft sum with its parts: extend + (steps-1) x step, or steps x step."""
         if self.draft_extend_s is not None:
-            return (f"extend {self.draft_extend_s * 1e3:.2f} ms + {self.steps - 1} x "
-                    f"{self.draft_step_s * 1e3:.2f} ms")
-        return f"{self.steps} steps x {self.draft_step_s * 1e3:.2f} ms"
+            return (f"extend {ms(self.draft_extend_s)} + {self.steps - 1} x "
+                    f"{ms(self.draft_step_s)}")
+        return f"{self.steps} steps x {ms(self.draft_step_s)}"
 
     #: relative 95 % half-widths of the measured costs (0: the profile gives none), already in
     #: the tok/s band and P(speedup > 1)
     cycle_cost_ci95_rel: float = 0.0
     baseline_cost_ci95_rel: float = 0.0
+    #: share of request-steps that proposed (host proposers; 1.0 = every step) and the mean step
+    #: it implies (= cycle_s at 1.0): tok/s and speedup are over the mean step
+    proposal_rate: float = 1.0
+    mean_step_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -374,12 +380,24 @@ def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
 
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
             generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
-            context_tokens: float | None = None) -> Prediction:
+            context_tokens: float | None = None, proposal_rate: float | None = None) -> Prediction:
     """Predict tok/s, speedup and the break-even accept length for one operating point
     (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
-    smallest measured context)."""
+    smallest measured context).
+
+    ``proposal_rate`` r (host proposers only: ngram, suffix): the share of request-steps in which
+    the lookup proposed. The engines' accept length counts only those steps (vLLM: 1 + accepted /
+    drafts), so at r < 1 a request-step emits r·E[A] + 1 − r tokens and the mean engine step is
+    :func:`specmodel.model.hostdraft.host_mean_step_s`; break-even and "for +20 %" stay in E[A] of
+    the proposing steps. None: every step proposes (r = 1)."""
     spec = spec or profile.spec
     check_verified_tokens(spec, dist.mean_tokens)
+    r = 1.0 if proposal_rate is None else float(proposal_rate)
+    if not 0.0 < r <= 1.0:
+        raise FieldError("proposal_rate", f"must be in (0, 1], got {proposal_rate!r}")
+    if r < 1.0 and not is_host_proposer(spec.algorithm):
+        raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
+                                          f"{spec.algorithm or 'a drafter forward'} proposes on every step")
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
         raise FieldError(
             None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "
@@ -402,13 +420,19 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     t_base = cc.base.total_s
     t_cyc = cc.cycle_s
     e = dist.mean_tokens
-    tps = eq.spec_tokens_per_s(batch, e, t_cyc)
+    # per request-step: E' tokens in a mean step T' (both = E[A], T_cycle when every step proposes)
+    e_step = hd.mixed_tokens(e, r)
+    std_step = hd.mixed_std(e, dist.std_tokens, r)
+    t_step = (hd.host_mean_step_s(profile, batch=batch, spec=spec, proposal_rate=r, context_tokens=context_tokens)
+              if r < 1.0 else t_cyc)
+    tps = eq.spec_tokens_per_s(batch, e_step, t_step)
     # band and P share one standard error (generation variability + estimation, when counted)
-    lo, hi = eq.tokens_per_s_band(batch, e, dist.std_tokens, t_cyc, generation_tokens, samples=dist.samples)
-    be = eq.break_even_accept(t_base, t_cyc)
-    p20 = eq.accept_for_speedup(1.2, t_base, t_cyc)
-    se = eq.accept_mean_se(e, dist.std_tokens, generation_tokens, dist.samples)
-    n_eff = (dist.std_tokens / se) ** 2 if se > 0 else 1.0
+    lo, hi = eq.tokens_per_s_band(batch, e_step, std_step, t_step, generation_tokens, samples=dist.samples)
+    be_step = eq.break_even_accept(t_base, t_step)
+    be = hd.accept_for_mixed(be_step, r)
+    p20 = hd.accept_for_mixed(eq.accept_for_speedup(1.2, t_base, t_step), r)
+    se = eq.accept_mean_se(e_step, std_step, generation_tokens, dist.samples)
+    n_eff = (std_step / se) ** 2 if se > 0 else 1.0
     L = cc.context_tokens
     u_base = row_ci95_rel(profile, "decode", batch, L)
     u_cyc = eq.cost_ci95_rel([(cc.verify.total_s, row_ci95_rel(profile, "verify", cc.verify.tokens, L)),
@@ -417,8 +441,8 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
                                                                   forward_tokens("draft_extend", batch, spec), L)))])
     lo, hi = eq.band_with_cost_uncertainty(tps, lo, hi, u_cyc)
     p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1_with_costs(
-        e, be, dist.std_tokens, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
-    sp = eq.speedup(e, t_base, t_cyc)
+        e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
+    sp = eq.speedup(e_step, t_base, t_step)
     verdict, reason = verdict_for(sp, p_gt_1)
     if be > spec.max_accept_tokens:
         reason += f"; break-even {be:.2f} exceeds the maximum {spec.max_accept_tokens} tokens/step for steps = {spec.steps}"
@@ -452,6 +476,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
         allreduce_known=profile.has_allreduce_split,
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
+        proposal_rate=r, mean_step_s=t_step,
     )
 
 

@@ -119,7 +119,7 @@ def band_models(by_context: AcceptByContext, *, per_position: bool, measured_top
 
 def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], contexts: Sequence[int],
                default: SpecConfig, max_steps: int = 8, accept_at: AcceptAt | None = None,
-               topks: Sequence[int] = TOPKS) -> ServePlan:
+               topks: Sequence[int] = TOPKS, proposal_rate: float = 1.0) -> ServePlan:
     """The plan over ``batches`` × ``contexts`` (see the module docstring). With ``accept_at``
     each context is planned with its own acceptance (``model`` is then unused) and the plan
     records which (:attr:`ServePlan.accept_bands`); ``topks`` narrows the search to what an
@@ -135,7 +135,7 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
             bands.append((L, label))
         for b in sorted(set(batches)):
             opt = optimize(profile, m, batch=b, default=default, context_tokens=L, top=1,
-                           max_steps=max(max_steps, default.steps), topks=topks)
+                           max_steps=max(max_steps, default.steps), topks=topks, proposal_rate=proposal_rate)
             assert opt.best_any is not None
             assumed = cycle_costs(profile, batch=b, spec=default, context_tokens=L).assumptions
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,

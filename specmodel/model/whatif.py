@@ -20,7 +20,7 @@ from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 from specmodel.schema.shapes import ModelShape
-from specmodel.units import alpha_beta
+from specmodel.units import alpha_beta, gb
 
 #: Used only when a profile carries no all-reduce data at all (no fit, no points, no per-call
 #: latencies in its rows): order-of-magnitude PCIe figures, a few µs per NCCL hop and
@@ -204,11 +204,10 @@ def memory_fit(profile: Profile, tp_to: int) -> str:
                                                                     else None)) if v is None]
         return f"unknown: {' and '.join(missing)} not recorded in the profile, so this gain assumes the model fits"
     room = float(mem) * 0.9 - per_gpu
-    gb = 1e9
     if room <= 0:
-        return (f"does not fit: weights {per_gpu / gb:.1f} GB per GPU on TP {tp_to} vs {float(mem) / gb:.1f} GB "
+        return (f"does not fit: weights {gb(per_gpu)} per GPU on TP {tp_to} vs {gb(float(mem))} "
                 f"(90 % usable; {origin})")
-    return (f"fits: weights {per_gpu / gb:.1f} GB per GPU on TP {tp_to}, {room / gb:.1f} GB left for KV cache "
+    return (f"fits: weights {gb(per_gpu)} per GPU on TP {tp_to}, {gb(room)} left for KV cache "
             f"(KV need not modelled; {origin})")
 
 
@@ -308,7 +307,8 @@ def standard_whatifs(profile: Profile, *, tps: Sequence[int] = (4, 8)) -> tuple[
 
 
 def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches: Sequence[int],
-                generation_tokens: int, context_tokens: float | None = None) -> tuple[Prediction, ...]:
+                generation_tokens: int, context_tokens: float | None = None,
+                proposal_rate: float | None = None) -> tuple[Prediction, ...]:
     """The same prediction at each batch size (same accept distribution, same spec).
 
     Speedup(B) = E[A]·T_base(B)/T_cycle(B): as B grows the verify of B·ndt tokens stops
@@ -317,7 +317,7 @@ def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches
     if not batches:
         raise SpecmodelError("batch sweep: needs at least one batch size")
     return tuple(predict(profile, dist, batch=b, spec=spec, generation_tokens=generation_tokens,
-                         context_tokens=context_tokens) for b in batches)
+                         context_tokens=context_tokens, proposal_rate=proposal_rate) for b in batches)
 
 
 def stop_paying_batch(points: Sequence[Prediction]) -> int | None:

@@ -23,8 +23,6 @@ from specmodel.stats import iqr, median
 from specmodel.trace import attribution as engine
 from specmodel.trace.collectives import ALL_GATHER, ALL_REDUCE, classify_cpu_op
 
-US = 1e-6
-
 
 @dataclass(frozen=True)
 class Call:

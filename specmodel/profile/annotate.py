@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from specmodel.schema.phases import parse_phase_label
+from specmodel.units import from_ms
 
 
 def _torch() -> Any:
@@ -174,7 +175,7 @@ class Stopwatch:
     def elapsed_s(self) -> float:
         if self.use_cuda:
             self._end.synchronize()
-            return float(self._start.elapsed_time(self._end)) / 1e3  # CUDA events report ms
+            return from_ms(float(self._start.elapsed_time(self._end)))  # CUDA events report ms
         return self._t1 - self._t0
 
 

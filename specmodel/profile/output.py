@@ -35,7 +35,7 @@ from specmodel.units import ms as fmt_ms
 
 if TYPE_CHECKING:
     from specmodel.profile.plan import RunPlan
-    from specmodel.profile.result import RowResult, RunResult
+    from specmodel.profile.result import RowResult, RunResult, SpecLoopResult
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -178,7 +178,7 @@ def write_output(result: RunResult, dest: Path, trace_dir: Path | None, *,
 # ---------------------------------------------------------------- the speculative loop vs the model
 
 
-def compare_loop(profile: Profile, loop: dict[str, Any]) -> dict[str, Any]:
+def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
     """Predicted (the cycle model on ``profile``) vs measured (the loop) tok/s, same acceptance.
 
     The prediction uses the acceptance the loop actually drew (its histogram), so the comparison
@@ -188,13 +188,13 @@ def compare_loop(profile: Profile, loop: dict[str, Any]) -> dict[str, Any]:
     from specmodel.model.accept import from_histogram
     from specmodel.model.predict import predict
 
-    spec = SpecConfig(algorithm="EAGLE3", steps=loop["steps"], topk=loop["topk"],
-                      num_draft_tokens=loop["num_draft_tokens"])
-    hist = {int(k): float(v) for k, v in loop["spec"]["accept_hist"].items()}
+    spec = SpecConfig(algorithm="EAGLE3", steps=loop.steps, topk=loop.topk,
+                      num_draft_tokens=loop.num_draft_tokens)
+    hist = {int(k): float(v) for k, v in loop.spec.accept_hist.items()}
     dist = from_histogram(hist, max_tokens=spec.steps + 1, source="drawn in the loop")
-    b = loop["batch"]
-    measured = loop["spec"]["tokens_per_s"]
-    base_meas = loop["baseline"]["tokens_per_s"]
+    b = loop.batch
+    measured = loop.spec.tokens_per_s
+    base_meas = loop.baseline.tokens_per_s
 
     def one(p: Profile) -> dict[str, Any]:
         pr = predict(p, dist, batch=b, spec=spec)
@@ -204,19 +204,19 @@ def compare_loop(profile: Profile, loop: dict[str, Any]) -> dict[str, Any]:
 
     main = one(profile)
     return {
-        "batch": b, "cycles": loop["cycles"], "steps": spec.steps, "topk": spec.topk,
-        "num_draft_tokens": spec.num_draft_tokens, "accept_len_requested": loop["accept_len_requested"],
-        "accept_len_drawn": loop["spec"]["accept_mean"],
-        "measured": {"tokens_per_s": measured, "cycle_s": loop["spec"]["cycle_s"],
-                     "draft_extend_s": loop["spec"]["draft_extend_s"], "draft_step_s": loop["spec"]["draft_step_s"],
-                     "verify_s": loop["spec"]["verify_s"], "overhead_s": loop["spec"]["overhead_s"],
+        "batch": b, "cycles": loop.cycles, "steps": spec.steps, "topk": spec.topk,
+        "num_draft_tokens": spec.num_draft_tokens, "accept_len_requested": loop.accept_len_requested,
+        "accept_len_drawn": loop.spec.accept_mean,
+        "measured": {"tokens_per_s": measured, "cycle_s": loop.spec.cycle_s,
+                     "draft_extend_s": loop.spec.draft_extend_s, "draft_step_s": loop.spec.draft_step_s,
+                     "verify_s": loop.spec.verify_s, "overhead_s": loop.spec.overhead_s,
                      "baseline_tokens_per_s": base_meas, "speedup": measured / base_meas,
                      # per interleaved round, at the loop's mean acceptance: the speedup's spread
-                     "speedup_by_round": [loop["spec"]["accept_mean"] / x for x in loop.get("round_cycle_over_step", [])
+                     "speedup_by_round": [loop.spec.accept_mean / x for x in loop.round_cycle_over_step
                                           if x > 0]},
         "predicted": main,
         "predicted_forwards_only": one(replace(profile, overhead_s=0.0)),
-        "predicted_with_loop_overhead": one(replace(profile, overhead_s=loop["spec"]["overhead_s"])),
+        "predicted_with_loop_overhead": one(replace(profile, overhead_s=loop.spec.overhead_s)),
         "baseline_rel_error": main["baseline_tokens_per_s"] / base_meas - 1.0,
         # the go/no-go quantity: tok/s can be right while the speedup is not (a baseline error that
         # cancels a cycle error); predicted speedup over the measured one (issue 18 item 18)

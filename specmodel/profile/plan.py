@@ -22,6 +22,7 @@ from specmodel.profile import configs as cfgs
 from specmodel.schema.phases import CYCLE_KINDS, KIND, default_num_draft_tokens, phase_label, tokens_per_request
 from specmodel.schema.profile import SpecConfig
 from specmodel.schema.shapes import DrafterShape, ModelShape
+from specmodel.units import gib
 
 #: Forward kinds the sweep measures, in the order they run (every kind the cycle model uses).
 SWEEP_KINDS = CYCLE_KINDS
@@ -372,10 +373,6 @@ def _percent(text: str | None, flag: str, default: float) -> float:
     return v / 100.0
 
 
-def _gib(n: float) -> str:
-    return f"{n / 1024**3:.1f} GiB"
-
-
 def default_name(tp: int, backend: str) -> str:
     host = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname().split(".")[0]) or "host"
     return f"{host}-tp{tp}-{backend}"
@@ -560,9 +557,9 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
         if layers < 1:
             per_layer, outside = per_rank_weight_bytes(probe, tp, elem)
             kv1 = t_slots * kv_bytes_per_token(probe, tp, elem)
-            raise SpecmodelError(f"--contexts: not even one layer fits: the KV cache needs {_gib(kv1)} per layer per "
-                                 f"GPU ({t_slots} token slots){_worst(points)}, weights {_gib(per_layer + outside)}, "
-                                 f"{_gib(0.6 * free)} usable of {_gib(free)} free at --tp {tp}; pass smaller "
+            raise SpecmodelError(f"--contexts: not even one layer fits: the KV cache needs {gib(kv1)} per layer per "
+                                 f"GPU ({t_slots} token slots){_worst(points)}, weights {gib(per_layer + outside)}, "
+                                 f"{gib(0.6 * free)} usable of {gib(free)} free at --tp {tp}; pass smaller "
                                  "--contexts, --batches or --hidden")
     target, d, scaling = cfgs.scale(shape, drafter, tp, layers=layers, hidden=o["hidden"], max_experts=None,
                                     max_topk=None, max_vocab=None,
@@ -572,10 +569,10 @@ def _fit_gpu(o: dict[str, Any], shape: Any, drafter: Any, tp: int, dtype: str, s
     kv = (t_slots * kv_bytes_per_token(target, tp, elem) * target.num_layers
           + d_slots * kv_bytes_per_token(d, tp, elem))
     if weights > 0.9 * free:
-        raise SpecmodelError(f"--layers {target.num_layers}: the weights need {_gib(weights)} per GPU at --tp {tp}, "
-                             f"{_gib(free)} free; pass fewer --layers or a smaller --hidden")
+        raise SpecmodelError(f"--layers {target.num_layers}: the weights need {gib(weights)} per GPU at --tp {tp}, "
+                             f"{gib(free)} free; pass fewer --layers or a smaller --hidden")
     if weights + kv > 0.9 * free:  # the rest: activations, NCCL buffers, CUDA graphs
-        raise SpecmodelError(f"--contexts: the KV cache needs {_gib(kv)} per GPU{_worst(points)} over {target.num_layers} "
-                             f"layers, {_gib(0.9 * free - weights)} free after {_gib(weights)} of weights; pass "
+        raise SpecmodelError(f"--contexts: the KV cache needs {gib(kv)} per GPU{_worst(points)} over {target.num_layers} "
+                             f"layers, {gib(0.9 * free - weights)} free after {gib(weights)} of weights; pass "
                              "smaller --contexts, --batches or --layers")
     return target, d, scaling

@@ -78,6 +78,60 @@ class AllReduceResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoopBaseline:
+    """The spec loop's baseline decode chunks: ``tokens`` over ``elapsed_s`` (one per request per step)."""
+
+    elapsed_s: float
+    tokens: int
+    tokens_per_s: float
+    step_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopSpec:
+    """The spec loop's speculative chunks, and each forward of its cycle (means over the cycles, ranks)."""
+
+    elapsed_s: float
+    tokens: int
+    tokens_per_s: float
+    cycle_s: float
+    draft_extend_s: float
+    draft_step_s: float
+    verify_s: float
+    overhead_s: float
+    accept_hist: dict[str, int]  # emitted tokens per request-cycle ("1".."steps+1") -> count
+    accept_mean: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecLoopResult:
+    """What ``profile/specloop.py`` measured (``result.json``'s ``spec_loop``): baseline and
+    speculative chunks interleaved ``rounds`` times; ``round_cycle_over_step`` per round is the
+    cycle over the baseline step (the speedup at one token per cycle)."""
+
+    batch: int
+    cycles: int
+    steps: int
+    topk: int
+    num_draft_tokens: int
+    accept_len_requested: float
+    rounds: int
+    round_cycle_over_step: tuple[float, ...]
+    baseline: LoopBaseline
+    spec: LoopSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["round_cycle_over_step"] = list(self.round_cycle_over_step)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpecLoopResult:
+        return cls(**{**d, "round_cycle_over_step": tuple(d.get("round_cycle_over_step") or ()),
+                      "baseline": LoopBaseline(**d["baseline"]), "spec": LoopSpec(**d["spec"])})
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankResult:
     """What one rank measured, gathered to rank 0: its per-point records (worker-internal), the
     all-reduce sweep samples, the spec loop's record (rank 0's is used) and, on each node's local
@@ -87,7 +141,7 @@ class RankResult:
     host: str
     points: tuple[dict[str, Any], ...]
     allreduce: tuple[dict[str, Any], ...]
-    spec_loop: dict[str, Any] | None = None
+    spec_loop: SpecLoopResult | None = None
     hardware: dict[str, Any] | None = None
 
 
@@ -99,19 +153,21 @@ class RunResult:
     plan: RunPlan
     rows: tuple[RowResult, ...]
     allreduce_points: tuple[AllReduceResult, ...] = ()
-    spec_loop: dict[str, Any] | None = None
+    spec_loop: SpecLoopResult | None = None
     hardware: dict[str, Any] | None = None
     finished_utc: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """``result.json`` (the launcher reads it back with :meth:`from_dict`)."""
         return {"plan": self.plan.to_dict(), "rows": [r.to_dict() for r in self.rows],
-                "allreduce_points": [asdict(a) for a in self.allreduce_points], "spec_loop": self.spec_loop,
+                "allreduce_points": [asdict(a) for a in self.allreduce_points],
+                "spec_loop": self.spec_loop.to_dict() if self.spec_loop is not None else None,
                 "hardware": self.hardware or {}, "finished_utc": self.finished_utc}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         return cls(plan=RunPlan.from_dict(d["plan"]), rows=tuple(RowResult.from_dict(r) for r in d["rows"]),
                    allreduce_points=tuple(AllReduceResult(**a) for a in d.get("allreduce_points") or ()),
-                   spec_loop=d.get("spec_loop"), hardware=d.get("hardware") or {},
+                   spec_loop=SpecLoopResult.from_dict(d["spec_loop"]) if d.get("spec_loop") else None,
+                   hardware=d.get("hardware") or {},
                    finished_utc=d.get("finished_utc") or "")

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from specmodel.profile.annotate import Stopwatch, phase, timed_phase
+from specmodel.profile.result import LoopBaseline, LoopSpec, SpecLoopResult
 from specmodel.schema.phases import forward_tokens, phase_label
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _mean(watches: list[Stopwatch]) -> float:
     return sum(w.elapsed_s for w in watches) / len(watches) if watches else 0.0
 
 
-def run_loop(r: Rank) -> dict[str, Any]:
+def run_loop(r: Rank) -> SpecLoopResult:
     p = r.plan
     sl = p.spec_loop
     assert sl is not None and r.target is not None and r.drafter is not None
@@ -128,16 +129,16 @@ def run_loop(r: Rank) -> dict[str, Any]:
     de, dr, ve = (float(x) / r.world for x in parts.cpu())
     cycle_s = spec_elapsed / sl.cycles
     tokens = int(sum((j + 1) * int(c) for j, c in enumerate(hist)))
-    return {
-        "batch": b, "cycles": sl.cycles, "steps": steps, "topk": topk, "num_draft_tokens": ndt,
-        "accept_len_requested": sl.accept_len, "rounds": rounds,
+    return SpecLoopResult(
+        batch=b, cycles=sl.cycles, steps=steps, topk=topk, num_draft_tokens=ndt, accept_len_requested=sl.accept_len,
+        rounds=rounds,
         # per round: speculative cycles per baseline step time, i.e. speedup at 1 token per cycle
-        "round_cycle_over_step": [(st / n) / (bt / n) for bt, st, n in zip(base_t, spec_t, per, strict=True)],
-        "baseline": {"elapsed_s": base_elapsed, "tokens": b * sl.cycles, "tokens_per_s": b * sl.cycles / base_elapsed,
-                     "step_s": base_elapsed / sl.cycles},
-        "spec": {"elapsed_s": spec_elapsed, "tokens": tokens, "tokens_per_s": tokens / spec_elapsed,
-                 "cycle_s": cycle_s, "draft_extend_s": de, "draft_step_s": dr, "verify_s": ve,
-                 "overhead_s": max(cycle_s - (de + (steps - 1) * dr + ve), 0.0),
-                 "accept_hist": {str(j + 1): int(c) for j, c in enumerate(hist)},
-                 "accept_mean": tokens / (b * sl.cycles)},
-    }
+        round_cycle_over_step=tuple((st / n) / (bt / n) for bt, st, n in zip(base_t, spec_t, per, strict=True)),
+        baseline=LoopBaseline(elapsed_s=base_elapsed, tokens=b * sl.cycles, tokens_per_s=b * sl.cycles / base_elapsed,
+                              step_s=base_elapsed / sl.cycles),
+        spec=LoopSpec(elapsed_s=spec_elapsed, tokens=tokens, tokens_per_s=tokens / spec_elapsed, cycle_s=cycle_s,
+                      draft_extend_s=de, draft_step_s=dr, verify_s=ve,
+                      overhead_s=max(cycle_s - (de + (steps - 1) * dr + ve), 0.0),
+                      accept_hist={str(j + 1): int(c) for j, c in enumerate(hist)},
+                      accept_mean=tokens / (b * sl.cycles)),
+    )

@@ -49,9 +49,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.profile.hardware import cpu_name
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
+from specmodel.units import from_ms
 
 ENV_DIR = "SPECMODEL_VLLM_DIR"
 DEFAULT_DIR = "vllm-forward"
@@ -169,7 +171,7 @@ class _Timer:
         if self.cuda:
             assert self.ev0 is not None and self.ev1 is not None
             self.ev1.synchronize()
-            return float(self.ev0.elapsed_time(self.ev1)) / 1e3
+            return from_ms(float(self.ev0.elapsed_time(self.ev1)))  # CUDA events report ms
         return self.t1 - self.t0
 
 
@@ -228,7 +230,8 @@ def _meta(runner: Any, rank: str) -> dict[str, Any]:
     return {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "meta",
             "vllm_version": vllm_version(), "pid": os.getpid(), "rank": rank,
             "tp_size": tp if isinstance(tp, int) else None, "device": str(getattr(runner, "device", "")),
-            "device_name": name, "model_path": model if isinstance(model, str) else None,
+            "device_name": name, "cpu_name": None if cuda else cpu_name(),
+            "model_path": model if isinstance(model, str) else None,
             "spec": _spec_meta(runner), "clock": "cuda_event" if cuda else "perf_counter",
             "started_unix_s": time.time()}
 

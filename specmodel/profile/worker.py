@@ -40,6 +40,7 @@ from specmodel.profile.result import AllReduceResult, RankResult, RankRow, RowRe
 from specmodel.profile.tp import CollectiveFailed, Comm
 from specmodel.schema.phases import TARGET_KINDS
 from specmodel.stats import iqr, median, median_ci95_rel
+from specmodel.units import from_us
 
 EXIT_OK, EXIT_FAILED, EXIT_PEER, EXIT_ORPHAN = 0, 1, 3, 4
 FAULT_ENV = "SPECMODEL_PROFILE_FAULT"  # test-only: "rank=1,at=verify,mode=hang|raise|exit|kill|sleep[,secs=S]"
@@ -334,7 +335,7 @@ def kernel_busy_s(events: list[dict[str, Any]], t0_us: float, t1_us: float) -> f
         elif b > end:
             busy += b - end
             end = b
-    return busy * 1e-6
+    return from_us(busy)
 
 
 def gather(rank: Rank, mine: RankResult) -> list[RankResult] | None:

@@ -35,6 +35,7 @@ from specmodel.model.whatif import (
 from specmodel.schema.formats import REPORT
 from specmodel.schema.phases import forward_tokens
 from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.units import ms
 
 REPORT_SCHEMA = REPORT.name
 REPORT_SCHEMA_VERSION = REPORT.version
@@ -455,10 +456,13 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
                f"batch {p.batch} ({p.verify_tokens} verify tokens)")
     out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
                else "draft cost not measured: assumed free (upper bound)")
-    over = f"per-cycle overhead {p.overhead_s * 1e3:.2f} ms"
+    over = f"per-cycle overhead {ms(p.overhead_s)}"
     if p.calibrated_overhead_s is not None:
-        over += f" (calibration added {p.calibrated_overhead_s * 1e3:.2f} ms)"
+        over += f" (calibration added {ms(p.calibrated_overhead_s)})"
     out.append(over)
+    if p.proposal_rate < 1.0:
+        out.append(f"{p.proposal_rate:.0%} of request-steps proposed (--proposal-rate); the others decode one token "
+                   f"at the baseline step plus the lookup: mean step {ms(p.mean_step_s)}")
     if p.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
                    f"the band ({p.band_label}) covers one generation's variability"
@@ -548,23 +552,25 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                       break_even_accept_tokens=p.break_even_accept_tokens, cycle_s=p.cycle_s, verdict=p.verdict)]
     for w in whatifs:
         wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
-                     context_tokens=p.context_tokens)
+                     context_tokens=p.context_tokens, proposal_rate=p.proposal_rate)
         label = w.label + (" (memory fit unknown)" if w.memory.startswith("unknown") else "")
         rows.append(_whatif_row(w.key, label, w.assumptions, wp, unavailable=w.unavailable, memory=w.memory))
 
     sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens,
-                        context_tokens=p.context_tokens)
+                        context_tokens=p.context_tokens, proposal_rate=p.proposal_rate)
     brows = tuple(BatchRow(batch=s.batch, baseline_tokens_per_s=s.baseline_tokens_per_s, tokens_per_s=s.tokens_per_s,
                            speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
                            extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
 
     model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(SEARCH_MAX_STEPS, spec.steps))
     ctx = p.context_tokens
-    opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx)
-    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx)
+    r = p.proposal_rate
+    opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx, proposal_rate=r)
+    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx,
+                                                proposal_rate=r)
               for b in batches]
     grid: dict[tuple[int, int], float] = {}
-    for c in evaluate_all(base, model, batch=p.batch, context_tokens=ctx):
+    for c in evaluate_all(base, model, batch=p.batch, context_tokens=ctx, proposal_rate=r):
         grid[(c.steps, c.topk)] = max(grid.get((c.steps, c.topk), 0.0), c.tokens_per_s)
     optv = OptimizerView(batch=p.batch, accept_source=model.source, accept_notes=model.notes,
                          conditional_rates=model.conditional, default=opt.default, best=opt.best,
@@ -596,7 +602,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         allreduce=_allreduce(base, p, choice), whatifs=tuple(rows), batch_sweep=brows,
         stop_paying_batch=stop_paying_batch(sweep), optimizer=optv, drafter=dview, warnings=tuple(warnings),
         context=context_view(base, dist, spec, p, by_context),
-        plan=serve_plan(base, model, batches=batches, default=spec,
+        plan=serve_plan(base, model, batches=batches, default=spec, proposal_rate=r,
                         contexts=sorted(set(measured_contexts(base, "decode")) | {int(ctx)}),
                         accept_at=None if by_context is None else band_models(
                             by_context, per_position=per_position is not None, measured_topk=spec.topk,
@@ -614,7 +620,8 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
     for L in grid:
         # acceptance measured per context band (the log's): each context uses its band's
         d, band = by_context.at(L) if by_context is not None else (dist, "")
-        q = predict(profile, d, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L)
+        q = predict(profile, d, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L,
+                    proposal_rate=p.proposal_rate)
         rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.baseline_tokens_per_s,
                                tokens_per_s=q.tokens_per_s, speedup=q.speedup,
                                break_even_accept_tokens=q.break_even_accept_tokens, verdict=q.verdict,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specmodel.report.content import ReportContent
-from specmodel.units import alpha_beta, ms
+from specmodel.units import alpha_beta, ms, us
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -47,7 +47,7 @@ def render_markdown(c: ReportContent) -> str:
               f"({ar.fit_algorithm}, {ar.fit_origin}); {len(ar.points)} measured points.", ""]
     lines += _table(["message", "tokens", "bytes", "model us/call"],
                     [[s.label, str(s.tokens), f"{s.msg_bytes:.0f}",
-                      f"{s.per_call_s * 1e6:.1f}" if s.per_call_s is not None else "-"] for s in ar.sizes])
+                      us(s.per_call_s, 1, unit=False) if s.per_call_s is not None else "-"] for s in ar.sizes])
 
     lines += ["", "## What if", ""]
     lines += _table(["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"],

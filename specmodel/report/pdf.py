@@ -18,7 +18,7 @@ from typing import Any
 
 from specmodel.io import atomic_write_bytes
 from specmodel.report.content import ReportContent
-from specmodel.units import alpha_beta, ms
+from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
 VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00", "BLOCKED": "#c62828"}
@@ -279,13 +279,13 @@ def page_breakdown(c: ReportContent) -> Any:
     for x, segs in ((0, bd.baseline), (1, bd.cycle)):
         bottom = 0.0
         for s in segs:
-            ms = s.seconds * 1e3
-            ax.bar(x, ms, bottom=bottom, color=colors[s.label], hatch=hatch.get(s.label) if x == 0 else None,
+            h_ms = to_ms(s.seconds)
+            ax.bar(x, h_ms, bottom=bottom, color=colors[s.label], hatch=hatch.get(s.label) if x == 0 else None,
                    edgecolor="white", width=0.55, label=s.label if x == 1 or s.label == "compute + other" else None)
-            if ms > 0.03 * sum(t.seconds for t in bd.cycle) * 1e3:
-                ax.text(x, bottom + ms / 2, f"{s.label}\n{ms:.2f} ms", ha="center", va="center", fontsize=8,
+            if s.seconds > 0.03 * sum(t.seconds for t in bd.cycle):
+                ax.text(x, bottom + h_ms / 2, f"{s.label}\n{ms(s.seconds)}", ha="center", va="center", fontsize=8,
                         color="white", weight="bold")
-            bottom += ms
+            bottom += h_ms
         ax.text(x, bottom, f"{bottom:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
     ax.set_xticks([0, 1], ["baseline decode step", "speculative cycle"])
     ax.set_ylabel("milliseconds")
@@ -294,10 +294,10 @@ def page_breakdown(c: ReportContent) -> Any:
                  fontsize=11)
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlim(-0.6, 1.6)
-    ax.set_ylim(0, sum(s.seconds for s in bd.cycle) * 1e3 * 1.15 + 1e-9)
+    ax.set_ylim(0, to_ms(sum(s.seconds for s in bd.cycle)) * 1.15 + 1e-9)
 
     ax2 = fig.add_axes((0.68, 0.12, 0.26, 0.72))
-    vals = [bd.baseline_per_token_s * 1e3, bd.cycle_per_token_s * 1e3]
+    vals = [to_ms(bd.baseline_per_token_s), to_ms(bd.cycle_per_token_s)]
     ax2.bar([0, 1], vals, color=["#555555", "#1f77b4"], width=0.55)
     for x, v in enumerate(vals):
         ax2.text(x, v, f"{v:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
@@ -318,21 +318,21 @@ def page_allreduce(c: ReportContent) -> Any:
         return fig
     ax = fig.add_axes((0.08, 0.12, 0.62, 0.72))
     xs = [x for x, _ in ar.fit_curve]
-    ax.plot(xs, [t * 1e6 for _, t in ar.fit_curve], color="#1f77b4", lw=2,
+    ax.plot(xs, [to_us(t) for _, t in ar.fit_curve], color="#1f77b4", lw=2,
             label=f"alpha-beta {ar.fit_algorithm} model, TP{max(ar.tp, 2)}")
-    ax.plot(xs, [t * 1e6 for _, t in ar.oneshot_curve], color="#1f77b4", lw=1.2, ls="--",
+    ax.plot(xs, [to_us(t) for _, t in ar.oneshot_curve], color="#1f77b4", lw=1.2, ls="--",
             label="one-shot (custom all-reduce) model")
     by_tp: dict[int, list[tuple[float, float]]] = {}
     for tp, nbytes, lat in ar.points:
         by_tp.setdefault(tp, []).append((float(nbytes), lat))
     for tp, pts in sorted(by_tp.items()):
-        ax.plot([x for x, _ in pts], [t * 1e6 for _, t in pts], "o", ms=6, label=f"measured all-reduce, TP{tp}")
+        ax.plot([x for x, _ in pts], [to_us(t) for _, t in pts], "o", ms=6, label=f"measured all-reduce, TP{tp}")
     kinds: dict[str, list[tuple[float, float]]] = {}
     for kind, row_bytes, per_call in ar.row_calls:
         kinds.setdefault(kind, []).append((row_bytes, per_call))
     markers = {"decode": "s", "verify": "^", "draft": "v", "draft_extend": "D", "extend": "P"}
     for kind, pts in sorted(kinds.items()):
-        ax.plot([x for x, _ in pts], [t * 1e6 for _, t in pts], markers.get(kind, "x"), ms=6, mfc="none",
+        ax.plot([x for x, _ in pts], [to_us(t) for _, t in pts], markers.get(kind, "x"), ms=6, mfc="none",
                 label=f"{kind} rows: all-reduce time per call (incl. waiting)")
     at: dict[float, list[str]] = {}
     for s in ar.sizes:
@@ -357,7 +357,7 @@ def page_allreduce(c: ReportContent) -> Any:
     lines = [f"TP {ar.tp}", *alpha_beta(ar.fit_alpha_s, ar.fit_beta_bytes_per_s).split(", "),
              f"fit: {ar.fit_origin}", "", "at this operating point:"]
     for s in ar.sizes:
-        per = f", {s.per_call_s * 1e6:.1f} us/call (model)" if s.per_call_s is not None else ""
+        per = f", {us(s.per_call_s, 1)}/call (model)" if s.per_call_s is not None else ""
         lines.append(f"{s.label}: {s.tokens} tokens, {_bytes(s.msg_bytes)}{per}")
     if not ar.sizes:
         lines.append("message sizes unknown (no message bytes or hidden size in the profile)")

@@ -40,6 +40,7 @@ from specmodel.trace.collectives import (
     classify_kernel,
     message_bytes,
 )
+from specmodel.units import from_us
 
 GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
@@ -449,14 +450,14 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
     keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
     by_impl: dict[str, float] = defaultdict(float)
     for c in colls:
-        by_impl[c[3] or "unknown"] += (c[1] - c[0]) * 1e-6
+        by_impl[c[3] or "unknown"] += from_us(c[1] - c[0])
     return PassRecord(
         label=ph.label, occurrence=occ, kind=ph.kind, batch=ph.batch, tokens=ph.tokens,
-        span_s=span_us * 1e-6, busy_s=min(busy_us, span_us) * 1e-6, comm_s=min(comm_us, busy_us) * 1e-6,
-        exposed_s=max(exposed_us, 0.0) * 1e-6, n_collectives=len(colls),
+        span_s=from_us(span_us), busy_s=from_us(min(busy_us, span_us)), comm_s=from_us(min(comm_us, busy_us)),
+        exposed_s=from_us(max(exposed_us, 0.0)), n_collectives=len(colls),
         n_allreduce=sum(1 for c in colls if c[2] == ALL_REDUCE),
         msg_bytes=tuple(c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0),
-        coll_keys=keys, coll_durs_s=tuple((c[1] - c[0]) * 1e-6 for c in colls),
+        coll_keys=keys, coll_durs_s=tuple(from_us(c[1] - c[0]) for c in colls),
         coll_names=tuple(c[2] or "unknown" for c in colls),
         comm_by_impl_s=tuple(sorted(by_impl.items())), t0_us=lo, t1_us=hi, forwards=ph.forwards,
         context=ph.context,

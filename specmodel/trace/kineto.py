@@ -56,6 +56,7 @@ from specmodel.trace.attribution import (
     gpu_passes,
     merge_gpu_spans,
 )
+from specmodel.units import from_ns
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: Traces of one run start within seconds of each other; further apart = different runs.
@@ -330,7 +331,7 @@ def check_same_run(metas: Sequence[TraceMeta]) -> None:
         if first.nccl_version and m.nccl_version and first.nccl_version != m.nccl_version:
             raise diff(m, "nccl_version", first.nccl_version, m.nccl_version)
         if first.base_time_ns is not None and m.base_time_ns is not None:
-            apart = abs(first.base_time_ns - m.base_time_ns) / 1e9
+            apart = from_ns(abs(first.base_time_ns - m.base_time_ns))
             if apart > MAX_BASE_TIME_APART_S:
                 raise SpecmodelError(f"{first.path} and {m.path} come from different runs (their traces start "
                                      f"{apart:.0f} s apart, baseTimeNanoseconds)")

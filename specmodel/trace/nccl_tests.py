@@ -27,6 +27,7 @@ from specmodel.io import read_json, read_text_lines
 from specmodel.limits import MAX_BETA_OVER_MEASURED, MAX_LINK_BYTES_PER_S
 from specmodel.schema.formats import ALLREDUCE_FIT
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
+from specmodel.units import from_gb_per_s, from_us, gb_per_s
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s")
@@ -196,13 +197,13 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
         imin, imax = get(oop, "i_min"), get(oop, "i_max")
         rows.append(NcclRow(
             line=i, size_bytes=int(toks[0]), count=int(toks[1]), dtype=toks[2], redop=toks[3], root=root,
-            time_s=t * 1e-6,
-            algbw_bytes_per_s=(get(oop, "algbw") or 0.0) * 1e9, busbw_bytes_per_s=(get(oop, "busbw") or 0.0) * 1e9,
+            time_s=from_us(t),
+            algbw_bytes_per_s=from_gb_per_s(get(oop, "algbw") or 0.0), busbw_bytes_per_s=from_gb_per_s(get(oop, "busbw") or 0.0),
             wrong=get(oop, ck) if ck else None,
-            in_place_time_s=ipt * 1e-6 if ipt is not None else None,
+            in_place_time_s=from_us(ipt) if ipt is not None else None,
             in_place_wrong=get(ip, ck) if ck else None,
-            iter_min_s=imin * 1e-6 if imin is not None else None,
-            iter_max_s=imax * 1e-6 if imax is not None else None,
+            iter_min_s=from_us(imin) if imin is not None else None,
+            iter_max_s=from_us(imax) if imax is not None else None,
         ))
     if not rows:
         raise SpecmodelError(f"{spath}: no nccl-tests result rows found in {len(lines)} lines "
@@ -212,7 +213,7 @@ def parse_nccl_tests(path: str | Path) -> NcclRun:
         n_ranks = config["nGpus"] * config["nThread"]  # single process; MPI runs list every rank
     return NcclRun(path=spath, program=program, version=version, n_ranks=n_ranks, check_column=check,
                    per_iteration=per_iter, rows=tuple(rows), config=config, out_of_bounds=oob,
-                   avg_busbw_bytes_per_s=avg_bw * 1e9 if avg_bw is not None else None,
+                   avg_busbw_bytes_per_s=from_gb_per_s(avg_bw) if avg_bw is not None else None,
                    complete=saw_footer)
 
 
@@ -266,12 +267,12 @@ def fit_warnings(runs: Sequence[NcclRun], fit: AllReduceFit, points: Sequence[Al
     best = max((row.busbw_bytes_per_s for r in runs for row in r.rows), default=0.0)
     largest = max((p.msg_bytes for p in points), default=0)
     if beta > MAX_LINK_BYTES_PER_S:
-        out.append(f"fit: beta {beta / 1e9:.0f} GB/s per link is physically impossible (no GPU link moves more "
+        out.append(f"fit: beta {gb_per_s(beta, 0)} per link is physically impossible (no GPU link moves more "
                    f"than ~900 GB/s); the rows (largest {largest} B) do not determine it: measure up to 64 MB "
                    "(all_reduce_perf -e 64M)")
     elif best > 0 and beta > MAX_BETA_OVER_MEASURED * best:
-        out.append(f"fit: beta {beta / 1e9:.1f} GB/s per link is {beta / best:.0f}x the best bus bandwidth any row "
-                   f"measured ({best / 1e9:.2f} GB/s): the rows (largest {largest} B) are latency-bound and do not "
+        out.append(f"fit: beta {gb_per_s(beta, 1)} per link is {beta / best:.0f}x the best bus bandwidth any row "
+                   f"measured ({gb_per_s(best)}): the rows (largest {largest} B) are latency-bound and do not "
                    "determine beta; measure up to 64 MB (all_reduce_perf -e 64M)")
     return tuple(out)
 

@@ -32,6 +32,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median
+from specmodel.units import ms
 
 STEP_KINDS = ("decode", "verify", "extend")
 COMMAND = "specmodel vllm"
@@ -94,12 +95,21 @@ def host_s(rec: dict[str, Any]) -> float:
     return float(rec["overhead_s"]) + float(rec.get("gap_s") or 0.0)
 
 
+MIN_SAMPLES = 5
+
+
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
-              max_gap_s: float = 1.0) -> Any:
+              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
-    time. Several directories may be combined (a baseline run for ``decode``, a speculative one)."""
+    time. Several directories may be combined (a baseline run for ``decode``, a speculative one).
+
+    A (kind, batch, tokens) cell seen fewer than ``min_samples`` times (per rank) is left out: such
+    cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step each, and a
+    single slow one (a 78 ms step, measured) would otherwise become a cost row that the running-max
+    cost surface carries to every larger batch. A kind is kept whole when none of its cells
+    reaches the bound (a short run still yields a profile, with a note)."""
     from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
     from specmodel.trace.hooklog import log_files
 
@@ -114,6 +124,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     ranks: set[str] = set()
     models: set[str] = set()
     devices: set[str] = set()
+    cpu_names: set[str] = set()
     spec_meta: dict[str, Any] = {}
     contexts: list[float] = []
     no_ar_timed = 0
@@ -129,6 +140,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 models.add(str(m["model_path"]))
             if m.get("device_name"):
                 devices.add(str(m["device_name"]))
+            if str(m.get("device") or "").startswith("cpu"):
+                cpu_names.add(str(m.get("cpu_name") or "CPU"))
             if isinstance(m.get("spec"), dict) and not spec_meta:
                 spec_meta = m["spec"]
         for r in lg.steps:
@@ -166,6 +179,18 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                              "server without --speculative-config under `specmodel vllm` and pass both directories "
                              "to --summarize")
     tp_val = tp if tp is not None else (max(tps) if tps else max(1, len(ranks)))
+    n_ranks = max(1, len(ranks))
+    dropped: list[str] = []
+    few_kinds: list[str] = []
+    for kind in {k[0] for k in rows_in}:
+        cells = [c for c in rows_in if c[0] == kind]
+        if all(len(rows_in[c]["total"]) < min_samples * n_ranks for c in cells):
+            few_kinds.append(kind)
+            continue
+        for c in cells:
+            if len(rows_in[c]["total"]) < min_samples * n_ranks:
+                dropped.append(f"{kind} b{c[1]} t{c[2]} ({len(rows_in[c]['total'])})")
+                del rows_in[c]
     costs = []
     for (kind, b, t), g in sorted(rows_in.items()):
         total = median(g["total"])
@@ -178,6 +203,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         costs.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
                              other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g["n_ar"])),
                              spread_s=iqr(g["total"]), samples=len(g["total"])))
+    if any(len(d["total"]) >= min_samples * n_ranks for d in drafts.values()):
+        for b in [b for b, d in drafts.items() if len(d["total"]) < min_samples * n_ranks]:
+            dropped.append(f"draft b{b} ({len(drafts[b]['total'])})")
+            del drafts[b]
     for b, d in sorted(drafts.items()):
         total = median(d["total"])
         if total <= 0:
@@ -198,7 +227,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
              "host work (sampling/rejection, bookkeeping, input prep, scheduling gap) in other_s; draft rows are "
              "one drafter forward = proposal time / k."]
     if overhead:
-        notes.append(f"host-side drafter ({method}): median proposal time {overhead * 1e3:.3f} ms per step is the "
+        notes.append(f"host-side drafter ({method}): median proposal time {ms(overhead, 3)} per step is the "
                      "profile's overhead_s (per speculative cycle).")
     if clock == "perf_counter":
         notes.append("Timed with perf_counter on the host (a CPU engine): not GPU figures.")
@@ -208,6 +237,12 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     if contexts:
         notes.append(f"context: median {median(contexts):.0f} tokens of KV per request over the decode/verify steps "
                      "(rows are not split by context)")
+    if dropped:
+        notes.append(f"{len(dropped)} cell(s) seen fewer than {min_samples} times per rank left out (ramp steps): "
+                     + ", ".join(sorted(dropped)[:8]) + (" …" if len(dropped) > 8 else ""))
+    if few_kinds:
+        notes.append(f"{', '.join(sorted(few_kinds))}: no cell seen {min_samples} times per rank; every cell kept "
+                     "(a short run: costs rest on few steps)")
     if len(versions) > 1:
         notes.append(f"logs come from several vLLM versions: {', '.join(sorted(versions))}")
     source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(versions)),
@@ -216,9 +251,16 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                              f"steps from {len(files)} rank file(s)")
     if no_ar_timed:
         source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
+    # the keys the model/device checks read (validation.profile_device, check_log_model_matches_profile):
+    # vLLM logs the model as the --model value, which is what the hook recorded
+    hardware: dict[str, Any] = {}
+    if devices:
+        hardware = {"gpu_name": sorted(devices)[0], "gpu_count": tp_val}
+    elif cpu_names:
+        hardware = {"cpu_name": sorted(cpu_names)[0]}
+    model = {"name": sorted(models)[0], "path": sorted(models)[0]} if models else {}
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
-                   hardware={"gpu": sorted(devices)[0]} if devices else {},
-                   model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))
+                   hardware=hardware, model=model, notes=tuple(notes))
 
 
 def step_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
