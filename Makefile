@@ -60,7 +60,7 @@ test: $(VENV)/.installed $(ENGINE_VENV)/.installed
 
 # everything but the tests marked slow (real TP ranks, the end-to-end report, live vLLM servers): for the edit-test loop
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto
 
 # the readers' fuzz test for 10 minutes instead of the suite's 30 s (figures: docs/reliability.md)
 FUZZ_SECONDS ?= 600

@@ -30,8 +30,8 @@ baseline server read 127 and 276 tok/s minutes apart on this VM.)
 Targets (issue 16): median |speedup error| <= 10 % and go/no-go right wherever the measured
 speedup is outside 0.9-1.1.
 
-Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 128] [--reps 9] [--out DIR]
-(needs `make engine`; 5 server starts per TP degree, about 15 min for both on an idle 2-core box).
+Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 128] [--reps 7] [--out DIR]
+(needs `make engine`; 5 server starts per TP degree, about 24 min for both on an idle 2-core box).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tp", type=int, action="append", default=None)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--models", type=Path, default=None)
     a = ap.parse_args()

@@ -125,6 +125,7 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
     return [small, d / "model.safetensors.index.json"], _safetensors
 
 
+@pytest.mark.slow  # a time-bounded fuzz: seconds per reader by design (make test runs it)
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_reader_raises_only_specmodel_error(tmp_path: Path, target: str) -> None:
     seeds, reader = _seeds(target, tmp_path)

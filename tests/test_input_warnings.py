@@ -79,10 +79,16 @@ def test_the_spec_loop_prints_the_speedup_error_the_verdict_rests_on() -> None:
     pr = predict(prof, from_histogram({int(k): v for k, v in hist.items()}, max_tokens=4), batch=1)
     tps = pr.tokens_per_s / 1.04
     base = tps * 0.84 / pr.speedup
-    loop = {"batch": 1, "cycles": 100, "steps": 3, "topk": 1, "num_draft_tokens": 4, "accept_len_requested": 2.7,
-            "spec": {"tokens_per_s": tps, "cycle_s": 0.03, "draft_extend_s": 0.001, "draft_step_s": 0.001,
-                     "verify_s": 0.027, "overhead_s": 0.001, "accept_hist": hist, "accept_mean": 2.7},
-            "baseline": {"tokens_per_s": base}}
+    from specmodel.profile.result import LoopBaseline, LoopSpec, SpecLoopResult
+
+    loop = SpecLoopResult(
+        batch=1, cycles=100, steps=3, topk=1, num_draft_tokens=4, accept_len_requested=2.7, rounds=1,
+        round_cycle_over_step=(),
+        spec=LoopSpec(elapsed_s=1.0, tokens=270, tokens_per_s=tps, cycle_s=0.03, draft_extend_s=0.001,
+                      draft_step_s=0.001, verify_s=0.027, overhead_s=0.001, accept_hist=hist, accept_mean=2.7),
+        baseline=LoopBaseline(elapsed_s=1.0, tokens=100, tokens_per_s=base, step_s=0.01))
+    # result.json keeps its shape: the typed record round-trips through its dict
+    assert SpecLoopResult.from_dict(loop.to_dict()) == loop
     c = compare_loop(prof, loop)
     assert c["predicted"]["rel_error"] == pytest.approx(0.04, abs=1e-9)
     assert c["speedup_rel_error"] == pytest.approx(-0.16, abs=1e-9)

@@ -322,6 +322,7 @@ def test_report_serve_plan_is_the_plan_command(measured_report: dict, tmp_path: 
         assert a["recommended"] is None or a["recommended"]["measured"]
 
 
+@pytest.mark.slow  # renders PDFs (the report fixtures)
 @pytest.mark.parametrize("which", ["ref_report", "measured_report"])
 def test_cli_and_pdf_give_one_recommendation(which: str, request: pytest.FixtureRequest) -> None:
     # issue 18 item 8: the CLI printed the best measured configuration while page 1 said "turn speculation off"

@@ -35,6 +35,7 @@ FLAGS: dict[str, str] = {
     "calibrate": "--calibrate",
     "generation_tokens": "--gen-tokens",
     "allreduce_fit": "--allreduce-fit",
+    "proposal_rate": "--proposal-rate",
     # plan's grid
     "batches": "--batches",
     "contexts": "--contexts",
