@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,13 @@ def specmodel_exe() -> list[str]:
     if exe.exists():
         return [str(exe)]
     return [sys.executable, "-m", "specmodel.cli"]
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child a test sends SIGINT: a shell's background job (``cmd &``, ``nohup``)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all, so the
+    Ctrl-C tests would test the launcher's shell, not specmodel (seen: CI started as ``nohup … &``)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300,

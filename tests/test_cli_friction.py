@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, sigint_default
 
 
 def test_a_mistyped_command_gets_did_you_mean() -> None:
@@ -41,7 +41,8 @@ c.main(["slow"])
 
 
 def test_ctrl_c_prints_exactly_one_line() -> None:
-    r = subprocess.run([sys.executable, "-c", _CTRL_C], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", _CTRL_C], capture_output=True, text=True, timeout=60,
+                       preexec_fn=sigint_default)
     assert r.returncode == 130
     # click on its own prints a blank line before its Abort: the promise is one line
     assert r.stderr.splitlines() == ["specmodel: interrupted"], r.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specmodel.schema.profile import CostRow, Profile, save_profile
-from tests.conftest import DATA, run_cli, specmodel_exe
+from tests.conftest import DATA, run_cli, sigint_default, specmodel_exe
 
 pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not
 
@@ -74,7 +74,7 @@ class Run:
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.t0 = time.monotonic()
         self.p = subprocess.Popen(specmodel_exe() + ["profile", *args], cwd=cwd, env=e, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
         self.lines: queue.Queue[str] = queue.Queue()
         self.err: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
