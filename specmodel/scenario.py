@@ -35,7 +35,7 @@ from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import default_context, forward_cost, measured_contexts
 from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
-from specmodel.schema.phases import default_num_draft_tokens, forward_tokens, is_host_proposer
+from specmodel.schema.phases import default_num_draft_tokens, forward_tokens
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -318,10 +318,9 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     at = None if sc.by_context is None else band_models(sc.by_context, per_position=sc.per_position is not None,
                                                          measured_topk=sc.spec.topk,
                                                          max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
-    r = 1.0 if sc.proposal_rate is None else sc.proposal_rate
-    if r < 1.0 and not is_host_proposer(sc.spec.algorithm):
-        raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
-                                          f"{sc.spec.algorithm or 'a drafter forward'} proposes on every step")
+    from specmodel.model.hostdraft import proposal_rate_of
+
+    r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm)
     if topks is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at,
                           proposal_rate=r)

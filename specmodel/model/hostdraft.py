@@ -17,6 +17,7 @@ proposed (vLLM's ``spec_decode_num_drafts`` / (generated − accepted tokens)).
 
 from __future__ import annotations
 
+from specmodel.errors import FieldError
 from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.schema.phases import forward_tokens, is_host_proposer
@@ -46,6 +47,18 @@ def mixed_speedup(accept_tokens: float, proposal_rate: float, base_step_s: float
     """
     r = min(max(proposal_rate, 0.0), 1.0)
     return mixed_tokens(accept_tokens, r) * base_step_s / mixed_step_s(r, cycle_s, base_step_s, proposal_s)
+
+
+def proposal_rate_of(proposal_rate: float | None, algorithm: str) -> float:
+    """The share r of request-steps that propose, checked: None -> 1 (every step); r < 1 only for a
+    host proposer (a drafter forward proposes on every step). One rule for predict and plan."""
+    r = 1.0 if proposal_rate is None else float(proposal_rate)
+    if not 0.0 < r <= 1.0:
+        raise FieldError("proposal_rate", f"must be in (0, 1], got {proposal_rate!r}")
+    if r < 1.0 and not is_host_proposer(algorithm):
+        raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
+                                          f"{algorithm or 'a drafter forward'} proposes on every step")
+    return r
 
 
 def mixed_tokens(accept_tokens: float, proposal_rate: float) -> float:

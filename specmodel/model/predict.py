@@ -392,12 +392,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     the proposing steps. None: every step proposes (r = 1)."""
     spec = spec or profile.spec
     check_verified_tokens(spec, dist.mean_tokens)
-    r = 1.0 if proposal_rate is None else float(proposal_rate)
-    if not 0.0 < r <= 1.0:
-        raise FieldError("proposal_rate", f"must be in (0, 1], got {proposal_rate!r}")
-    if r < 1.0 and not is_host_proposer(spec.algorithm):
-        raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
-                                          f"{spec.algorithm or 'a drafter forward'} proposes on every step")
+    r = hd.proposal_rate_of(proposal_rate, spec.algorithm)
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
         raise FieldError(
             None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "
