@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 
 import pytest
 
@@ -15,7 +16,10 @@ from tests.conftest import run_cli
 
 
 def _predict_json(*args: str) -> dict:
-    r = run_cli("predict", "--json", *args)
+    # an empty folder: the default profile is then the shipped reference, as on a fresh checkout
+    # (after `make demo` the checkout's ./profiles holds cpu-demo, which a bare predict would use)
+    with tempfile.TemporaryDirectory() as empty:
+        r = run_cli("predict", "--json", *args, cwd=empty)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
