@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from specmodel.profile.analysis import _SLIM_CATS, TRACE_MIN_US
 from specmodel.schema.profile import load_profile
+from specmodel.trace.collectives import classify_cpu_op
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # the profiler itself needs torch; the rest of the suite does not
@@ -106,7 +108,17 @@ def test_outputs_csv_and_traces(runs, tp):
         assert {f"specmodel.{c.kind}[bs={c.batch},toks={c.tokens}]" for c in prof.costs} <= names
         assert any(str(n).startswith("gloo:all_reduce") for n in names)
         assert tr["otherData"]["specmodel"]["rank"] == rank
-        assert (d / "traces" / f"rank{rank}.trace.json").stat().st_size < 2_000_000
+        # slimmed by rule, not by a byte count (how many host ops pass 5 µs depends on the box's
+        # speed: a 2 MB cap failed on a slower CI machine): short host ops are dropped except the
+        # one resuming after each collective, plain ops lose their args, flow arrows are gone
+        evs = [e for e in tr["traceEvents"] if e.get("ph") == "X"]
+        is_coll = [classify_cpu_op(str(e.get("name", "")), e.get("args")) is not None for e in evs]
+        colls = [e for e, c in zip(evs, is_coll, strict=True) if c]
+        plain = [e for e, c in zip(evs, is_coll, strict=True) if not c and e.get("cat") in _SLIM_CATS]
+        short = [e for e in plain if float(e.get("dur", 0.0)) < TRACE_MIN_US]
+        assert colls and len(short) <= len(colls)
+        assert not any("args" in e for e in plain)
+        assert not any(e.get("ph") in ("s", "f", "t") for e in tr["traceEvents"])
 
 
 def test_json_output_and_text_summary(runs):
