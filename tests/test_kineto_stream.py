@@ -97,3 +97,24 @@ def test_invalid_json_deep_in_a_big_file_does_not_buffer_the_rest(tmp_path: Path
     assert len(seen) == 2000  # every event before the broken one was delivered, none after
     assert max(sizes) <= 4096 + 2 * 1024  # the buffer stayed bounded: the rest of the file was never held
     assert p.stat().st_size > 20 * max(sizes)
+
+
+def test_the_cyclic_collector_is_paused_while_a_trace_streams_and_restored_after(tmp_path: Path) -> None:
+    import gc
+
+    seen: list[bool] = []
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X"}, {"ph": ')
+    assert gc.isenabled()
+    try:
+        scan_trace(GPU0, lambda e: seen.append(gc.isenabled()))
+        assert seen and not any(seen)  # off while events stream
+        assert gc.isenabled()  # back on after
+        with pytest.raises(SpecmodelError):
+            scan_trace(bad, lambda e: None)
+        assert gc.isenabled()  # and after an error
+        gc.disable()
+        scan_trace(GPU0, lambda e: None)
+        assert not gc.isenabled()  # a caller's own choice is left as it was
+    finally:
+        gc.enable()
