@@ -91,7 +91,7 @@ class Prefilter(Protocol):
         """The kept events of one run, as decoded structs (fields :data:`EVENT_KEYS`, ``args`` a
         struct whose attributes are :func:`arg_field` of each key, MISSING when absent): exactly
         what ``on_event(as_dict(ev))`` for each, in order, would do (used when ``on_event`` is
-        the consumer's own)."""
+        the consumer's own). ``as_dict.args(ev.args)`` is that dict's ``args`` alone."""
         ...
 
 
@@ -137,6 +137,12 @@ if msgspec is not None:
         """A decoded event -> the dict ``json.loads`` gives, less the fields nobody reads."""
         miss = MISSING
 
+        def args(a: Any) -> dict[str, Any] | None:
+            """Of a decoded ``args`` (None or MISSING: None): the dict as_dict gives (its ``args``)."""
+            if a is None or a is miss:
+                return None
+            return {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
+
         def as_dict(ev: Any) -> dict[str, Any]:
             e = asdict(ev)
             for k in _TOP_KEYS:
@@ -144,9 +150,10 @@ if msgspec is not None:
                     del e[k]
             a = e.pop("args")
             if a is not miss:
-                e["args"] = None if a is None else {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
+                e["args"] = args(a)
             return e
 
+        as_dict.args = args  # type: ignore[attr-defined]  # (the args alone, without the event's dict)
         return as_dict
 
 

@@ -142,6 +142,7 @@ class Collector:
     decisions: dict[tuple[Any, Any, Any], Any] = field(default_factory=dict)  # the pre-filter's cache
     _cpu_rules: dict[str, Any] = field(default_factory=dict)
     _kernel_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # (name, Collective name)
+    _cpu_coll_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # the same, of cpu_ops
 
     def _times(self, e: dict[str, Any]) -> tuple[float, float]:
         ts, dur = e.get("ts"), e.get("dur", 0.0)
@@ -264,6 +265,8 @@ class Collector:
         busy, runtime = GPU_BUSY_CATS, _RUNTIME_CATS
         kernels, launches = self.kernels, self.launches
         rules = self._kernel_rules
+        cpu_rules = self._cpu_coll_rules
+        args_of = as_dict.args
         on_event = self.on_event
         n = 0
         for ev in events:
@@ -298,10 +301,12 @@ class Collector:
                 if type(name) is not str:
                     n += 1
                     continue
-                e = as_dict(ev)
-                args = e.get("args")
+                args = args_of(a)
                 if self._cpu_rule(name) is not None or (type(args) is dict and _COLL_KEY in args):
-                    cc = classify_cpu_op(name, args)
+                    ckey = (name, cname if type(cname) is str else None)
+                    cc = cpu_rules.get(ckey, miss)
+                    if cc is miss:  # (the classifier reads args' Collective name only)
+                        cc = cpu_rules[ckey] = classify_cpu_op(name, args)
                     if cc is not None:
                         tid = ev.tid
                         self.cpu_colls.append((t0, t0 + d, pid, cc.collective, cc.implementation,
@@ -327,13 +332,12 @@ class Collector:
                 nbytes = 0
                 seq = None
                 if c is not None:  # a collective: its bytes and sequence number
-                    e = as_dict(ev)
-                    args = e.get("args")
+                    args = args_of(a)
                     args = args if type(args) is dict else {}
                     if "Seq" in args:
                         seq = (args.get("Process Group Name"), args.get("Seq"))
                         if type(seq[0]) in (list, dict) or type(seq[1]) in (list, dict):
-                            on_event(e)  # (it names the field)
+                            on_event(as_dict(ev))  # (it names the field)
                             continue
                     coll, impl, nbytes = c.collective, c.implementation, message_bytes(args)
                 if not self.n_kernels:
