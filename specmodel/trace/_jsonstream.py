@@ -103,6 +103,8 @@ def arg_field(key: str) -> str:
 
 #: Below this many characters left in the buffer, read more before cutting a run.
 _MIN_RUN_CHARS = CHUNK_CHARS // 2
+#: A refused run is halved down to this length before its events are read one by one.
+_MIN_RETRY_CHARS = 1 << 15
 
 if msgspec is not None:
     from msgspec.structs import asdict
@@ -329,11 +331,21 @@ class _Scanner:
                 cut = buf.rfind("},", pos)
                 if cut >= 0:
                     self.pos = pos
-                    if self._run(on_event, keep, cut):  # type: ignore[arg-type]
+                    ok = self._run(on_event, keep, cut)  # type: ignore[arg-type]
+                    # refused: the cut may lie past the array's end (a trailing key holding an
+                    # object: `], "otherData": {"a": {...}, ...}`) or the run hold one odd event.
+                    # Halve it while it is long: the events before are read fast all the same.
+                    while not ok and cut - pos > _MIN_RETRY_CHARS:
+                        shorter = buf.rfind("},", pos, pos + (cut - pos) // 2)
+                        if shorter < 0:
+                            break
+                        cut = shorter
+                        ok = self._run(on_event, keep, cut)  # type: ignore[arg-type]
+                    if ok:
                         self._peek()
                         buf, pos = self.buf, self.pos
                         continue
-                    slow_until = self.consumed + cut
+                    slow_until = self.consumed + cut  # (the shortest run refused)
             try:
                 obj, end = scan(buf, pos)
             except StopIteration as stop:
