@@ -131,6 +131,35 @@ def test_a_key_after_the_events_holding_objects_costs_only_the_last_stretch(tmp_
     assert states[0] == states[1]
 
 
+@pytest.mark.parametrize("odd", [None, {"ts": "7.5"}, {"dur": None}, {"tid": None}, {"ts": True}, {"dur": -0.0},
+                                 {"dur": -1.0}, {"ts": 10**400}, {"pid": "p"}, "no dur", "no tid"])
+def test_host_ops_read_off_structs_record_what_the_full_decode_records(tmp_path: Path, odd: Any) -> None:
+    # a CPU trace's host ops (read off the decoded structs, no dict): two threads interleaved, and
+    # one op made odd in each way host_ops_of must read as on_event does, or refuse
+    events: list[dict[str, Any]] = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1 + i % 2,
+                                     "ts": float(i), "dur": 0.5} for i in range(300)]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=1]", "pid": 1, "tid": 1,
+                   "ts": 0.0, "dur": 400.0})
+    if isinstance(odd, dict):
+        events[150].update(odd)
+    elif odd is not None:
+        del events[150]["dur" if odd == "no dur" else "tid"]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    states = []
+    for keep in (True, False):
+        col = Collector(path=str(p), span_name=_is_span_name)
+        try:
+            scan_trace(p, col.on_event, keep=col if keep else None, on_skipped=col.skipped)
+        except SpecmodelError as exc:
+            states.append(("error", str(exc)))
+            continue
+        states.append(_state(col) | {"host": {k: list(v) for k, v in col.host_ops.items()}})
+    assert states[0] == states[1]
+    if odd is None:
+        assert sorted(states[0]["host"]) == [(1, 1), (1, 2)] and len(states[0]["host"][(1, 1)]) == 300
+
+
 # ---- generated streams: every rule of on_event against decide/host_ops_of
 
 # (cat, names it is seen with, args keys it is seen with): events are drawn near these, then
