@@ -61,7 +61,29 @@ def test_invalid_json_is_one_clear_error(tmp_path: Path, text: str, message: str
     assert str(p) in msg and message in msg and "\n" not in msg
 
 
-def test_gzip_errors(tmp_path: Path) -> None:
+@pytest.fixture(params=["isal", "zlib"])
+def gzip_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each gzip reader: ISA-L's (the dependency) and the standard library's (the fallback)."""
+    if request.param == "zlib":
+        monkeypatch.setattr(_jsonstream, "igzip", None)
+    else:
+        assert _jsonstream.igzip is not None  # installed by the project's own dependencies
+    return str(request.param)
+
+
+def test_both_gzip_readers_give_the_same_events(gzip_reader: str, tmp_path: Path) -> None:
+    header, events = _collect(GPU1)
+    doc = json.loads(gzip.decompress(GPU1.read_bytes()))
+    assert events == doc["traceEvents"] and header["traceEvents"] is None
+    # two gzip members (a concatenated file) read as one stream
+    two = tmp_path / "two.json.gz"
+    text = json.dumps(doc)
+    cut = text.index('"traceEvents"')
+    two.write_bytes(gzip.compress(text[:cut].encode()) + gzip.compress(text[cut:].encode()))
+    assert _collect(two)[1] == events
+
+
+def test_gzip_errors(tmp_path: Path, gzip_reader: str) -> None:
     raw = GPU1.read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(raw[: len(raw) // 2])

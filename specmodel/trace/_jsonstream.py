@@ -47,6 +47,13 @@ try:
     import msgspec
 except ImportError:  # pragma: no cover - a dependency; without it every event is decoded
     msgspec = None  # type: ignore[assignment]
+try:  # ISA-L's gzip reader: inflate and CRC in C, ~2x GzipFile (a dependency; zlib is the fallback)
+    from isal import igzip, isal_zlib
+except ImportError:  # pragma: no cover
+    igzip = isal_zlib = None  # type: ignore[assignment]
+#: what a corrupt deflate stream raises, by either reader
+_INFLATE_ERRORS: tuple[type[BaseException], ...] = (
+    zlib.error, *([cast(type[BaseException], isal_zlib.error)] if isal_zlib is not None else []))
 
 CHUNK_CHARS = 1 << 20
 #: A decode error this far before the end of the buffer cannot be "the object continues in the
@@ -407,7 +414,11 @@ def _gc_paused() -> Iterator[None]:
 def _open_text(raw: IO[bytes]) -> IO[str]:
     magic = raw.read(2)
     raw.seek(0)
-    stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if magic == b"\x1f\x8b" else raw
+    if magic == b"\x1f\x8b":
+        opener = igzip.IGzipFile if igzip is not None else gzip.GzipFile
+        stream = cast(IO[bytes], opener(fileobj=raw, mode="rb"))
+    else:
+        stream = raw
     return io.TextIOWrapper(stream, encoding="utf-8")
 
 
@@ -433,7 +444,7 @@ def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None, keep: P
         raise SpecmodelError(f"{p}: not a valid gzip file ({exc})") from None
     except EOFError:
         raise SpecmodelError(f"{p}: truncated gzip file (the compressed stream ends early)") from None
-    except zlib.error as exc:
+    except _INFLATE_ERRORS as exc:
         raise SpecmodelError(f"{p}: corrupt gzip data ({exc})") from None
     except UnicodeDecodeError:
         raise SpecmodelError(f"{p}: not UTF-8 text (is it a trace?)") from None
