@@ -84,6 +84,8 @@ class Prefilter(Protocol):
     args_keys: tuple[str, ...]
     #: (ph, cat, name) -> decision, filled by ``decide``; the owner clears it when its rules change
     decisions: dict[tuple[Any, Any, Any], Any]
+    #: the one ``ph`` an event may have to be kept: ``decide`` is False for every other
+    only_ph: str
 
     def decide(self, ph: Any, cat: Any, name: Any) -> Any: ...
 
@@ -283,14 +285,18 @@ class _Scanner:
         host = HOST_OP
         rules = keep.decisions
         decide = keep.decide
+        only_ph = keep.only_ph
         attr = dict((k, f) for f, k in fields)
         coll = attr.get(_COLL_KEY)
         kept = []
         hosts = []
         for ev in run:
-            d = rules.get((ev.ph, ev.cat, ev.name))
+            ph = ev.ph
+            if ph != only_ph:  # (flow arrows, instants, metadata: no decision to look up)
+                continue
+            d = rules.get((ph, ev.cat, ev.name))
             if d is None:
-                d = decide(ev.ph, ev.cat, ev.name)
+                d = decide(ph, ev.cat, ev.name)
             if d is True:
                 pass
             elif d is False:

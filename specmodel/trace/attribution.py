@@ -140,6 +140,7 @@ class Collector:
     span_name: Any = None  # predicate: is this annotation name a pass span?
     args_keys: tuple[str, ...] = ARGS_KEYS  # (a class constant; the pre-filter reads it)
     decisions: dict[tuple[Any, Any, Any], Any] = field(default_factory=dict)  # the pre-filter's cache
+    only_ph: str = "X"  # (a class constant: complete events are the only ones on_event reads)
     _cpu_rules: dict[str, Any] = field(default_factory=dict)
     _kernel_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # (name, Collective name)
     _cpu_coll_rules: dict[tuple[str, str | None], Any] = field(default_factory=dict)  # the same, of cpu_ops
@@ -186,7 +187,7 @@ class Collector:
         Cached in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps
         more, never less."""
         d: Any = False
-        if ph != "X":
+        if ph != self.only_ph:
             pass
         elif cat in GPU_BUSY_CATS:
             d = True
@@ -266,12 +267,13 @@ class Collector:
         kernels, launches = self.kernels, self.launches
         rules = self._kernel_rules
         cpu_rules = self._cpu_coll_rules
+        only_ph = self.only_ph
         args_of = as_dict.args
         on_event = self.on_event
         n = 0
         for ev in events:
             cat = ev.cat
-            if ev.ph != "X" or not (cat in busy or cat in runtime or (cat == "cpu_op" and self.n_kernels)):
+            if ev.ph != only_ph or not (cat in busy or cat in runtime or (cat == "cpu_op" and self.n_kernels)):
                 on_event(as_dict(ev))
                 continue
             dur = ev.dur
@@ -354,7 +356,7 @@ class Collector:
     def on_event(self, e: Any) -> None:
         # hot path: most events are cpu_ops / runtime calls we drop after a few dict lookups
         self.n_events += 1
-        if type(e) is not dict or e.get("ph") != "X":
+        if type(e) is not dict or e.get("ph") != self.only_ph:
             return
         if type(e.get("pid")) in (list, dict) or type(e.get("tid")) in (list, dict):
             self._key(e, e.get("pid"), "pid")
