@@ -24,6 +24,15 @@ from tests.conftest import DATA
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, params=["compiled", "msgspec"])
+def prefilter_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both pre-filters: the compiled one (specmodel/trace/_cscan.c) and,
+    with it hidden, the msgspec one (what a box that cannot build it runs)."""
+    if request.param == "msgspec":
+        monkeypatch.setattr(attribution, "_cscan", None)
+    return str(request.param)
+
+
 def _traces() -> list[Path]:
     """Every file under tests/data a user could hand to ingest (a .json / .json.gz)."""
     return sorted(p for p in DATA.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))

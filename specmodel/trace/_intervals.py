@@ -10,12 +10,18 @@ Interval = tuple[float, float]
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint union of ``intervals`` (empty ones dropped)."""
     out: list[Interval] = []
-    for s, e in sorted(iv for iv in intervals if iv[1] > iv[0]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
+    cur_s = cur_e = 0.0
+    started = False
+    for s, e in sorted([iv for iv in intervals if iv[1] > iv[0]]):
+        if started and s <= cur_e:
+            if e > cur_e:
+                cur_e = e
         else:
-            out.append((s, e))
+            if started:
+                out.append((cur_s, cur_e))
+            cur_s, cur_e, started = s, e, True
+    if started:
+        out.append((cur_s, cur_e))
     return out
 
 
@@ -26,13 +32,16 @@ def length(merged: Iterable[Interval]) -> float:
 def overlap(a: list[Interval], b: list[Interval]) -> float:
     """Length of the intersection of two merged (sorted, disjoint) interval lists."""
     i = j = 0
+    na, nb = len(a), len(b)
     total = 0.0
-    while i < len(a) and j < len(b):
-        s = max(a[i][0], b[j][0])
-        e = min(a[i][1], b[j][1])
+    while i < na and j < nb:
+        a0, a1 = a[i]
+        b0, b1 = b[j]
+        s = b0 if b0 > a0 else a0  # max(a0, b0), min(a1, b1): the same values without the calls
+        e = b1 if b1 < a1 else a1
         if e > s:
             total += e - s
-        if a[i][1] < b[j][1]:
+        if a1 < b1:
             i += 1
         else:
             j += 1

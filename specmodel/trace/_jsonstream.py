@@ -33,6 +33,7 @@ import io
 import json
 import json.scanner
 import re
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -96,6 +97,10 @@ class Prefilter(Protocol):
 
     def on_event(self, e: Any) -> None: ...
 
+    def compiled(self) -> Callable[[str, int], tuple[int, int, list[dict[str, Any]], int]] | None:
+        """The compiled pre-filter bound to this consumer, or None (see :data:`C_MORE`)."""
+        ...
+
     def on_structs(self, events: Sequence[Any], as_dict: Callable[[Any], dict[str, Any]]) -> None:
         """The kept events of one run, as decoded structs (fields :data:`EVENT_KEYS`, ``args`` a
         struct whose attributes are :func:`arg_field` of each key, MISSING when absent): exactly
@@ -109,6 +114,15 @@ def arg_field(key: str) -> str:
     ``collective_name``)."""
     return re.sub(r"\W+", "_", key).strip("_").lower()
 
+
+#: What a compiled pre-filter's ``scan(buf, pos)`` says (specmodel/trace/_cscan.c): the element at
+#: ``pos`` is not complete in the buffer (read more), the array ended (``pos`` past its ``]``), the
+#: element at ``pos`` must be read by the reference decoder (one event), the buffer holds
+#: characters beyond U+00FF (the msgspec path reads it). It also returns the kept events it did
+#: not consume itself (dicts for ``on_event``, in order) and how many it counted.
+C_MORE, C_END, C_SLOW, C_WIDE = 0, 1, 2, 3
+#: An event the compiled scan has not seen the end of after this many characters: the reference reads it.
+_MAX_C_EVENT_CHARS = 4 * CHUNK_CHARS
 
 #: Below this many characters left in the buffer, read more before cutting a run.
 _MIN_RUN_CHARS = CHUNK_CHARS // 2
@@ -166,6 +180,22 @@ if msgspec is not None:
 
         as_dict.args = args  # type: ignore[attr-defined]  # (the args alone, without the event's dict)
         return as_dict
+
+
+def _own(on_event: Callable[[Any], None], keep: Prefilter) -> bool:
+    """Is ``on_event`` the pre-filter's own ``on_event``? Only then may its fast paths (structs,
+    the compiled scan) stand in for calling it on each event."""
+    return getattr(on_event, "__self__", None) is keep \
+        and getattr(on_event, "__func__", None) is getattr(type(keep), "on_event", None)
+
+
+def _bad_number(exc: ValueError) -> str:
+    """What json's ValueError says, without the digit count it names: that count is how many
+    digits happened to be in the buffer (it varies with where a chunk ends)."""
+    msg = str(exc)
+    if "integer string conversion" in msg:
+        return f"an integer beyond Python's {sys.get_int_max_str_digits()}-digit limit"
+    return msg[:80]
 
 
 class _Scanner:
@@ -228,7 +258,7 @@ class _Scanner:
                 self._fill()
                 continue
             except ValueError as exc:  # an integer beyond Python's int-string digit limit
-                raise self._error(f"bad number ({str(exc)[:80]})") from None
+                raise self._error(f"bad number ({_bad_number(exc)})") from None
             if end >= len(self.buf) and not self.eof:
                 self._fill()  # a number cut at the chunk edge would decode short: retry with more
                 continue
@@ -315,7 +345,7 @@ class _Scanner:
             return False
         self.n_skipped += len(run) - len(kept)
         as_dict = _as_dict(fields)
-        if getattr(on_event, "__self__", None) is keep and getattr(on_event, "__func__", None) is type(keep).on_event:
+        if _own(on_event, keep):
             keep.on_structs(kept, as_dict)  # the consumer's own handler: no dict per event
         else:
             for ev in kept:
@@ -333,10 +363,31 @@ class _Scanner:
         scan = _SCAN
         after = _AFTER.match
         fast = keep is not None and msgspec is not None
+        compiled = keep.compiled() if keep is not None and _own(on_event, keep) and hasattr(keep, "compiled") \
+            else None
         slow_until = -1  # absolute position: a run refused there is read event by event up to it
         buf, pos = self.buf, self.pos
         while True:
-            if fast and self.consumed + pos > slow_until:
+            if compiled is not None and self.consumed + pos > slow_until:
+                if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
+                    self.pos = pos
+                    self._fill()
+                    buf, pos = self.buf, self.pos
+                status, pos, items, counted = compiled(buf, pos)
+                self.n_skipped += counted
+                for e in items:
+                    on_event(e)
+                if status == C_END:
+                    self.pos = pos
+                    return
+                if status == C_MORE and not self.eof and len(buf) - pos < _MAX_C_EVENT_CHARS:
+                    self.pos = pos
+                    self._fill()
+                    buf, pos = self.buf, self.pos
+                    continue
+                # C_SLOW, or an event unfinished at the end of the file or longer than the bound:
+                # the reference reads the element at pos (below); C_WIDE: the msgspec path, next
+            if fast and self.consumed + pos > slow_until and (compiled is None or status == C_WIDE):
                 if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
                     self.pos = pos
                     self._fill()
@@ -373,7 +424,7 @@ class _Scanner:
                 raise self._error("an event nested too deeply") from None
             except ValueError as exc:  # an integer beyond Python's int-string digit limit
                 self.pos = pos
-                raise self._error(f"bad number in an event ({str(exc)[:80]})") from None
+                raise self._error(f"bad number in an event ({_bad_number(exc)})") from None
             else:
                 m = after(buf, end)
                 if m is not None and (m.end() < len(buf) or self.eof):
@@ -404,7 +455,7 @@ class _Scanner:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a trace streams: it allocates millions of short-lived
     objects (freed by reference counting, none in a cycle) and a growing list of kept tuples,
     which every full collection would walk again. Restored (and left to run) afterwards."""
@@ -440,7 +491,7 @@ def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None, keep: P
     p = Path(path)
     stat_input(p, "a trace file")
     try:
-        with _gc_paused(), p.open("rb") as raw, _open_text(raw) as text:
+        with gc_paused(), p.open("rb") as raw, _open_text(raw) as text:
             sc = _Scanner(text, p)
             header = sc.run(on_event, keep)
             if on_skipped is not None:

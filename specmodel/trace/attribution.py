@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +42,11 @@ from specmodel.trace.collectives import (
     message_bytes,
 )
 from specmodel.units import from_us
+
+try:  # the compiled pre-filter (setup.py builds it; optional: without it the msgspec path runs)
+    from specmodel.trace import _cscan
+except ImportError:  # pragma: no cover - exercised by tests that hide it
+    _cscan = None  # type: ignore[assignment]
 
 GPU_BUSY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
@@ -250,6 +256,36 @@ class Collector:
             arr.extend(times)
         return True
 
+    def compiled(self) -> Any:
+        """The compiled pre-filter bound to this collector (``_jsonstream`` calls it per buffer), or
+        None where the extension is not built. ``scan(buf, pos)`` -> (status, pos, items, counted):
+        kernels, launches, a GPU trace's collective callers and a CPU trace's host ops go straight
+        into this collector's lists (the tuples :meth:`on_structs` builds); every other kept event
+        comes back in ``items`` as the dict for :meth:`on_event`; anything it does not read exactly
+        as :meth:`on_event` would (``specmodel/trace/_cscan.c``) stops the scan there (SLOW) for the
+        reference decoder and :meth:`on_event`."""
+        if _cscan is None:
+            return None
+        hosts: dict[tuple[Any, Any], list[float]] = {}
+        sc = _cscan.Scanner(decide=self.decide, info=_collective_info, missing=MISSING, host_op=HOST_OP,
+                            args_keys=self.args_keys, only_ph=self.only_ph, kernels=self.kernels,
+                            launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
+                            int_max_digits=sys.get_int_max_str_digits())
+
+        def scan(buf: str, pos: int) -> tuple[int, int, list[dict[str, Any]], int]:
+            status, pos, items, counted, new_kernels = sc.scan(buf, pos, self.n_kernels)
+            self.n_kernels += new_kernels
+            if hosts:  # (order within a thread does not matter: _blocked_calls sorts them)
+                for key, times in hosts.items():
+                    arr = self.host_ops.get(key)
+                    if arr is None:
+                        arr = self.host_ops[key] = array("d")
+                    arr.extend(times)
+                hosts.clear()
+            return status, pos, items, counted
+
+        return scan
+
     def skipped(self, n: int) -> None:
         """Events the pre-filter counted without decoding (part of ``n_events``)."""
         self.n_events += n
@@ -426,6 +462,15 @@ class Collector:
         return True
 
 
+def _collective_info(cpu: bool, name: str, args: dict[str, Any]) -> tuple[str, str, int] | None:
+    """What the compiled pre-filter asks once per distinct (kind, name, args it reads): the
+    collective, implementation and message bytes of a kernel (``cpu`` False) or a collective's
+    caller, None if it is none. ``args`` holds only ``Collective name``, ``In msg nelems``,
+    ``dtype``, ``Input Dims``, ``Input type``: all that the classifier and message_bytes read."""
+    c = (classify_cpu_op if cpu else classify_kernel)(name, args)
+    return None if c is None else (c.collective, c.implementation, message_bytes(args))
+
+
 def merge_gpu_spans(spans: list[Span]) -> list[Span]:
     """Kineto may emit one gpu_user_annotation per stream for one CPU range: one window each."""
     out: list[Span] = []
@@ -475,8 +520,13 @@ def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
     comm: list[iv.Interval] = []
     comp: list[iv.Interval] = []
     colls: list[Coll] = []
-    for k in ks:
-        s, e = max(k[0], lo), min(k[1], hi)
+    for k in ks:  # (the clip without max/min calls: the same values, ~50k kernels a rank)
+        s = k[0]
+        e = k[1]
+        if s < lo:
+            s = lo
+        if e > hi:
+            e = hi
         if e <= s:
             continue
         if k[4] is not None:

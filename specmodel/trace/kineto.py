@@ -46,7 +46,7 @@ from specmodel.schema.phases import (
     parse_phase_label,
 )
 from specmodel.schema.profile import KINDS
-from specmodel.trace._jsonstream import scan_trace
+from specmodel.trace._jsonstream import gc_paused, scan_trace
 from specmodel.trace.attribution import (
     Collector,
     PassRecord,
@@ -537,6 +537,11 @@ def parse_rank_file(path: str, opts: IngestOptions, single: bool = False, *, ful
 
     Events the attribution cannot use are counted, not decoded (:meth:`Collector.decide`);
     ``full_decode`` decodes every one (the reference the pre-filter is tested against)."""
+    with gc_paused():  # (the attribution, too, builds ~10^5 short-lived tuples and no cycle)
+        return _parse_rank_file(path, opts, single, full_decode)
+
+
+def _parse_rank_file(path: str, opts: IngestOptions, single: bool, full_decode: bool) -> RankTrace:
     col = Collector(path=path, span_name=_is_span_name)
     header = scan_trace(path, col.on_event, keep=None if full_decode else col, on_skipped=col.skipped)
     if "traceEvents" not in header:
