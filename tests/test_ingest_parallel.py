@@ -4,7 +4,10 @@ any split of the work gives the serial result, and a broken file is named wherev
 from __future__ import annotations
 
 import gzip
+import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +63,56 @@ def test_a_broken_file_is_named_whether_this_process_or_a_worker_read_it(tmp_pat
         victim.write_text(victim.read_text().replace('"dur":', '"dur": "x",', 1))
     with pytest.raises(SpecmodelError, match=victim.name):
         ingest([d], jobs=2)
+
+
+def _children() -> list[int]:
+    """Live child processes of this one (from /proc: a zombie counts, it was not reaped)."""
+    me = os.getpid()
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.append(int(d.name))
+    return out
+
+
+@pytest.mark.parametrize("how", ["crash", "dies", "parent-fails"])
+def test_a_forked_worker_that_fails_is_named_and_no_child_is_left(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path, how: str) -> None:
+    # a core per file: this process reads the first, forked children the rest (trace/ingest.py _forked)
+    from specmodel.trace import ingest as ing
+
+    files = sorted(GPU.iterdir())
+    real = ing._parse_one
+    me = os.getpid()
+
+    def odd(w: tuple) -> object:
+        child = os.getpid() != me
+        if child and how == "crash":
+            raise RuntimeError("boom")
+        if child and how == "dies":
+            os._exit(3)
+        if not child and how == "parent-fails":
+            time.sleep(0.2)
+            raise SpecmodelError(f"{w[0]}: refused here")
+        return real(w)
+
+    monkeypatch.setattr(ing, "_parse_one", odd)
+    want = {"crash": f"{files[1].name}: worker failed: RuntimeError: boom",
+            "dies": f"{files[1].name}: the worker reading it died", "parent-fails": "refused here"}[how]
+    with pytest.raises(SpecmodelError, match=re.escape(want)):
+        ingest([GPU], jobs=2)
+    assert _children() == []
+
+
+def test_the_forked_split_gives_the_pooled_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specmodel.trace import ingest as ing
+
+    forked = ingest([GPU], jobs=2)
+    monkeypatch.setattr(ing.sys, "platform", "other")  # (the pool: a box without fork)
+    assert ingest([GPU], jobs=2).to_dict() == forked.to_dict()
+    assert _children() == []

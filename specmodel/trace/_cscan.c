@@ -571,11 +571,65 @@ static PyObject *build_int(const Val *v) {
     return PyLong_FromLongLong(neg ? -x : x);
 }
 
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Clinger's exact case: digits m < 2^53 and |e| <= 22, so m and 10^|e| are exact doubles and one
+ * IEEE multiplication or division rounds correctly: the value strtod (float()) gives, bit for bit.
+ * 0 done, -1 not this case. (Trace timestamps have ~16 digits: strtod's big-number path otherwise.) */
+static int fast_double(const Val *v, double *out) {
+    const unsigned char *p = v->p, *end = v->p + v->n;
+    int neg = 0, digits = 0, frac = 0, seen_dot = 0;
+    uint64_t m = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    for (; p < end; p++) {
+        unsigned char c = *p;
+        if (c >= '0' && c <= '9') {
+            if (m || c != '0')
+                digits++;
+            if (digits > 19)
+                return -1;
+            m = m * 10 + (uint64_t)(c - '0');
+            frac += seen_dot;
+        } else if (c == '.') {
+            seen_dot = 1;
+        } else {
+            break; /* an exponent */
+        }
+    }
+    int e = 0;
+    if (p < end) { /* [eE][+-]?digits */
+        int eneg = 0, ed = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            eneg = *p++ == '-';
+        for (; p < end; p++) {
+            if (++ed > 4)
+                return -1;
+            e = e * 10 + (*p - '0');
+        }
+        if (eneg)
+            e = -e;
+    }
+    e -= frac;
+    if (m > (1ULL << 53) || e < -22 || e > 22)
+        return -1;
+    double d = (double)m;
+    d = e < 0 ? d / POW10[-e] : d * POW10[e];
+    *out = neg ? -d : d;
+    return 0;
+}
+
 /* a number's value as float(): 0 ok (in *out), -1 not handled */
 static int num_double(const Val *v, double *out) {
     char tmp[MAX_NUM_CHARS + 1];
     if (v->t != T_INT && v->t != T_FLT)
         return -1;
+    if (fast_double(v, out) == 0)
+        return 0;
     if (v->n > MAX_NUM_CHARS)
         return -1;
     if (v->t == T_INT) {
@@ -711,12 +765,16 @@ typedef struct {
     Table infos;        /* kind, name, args text -> info result */
     int decided_with_kernels; /* the n_kernels > 0 the decision table was filled under */
     Buf key;
+    PyObject *last_host; /* the bytearray of the last host op's thread (a strong reference) */
+    Buf last_host_key;
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
     table_clear(&self->decisions);
     table_clear(&self->infos);
     PyMem_Free(self->key.p);
+    PyMem_Free(self->last_host_key.p);
+    Py_XDECREF(self->last_host);
     Py_XDECREF(self->decide);
     Py_XDECREF(self->info);
     Py_XDECREF(self->missing);
@@ -1002,38 +1060,53 @@ static int append_new(PyObject *list, PyObject *item) {
     return rc;
 }
 
-/* one host op: (pid, tid) -> [..., start, end] */
+/* one host op: (pid, tid) -> a bytearray of doubles start, end, ... (consecutive ops mostly share
+ * a thread: the last key's text is compared before a tuple is built and looked up) */
 static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
-    PyObject *pid = build_or_none(&ev->top[K_PID]);
-    if (pid == NULL)
-        return PyErr_Occurred() ? -1 : -2;
-    PyObject *tid = build_or_none(&ev->top[K_TID]);
-    if (tid == NULL) {
+    self->key.n = 0;
+    if (buf_val(&self->key, &ev->top[K_PID]) < 0 || buf_val(&self->key, &ev->top[K_TID]) < 0)
+        return -1;
+    if (self->last_host == NULL || self->key.n != self->last_host_key.n ||
+        memcmp(self->key.p, self->last_host_key.p, (size_t)self->key.n) != 0) {
+        PyObject *pid = build_or_none(&ev->top[K_PID]);
+        if (pid == NULL)
+            return PyErr_Occurred() ? -1 : -2;
+        PyObject *tid = build_or_none(&ev->top[K_TID]);
+        if (tid == NULL) {
+            Py_DECREF(pid);
+            return PyErr_Occurred() ? -1 : -2;
+        }
+        PyObject *key = PyTuple_Pack(2, pid, tid);
         Py_DECREF(pid);
-        return PyErr_Occurred() ? -1 : -2;
-    }
-    PyObject *key = PyTuple_Pack(2, pid, tid);
-    Py_DECREF(pid);
-    Py_DECREF(tid);
-    if (key == NULL)
-        return -1;
-    PyObject *lst = PyDict_GetItemWithError(self->hosts, key);
-    if (lst == NULL) {
-        if (PyErr_Occurred()) { /* an unhashable key cannot come from scalars; keep the error */
-            Py_DECREF(key);
+        Py_DECREF(tid);
+        if (key == NULL)
             return -1;
+        PyObject *ba = PyDict_GetItemWithError(self->hosts, key);
+        if (ba == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                return -1;
+            }
+            ba = PyByteArray_FromStringAndSize(NULL, 0);
+            if (ba == NULL || PyDict_SetItem(self->hosts, key, ba) < 0) {
+                Py_XDECREF(ba);
+                Py_DECREF(key);
+                return -1;
+            }
+            Py_DECREF(ba); /* (the dict holds it) */
         }
-        lst = PyList_New(0);
-        if (lst == NULL || PyDict_SetItem(self->hosts, key, lst) < 0) {
-            Py_XDECREF(lst);
-            Py_DECREF(key);
+        Py_DECREF(key);
+        Py_INCREF(ba);
+        Py_XSETREF(self->last_host, ba);
+        self->last_host_key.n = 0;
+        if (buf_put(&self->last_host_key, self->key.p, self->key.n) < 0)
             return -1;
-        }
-        Py_DECREF(lst); /* (the dict holds it) */
     }
-    Py_DECREF(key);
-    if (append_new(lst, PyFloat_FromDouble(t0)) < 0 || append_new(lst, PyFloat_FromDouble(t0 + d)) < 0)
+    Py_ssize_t n = PyByteArray_GET_SIZE(self->last_host);
+    if (PyByteArray_Resize(self->last_host, n + 2 * (Py_ssize_t)sizeof(double)) < 0)
         return -1;
+    double pair[2] = {t0, t0 + d};
+    memcpy(PyByteArray_AS_STRING(self->last_host) + n, pair, sizeof pair);
     return 0;
 }
 
@@ -1209,6 +1282,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     PyObject *items = PyList_New(0);
     if (items == NULL)
         return NULL;
+    Py_CLEAR(self->last_host); /* (the caller empties `hosts` between calls) */
     Py_ssize_t counted = 0, nk0 = n_kernels;
     int status;
     if (PyUnicode_KIND(buf) != PyUnicode_1BYTE_KIND) {

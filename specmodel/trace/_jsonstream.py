@@ -44,10 +44,6 @@ from typing import IO, Any, Protocol, cast
 from specmodel.errors import SpecmodelError
 from specmodel.io import os_error, stat_input
 
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - a dependency; without it every event is decoded
-    msgspec = None  # type: ignore[assignment]
 try:  # ISA-L's gzip reader: inflate and CRC in C, ~2x GzipFile (a dependency; zlib is the fallback)
     from isal import igzip, isal_zlib
 except ImportError:  # pragma: no cover
@@ -69,8 +65,20 @@ _AFTER = re.compile(r"[ \t\n\r]*(?:(,)[ \t\n\r]*|\])")
 #: The top-level event fields a ``keep`` predicate and its consumer may read.
 EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
 _TOP_KEYS = EVENT_KEYS[:-1]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __reduce__(self) -> str:
+        return "MISSING"  # (one object, pickled by name)
+
+
 #: A key absent from an event (a pre-filter tells it from a JSON null).
-MISSING: Any = msgspec.UNSET if msgspec is not None else object()
+MISSING: Any = _Missing()
 #: A pre-filter's decision for one (ph, cat, name): decode the event (True), count it only (False),
 #: decode it only if its ``args`` has this key (a str), or HOST_OP: hand its (pid, tid, ts, dur,
 #: name, cat) to ``host_ops_of`` unless its args have ``Collective name`` (then decode it).
@@ -129,57 +137,68 @@ _MIN_RUN_CHARS = CHUNK_CHARS // 2
 #: A refused run is halved down to this length before its events are read one by one.
 _MIN_RETRY_CHARS = 1 << 15
 
-if msgspec is not None:
+@lru_cache(maxsize=1)
+def _msgspec() -> Any:
+    """msgspec, imported on first use (None where it is missing: every event is then decoded).
+    Only the pre-filter's fallback needs it: where the compiled one runs, ingest never imports
+    it (~10 ms of every start: it imports datetime, uuid, decimal, typing_extensions)."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - a dependency
+        return None
+    return msgspec
+
+
+@lru_cache(maxsize=8)
+def _run_decoder(args_keys: tuple[str, ...]) -> tuple[Any, tuple[tuple[str, str], ...], tuple[type[BaseException], ...]]:
+    """A decoder of ``[event, ...]`` that builds only :data:`EVENT_KEYS` and, of ``args``, only
+    ``args_keys`` (every other key is validated and skipped, in C; an absent one is
+    :data:`MISSING`). Ids must be scalars (a list or object sends the run to the full decode,
+    which names it); ``args`` an object or null. Values are those json.loads gives (msgspec
+    refuses the inputs where they differ: the errors returned, on which the run goes to the full
+    decode)."""
+    msgspec = _msgspec()
+    fields = tuple((arg_field(k), k) for k in args_keys)
+    if len({f for f, _ in fields}) != len(fields):
+        raise ValueError(f"args keys clash as attributes: {args_keys}")
+    scalar = str | int | float | bool | None
+    # gc=False: a struct holds scalars (and the args struct) only, so it cannot be in a cycle;
+    # untracked, the collector never walks the hundreds of thousands a run decodes
+    args_t = msgspec.defstruct("_Args", [(f, Any, msgspec.field(default=MISSING, name=k)) for f, k in fields],
+                               gc=False)
+    event_t = msgspec.defstruct("_Event", [
+        *((k, scalar, MISSING) for k in ("ph", "cat", "name", "pid", "tid")),
+        ("ts", Any, MISSING), ("dur", Any, MISSING),
+        ("args", args_t | None, MISSING)], gc=False)  # type: ignore[operator]
+    errors = (msgspec.DecodeError, ValueError, RecursionError, OverflowError, MemoryError)
+    return msgspec.json.Decoder(list[event_t]), fields, errors  # type: ignore[valid-type]
+
+
+@lru_cache(maxsize=8)
+def _as_dict(fields: tuple[tuple[str, str], ...]) -> Callable[[Any], dict[str, Any]]:
+    """A decoded event -> the dict ``json.loads`` gives, less the fields nobody reads."""
     from msgspec.structs import asdict
 
-    _Scalar = str | int | float | bool | None | msgspec.UnsetType
-    #: msgspec refusing a run (or reading it differently: it refuses those cases) -> full decode.
-    _RUN_ERRORS: tuple[type[BaseException], ...] = (msgspec.DecodeError, ValueError, RecursionError,
-                                                    OverflowError, MemoryError)
+    miss = MISSING
 
-    @lru_cache(maxsize=8)
-    def _run_decoder(args_keys: tuple[str, ...]) -> tuple[Any, tuple[tuple[str, str], ...]]:
-        """A decoder of ``[event, ...]`` that builds only :data:`EVENT_KEYS` and, of ``args``, only
-        ``args_keys`` (every other key is validated and skipped, in C). Ids must be scalars (a
-        list or object sends the run to the full decode, which names it); ``args`` an object or
-        null. Values are those json.loads gives (msgspec refuses the inputs where they differ)."""
-        fields = tuple((arg_field(k), k) for k in args_keys)
-        if len({f for f, _ in fields}) != len(fields):
-            raise ValueError(f"args keys clash as attributes: {args_keys}")
-        # gc=False: a struct holds scalars (and the args struct) only, so it cannot be in a cycle;
-        # untracked, the collector never walks the hundreds of thousands a run decodes
-        args_t = msgspec.defstruct("_Args", [(f, Any, msgspec.field(default=msgspec.UNSET, name=k))
-                                             for f, k in fields], gc=False)
-        event_t = msgspec.defstruct("_Event", [
-            *((k, _Scalar, msgspec.UNSET) for k in ("ph", "cat", "name", "pid", "tid")),
-            ("ts", Any, msgspec.UNSET), ("dur", Any, msgspec.UNSET),
-            ("args", args_t | None | msgspec.UnsetType, msgspec.UNSET)], gc=False)  # type: ignore[operator]
-        return msgspec.json.Decoder(list[event_t]), fields  # type: ignore[valid-type]
+    def args(a: Any) -> dict[str, Any] | None:
+        """Of a decoded ``args`` (None or MISSING: None): the dict as_dict gives (its ``args``)."""
+        if a is None or a is miss:
+            return None
+        return {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
 
+    def as_dict(ev: Any) -> dict[str, Any]:
+        e = asdict(ev)
+        for k in _TOP_KEYS:
+            if e[k] is miss:
+                del e[k]
+        a = e.pop("args")
+        if a is not miss:
+            e["args"] = args(a)
+        return e
 
-    @lru_cache(maxsize=8)
-    def _as_dict(fields: tuple[tuple[str, str], ...]) -> Callable[[Any], dict[str, Any]]:
-        """A decoded event -> the dict ``json.loads`` gives, less the fields nobody reads."""
-        miss = MISSING
-
-        def args(a: Any) -> dict[str, Any] | None:
-            """Of a decoded ``args`` (None or MISSING: None): the dict as_dict gives (its ``args``)."""
-            if a is None or a is miss:
-                return None
-            return {k: v for f, k in fields if (v := getattr(a, f)) is not miss}
-
-        def as_dict(ev: Any) -> dict[str, Any]:
-            e = asdict(ev)
-            for k in _TOP_KEYS:
-                if e[k] is miss:
-                    del e[k]
-            a = e.pop("args")
-            if a is not miss:
-                e["args"] = args(a)
-            return e
-
-        as_dict.args = args  # type: ignore[attr-defined]  # (the args alone, without the event's dict)
-        return as_dict
+    as_dict.args = args  # type: ignore[attr-defined]  # (the args alone, without the event's dict)
+    return as_dict
 
 
 def _own(on_event: Callable[[Any], None], keep: Prefilter) -> bool:
@@ -306,10 +325,10 @@ class _Scanner:
         """Decode the events in ``buf[pos:cut + 1]`` (``cut``: a ``}`` followed by ``,``) as one run;
         deliver the kept ones. False (nothing consumed) when msgspec refuses the run."""
         buf, pos = self.buf, self.pos
-        decoder, fields = _run_decoder(keep.args_keys)
+        decoder, fields, refused = _run_decoder(keep.args_keys)
         try:
             run = decoder.decode("[" + buf[pos:cut + 1] + "]")
-        except _RUN_ERRORS:
+        except refused:
             return False
         miss = MISSING
         host = HOST_OP
@@ -362,7 +381,7 @@ class _Scanner:
             return
         scan = _SCAN
         after = _AFTER.match
-        fast = keep is not None and msgspec is not None
+        fast = keep is not None
         compiled = keep.compiled() if keep is not None and _own(on_event, keep) and hasattr(keep, "compiled") \
             else None
         slow_until = -1  # absolute position: a run refused there is read event by event up to it
@@ -387,7 +406,8 @@ class _Scanner:
                     continue
                 # C_SLOW, or an event unfinished at the end of the file or longer than the bound:
                 # the reference reads the element at pos (below); C_WIDE: the msgspec path, next
-            if fast and self.consumed + pos > slow_until and (compiled is None or status == C_WIDE):
+            if fast and self.consumed + pos > slow_until and (compiled is None or status == C_WIDE) \
+                    and _msgspec() is not None:
                 if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
                     self.pos = pos
                     self._fill()

@@ -266,7 +266,7 @@ class Collector:
         reference decoder and :meth:`on_event`."""
         if _cscan is None:
             return None
-        hosts: dict[tuple[Any, Any], list[float]] = {}
+        hosts: dict[tuple[Any, Any], bytearray] = {}  # (pid, tid) -> doubles start, end, ... (native order)
         sc = _cscan.Scanner(decide=self.decide, info=_collective_info, missing=MISSING, host_op=HOST_OP,
                             args_keys=self.args_keys, only_ph=self.only_ph, kernels=self.kernels,
                             launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
@@ -280,7 +280,7 @@ class Collector:
                     arr = self.host_ops.get(key)
                     if arr is None:
                         arr = self.host_ops[key] = array("d")
-                    arr.extend(times)
+                    arr.frombytes(times)
                 hosts.clear()
             return status, pos, items, counted
 
