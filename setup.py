@@ -4,5 +4,5 @@ not build (no C compiler), ingest runs the same rules in Python (msgspec), only 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("specmodel.trace._cscan", ["specmodel/trace/_cscan.c"], optional=True,
-                             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                                  "-Wno-missing-field-initializers"])])

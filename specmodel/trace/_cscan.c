@@ -45,9 +45,15 @@ typedef struct {
 } Val;
 
 typedef struct {
+    uint32_t top_mask, arg_mask; /* which of top[] / arg[] were present (the rest are stale) */
     Val top[NK];
     Val arg[MAXA];
 } Ev;
+
+static const Val NONE_VAL = {NULL, 0, T_NONE, 0};
+/* a key's value, or an absent one (no memset of ~1 kB per event) */
+#define TOP(ev, k) ((((ev)->top_mask >> (k)) & 1u) ? &(ev)->top[k] : &NONE_VAL)
+#define ARG(ev, q) ((((ev)->arg_mask >> (q)) & 1u) ? &(ev)->arg[q] : &NONE_VAL)
 
 /* ---------------------------------------------------------------------------------------- */
 /* a byte-keyed hash table: key bytes -> a strong reference */
@@ -194,8 +200,9 @@ static Py_ssize_t INT_MAX_DIGITS = 4300; /* sys.get_int_max_str_digits() (0: no 
 static unsigned char STR_STOP[256]; /* '"', '\\', control characters, non-ASCII */
 static unsigned char IS_WS[256];
 
+/* (s[n] is always readable: the buffer's NUL terminator, or a closing bracket inside it) */
 #define SKIP_WS(s, i, n)                                                                        \
-    while ((i) < (n) && IS_WS[(s)[i]])                                                          \
+    while (IS_WS[(s)[i]] && (i) < (n))                                                          \
         (i)++
 
 static int is_hex(unsigned char c) {
@@ -203,7 +210,7 @@ static int is_hex(unsigned char c) {
 }
 
 /* s[*i] == '"'. On J_OK *i is past the closing quote. */
-static int parse_string(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val *v) {
+static inline __attribute__((always_inline)) int parse_string(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val *v) {
     Py_ssize_t j = *i + 1;
     int esc = 0;
     for (;;) {
@@ -211,10 +218,12 @@ static int parse_string(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val
         while (j + 8 <= n) {
             uint64_t w = load64(s + j);
             uint64_t q = w ^ 0x2222222222222222ULL, b = w ^ 0x5C5C5C5C5C5C5C5CULL;
-            uint64_t hit = ((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b) |
-                           ((w - 0x2020202020202020ULL) & ~w) | w;
-            if (hit & 0x8080808080808080ULL)
+            uint64_t hit = (((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b) |
+                            ((w - 0x2020202020202020ULL) & ~w) | w) & 0x8080808080808080ULL;
+            if (hit) { /* the lowest flag is exact (false ones only follow a true one): jump there */
+                j += __builtin_ctzll(hit) >> 3;
                 break;
+            }
             j += 8;
         }
         while (j < n && !STR_STOP[s[j]])
@@ -251,7 +260,7 @@ static int parse_string(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val
     return J_OK;
 }
 
-static int parse_number(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val *v) {
+static inline __attribute__((always_inline)) int parse_number(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val *v) {
     Py_ssize_t j = *i;
     int flt = 0;
     if (j < n && s[j] == '-')
@@ -399,14 +408,6 @@ static int skip_value(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, int d
     return parse_literal(s, i, n, v);
 }
 
-/* A key matching one of `names` (lengths `lens`): its index, else -1. */
-static int match_key(const Val *k, const char *const *names, const Py_ssize_t *lens, int count) {
-    for (int q = 0; q < count; q++)
-        if (lens[q] == k->n && names[q][0] == (char)k->p[0] && memcmp(names[q], k->p, (size_t)k->n) == 0)
-            return q;
-    return -1;
-}
-
 /* the top-level keys read: by length and first letter, no loop */
 static int match_top(const Val *k) {
     const unsigned char *p = k->p;
@@ -438,18 +439,32 @@ static int match_top(const Val *k) {
     }
 }
 
+#define MAX_KEY_LEN 64
 typedef struct {
     int n_args;
     const char *args[MAXA];
     Py_ssize_t args_len[MAXA];
+    uint32_t by_len[MAX_KEY_LEN + 1]; /* the args keys of each length (a bit per index) */
 } Keys;
+
+/* an args key read: its index, else -1 (most keys of a trace are of no length read) */
+static inline int match_arg(const Keys *keys, const Val *k) {
+    if (k->n > MAX_KEY_LEN)
+        return -1;
+    for (uint32_t m = keys->by_len[k->n]; m; m &= m - 1) {
+        int q = __builtin_ctz(m);
+        if (keys->args[q][0] == (char)k->p[0] && memcmp(keys->args[q], k->p, (size_t)k->n) == 0)
+            return q;
+    }
+    return -1;
+}
 
 /* s[*i] == '{' (an event). Fills ev; J_SLOW for a duplicated key that is read, an escaped key. */
 static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, const Keys *keys, Ev *ev) {
     Py_ssize_t j = *i + 1;
     Val key, tmp;
     int r;
-    memset(ev, 0, sizeof *ev);
+    ev->top_mask = ev->arg_mask = 0;
     SKIP_WS(s, j, n);
     if (j >= n)
         return J_MORE;
@@ -478,7 +493,7 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
             if ((r = skip_value(s, &j, n, 1, &tmp)) != J_OK)
                 return r;
         } else {
-            if (ev->top[k].t != T_NONE)
+            if ((ev->top_mask >> k) & 1u)
                 return J_SLOW; /* json.loads keeps the last: the reference reads it */
             if (k == K_ARGS && s[j] == '{') {
                 /* args: record the keys read, validate the rest */
@@ -502,12 +517,14 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
                             return J_SLOW;
                         j++;
                         SKIP_WS(s, j, n);
-                        int a = match_key(&key, keys->args, keys->args_len, keys->n_args);
+                        int a = match_arg(keys, &key);
                         Val *dst = a >= 0 ? &ev->arg[a] : &tmp;
-                        if (a >= 0 && dst->t != T_NONE)
+                        if (a >= 0 && ((ev->arg_mask >> a) & 1u))
                             return J_SLOW;
                         if ((r = skip_value(s, &j, n, 2, dst)) != J_OK)
                             return r;
+                        if (a >= 0)
+                            ev->arg_mask |= 1u << a;
                         SKIP_WS(s, j, n);
                         if (j >= n)
                             return J_MORE;
@@ -527,8 +544,11 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
                 ev->top[K_ARGS].p = s + a0;
                 ev->top[K_ARGS].n = j - a0;
                 ev->top[K_ARGS].t = T_OBJ;
-            } else if ((r = skip_value(s, &j, n, 1, &ev->top[k])) != J_OK) {
-                return r;
+                ev->top_mask |= 1u << K_ARGS;
+            } else {
+                if ((r = skip_value(s, &j, n, 1, &ev->top[k])) != J_OK)
+                    return r;
+                ev->top_mask |= 1u << k;
             }
         }
         SKIP_WS(s, j, n);
@@ -822,7 +842,14 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
             return -1;
         }
         self->keys.args[q] = PyUnicode_AsUTF8AndSize(k, &self->keys.args_len[q]);
+        if (self->keys.args_len[q] > MAX_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "an args key is too long");
+            return -1;
+        }
     }
+    memset(self->keys.by_len, 0, sizeof self->keys.by_len);
+    for (int q = 0; q < self->keys.n_args; q++)
+        self->keys.by_len[self->keys.args_len[q]] |= 1u << q;
 #define SET(field, v)                                                                            \
     do {                                                                                         \
         Py_INCREF(v);                                                                            \
@@ -884,7 +911,7 @@ static PyObject *build_or_none(const Val *v) {
 
 /* the decision code for (cat, name): -1 error, -2 not handled (SLOW) */
 static int decision(Scanner *self, const Ev *ev) {
-    const Val *cat = &ev->top[K_CAT], *name = &ev->top[K_NAME];
+    const Val *cat = TOP(ev, K_CAT), *name = TOP(ev, K_NAME);
     if (!is_scalar(cat) || !is_scalar(name) || cat->esc || name->esc)
         return -2;
     self->key.n = 0;
@@ -941,11 +968,11 @@ static int decision(Scanner *self, const Ev *ev) {
 
 /* ts and dur as the collector reads them (float(ts), float(dur or 0.0)): 0 ok, -2 not handled */
 static int times(const Ev *ev, double *t0, double *d) {
-    if (num_double(&ev->top[K_TS], t0) < 0)
+    if (num_double(TOP(ev, K_TS), t0) < 0)
         return -2;
-    if (ev->top[K_DUR].t == T_NONE)
+    if (TOP(ev, K_DUR)->t == T_NONE)
         *d = 0.0;
-    else if (num_double(&ev->top[K_DUR], d) < 0)
+    else if (num_double(TOP(ev, K_DUR), d) < 0)
         return -2;
     if (!isfinite(*t0) || !isfinite(*d) || *d < 0)
         return -2; /* the reference names the bad value */
@@ -961,7 +988,7 @@ static PyObject *info_of(Scanner *self, int cpu, const Ev *ev, const Val *name) 
     if (buf_put(&self->key, &tag, 1) < 0 || buf_val(&self->key, name) < 0)
         return NULL;
     for (int q = 0; q < 5; q++)
-        if (buf_val(&self->key, &ev->arg[idx[q]]) < 0)
+        if (buf_val(&self->key, ARG(ev, idx[q])) < 0)
             return NULL;
     uint64_t h = hash_bytes(self->key.p, self->key.n);
     PyObject *got = table_get(&self->infos, self->key.p, self->key.n, h);
@@ -976,7 +1003,7 @@ static PyObject *info_of(Scanner *self, int cpu, const Ev *ev, const Val *name) 
         return NULL;
     }
     for (int q = 0; q < 5; q++) {
-        const Val *v = &ev->arg[idx[q]];
+        const Val *v = ARG(ev, idx[q]);
         if (v->t == T_NONE)
             continue;
         PyObject *x = build(v, 0);
@@ -1009,7 +1036,7 @@ static PyObject *event_dict(Scanner *self, const Ev *ev) {
     if (d == NULL)
         return NULL;
     for (int k = 0; k < NK; k++) {
-        const Val *v = &ev->top[k];
+        const Val *v = TOP(ev, k);
         if (v->t == T_NONE)
             continue;
         PyObject *x;
@@ -1018,7 +1045,7 @@ static PyObject *event_dict(Scanner *self, const Ev *ev) {
             if (x == NULL)
                 goto fail;
             for (int q = 0; q < self->keys.n_args; q++) {
-                const Val *a = &ev->arg[q];
+                const Val *a = ARG(ev, q);
                 if (a->t == T_NONE)
                     continue;
                 PyObject *y = build(a, 1);
@@ -1064,14 +1091,14 @@ static int append_new(PyObject *list, PyObject *item) {
  * a thread: the last key's text is compared before a tuple is built and looked up) */
 static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
     self->key.n = 0;
-    if (buf_val(&self->key, &ev->top[K_PID]) < 0 || buf_val(&self->key, &ev->top[K_TID]) < 0)
+    if (buf_val(&self->key, TOP(ev, K_PID)) < 0 || buf_val(&self->key, TOP(ev, K_TID)) < 0)
         return -1;
     if (self->last_host == NULL || self->key.n != self->last_host_key.n ||
         memcmp(self->key.p, self->last_host_key.p, (size_t)self->key.n) != 0) {
-        PyObject *pid = build_or_none(&ev->top[K_PID]);
+        PyObject *pid = build_or_none(TOP(ev, K_PID));
         if (pid == NULL)
             return PyErr_Occurred() ? -1 : -2;
-        PyObject *tid = build_or_none(&ev->top[K_TID]);
+        PyObject *tid = build_or_none(TOP(ev, K_TID));
         if (tid == NULL) {
             Py_DECREF(pid);
             return PyErr_Occurred() ? -1 : -2;
@@ -1112,7 +1139,7 @@ static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
 
 /* 0: handled (counted), 1: delivered as a dict (items), -2: SLOW, -1: error */
 static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *items) {
-    const Val *ph = &ev->top[K_PH];
+    const Val *ph = TOP(ev, K_PH);
     if (ph->t != T_STR || ph->n != self->only_n || memcmp(ph->p, self->only, (size_t)self->only_n) != 0) {
         if (ph->t == T_STR && ph->esc)
             return -2; /* (an escape may spell only_ph) */
@@ -1120,7 +1147,7 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
     }
     if (ph->esc)
         return -2;
-    if (!is_scalar(&ev->top[K_PID]) || !is_scalar(&ev->top[K_TID]))
+    if (!is_scalar(TOP(ev, K_PID)) || !is_scalar(TOP(ev, K_TID)))
         return -2; /* on_event refuses a list/object id on any such event */
     int with_kernels = *n_kernels > 0;
     if (self->decided_with_kernels != with_kernels) { /* the collector's rules change at its first kernel */
@@ -1132,13 +1159,13 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
         return code;
     if (code == D_SKIP)
         return 0;
-    const Val *cat = &ev->top[K_CAT], *args = &ev->top[K_ARGS];
+    const Val *cat = TOP(ev, K_CAT), *args = TOP(ev, K_ARGS);
     if (args->t != T_NONE && args->t != T_NULL && args->t != T_OBJ)
         return -2;
     int has_args = args->t == T_OBJ;
-    if (code >= D_ARG && !(has_args && ev->arg[code - D_ARG].t != T_NONE))
+    if (code >= D_ARG && !(has_args && ARG(ev, code - D_ARG)->t != T_NONE))
         return 0; /* decoded only if args has that key */
-    if (code == D_HOST && has_args && ev->arg[self->a_coll].t != T_NONE)
+    if (code == D_HOST && has_args && ARG(ev, self->a_coll)->t != T_NONE)
         code = D_KEEP; /* a collective after all: on_event */
     int busy = str_is(cat, "kernel") || str_is(cat, "gpu_memcpy") || str_is(cat, "gpu_memset");
     int kernel = str_is(cat, "kernel");
@@ -1163,28 +1190,22 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
     }
     if (times(ev, &t0, &d) < 0)
         return -2;
-    const Val *corr_v = has_args ? &ev->arg[self->a_corr] : NULL;
+    const Val *corr_v = has_args ? ARG(ev, self->a_corr) : NULL;
     if (corr_v != NULL && !is_scalar(corr_v))
         return -2;
-    const Val *name = &ev->top[K_NAME];
+    const Val *name = TOP(ev, K_NAME);
     if (name->t != T_NONE && (name->t != T_STR || name->esc))
         return -2; /* (a non-str name: on_event's str()) */
     PyObject *res = NULL; /* info */
     if (fast_cpu || (fast_kernel && kernel)) {
-        Ev tmp;
-        const Ev *src = ev;
-        if (!has_args) { /* null or absent args: none of its keys */
-            memset(&tmp, 0, sizeof tmp);
-            tmp.top[K_NAME] = *name;
-            src = &tmp;
-        }
+        const Ev *src = ev; /* (null or absent args: arg_mask is 0, none of its keys) */
         if (fast_cpu && name->t == T_NONE)
             return 0; /* (decide never keeps a cpu_op without a name) */
         res = info_of(self, fast_cpu, src, name);
         if (res == NULL)
             return PyErr_Occurred() ? -1 : -2;
     }
-    PyObject *pid = build_or_none(&ev->top[K_PID]);
+    PyObject *pid = build_or_none(TOP(ev, K_PID));
     if (pid == NULL)
         return PyErr_Occurred() ? -1 : -2;
     PyObject *t0o = NULL, *t1o = NULL, *corr = NULL, *tup = NULL;
@@ -1194,7 +1215,7 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
             rc = 0;
             goto done;
         }
-        PyObject *tid = build_or_none(&ev->top[K_TID]);
+        PyObject *tid = build_or_none(TOP(ev, K_TID));
         if (tid == NULL) {
             rc = PyErr_Occurred() ? -1 : -2;
             goto done;
@@ -1227,8 +1248,8 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
     if (res != NULL && res != Py_None) { /* a collective kernel: its sequence number */
         PyObject *seq = Py_None;
         Py_INCREF(seq);
-        if (ev->arg[self->a_seq].t != T_NONE) {
-            const Val *pg_v = &ev->arg[self->a_pg], *seq_v = &ev->arg[self->a_seq];
+        if (ARG(ev, self->a_seq)->t != T_NONE) {
+            const Val *pg_v = ARG(ev, self->a_pg), *seq_v = ARG(ev, self->a_seq);
             if (!is_scalar(pg_v) || !is_scalar(seq_v)) {
                 Py_DECREF(seq);
                 rc = -2;
