@@ -22,7 +22,9 @@ numbers through either path.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
+from operator import itemgetter
 import sys
 from array import array
 from collections import defaultdict
@@ -57,6 +59,7 @@ ARGS_KEYS = ("Collective name", "correlation", "External id", "Seq", "Process Gr
              "dtype", "Input Dims", "Input type")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _COLL_KEY = "Collective name"
+_START = itemgetter(0)  # (a kernel's, a collective's start: the sort key)
 _EPS_US = 1e-3  # ts are printed with 3 decimals (ns) in µs
 _MISSING = object()
 
@@ -491,12 +494,16 @@ def merge_gpu_spans(spans: list[Span]) -> list[Span]:
 
 
 def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm: list[iv.Interval],
-            comp: list[iv.Interval], colls: Sequence[Coll], cpu: bool) -> PassRecord:
+            comp: list[iv.Interval], colls: Sequence[Coll], cpu: bool, *, merged: bool = False,
+            in_order: bool = False) -> PassRecord:
+    """``merged``: ``comm`` and ``comp`` are already unions (:func:`iv.merge`); ``in_order``:
+    ``colls`` are already in order of start."""
     span_us = hi - lo
-    comm_m = iv.merge(comm)
+    comm_m = comm if merged else iv.merge(comm)
     comm_us = iv.length(comm_m)
-    exposed_us = comm_us if cpu else comm_us - iv.overlap(comm_m, iv.merge(comp))
-    colls = sorted(colls, key=lambda c: c[0])
+    exposed_us = comm_us if cpu else comm_us - iv.overlap(comm_m, comp if merged else iv.merge(comp))
+    if not in_order:
+        colls = sorted(colls, key=_START)
     keyed = all(c[5] is not None for c in colls)
     keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
     by_impl: dict[str, float] = defaultdict(float)
@@ -517,6 +524,7 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
 
 def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
                        ks: Iterable[Kernel]) -> PassRecord:
+    """One pass from its kernels, ``ks`` in order of start."""
     comm: list[iv.Interval] = []
     comp: list[iv.Interval] = []
     colls: list[Coll] = []
@@ -534,8 +542,10 @@ def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
             colls.append((k[0], k[1], k[4], k[5], k[6], k[7]))
         else:
             comp.append((s, e))
-    busy = iv.length(iv.merge(comm + comp))
-    rec = _record(ph, occ[ph.label], lo, hi, busy, comm, comp, colls, cpu=False)
+    # ks come in order of start, so do the clipped intervals (the same unions as merge(), unsorted)
+    comm_m, comp_m = iv.merge_sorted(comm), iv.merge_sorted(comp)
+    busy = iv.length(iv.merge_sorted(heapq.merge(comm_m, comp_m)))
+    rec = _record(ph, occ[ph.label], lo, hi, busy, comm_m, comp_m, colls, cpu=False, merged=True, in_order=True)
     occ[ph.label] += 1
     return rec
 
@@ -544,7 +554,7 @@ def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
                cpu_phases: Sequence[PhaseSpan]) -> tuple[str, list[PassRecord]]:
     """Passes of a GPU trace: by ``gpu_phases`` (device windows) when there are any, else the
     kernels each of ``cpu_phases`` launched. Returns (attribution method, records)."""
-    kernels = sorted(col.kernels, key=lambda k: k[0])
+    kernels = sorted(col.kernels, key=_START)
     starts = [k[0] for k in kernels]
     pids_with_kernels = {k[2] for k in kernels}
     occ: dict[str, int] = defaultdict(int)
@@ -561,7 +571,7 @@ def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
     for i, k in enumerate(kernels):
         if k[3] is not None:
             by_corr[k[3]].append(i)
-    launches = sorted(col.launches, key=lambda x: x[0])
+    launches = sorted(col.launches, key=_START)
     lts = [x[0] for x in launches]
     for ph in cpu_phases:
         span = ph.span
