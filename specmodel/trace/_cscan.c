@@ -785,6 +785,8 @@ typedef struct {
     Table infos;        /* kind, name, args text -> info result */
     int decided_with_kernels; /* the n_kernels > 0 the decision table was filled under */
     Buf key;
+    PyObject *last_pid;  /* the last kept event's pid object, and its text: consecutive events share it */
+    Buf last_pid_key;
     PyObject *last_host; /* the bytearray of the last host op's thread (a strong reference) */
     Buf last_host_key;
 } Scanner;
@@ -795,6 +797,8 @@ static void Scanner_dealloc(Scanner *self) {
     PyMem_Free(self->key.p);
     PyMem_Free(self->last_host_key.p);
     Py_XDECREF(self->last_host);
+    PyMem_Free(self->last_pid_key.p);
+    Py_XDECREF(self->last_pid);
     Py_XDECREF(self->decide);
     Py_XDECREF(self->info);
     Py_XDECREF(self->missing);
@@ -907,6 +911,31 @@ static PyObject *build_or_none(const Val *v) {
     if (v->t == T_NONE)
         Py_RETURN_NONE;
     return build(v, 0);
+}
+
+/* the pid of a kept event (a new reference; NULL + no error: not handled): one object for a run
+ * of events with the same pid text (a launch's pid is the process id: a new int each time else) */
+static PyObject *pid_of(Scanner *self, const Ev *ev) {
+    const Val *v = TOP(ev, K_PID);
+    self->key.n = 0;
+    if (buf_val(&self->key, v) < 0)
+        return NULL;
+    if (self->last_pid != NULL && self->key.n == self->last_pid_key.n &&
+        memcmp(self->key.p, self->last_pid_key.p, (size_t)self->key.n) == 0) {
+        Py_INCREF(self->last_pid);
+        return self->last_pid;
+    }
+    PyObject *pid = build_or_none(v);
+    if (pid == NULL)
+        return NULL;
+    self->last_pid_key.n = 0;
+    if (buf_put(&self->last_pid_key, self->key.p, self->key.n) < 0) {
+        Py_DECREF(pid);
+        return NULL;
+    }
+    Py_INCREF(pid);
+    Py_XSETREF(self->last_pid, pid);
+    return pid;
 }
 
 /* the decision code for (cat, name): -1 error, -2 not handled (SLOW) */
@@ -1205,7 +1234,7 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
         if (res == NULL)
             return PyErr_Occurred() ? -1 : -2;
     }
-    PyObject *pid = build_or_none(TOP(ev, K_PID));
+    PyObject *pid = pid_of(self, ev);
     if (pid == NULL)
         return PyErr_Occurred() ? -1 : -2;
     PyObject *t0o = NULL, *t1o = NULL, *corr = NULL, *tup = NULL;
