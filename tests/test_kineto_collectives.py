@@ -148,3 +148,20 @@ def test_the_sorted_input_union_is_the_union_exactly(a: list[tuple[float, float]
     in_start_order = sorted(shuffled, key=lambda x: x[0])  # (stable: equal starts keep a random order)
     assert iv.merge_sorted(in_start_order) == iv.merge(a)
     assert iv.merge_sorted(heapq.merge(iv.merge(a), iv.merge(b))) == iv.merge(a + b)
+
+
+@given(st.integers(1, 4), st.lists(st.floats(0, 1e-3), min_size=0, max_size=40), st.booleans(), st.randoms())
+def test_skew_of_aligned_ranks_is_the_keyed_sum_exactly(n_ranks: int, base: list[float], dup: bool, rnd: Any) -> None:
+    # collective_skew's column-wise case (every rank the same distinct keys in order) against the
+    # keyed formula it stands in for: the same floats
+    from specmodel.trace.attribution import collective_skew
+
+    keys = [("seq", i) for i in range(len(base))]
+    if dup and keys:
+        keys[-1] = keys[0]  # (a repeated key: the keyed formula itself)
+    durs = {r: tuple((k, d * rnd.uniform(0.5, 2)) for k, d in zip(keys, base, strict=True)) for r in range(n_ranks)}
+    got, matched = collective_skew(durs)
+    by_key = {r: dict(durs[r]) for r in durs}
+    fastest = {k: min(by_key[r][k] for r in durs) for k in keys}
+    want = {r: sum(by_key[r][k] - fastest[k] for k in fastest) for r in durs} if n_ranks > 1 else {0: 0.0}
+    assert matched and got == want

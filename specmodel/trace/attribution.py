@@ -24,12 +24,12 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from operator import itemgetter
 import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from specmodel.errors import SpecmodelError
@@ -677,6 +677,11 @@ def collective_skew(durs: Mapping[Any, Sequence[tuple[Any, float]]]) -> tuple[di
         return {r: 0.0 for r in ranks}, True
     seqs = [tuple(k for k, _ in durs[r]) for r in ranks]
     matched = all(s == seqs[0] for s in seqs)
+    if matched and len(set(seqs[0])) == len(seqs[0]):
+        # every rank the same distinct keys in the same order: column-wise, the same sums as below
+        cols = [[d for _, d in durs[r]] for r in ranks]
+        fast = list(map(min, zip(*cols, strict=True)))
+        return {r: sum([d - f for d, f in zip(col, fast, strict=True)]) for r, col in zip(ranks, cols, strict=True)}, True
     common: Iterable[Any]
     if matched:
         common = seqs[0]
