@@ -201,9 +201,15 @@ static unsigned char STR_STOP[256]; /* '"', '\\', control characters, non-ASCII 
 static unsigned char IS_WS[256];
 
 /* (s[n] is always readable: the buffer's NUL terminator, or a closing bracket inside it) */
+/* (Kineto writes one space after ':' and ',': that case first, the loop only for more) */
 #define SKIP_WS(s, i, n)                                                                        \
-    while (IS_WS[(s)[i]] && (i) < (n))                                                          \
-        (i)++
+    do {                                                                                        \
+        if ((s)[i] == ' ' && (i) < (n))                                                         \
+            (i)++;                                                                              \
+        if (IS_WS[(s)[i]])                                                                      \
+            while (IS_WS[(s)[i]] && (i) < (n))                                                  \
+                (i)++;                                                                          \
+    } while (0)
 
 static int is_hex(unsigned char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
