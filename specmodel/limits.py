@@ -53,6 +53,10 @@ MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a siz
 MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
 MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
+#: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
+#: decoder (which reads events of any length): rescanning an unfinished event as more of it
+#: arrives stays linear up to here (real events are < 10 KiB)
+MAX_COMPILED_EVENT_CHARS = 4 << 20
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
 

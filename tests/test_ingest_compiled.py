@@ -169,7 +169,7 @@ def test_an_event_longer_than_the_bound_is_read_by_the_reference(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_jsonstream, "CHUNK_CHARS", 1024)
     monkeypatch.setattr(_jsonstream, "_MIN_RUN_CHARS", 512)
-    monkeypatch.setattr(_jsonstream, "_MAX_C_EVENT_CHARS", 4096)
+    monkeypatch.setattr(_jsonstream, "MAX_COMPILED_EVENT_CHARS", 4096)
     calls = [0]
     real = _jsonstream._SCAN
 

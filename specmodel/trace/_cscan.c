@@ -33,9 +33,9 @@ enum { T_NONE = 0, T_STR, T_INT, T_FLT, T_TRUE, T_FALSE, T_NULL, T_OBJ, T_ARR };
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS, NK };
 static const char *TOP_NAMES[NK] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args"};
 #define MAXA 32
-#define MAX_DEPTH 200
-#define MAX_NUM_CHARS 64
-#define MAX_INT_DIGITS 18
+#define SKIP_DEPTH 200
+#define NUM_CHARS 64
+#define EXACT_INT_DIGITS 18
 
 typedef struct {
     const unsigned char *p; /* strings: the content (no quotes); else the literal's text */
@@ -347,7 +347,7 @@ static int skip_value(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, int d
 
 /* s[*i] is '{' or '['; validates the container and records its whole text */
 static int skip_container(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, int depth, Val *v) {
-    if (depth > MAX_DEPTH)
+    if (depth > SKIP_DEPTH)
         return J_SLOW;
     Py_ssize_t start = *i;
     int obj = s[*i] == '{';
@@ -589,7 +589,7 @@ static PyObject *build_int(const Val *v) {
         p++;
         n--;
     }
-    if (n > MAX_INT_DIGITS)
+    if (n > EXACT_INT_DIGITS)
         return NULL; /* (Python's int limit, and exactness beyond int64: the reference) */
     long long x = 0;
     for (Py_ssize_t q = 0; q < n; q++)
@@ -651,16 +651,16 @@ static int fast_double(const Val *v, double *out) {
 
 /* a number's value as float(): 0 ok (in *out), -1 not handled */
 static int num_double(const Val *v, double *out) {
-    char tmp[MAX_NUM_CHARS + 1];
+    char tmp[NUM_CHARS + 1];
     if (v->t != T_INT && v->t != T_FLT)
         return -1;
     if (fast_double(v, out) == 0)
         return 0;
-    if (v->n > MAX_NUM_CHARS)
+    if (v->n > NUM_CHARS)
         return -1;
     if (v->t == T_INT) {
         Py_ssize_t digits = v->n - (v->p[0] == '-');
-        if (digits > MAX_INT_DIGITS)
+        if (digits > EXACT_INT_DIGITS)
             return -1;
     }
     memcpy(tmp, v->p, (size_t)v->n);

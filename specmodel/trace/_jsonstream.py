@@ -43,6 +43,7 @@ from typing import IO, Any, Protocol, cast
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import os_error, stat_input
+from specmodel.limits import MAX_COMPILED_EVENT_CHARS
 
 try:  # ISA-L's gzip reader: inflate and CRC in C, ~2x GzipFile (a dependency; zlib is the fallback)
     from isal import igzip, isal_zlib
@@ -129,8 +130,6 @@ def arg_field(key: str) -> str:
 #: characters beyond U+00FF (the msgspec path reads it). It also returns the kept events it did
 #: not consume itself (dicts for ``on_event``, in order) and how many it counted.
 C_MORE, C_END, C_SLOW, C_WIDE = 0, 1, 2, 3
-#: An event the compiled scan has not seen the end of after this many characters: the reference reads it.
-_MAX_C_EVENT_CHARS = 4 * CHUNK_CHARS
 
 #: Below this many characters left in the buffer, read more before cutting a run.
 _MIN_RUN_CHARS = CHUNK_CHARS // 2
@@ -399,7 +398,7 @@ class _Scanner:
                 if status == C_END:
                     self.pos = pos
                     return
-                if status == C_MORE and not self.eof and len(buf) - pos < _MAX_C_EVENT_CHARS:
+                if status == C_MORE and not self.eof and len(buf) - pos < MAX_COMPILED_EVENT_CHARS:
                     self.pos = pos
                     self._fill()
                     buf, pos = self.buf, self.pos
