@@ -25,7 +25,7 @@ from specmodel.trace.attribution import Collector
 from specmodel.trace.kineto import _is_span_name
 from tests.conftest import DATA
 from tests.fuzz import mutate
-from tests.test_ingest_prefilter import _state
+from tests.test_ingest_prefilter import _state, count_reference_reads
 
 
 def test_the_compiled_prefilter_is_built() -> None:
@@ -170,14 +170,7 @@ def test_an_event_longer_than_the_bound_is_read_by_the_reference(tmp_path: Path,
     monkeypatch.setattr(_jsonstream, "CHUNK_CHARS", 1024)
     monkeypatch.setattr(_jsonstream, "_MIN_RUN_CHARS", 512)
     monkeypatch.setattr(_jsonstream, "MAX_COMPILED_EVENT_CHARS", 4096)
-    calls = [0]
-    real = _jsonstream._SCAN
-
-    def counting(buf: str, pos: int) -> Any:
-        calls[0] += 1
-        return real(buf, pos)
-
-    monkeypatch.setattr(_jsonstream, "_SCAN", counting)
+    calls = count_reference_reads(monkeypatch)
     big = '{"ph": "X", ' + _K + ', "ts": 1, "dur": 1, "args": {"correlation": 1, "blob": "' + "x" * 20000 + '"}}'
     p = tmp_path / "t.json"
     p.write_text('{"traceEvents": [' + ", ".join([_ODD_EVENTS[0], big, _ODD_EVENTS[0]]) + "]}")

@@ -33,6 +33,19 @@ def prefilter_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     return str(request.param)
 
 
+def count_reference_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``[n]``: how many events the reference decoder (one event at a time) has read so far."""
+    n = [0]
+    real = _jsonstream._SCAN
+
+    def counting(buf: str, pos: int) -> Any:
+        n[0] += 1
+        return real(buf, pos)
+
+    monkeypatch.setattr(_jsonstream, "_SCAN", counting)
+    return n
+
+
 def _traces() -> list[Path]:
     """Every file under tests/data a user could hand to ingest (a .json / .json.gz)."""
     return sorted(p for p in DATA.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
@@ -118,14 +131,7 @@ def test_a_key_after_the_events_holding_objects_costs_only_the_last_stretch(tmp_
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": events, "otherData": {"specmodel": {"rank": 0, "t": {"a": [1]}},
                                                                   "n": 2}}))
-    slow = [0]
-    real = _jsonstream._SCAN
-
-    def counting(buf: str, pos: int) -> Any:
-        slow[0] += 1
-        return real(buf, pos)
-
-    monkeypatch.setattr(_jsonstream, "_SCAN", counting)
+    slow = count_reference_reads(monkeypatch)
     states = []
     for keep in (True, False):
         slow[0] = 0

@@ -266,6 +266,16 @@ static inline __attribute__((always_inline)) int parse_string(const unsigned cha
     return J_OK;
 }
 
+/* one or more digits (a fraction's, an exponent's) */
+static inline int skip_digits(const unsigned char *s, Py_ssize_t *j, Py_ssize_t n) {
+    Py_ssize_t d = *j;
+    while (*j < n && s[*j] >= '0' && s[*j] <= '9')
+        (*j)++;
+    if (*j >= n)
+        return J_MORE;
+    return *j == d ? J_SLOW : J_OK;
+}
+
 static inline __attribute__((always_inline)) int parse_number(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Val *v) {
     Py_ssize_t j = *i;
     int flt = 0;
@@ -288,29 +298,20 @@ static inline __attribute__((always_inline)) int parse_number(const unsigned cha
     } else {
         return J_SLOW; /* '-Infinity', '-' alone, ... */
     }
+    int r;
     if (j < n && s[j] == '.') {
         flt = 1;
         j++;
-        Py_ssize_t d = j;
-        while (j < n && s[j] >= '0' && s[j] <= '9')
-            j++;
-        if (j >= n)
-            return J_MORE;
-        if (j == d)
-            return J_SLOW;
+        if ((r = skip_digits(s, &j, n)) != J_OK)
+            return r;
     }
     if (j < n && (s[j] == 'e' || s[j] == 'E')) {
         flt = 1;
         j++;
         if (j < n && (s[j] == '+' || s[j] == '-'))
             j++;
-        Py_ssize_t d = j;
-        while (j < n && s[j] >= '0' && s[j] <= '9')
-            j++;
-        if (j >= n)
-            return J_MORE;
-        if (j == d)
-            return J_SLOW;
+        if ((r = skip_digits(s, &j, n)) != J_OK)
+            return r;
     }
     if (j >= n)
         return J_MORE; /* the number may go on in the next chunk */
@@ -345,6 +346,42 @@ static int parse_literal(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, Va
 
 static int skip_value(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, int depth, Val *v);
 
+/* `"key" : ` at s[*j], leaving *j at the value. ``allow_esc`` 0: J_SLOW for an escaped key (where
+ * keys are matched, an escape could spell one that is read) */
+static inline __attribute__((always_inline)) int parse_key(const unsigned char *s, Py_ssize_t *j, Py_ssize_t n,
+                                                           Val *key, int allow_esc) {
+    int r;
+    if (s[*j] != '"')
+        return J_SLOW;
+    if ((r = parse_string(s, j, n, key)) != J_OK)
+        return r;
+    if (key->esc && !allow_esc)
+        return J_SLOW;
+    SKIP_WS(s, *j, n);
+    if (*j >= n)
+        return J_MORE;
+    if (s[*j] != ':')
+        return J_SLOW;
+    (*j)++;
+    SKIP_WS(s, *j, n);
+    return *j >= n ? J_MORE : J_OK;
+}
+
+/* after a member or an element: ',' (1: another follows, *j at it), `close` (0: *j at it), else
+ * J_SLOW / J_MORE */
+static inline __attribute__((always_inline)) int next_member(const unsigned char *s, Py_ssize_t *j, Py_ssize_t n,
+                                                             unsigned char close) {
+    SKIP_WS(s, *j, n);
+    if (*j >= n)
+        return J_MORE;
+    if (s[*j] == ',') {
+        (*j)++;
+        SKIP_WS(s, *j, n);
+        return *j >= n ? J_MORE : 1;
+    }
+    return s[*j] == close ? 0 : J_SLOW;
+}
+
 /* s[*i] is '{' or '['; validates the container and records its whole text */
 static int skip_container(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, int depth, Val *v) {
     if (depth > SKIP_DEPTH)
@@ -360,36 +397,14 @@ static int skip_container(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, i
         return J_MORE;
     if (s[j] != close) {
         for (;;) {
-            if (obj) {
-                if (s[j] != '"')
-                    return J_SLOW;
-                if ((r = parse_string(s, &j, n, &tmp)) != J_OK)
-                    return r;
-                SKIP_WS(s, j, n);
-                if (j >= n)
-                    return J_MORE;
-                if (s[j] != ':')
-                    return J_SLOW;
-                j++;
-                SKIP_WS(s, j, n);
-                if (j >= n)
-                    return J_MORE;
-            }
+            if (obj && (r = parse_key(s, &j, n, &tmp, 1)) != J_OK)
+                return r;
             if ((r = skip_value(s, &j, n, depth + 1, &tmp)) != J_OK)
                 return r;
-            SKIP_WS(s, j, n);
-            if (j >= n)
-                return J_MORE;
-            if (s[j] == ',') {
-                j++;
-                SKIP_WS(s, j, n);
-                if (j >= n)
-                    return J_MORE;
-                continue;
-            }
-            if (s[j] == close)
+            if ((r = next_member(s, &j, n, close)) < 0)
+                return r;
+            if (r == 0)
                 break;
-            return J_SLOW;
         }
     }
     j++;
@@ -479,21 +494,8 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
         return J_OK;
     }
     for (;;) {
-        if (s[j] != '"')
-            return J_SLOW;
-        if ((r = parse_string(s, &j, n, &key)) != J_OK)
+        if ((r = parse_key(s, &j, n, &key, 0)) != J_OK)
             return r;
-        if (key.esc)
-            return J_SLOW;
-        SKIP_WS(s, j, n);
-        if (j >= n)
-            return J_MORE;
-        if (s[j] != ':')
-            return J_SLOW;
-        j++;
-        SKIP_WS(s, j, n);
-        if (j >= n)
-            return J_MORE;
         int k = match_top(&key);
         if (k < 0) {
             if ((r = skip_value(s, &j, n, 1, &tmp)) != J_OK)
@@ -510,19 +512,8 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
                     return J_MORE;
                 if (s[j] != '}') {
                     for (;;) {
-                        if (s[j] != '"')
-                            return J_SLOW;
-                        if ((r = parse_string(s, &j, n, &key)) != J_OK)
+                        if ((r = parse_key(s, &j, n, &key, 0)) != J_OK)
                             return r;
-                        if (key.esc)
-                            return J_SLOW;
-                        SKIP_WS(s, j, n);
-                        if (j >= n)
-                            return J_MORE;
-                        if (s[j] != ':')
-                            return J_SLOW;
-                        j++;
-                        SKIP_WS(s, j, n);
                         int a = match_arg(keys, &key);
                         Val *dst = a >= 0 ? &ev->arg[a] : &tmp;
                         if (a >= 0 && ((ev->arg_mask >> a) & 1u))
@@ -531,19 +522,10 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
                             return r;
                         if (a >= 0)
                             ev->arg_mask |= 1u << a;
-                        SKIP_WS(s, j, n);
-                        if (j >= n)
-                            return J_MORE;
-                        if (s[j] == ',') {
-                            j++;
-                            SKIP_WS(s, j, n);
-                            if (j >= n)
-                                return J_MORE;
-                            continue;
-                        }
-                        if (s[j] == '}')
+                        if ((r = next_member(s, &j, n, '}')) < 0)
+                            return r;
+                        if (r == 0)
                             break;
-                        return J_SLOW;
                     }
                 }
                 j++;
@@ -557,19 +539,10 @@ static int parse_event(const unsigned char *s, Py_ssize_t *i, Py_ssize_t n, cons
                 ev->top_mask |= 1u << k;
             }
         }
-        SKIP_WS(s, j, n);
-        if (j >= n)
-            return J_MORE;
-        if (s[j] == ',') {
-            j++;
-            SKIP_WS(s, j, n);
-            if (j >= n)
-                return J_MORE;
-            continue;
-        }
-        if (s[j] == '}')
+        if ((r = next_member(s, &j, n, '}')) < 0)
+            return r;
+        if (r == 0)
             break;
-        return J_SLOW;
     }
     *i = j + 1;
     return J_OK;
