@@ -23,6 +23,12 @@ library (a wrong cut, NaN/Infinity, a number out of range, a lone surrogate, inv
 that run down the full-decode path below, which gives the old results and the old errors. The
 one difference: a field nobody reads is validated but never converted, so a 5,000-digit integer
 there is no longer refused (it costs nothing). ``keep=None`` is the reference (full-decode) path.
+
+**Compiled pre-filter.** Where the consumer has one (``Prefilter.compiled``: the Collector's is
+specmodel/trace/_cscan.c), it reads each buffer itself, event by event, and stops at any event
+it does not read exactly as the standard library would (``C_SLOW``): that one event goes down
+the full-decode path, and the scan goes on after it. The msgspec runs above are then only its
+fallback: a buffer holding characters beyond U+00FF, or a box where the C part is not built.
 """
 
 from __future__ import annotations
