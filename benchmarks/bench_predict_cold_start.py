@@ -29,8 +29,7 @@ def main() -> int:
     probe = subprocess.run(
         [sys.executable, "-c",
          "import sys; from specmodel.cli import main\n"
-         "sys.argv=['specmodel','predict','--accept-len','3.2']\n"
-         "try:\n    main()\nexcept SystemExit:\n    pass\n"
+         "try:\n    main(['predict','--accept-len','3.2'])\nexcept SystemExit:\n    pass\n"
          "heavy=[m for m in ('torch','matplotlib','pandas','scipy') if m in sys.modules]\n"
          "print('HEAVY', ','.join(heavy))"],
         check=True, capture_output=True, text=True)

@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
-import threading
-import time
 
 _PR_SET_PDEATHSIG = 1
 #: how often the watcher thread (``watch=True``) looks for a new parent
@@ -25,7 +21,12 @@ def die_with_parent(parent_pid: int, *, watch: bool = False, exit_code: int = 1)
     the signal is not available (other systems) or was reset (a rank that exec'd). Without it,
     elsewhere than Linux this is a no-op (a pool's own shutdown still ends its workers).
     """
+    # (imported here: ctypes and signal are ~4 ms of a cold start no command's parent needs)
+    import signal
+
     if sys.platform.startswith("linux"):
+        import ctypes
+
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -34,6 +35,9 @@ def die_with_parent(parent_pid: int, *, watch: bool = False, exit_code: int = 1)
     if os.getppid() != parent_pid:
         os._exit(exit_code)
     if watch:
+        import threading
+        import time
+
         def loop() -> None:
             while True:
                 time.sleep(_WATCH_S)

@@ -124,6 +124,25 @@ _ODD_EVENTS = [
     '5',
     '[]',
     '"x"',
+    # a CPU trace's collectives, each way on_event reads one (the compiled scan records them itself)
+    '{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 10, "ts": 3.5, "dur": 0.5, '
+    '"args": {"Collective name": "allgather"}}',
+    '{"ph": "X", "cat": "user_annotation", "name": "custom:comm", "pid": 9, "tid": 9, "ts": 3.6, "dur": 0.5, '
+    '"args": {"Collective name": "allreduce", "In msg nelems": 4, "dtype": "Float"}}',
+    '{"ph": "X", "cat": "user_annotation", "name": "custom:comm", "pid": 9, "tid": 9, "ts": 3.61, "dur": 0.5, '
+    '"args": {"Collective name": ""}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "my::comm", "pid": 9, "tid": 9, "ts": 3.7, "dur": 0.5, '
+    '"args": {"Collective name": "broadcast"}}',
+    '{"ph": "X", "cat": "user_annotation", "name": "c10d::allreduce_", "pid": 9, "tid": 9, "ts": 3.8, "dur": 1}',
+    '{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 10, "ts": "3.9", "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 9, "tid": 9, "ts": 4.0, "dur": -1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 9, "tid": [9], "ts": 4.1, "dur": 1}',
+    '{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "ts": 4.2, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "gloo\\u003aall_reduce", "pid": 9, "tid": 9, "ts": 4.3, "dur": 1}',
+    '{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 9, "tid": 9, "ts": 4.4, "dur": 1, '
+    '"args": {"Input Dims": [[2, 99999999999999999999]], "Input type": ["float"]}}',
+    '{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 10, "ts": 4.5, "dur": 1, '
+    '"args": null}',
 ]
 
 def _loads(text: str) -> bool:
@@ -148,6 +167,32 @@ def test_each_odd_event_reads_as_the_reference_reads_it(tmp_path: Path, monkeypa
         ref = _same_everywhere(p)
         if "error" not in ref and _loads(_ODD_EVENTS[i]) and _ODD_EVENTS[i].startswith("{"):
             assert ref["n_events"] == len(events)
+
+
+_CPU_PLAIN = [
+    '{"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=1]", "pid": 9, "tid": 9, "ts": 0, "dur": 40}',
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 9, "tid": 9, "ts": 1, "dur": 0.5}',
+    '{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 9, "tid": 9, "ts": 2, "dur": 0.25, '
+    '"args": {"Input Dims": [[], []], "Input type": ["", ""]}}',
+    '{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 10, "ts": 2, "dur": 1, '
+    '"args": {"Input Dims": [[1, 512]], "Input type": ["float"]}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 9, "ts": 3.5, "dur": 0.5}',
+]
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+@pytest.mark.parametrize("i", [*range(24, 34), *range(len(_ODD_EVENTS) - 12, len(_ODD_EVENTS))])
+def test_each_odd_event_on_a_cpu_trace_reads_as_the_reference_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, i: int, chunk: int) -> None:
+    # no kernel: host ops and CPU collectives are kept, in the reference's order
+    monkeypatch.setattr(_jsonstream, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(_jsonstream, "_MIN_RUN_CHARS", chunk // 2)
+    for events in ([*_CPU_PLAIN, _ODD_EVENTS[i], *_CPU_PLAIN], [_ODD_EVENTS[i], *_CPU_PLAIN, _ODD_EVENTS[i]]):
+        p = tmp_path / "t.json"
+        p.write_text('{"traceEvents": [' + ", ".join(events) + '], "x": 1}', encoding="utf-8")
+        ref = _same_everywhere(p)
+        if "error" not in ref:
+            assert ref["n_kernels"] == 0 and ref["host_ops"] and len(ref["cpu_colls"]) >= 2
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -165,3 +165,33 @@ def test_skew_of_aligned_ranks_is_the_keyed_sum_exactly(n_ranks: int, base: list
     fastest = {k: min(by_key[r][k] for r in durs) for k in keys}
     want = {r: sum(by_key[r][k] - fastest[k] for k in fastest) for r in durs} if n_ranks > 1 else {0: 0.0}
     assert matched and got == want
+
+
+_kernel = st.tuples(st.integers(0, 60), st.integers(0, 12), st.booleans(), st.sampled_from([0, 2048, 14336]))
+
+
+@given(st.lists(_kernel, max_size=60), st.integers(0, 20), st.integers(0, 80), st.randoms())
+def test_a_pass_from_its_kernels_is_the_unions_formula(raw: list[tuple[int, int, bool, int]], lo: int, width: int,
+                                                       rnd: Any) -> None:
+    # the one-pass unions of _pass_from_kernels (compute, busy) against the formula they stand in
+    # for: clip, merge() each kind, busy = |merge(all)|; the same record, float for float
+    from specmodel.trace import attribution as A
+
+    kernels = [(s / 4, (s + d) / 4, 0, i, "all_reduce" if c else None, "nccl" if c else "", b if c else 0, None)
+               for i, (s, d, c, b) in enumerate(raw)]
+    rnd.shuffle(kernels)
+    kernels.sort(key=lambda k: k[0])  # (in order of start, equal starts in a random order)
+    lo_us, hi_us = lo / 4, (lo + width) / 4
+    span = A.Span(name="step", ts=lo_us, end=hi_us, pid=0, ext=None, tid=0)
+    ph = A.PhaseSpan(span=span, kind="decode", batch=1, tokens=1, label="decode")
+    got = A._pass_from_kernels(ph, {"decode": 0}, lo_us, hi_us, kernels)
+
+    clipped = [(max(k[0], lo_us), min(k[1], hi_us), k) for k in kernels]
+    clipped = [c for c in clipped if c[1] > c[0]]
+    comm = [(s, e) for s, e, k in clipped if k[4] is not None]
+    comp = [(s, e) for s, e, k in clipped if k[4] is None]
+    colls = [(k[0], k[1], k[4], k[5], k[6], k[7]) for _, _, k in clipped if k[4] is not None]
+    busy = iv.length(iv.merge(comm + comp))
+    want = A._record(ph, 0, lo_us, hi_us, busy, iv.merge(comm), iv.merge(comp), colls, cpu=False, merged=True,
+                     in_order=True)
+    assert got == want

@@ -8,8 +8,7 @@ from tests.conftest import run_python
 def test_predict_path_imports_no_torch_matplotlib_pandas():
     code = (
         "import sys\nfrom specmodel.cli import main\n"
-        "sys.argv=['specmodel','predict','--accept-len','3.2']\n"
-        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "try:\n    main(['predict','--accept-len','3.2'])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "print(sorted(m for m in ('torch','matplotlib','pandas','scipy') if m in sys.modules))"
     )
     r = run_python(code)

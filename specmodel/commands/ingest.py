@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -45,6 +44,8 @@ def format_table(result: IngestResult) -> str:
 
 
 def format_csv(result: IngestResult) -> str:
+    import csv  # (only for --csv)
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(_COLUMNS)

@@ -742,16 +742,17 @@ static int str_is(const Val *v, const char *lit) {
 /* the scanner object */
 
 /* decision codes */
-enum { D_SKIP = 0, D_KEEP = 1, D_HOST = 2, D_ARG = 3 /* + args index */ };
+enum { D_SKIP = 0, D_KEEP = 1, D_HOST = 2, D_COLL = 3, D_ARG = 4 /* + args index */ };
 
 typedef struct {
     PyObject_HEAD
-    PyObject *decide;   /* (ph, cat, name) -> True | False | host_op | args key */
+    PyObject *decide;   /* (ph, cat, name) -> True | False | host_op | coll_or_host | args key */
     PyObject *info;     /* (cpu: bool, name, args dict) -> None | (collective, implementation, bytes) */
     PyObject *missing;  /* what decide is given for an absent key */
     PyObject *host_op;  /* the HOST_OP decision */
+    PyObject *coll_or_host; /* the COLLECTIVE_OR_HOST_OP decision */
     PyObject *kernels, *launches, *cpu_colls; /* the collector's lists */
-    PyObject *hosts;    /* (pid, tid) -> list of floats: start, end, ... */
+    PyObject *hosts;    /* (pid, tid) -> bytearray of doubles: start, end, ... */
     PyObject *only_ph;  /* str */
     const char *only;   /* its ASCII text */
     Py_ssize_t only_n;
@@ -782,6 +783,7 @@ static void Scanner_dealloc(Scanner *self) {
     Py_XDECREF(self->info);
     Py_XDECREF(self->missing);
     Py_XDECREF(self->host_op);
+    Py_XDECREF(self->coll_or_host);
     Py_XDECREF(self->kernels);
     Py_XDECREF(self->launches);
     Py_XDECREF(self->cpu_colls);
@@ -801,13 +803,13 @@ static int arg_index(Scanner *self, const char *name) {
 }
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"decide", "info", "missing", "host_op", "args_keys", "only_ph", "kernels",
-                             "launches", "cpu_colls", "hosts", "int_max_digits", NULL};
-    PyObject *decide, *info, *missing, *host_op, *args_keys, *only_ph, *kernels, *launches, *cpu_colls,
-        *hosts;
+    static char *kwlist[] = {"decide", "info", "missing", "host_op", "coll_or_host", "args_keys", "only_ph",
+                             "kernels", "launches", "cpu_colls", "hosts", "int_max_digits", NULL};
+    PyObject *decide, *info, *missing, *host_op, *coll_or_host, *args_keys, *only_ph, *kernels, *launches,
+        *cpu_colls, *hosts;
     Py_ssize_t int_max_digits = 4300;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!UO!O!O!O!|n", kwlist, &decide, &info, &missing,
-                                     &host_op, &PyTuple_Type, &args_keys, &only_ph, &PyList_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO!UO!O!O!O!|n", kwlist, &decide, &info, &missing,
+                                     &host_op, &coll_or_host, &PyTuple_Type, &args_keys, &only_ph, &PyList_Type,
                                      &kernels, &PyList_Type, &launches, &PyList_Type, &cpu_colls,
                                      &PyDict_Type, &hosts, &int_max_digits))
         return -1;
@@ -842,6 +844,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     SET(info, info);
     SET(missing, missing);
     SET(host_op, host_op);
+    SET(coll_or_host, coll_or_host);
     SET(args_keys, args_keys);
     SET(only_ph, only_ph);
     self->only = PyUnicode_AsUTF8AndSize(only_ph, &self->only_n);
@@ -949,6 +952,8 @@ static int decision(Scanner *self, const Ev *ev) {
         code = D_SKIP;
     else if (res == self->host_op)
         code = D_HOST;
+    else if (res == self->coll_or_host)
+        code = D_COLL;
     else {
         code = -1;
         if (PyUnicode_Check(res)) {
@@ -1145,6 +1150,30 @@ static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
     return 0;
 }
 
+/* a collective's caller (the info result `res`): the cpu_colls tuple on_event's _cpu_coll makes,
+ * (ts, end, pid, collective, implementation, msg_bytes, tid); 0 done, -2 not handled, -1 error */
+static int cpu_coll(Scanner *self, const Ev *ev, double t0, double d, PyObject *res) {
+    PyObject *pid = pid_of(self, ev);
+    if (pid == NULL)
+        return PyErr_Occurred() ? -1 : -2;
+    PyObject *tid = build_or_none(TOP(ev, K_TID));
+    if (tid == NULL) {
+        Py_DECREF(pid);
+        return PyErr_Occurred() ? -1 : -2;
+    }
+    PyObject *t0o = PyFloat_FromDouble(t0), *t1o = PyFloat_FromDouble(t0 + d), *tup = NULL;
+    if (t0o && t1o)
+        tup = untracked(PyTuple_Pack(7, t0o, t1o, pid, PyTuple_GET_ITEM(res, 0), PyTuple_GET_ITEM(res, 1),
+                                     PyTuple_GET_ITEM(res, 2), tid));
+    int rc = (tup != NULL && PyList_Append(self->cpu_colls, tup) == 0) ? 0 : -1;
+    Py_DECREF(pid);
+    Py_DECREF(tid);
+    Py_XDECREF(t0o);
+    Py_XDECREF(t1o);
+    Py_XDECREF(tup);
+    return rc;
+}
+
 /* 0: handled (counted), 1: delivered as a dict (items), -2: SLOW, -1: error */
 static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *items) {
     const Val *ph = TOP(ev, K_PH);
@@ -1173,13 +1202,31 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
     int has_args = args->t == T_OBJ;
     if (code >= D_ARG && !(has_args && ARG(ev, code - D_ARG)->t != T_NONE))
         return 0; /* decoded only if args has that key */
+    int cpu_op = str_is(cat, "cpu_op");
     if (code == D_HOST && has_args && ARG(ev, self->a_coll)->t != T_NONE)
-        code = D_KEEP; /* a collective after all: on_event */
+        code = cpu_op ? D_KEEP : D_COLL; /* its args may make it a collective */
+    double t0, d;
+    if (code == D_COLL || (code == D_KEEP && cpu_op && !with_kernels)) {
+        /* a CPU trace's collective candidate, recorded as on_event does: a cpu_op is a host op and,
+         * if the classifier says so, a collective; an annotation is one or the other */
+        const Val *name = TOP(ev, K_NAME);
+        if (name->t != T_NONE && (name->t != T_STR || name->esc))
+            return -2;
+        if (times(ev, &t0, &d) < 0)
+            return -2;
+        PyObject *res = info_of(self, 1, ev, name); /* (borrowed) */
+        if (res == NULL)
+            return PyErr_Occurred() ? -1 : -2;
+        if (cpu_op || res == Py_None) {
+            int rc = host_op(self, ev, t0, d);
+            if (rc < 0 || res == Py_None)
+                return rc;
+        }
+        return cpu_coll(self, ev, t0, d, res);
+    }
     int busy = str_is(cat, "kernel") || str_is(cat, "gpu_memcpy") || str_is(cat, "gpu_memset");
     int kernel = str_is(cat, "kernel");
     int runtime = str_is(cat, "cuda_runtime") || str_is(cat, "cuda_driver");
-    int cpu_op = str_is(cat, "cpu_op");
-    double t0, d;
     if (code == D_HOST) {
         if (times(ev, &t0, &d) < 0)
             return -2;
@@ -1219,22 +1266,7 @@ static int handle(Scanner *self, const Ev *ev, Py_ssize_t *n_kernels, PyObject *
     PyObject *t0o = NULL, *t1o = NULL, *corr = NULL, *tup = NULL;
     int rc = -1;
     if (fast_cpu) {
-        if (res == Py_None) {
-            rc = 0;
-            goto done;
-        }
-        PyObject *tid = build_or_none(TOP(ev, K_TID));
-        if (tid == NULL) {
-            rc = PyErr_Occurred() ? -1 : -2;
-            goto done;
-        }
-        t0o = PyFloat_FromDouble(t0);
-        t1o = PyFloat_FromDouble(t0 + d);
-        if (t0o && t1o)
-            tup = untracked(PyTuple_Pack(7, t0o, t1o, pid, PyTuple_GET_ITEM(res, 0), PyTuple_GET_ITEM(res, 1),
-                               PyTuple_GET_ITEM(res, 2), tid));
-        Py_DECREF(tid);
-        rc = (tup != NULL && PyList_Append(self->cpu_colls, tup) == 0) ? 0 : -1;
+        rc = res == Py_None ? 0 : cpu_coll(self, ev, t0, d, res);
         goto done;
     }
     corr = corr_v != NULL ? build_or_none(corr_v) : (Py_INCREF(Py_None), Py_None);
@@ -1389,8 +1421,44 @@ static PyTypeObject ScannerType = {
     .tp_methods = Scanner_methods,
 };
 
+/* ---------------------------------------------------------------------------------------- */
+/* sort_pairs: a thread's host ops, as the collector records them */
+
+static int cmp_pair(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    if (x[0] != y[0])
+        return (x[0] > y[0]) - (x[0] < y[0]);
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* sort_pairs(array('d') of start, end, start, end, ...): in place, by (start, end), as sorted() of
+ * the (start, end) tuples orders them (the values are finite: the collector checked) */
+static PyObject *sort_pairs(PyObject *mod, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.format == NULL || strcmp(view.format, "d") != 0 || view.len % (Py_ssize_t)(2 * sizeof(double))) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "sort_pairs needs an array('d') of pairs");
+        return NULL;
+    }
+    double *v = view.buf;
+    size_t n = (size_t)view.len / (2 * sizeof(double));
+    size_t i = 1;
+    while (i < n && cmp_pair(v + 2 * (i - 1), v + 2 * i) <= 0) /* (mostly recorded in order already) */
+        i++;
+    if (i < n)
+        qsort(v, n, 2 * sizeof(double), cmp_pair);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"sort_pairs", sort_pairs, METH_O, "sort_pairs(array('d')): sort (start, end) pairs in place"},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_cscan",
-                                    "The compiled pre-filter of specmodel ingest.", -1, NULL};
+                                    "The compiled pre-filter of specmodel ingest.", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__cscan(void) {
     for (int c = 0; c < 256; c++)

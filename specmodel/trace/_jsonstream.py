@@ -90,6 +90,10 @@ MISSING: Any = _Missing()
 #: decode it only if its ``args`` has this key (a str), or HOST_OP: hand its (pid, tid, ts, dur,
 #: name, cat) to ``host_ops_of`` unless its args have ``Collective name`` (then decode it).
 HOST_OP: Any = object()
+#: A decision that reads as True (decode it) here; a compiled pre-filter records such an event
+#: itself, as the consumer would: a collective if the classifier says so, else a host op
+#: (``gloo:all_reduce`` on a CPU trace).
+COLLECTIVE_OR_HOST_OP: Any = object()
 _COLL_KEY = "Collective name"
 
 
@@ -337,6 +341,7 @@ class _Scanner:
             return False
         miss = MISSING
         host = HOST_OP
+        coll_or_host = COLLECTIVE_OR_HOST_OP
         rules = keep.decisions
         decide = keep.decide
         only_ph = keep.only_ph
@@ -351,7 +356,7 @@ class _Scanner:
             d = rules.get((ph, ev.cat, ev.name))
             if d is None:
                 d = decide(ph, ev.cat, ev.name)
-            if d is True:
+            if d is True or d is coll_or_host:
                 pass
             elif d is False:
                 continue

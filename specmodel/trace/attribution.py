@@ -22,7 +22,6 @@ numbers through either path.
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 import sys
 from array import array
@@ -35,7 +34,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.stats import median
 from specmodel.trace import _intervals as iv
-from specmodel.trace._jsonstream import HOST_OP, MISSING
+from specmodel.trace._jsonstream import COLLECTIVE_OR_HOST_OP, HOST_OP, MISSING
 from specmodel.trace.collectives import (
     ALL_REDUCE,
     SYNCHRONOUS_IMPLEMENTATIONS,
@@ -192,8 +191,8 @@ class Collector:
         that depends on whether its ``args`` has that key; else True. The same rules as
         :meth:`on_event` (a missing key is ``_jsonstream.MISSING``): kernels, collectives (the one
         classifier table), launches, the spans the caller's ``span_name`` names, and on a CPU trace
-        (no kernel yet) every host op (``HOST_OP``: read off the top-level fields, :meth:`host_ops_of`).
-        Cached in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps
+        (no kernel yet) every host op (``HOST_OP``: read off the top-level fields, :meth:`host_ops_of`)
+        and every annotation a collective's name may make one (``COLLECTIVE_OR_HOST_OP``). Cached in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps
         more, never less."""
         d: Any = False
         if ph != self.only_ph:
@@ -216,7 +215,7 @@ class Collector:
                 if self.span_name is not None and self.span_name(name):
                     d = True
                 elif cat == "user_annotation" and not self.n_kernels:
-                    d = True if self._cpu_rule(name) is not None else HOST_OP
+                    d = COLLECTIVE_OR_HOST_OP if self._cpu_rule(name) is not None else HOST_OP
         self.decisions[(ph, cat, name)] = d
         return d
 
@@ -271,7 +270,7 @@ class Collector:
             return None
         hosts: dict[tuple[Any, Any], bytearray] = {}  # (pid, tid) -> doubles start, end, ... (native order)
         sc = _cscan.Scanner(decide=self.decide, info=_collective_info, missing=MISSING, host_op=HOST_OP,
-                            args_keys=self.args_keys, only_ph=self.only_ph, kernels=self.kernels,
+                            coll_or_host=COLLECTIVE_OR_HOST_OP, args_keys=self.args_keys, only_ph=self.only_ph, kernels=self.kernels,
                             launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
                             int_max_digits=sys.get_int_max_str_digits())
 
@@ -505,18 +504,20 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
     if not in_order:
         colls = sorted(colls, key=_START)
     keyed = all(c[5] is not None for c in colls)
-    keys = tuple(("seq", c[5]) if keyed else ("ord", i, c[2]) for i, c in enumerate(colls))
+    # (list comprehensions, not generators: ~60 collectives a pass, ~10^4 a rank)
+    keys = tuple([("seq", c[5]) for c in colls] if keyed else [("ord", i, c[2]) for i, c in enumerate(colls)])
+    durs = tuple([from_us(c[1] - c[0]) for c in colls])
     by_impl: dict[str, float] = defaultdict(float)
-    for c in colls:
-        by_impl[c[3] or "unknown"] += from_us(c[1] - c[0])
+    for c, d in zip(colls, durs, strict=True):
+        by_impl[c[3] or "unknown"] += d
     return PassRecord(
         label=ph.label, occurrence=occ, kind=ph.kind, batch=ph.batch, tokens=ph.tokens,
         span_s=from_us(span_us), busy_s=from_us(min(busy_us, span_us)), comm_s=from_us(min(comm_us, busy_us)),
         exposed_s=from_us(max(exposed_us, 0.0)), n_collectives=len(colls),
-        n_allreduce=sum(1 for c in colls if c[2] == ALL_REDUCE),
-        msg_bytes=tuple(c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0),
-        coll_keys=keys, coll_durs_s=tuple(from_us(c[1] - c[0]) for c in colls),
-        coll_names=tuple(c[2] or "unknown" for c in colls),
+        n_allreduce=[c[2] for c in colls].count(ALL_REDUCE),
+        msg_bytes=tuple([c[4] for c in colls if c[2] == ALL_REDUCE and c[4] > 0]),
+        coll_keys=keys, coll_durs_s=durs,
+        coll_names=tuple([c[2] or "unknown" for c in colls]),
         comm_by_impl_s=tuple(sorted(by_impl.items())), t0_us=lo, t1_us=hi, forwards=ph.forwards,
         context=ph.context,
     )
@@ -524,10 +525,20 @@ def _record(ph: PhaseSpan, occ: int, lo: float, hi: float, busy_us: float, comm:
 
 def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
                        ks: Iterable[Kernel]) -> PassRecord:
-    """One pass from its kernels, ``ks`` in order of start."""
+    """One pass from its kernels, ``ks`` in order of start.
+
+    The clipped intervals come in order of start too, so one pass over them builds the unions
+    :func:`iv.merge_sorted` would (touching intervals joined): of the compute kernels, and of all
+    kernels (busy); the collectives' union is merged after (a few hundred a pass)."""
     comm: list[iv.Interval] = []
-    comp: list[iv.Interval] = []
+    comp_m: list[iv.Interval] = []
+    busy_m: list[iv.Interval] = []
     colls: list[Coll] = []
+    # the open segment of each union (start, end); none yet while its start is None
+    ps: float | None = None
+    pe = 0.0
+    bs: float | None = None
+    be = 0.0
     for k in ks:  # (the clip without max/min calls: the same values, ~50k kernels a rank)
         s = k[0]
         e = k[1]
@@ -537,14 +548,29 @@ def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
             e = hi
         if e <= s:
             continue
+        if bs is not None and s <= be:
+            if e > be:
+                be = e
+        else:
+            if bs is not None:
+                busy_m.append((bs, be))
+            bs, be = s, e
         if k[4] is not None:
             comm.append((s, e))
             colls.append((k[0], k[1], k[4], k[5], k[6], k[7]))
+        elif ps is not None and s <= pe:
+            if e > pe:
+                pe = e
         else:
-            comp.append((s, e))
-    # ks come in order of start, so do the clipped intervals (the same unions as merge(), unsorted)
-    comm_m, comp_m = iv.merge_sorted(comm), iv.merge_sorted(comp)
-    busy = iv.length(iv.merge_sorted(heapq.merge(comm_m, comp_m)))
+            if ps is not None:
+                comp_m.append((ps, pe))
+            ps, pe = s, e
+    if bs is not None:
+        busy_m.append((bs, be))
+    if ps is not None:
+        comp_m.append((ps, pe))
+    comm_m = iv.merge_sorted(comm)
+    busy = iv.length(busy_m)
     rec = _record(ph, occ[ph.label], lo, hi, busy, comm_m, comp_m, colls, cpu=False, merged=True, in_order=True)
     occ[ph.label] += 1
     return rec
@@ -557,6 +583,7 @@ def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
     kernels = sorted(col.kernels, key=_START)
     starts = [k[0] for k in kernels]
     pids_with_kernels = {k[2] for k in kernels}
+    one_pid = len(pids_with_kernels) == 1  # (a rank's file: then every span takes every kernel in it)
     occ: dict[str, int] = defaultdict(int)
     records: list[PassRecord] = []
     if gpu_phases:
@@ -564,7 +591,9 @@ def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
             lo, hi = ph.span.ts, ph.span.end
             i0 = bisect.bisect_left(starts, lo - _EPS_US)
             i1 = bisect.bisect_left(starts, hi)
-            ks = [k for k in kernels[i0:i1] if ph.span.pid not in pids_with_kernels or k[2] == ph.span.pid]
+            pid = ph.span.pid
+            ks = kernels[i0:i1] if one_pid or pid not in pids_with_kernels else \
+                [k for k in kernels[i0:i1] if k[2] == pid]
             records.append(_pass_from_kernels(ph, occ, lo, hi, ks))
         return "gpu_user_annotation", records
     by_corr: dict[Any, list[int]] = defaultdict(list)
@@ -587,6 +616,17 @@ def gpu_passes(col: Collector, gpu_phases: Sequence[PhaseSpan],
     return "correlation", records
 
 
+def host_ops_by_start(flat: array[float]) -> tuple[array[float], array[float]]:
+    """One thread's host ops (start, end interleaved, as recorded) as their starts and ends,
+    sorted by (start, end)."""
+    if _cscan is None:
+        pairs = sorted(zip(flat[0::2], flat[1::2], strict=True))
+        return array("d", [p[0] for p in pairs]), array("d", [p[1] for p in pairs])
+    flat = array("d", flat)  # (a copy: the collector's stays as recorded)
+    _cscan.sort_pairs(flat)
+    return flat[0::2], flat[1::2]
+
+
 def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, str, int]]:
     """Each collective the callers issued, as (start, end of the caller's wait, pid, tid,
     collective, implementation, msg_bytes)."""
@@ -605,10 +645,7 @@ def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, st
         return [(w[0], w[1], w[2], w[6], w[3], w[4], w[5]) for w in work]
     wstarts = [w[0] for w in work]
     used = [False] * len(work)
-    host = {}
-    for key, flat in col.host_ops.items():
-        pairs = sorted(zip(flat[0::2], flat[1::2], strict=True))
-        host[key] = (pairs, [p[0] for p in pairs])
+    host: dict[tuple[Any, Any], tuple[array[float], array[float]] | None] = {}
     out = []
     for ts, te, pid, coll, impl, nbytes, tid in outer:
         end = te
@@ -620,13 +657,19 @@ def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, st
             end = max(end, work[j][1])
             nbytes = nbytes or work[j][5]
             impl = "gloo"
-        ops = host.get((pid, tid)) if impl not in SYNCHRONOUS_IMPLEMENTATIONS else None
+        ops = None
+        if impl not in SYNCHRONOUS_IMPLEMENTATIONS:
+            ops = host.get((pid, tid), _MISSING)
+            if ops is _MISSING:  # (sorted when a caller first needs its thread's ops)
+                flat = col.host_ops.get((pid, tid))
+                ops = host[(pid, tid)] = None if flat is None else host_ops_by_start(flat)
         if ops is not None:  # the caller resumes at its next op
-            k = bisect.bisect_left(ops[1], te)
-            while k < len(ops[0]) and ops[0][k][1] <= te:
+            starts, ends = ops
+            k = bisect.bisect_left(starts, te)
+            while k < len(starts) and ends[k] <= te:
                 k += 1
-            if k < len(ops[0]):
-                end = max(end, ops[0][k][0])
+            if k < len(starts):
+                end = max(end, starts[k])
         out.append((ts, end, pid, tid, coll, impl, nbytes))
     return out
 
