@@ -657,10 +657,11 @@ def _blocked_calls(col: Collector) -> list[tuple[float, float, Any, Any, str, st
             end = max(end, work[j][1])
             nbytes = nbytes or work[j][5]
             impl = "gloo"
-        ops = None
+        ops: tuple[array[float], array[float]] | None = None
         if impl not in SYNCHRONOUS_IMPLEMENTATIONS:
-            ops = host.get((pid, tid), _MISSING)
-            if ops is _MISSING:  # (sorted when a caller first needs its thread's ops)
+            if (pid, tid) in host:
+                ops = host[(pid, tid)]
+            else:  # (sorted when a caller first needs its thread's ops)
                 flat = col.host_ops.get((pid, tid))
                 ops = host[(pid, tid)] = None if flat is None else host_ops_by_start(flat)
         if ops is not None:  # the caller resumes at its next op
