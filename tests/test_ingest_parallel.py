@@ -90,7 +90,7 @@ def test_a_forked_worker_that_fails_is_named_and_no_child_is_left(monkeypatch: p
     real = ing._parse_one
     me = os.getpid()
 
-    def odd(w: tuple) -> object:
+    def odd(w: tuple, hold: list | None = None) -> object:
         child = os.getpid() != me
         if child and how == "crash":
             raise RuntimeError("boom")
@@ -99,7 +99,7 @@ def test_a_forked_worker_that_fails_is_named_and_no_child_is_left(monkeypatch: p
         if not child and how == "parent-fails":
             time.sleep(0.2)
             raise SpecmodelError(f"{w[0]}: refused here")
-        return real(w)
+        return real(w, hold)
 
     monkeypatch.setattr(ing, "_parse_one", odd)
     want = {"crash": f"{files[1].name}: worker failed: RuntimeError: boom",

@@ -60,6 +60,8 @@ _INFLATE_ERRORS: tuple[type[BaseException], ...] = (
     zlib.error, *([cast(type[BaseException], isal_zlib.error)] if isal_zlib is not None else []))
 
 CHUNK_CHARS = 1 << 20
+#: a header read's first chunk (doubling up to CHUNK_CHARS): ``read_meta`` needs a few KB, not 1 MB
+_HEADER_CHUNK_CHARS = 1 << 14
 #: A decode error this far before the end of the buffer cannot be "the object continues in the
 #: next chunk": the JSON is invalid. (Bounds the buffer when a file is broken mid-way.)
 _SLACK_CHARS = 4 * CHUNK_CHARS
@@ -235,10 +237,13 @@ class _Scanner:
         self.consumed = 0  # characters dropped from the front of buf
         self.eof = False
         self.n_skipped = 0  # events the pre-filter counted without decoding
+        self.chunk = CHUNK_CHARS  # (smaller while only the header is read: run())
 
     # -- buffer -----------------------------------------------------------------------------
     def _fill(self) -> None:
-        chunk = self.text.read(CHUNK_CHARS)
+        size = min(self.chunk, CHUNK_CHARS)
+        self.chunk = size * 2
+        chunk = self.text.read(size)
         if not chunk:
             self.eof = True
         self.consumed += self.pos
@@ -298,6 +303,8 @@ class _Scanner:
         """Walk the top-level object; ``on_event=None`` stops at ``traceEvents`` (header only)."""
         header: dict[str, Any] = {}
         saw_events = False
+        if on_event is None:
+            self.chunk = _HEADER_CHUNK_CHARS
         self._expect("{", "at the start (a trace is a JSON object)")
         if self._peek() == "}":
             self.pos += 1

@@ -227,9 +227,9 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
                         ranks=ranks, mode=mode, world_size=world, notes=tuple(notes))
 
 
-def _parse_one(args: tuple[str, IngestOptions, bool, bool]) -> RankTrace:
+def _parse_one(args: tuple[str, IngestOptions, bool, bool], hold: list[Any] | None = None) -> RankTrace:
     path, opts, single, full_decode = args
-    return parse_rank_file(path, opts, single, full_decode=full_decode)
+    return parse_rank_file(path, opts, single, full_decode=full_decode, hold=hold)
 
 
 def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
@@ -286,8 +286,9 @@ def _forked(work: list[tuple[str, IngestOptions, bool, bool]]) -> list[RankTrace
                 try:
                     os.close(r)
                     die_with_parent(parent)
+                    held: list[Any] = []  # (freed by os._exit, not object by object)
                     try:
-                        out: tuple[str, Any] = ("ok", _parse_one(w))
+                        out: tuple[str, Any] = ("ok", _parse_one(w, held))
                     except SpecmodelError as exc:
                         out = ("error", str(exc))
                     except BaseException as exc:  # (a crash: named, not lost)

@@ -532,17 +532,22 @@ def _no_vllm_scopes(path: str) -> SpecmodelError:
                           f"'{VLLM_FORWARD}'): restart the server with {VLLM_SCOPES_ENV}=1 and profile again")
 
 
-def parse_rank_file(path: str, opts: IngestOptions, single: bool = False, *, full_decode: bool = False) -> RankTrace:
+def parse_rank_file(path: str, opts: IngestOptions, single: bool = False, *, full_decode: bool = False,
+                    hold: list[Any] | None = None) -> RankTrace:
     """Stream one rank's trace and measure each forward pass in it (runs in a worker process).
 
     Events the attribution cannot use are counted, not decoded (:meth:`Collector.decide`);
-    ``full_decode`` decodes every one (the reference the pre-filter is tested against)."""
-    with gc_paused():  # (the attribution, too, builds ~10^5 short-lived tuples and no cycle)
-        return _parse_rank_file(path, opts, single, full_decode)
-
-
-def _parse_rank_file(path: str, opts: IngestOptions, single: bool, full_decode: bool) -> RankTrace:
+    ``full_decode`` decodes every one (the reference the pre-filter is tested against).
+    ``hold``: what was collected is appended to it instead of freed here (a process about to
+    end with ``os._exit`` need not free ~10^5 tuples one by one: ~10 ms of a rank)."""
     col = Collector(path=path, span_name=_is_span_name)
+    if hold is not None:
+        hold.append(col)
+    with gc_paused():  # (the attribution, too, builds ~10^5 short-lived tuples and no cycle)
+        return _parse_rank_file(col, path, opts, single, full_decode)
+
+
+def _parse_rank_file(col: Collector, path: str, opts: IngestOptions, single: bool, full_decode: bool) -> RankTrace:
     header = scan_trace(path, col.on_event, keep=None if full_decode else col, on_skipped=col.skipped)
     if "traceEvents" not in header:
         raise SpecmodelError(f"{path}: no traceEvents array (not a Kineto / torch.profiler trace)")
