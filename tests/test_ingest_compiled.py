@@ -294,3 +294,26 @@ def test_numbers_convert_as_float_does(tmp_path: Path, values: list[str]) -> Non
     got = [struct.pack("<d", k[0]) for k in col.kernels]
     assert got == [struct.pack("<d", float(v)) for v in values]
 
+
+
+@pytest.mark.parametrize("special", ['\\"', "\\\\", "\\u00e9", "\t", "\u00e9", "\u007f", "\u0001", "\u540d", " "])
+def test_a_special_character_anywhere_in_a_string_reads_as_the_reference_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, special: str) -> None:
+    # the string scan jumps 16 and 8 bytes at a time: a quote, escape, control or non-ASCII
+    # character at every offset of names from 0 to 40 characters, and numbers of 1 to 24 digits
+    monkeypatch.setattr(_jsonstream, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(_jsonstream, "_MIN_RUN_CHARS", 2048)
+    events = [_ODD_EVENTS[0]]
+    for length in range(41):
+        for at in range(length + 1):
+            text = "k" * at + special + "m" * (length - at)  # (a value the kernel tuple keeps)
+            events.append('{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_%s", "pid": 0, "tid": 7, '
+                          '"ts": %d, "dur": 1, "args": {"correlation": %d, "Process Group Name": "%s", "Seq": 1}}'
+                          % (text, length * 50 + at, at, text))
+    for digits in range(1, 25):
+        events.append('{"ph": "X", ' + _K + ', "ts": %s, "dur": 0.%s, "args": {"correlation": 1}}'
+                      % ("7" * digits, "3" * digits))
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [' + ", ".join(events) + "]}", encoding="utf-8")
+    ref = _same_everywhere(p)
+    assert "error" in ref or ref["n_kernels"] >= 800

@@ -22,6 +22,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* scan() statuses */
 enum { ST_MORE = 0, ST_END = 1, ST_SLOW = 2, ST_WIDE = 3 };
@@ -220,6 +223,22 @@ static inline __attribute__((always_inline)) int parse_string(const unsigned cha
     Py_ssize_t j = *i + 1;
     int esc = 0;
     for (;;) {
+#ifdef __SSE2__
+        /* 16 bytes at a time: the first '"', '\\', control (below 0x20) or non-ASCII byte (a signed
+         * byte below 0x20 is either) */
+        while (j + 16 <= n) {
+            __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(s + j));
+            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, _mm_set1_epi8('"')),
+                                                    _mm_cmpeq_epi8(w, _mm_set1_epi8('\\'))),
+                                       _mm_cmplt_epi8(w, _mm_set1_epi8(0x20)));
+            int m = _mm_movemask_epi8(hit);
+            if (m) {
+                j += __builtin_ctz((unsigned)m);
+                goto stop; /* (exact: s[j] is the first such byte) */
+            }
+            j += 16;
+        }
+#endif
         /* 8 bytes at a time while none is '"', '\\', below 0x20 or above 0x7f (no false negatives) */
         while (j + 8 <= n) {
             uint64_t w = load64(s + j);
@@ -234,6 +253,9 @@ static inline __attribute__((always_inline)) int parse_string(const unsigned cha
         }
         while (j < n && !STR_STOP[s[j]])
             j++;
+#ifdef __SSE2__
+    stop:
+#endif
         if (j >= n)
             return J_MORE;
         unsigned char c = s[j];
@@ -266,11 +288,26 @@ static inline __attribute__((always_inline)) int parse_string(const unsigned cha
     return J_OK;
 }
 
+/* the end of the run of digits at s[j] (8 bytes at a time: a byte is a digit iff its high nibble
+ * is 3 and so is that of the byte + 6; a carry out of a non-digit byte can only mark later bytes) */
+static inline Py_ssize_t digits_end(const unsigned char *s, Py_ssize_t j, Py_ssize_t n) {
+    while (j + 8 <= n) {
+        uint64_t w = load64(s + j);
+        uint64_t bad = ((w & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                       (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL);
+        if (bad)
+            return j + (__builtin_ctzll(bad) >> 3);
+        j += 8;
+    }
+    while (j < n && s[j] >= '0' && s[j] <= '9')
+        j++;
+    return j;
+}
+
 /* one or more digits (a fraction's, an exponent's) */
 static inline int skip_digits(const unsigned char *s, Py_ssize_t *j, Py_ssize_t n) {
     Py_ssize_t d = *j;
-    while (*j < n && s[*j] >= '0' && s[*j] <= '9')
-        (*j)++;
+    *j = digits_end(s, *j, n);
     if (*j >= n)
         return J_MORE;
     return *j == d ? J_SLOW : J_OK;
@@ -286,8 +323,7 @@ static inline __attribute__((always_inline)) int parse_number(const unsigned cha
     if (s[j] == '0') {
         j++;
     } else if (s[j] >= '1' && s[j] <= '9') {
-        while (j < n && s[j] >= '0' && s[j] <= '9')
-            j++;
+        j = digits_end(s, j + 1, n);
         if (j >= n)
             return J_MORE;
         /* an integer over Python's int-string limit: json.loads refuses it even where nobody
@@ -357,11 +393,13 @@ static inline __attribute__((always_inline)) int parse_key(const unsigned char *
         return r;
     if (key->esc && !allow_esc)
         return J_SLOW;
-    SKIP_WS(s, *j, n);
-    if (*j >= n)
-        return J_MORE;
-    if (s[*j] != ':')
-        return J_SLOW;
+    if (s[*j] != ':' || *j >= n) { /* (Kineto writes the ':' straight after the key) */
+        SKIP_WS(s, *j, n);
+        if (*j >= n)
+            return J_MORE;
+        if (s[*j] != ':')
+            return J_SLOW;
+    }
     (*j)++;
     SKIP_WS(s, *j, n);
     return *j >= n ? J_MORE : J_OK;
@@ -371,9 +409,11 @@ static inline __attribute__((always_inline)) int parse_key(const unsigned char *
  * J_SLOW / J_MORE */
 static inline __attribute__((always_inline)) int next_member(const unsigned char *s, Py_ssize_t *j, Py_ssize_t n,
                                                              unsigned char close) {
-    SKIP_WS(s, *j, n);
-    if (*j >= n)
-        return J_MORE;
+    if (*j >= n || (s[*j] != ',' && s[*j] != close)) { /* (the separator straight after the value) */
+        SKIP_WS(s, *j, n);
+        if (*j >= n)
+            return J_MORE;
+    }
     if (s[*j] == ',') {
         (*j)++;
         SKIP_WS(s, *j, n);
@@ -1333,25 +1373,32 @@ done:
 /* scan(buf, pos, n_kernels) -> (status, pos, items, counted, n_kernels)
  *   MORE: pos is the start of an event not complete in buf (read more; at end of file: SLOW);
  *   END: past the array's ']';  SLOW: pos is the start of an element the reference must read;
- *   WIDE: buf holds characters beyond U+00FF (nothing done).
+ *   WIDE: buf (a str) holds characters beyond U+00FF (nothing done).
  * items: dicts for on_event, in order; counted: events handled here (not in items). */
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     PyObject *buf;
     Py_ssize_t pos, n_kernels;
-    if (!PyArg_ParseTuple(args, "Unn", &buf, &pos, &n_kernels))
+    if (!PyArg_ParseTuple(args, "Onn", &buf, &pos, &n_kernels))
         return NULL;
+    /* a str of 1-byte kind, or bytes (UTF-8: a byte beyond 0x7f stops the scan at its event, like a
+     * character beyond U+007F does in a str); either ends with a NUL, which SKIP_WS may read */
+    int is_bytes = PyBytes_Check(buf);
+    if (!is_bytes && !PyUnicode_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "scan needs a str or bytes buffer");
+        return NULL;
+    }
     PyObject *items = PyList_New(0);
     if (items == NULL)
         return NULL;
     Py_CLEAR(self->last_host); /* (the caller empties `hosts` between calls) */
     Py_ssize_t counted = 0, nk0 = n_kernels;
     int status;
-    if (PyUnicode_KIND(buf) != PyUnicode_1BYTE_KIND) {
+    if (!is_bytes && PyUnicode_KIND(buf) != PyUnicode_1BYTE_KIND) {
         status = ST_WIDE;
         goto out;
     }
-    const unsigned char *s = PyUnicode_1BYTE_DATA(buf);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(buf);
+    const unsigned char *s = is_bytes ? (const unsigned char *)PyBytes_AS_STRING(buf) : PyUnicode_1BYTE_DATA(buf);
+    Py_ssize_t n = is_bytes ? PyBytes_GET_SIZE(buf) : PyUnicode_GET_LENGTH(buf);
     if (pos < 0 || pos > n) {
         Py_DECREF(items);
         PyErr_SetString(PyExc_IndexError, "pos out of range");

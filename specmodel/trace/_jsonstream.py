@@ -33,9 +33,9 @@ fallback: a buffer holding characters beyond U+00FF, or a box where the C part i
 
 from __future__ import annotations
 
+import codecs
 import gc
 import gzip
-import io
 import json
 import json.scanner
 import re
@@ -118,7 +118,7 @@ class Prefilter(Protocol):
 
     def on_event(self, e: Any) -> None: ...
 
-    def compiled(self) -> Callable[[str, int], tuple[int, int, list[dict[str, Any]], int]] | None:
+    def compiled(self) -> Callable[[str | bytes, int], tuple[int, int, list[dict[str, Any]], int]] | None:
         """The compiled pre-filter bound to this consumer, or None (see :data:`C_MORE`)."""
         ...
 
@@ -229,25 +229,60 @@ def _bad_number(exc: ValueError) -> str:
 
 
 class _Scanner:
-    def __init__(self, text: IO[str], path: Path) -> None:
-        self.text = text
+    """The reader's state: the text read so far and not consumed (``buf`` from ``pos``), or, while
+    the compiled pre-filter reads events, those bytes undecoded (``raw``; :meth:`_to_bytes`)."""
+
+    def __init__(self, stream: IO[bytes], path: Path) -> None:
+        self.stream = stream
         self.path = path
+        self.dec = codecs.getincrementaldecoder("utf-8")()  # (strict: invalid UTF-8 raises)
         self.buf = ""
         self.pos = 0
-        self.consumed = 0  # characters dropped from the front of buf
+        self.raw: bytes | None = None  # bytes mode: the buffer, undecoded (buf is then empty)
+        self.consumed = 0  # characters dropped from the front of the buffer
         self.eof = False
         self.n_skipped = 0  # events the pre-filter counted without decoding
         self.chunk = CHUNK_CHARS  # (smaller while only the header is read: run())
 
     # -- buffer -----------------------------------------------------------------------------
-    def _fill(self) -> None:
+    def _read(self) -> bytes:
         size = min(self.chunk, CHUNK_CHARS)
         self.chunk = size * 2
-        chunk = self.text.read(size)
-        if not chunk:
+        data = self.stream.read(size)
+        if not data:
             self.eof = True
+        return data
+
+    def _fill(self) -> None:
+        assert self.raw is None
+        data = self._read()
+        chunk = self.dec.decode(data, final=not data)
         self.consumed += self.pos
         self.buf = self.buf[self.pos:] + chunk
+        self.pos = 0
+
+    def _to_bytes(self) -> None:
+        """Bytes mode (the compiled scan reads undecoded bytes: no decoding of what it skips).
+        What it consumes there is ASCII (it stops at any other byte: C_SLOW), so a byte offset
+        is a character offset; the text not consumed is encoded back (at most a chunk, once a fill)."""
+        pending, _ = self.dec.getstate()  # (a character cut at the end of the last read)
+        self.dec.reset()
+        self.consumed += self.pos
+        self.raw = self.buf[self.pos:].encode("utf-8") + pending
+        self.buf, self.pos = "", 0
+
+    def _fill_bytes(self) -> None:
+        assert self.raw is not None
+        self.consumed += self.pos
+        self.raw = self.raw[self.pos:] + self._read()
+        self.pos = 0
+
+    def _to_text(self) -> None:
+        """Back to text: the bytes not consumed, decoded (the reference and msgspec read text)."""
+        assert self.raw is not None
+        raw, self.raw = self.raw, None
+        self.consumed += self.pos
+        self.buf = self.dec.decode(memoryview(raw)[self.pos:], final=self.eof)
         self.pos = 0
 
     def _peek(self) -> str:
@@ -405,24 +440,35 @@ class _Scanner:
         buf, pos = self.buf, self.pos
         while True:
             if compiled is not None and self.consumed + pos > slow_until:
-                if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
+                if not self.eof and len(buf if self.raw is None else self.raw) - pos < _MIN_RUN_CHARS:
                     self.pos = pos
-                    self._fill()
-                    buf, pos = self.buf, self.pos
-                status, pos, items, counted = compiled(buf, pos)
+                    if self.raw is None:  # (text left by the reference: bytes again from here)
+                        self._to_bytes()
+                    self._fill_bytes()
+                    pos = self.pos
+                data = buf if self.raw is None else self.raw
+                status, pos, items, counted = compiled(data, pos)
                 self.n_skipped += counted
                 for e in items:
                     on_event(e)
                 if status == C_END:
                     self.pos = pos
+                    if self.raw is not None:
+                        self._to_text()
                     return
-                if status == C_MORE and not self.eof and len(buf) - pos < MAX_COMPILED_EVENT_CHARS:
+                if status == C_MORE and not self.eof and len(data) - pos < MAX_COMPILED_EVENT_CHARS:
                     self.pos = pos
-                    self._fill()
-                    buf, pos = self.buf, self.pos
+                    if self.raw is None:
+                        self._to_bytes()
+                    self._fill_bytes()
+                    pos = self.pos
                     continue
                 # C_SLOW, or an event unfinished at the end of the file or longer than the bound:
-                # the reference reads the element at pos (below); C_WIDE: the msgspec path, next
+                # the reference reads the element at pos (below), as text; C_WIDE: the msgspec path, next
+                if self.raw is not None:
+                    self.pos = pos
+                    self._to_text()
+                    buf, pos = self.buf, self.pos
             if fast and self.consumed + pos > slow_until and (compiled is None or status == C_WIDE) \
                     and _msgspec() is not None:
                 if not self.eof and len(buf) - pos < _MIN_RUN_CHARS:
@@ -505,15 +551,14 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _open_text(raw: IO[bytes]) -> IO[str]:
+def _open_bytes(raw: IO[bytes]) -> IO[bytes]:
+    """The file's JSON bytes: ``raw`` itself, or its gzip stream inflated."""
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
         opener = igzip.IGzipFile if igzip is not None else gzip.GzipFile
-        stream = cast(IO[bytes], opener(fileobj=raw, mode="rb"))
-    else:
-        stream = raw
-    return io.TextIOWrapper(stream, encoding="utf-8")
+        return cast(IO[bytes], opener(fileobj=raw, mode="rb"))
+    return raw
 
 
 def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None, keep: Prefilter | None = None,
@@ -528,8 +573,8 @@ def scan_trace(path: str | Path, on_event: Callable[[Any], None] | None, keep: P
     p = Path(path)
     stat_input(p, "a trace file")
     try:
-        with gc_paused(), p.open("rb") as raw, _open_text(raw) as text:
-            sc = _Scanner(text, p)
+        with gc_paused(), p.open("rb") as raw, _open_bytes(raw) as stream:
+            sc = _Scanner(stream, p)
             header = sc.run(on_event, keep)
             if on_skipped is not None:
                 on_skipped(sc.n_skipped)

@@ -274,7 +274,7 @@ class Collector:
                             launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
                             int_max_digits=sys.get_int_max_str_digits())
 
-        def scan(buf: str, pos: int) -> tuple[int, int, list[dict[str, Any]], int]:
+        def scan(buf: str | bytes, pos: int) -> tuple[int, int, list[dict[str, Any]], int]:
             status, pos, items, counted, new_kernels = sc.scan(buf, pos, self.n_kernels)
             self.n_kernels += new_kernels
             if hosts:  # (order within a thread does not matter: _blocked_calls sorts them)
