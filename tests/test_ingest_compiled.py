@@ -307,12 +307,12 @@ def test_a_special_character_anywhere_in_a_string_reads_as_the_reference_reads_i
     for length in range(41):
         for at in range(length + 1):
             text = "k" * at + special + "m" * (length - at)  # (a value the kernel tuple keeps)
-            events.append('{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_%s", "pid": 0, "tid": 7, '
-                          '"ts": %d, "dur": 1, "args": {"correlation": %d, "Process Group Name": "%s", "Seq": 1}}'
-                          % (text, length * 50 + at, at, text))
+            events.append(f'{{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_{text}", "pid": 0, '
+                          f'"tid": 7, "ts": {length * 50 + at}, "dur": 1, "args": {{"correlation": {at}, '
+                          f'"Process Group Name": "{text}", "Seq": 1}}}}')
     for digits in range(1, 25):
-        events.append('{"ph": "X", ' + _K + ', "ts": %s, "dur": 0.%s, "args": {"correlation": 1}}'
-                      % ("7" * digits, "3" * digits))
+        events.append('{"ph": "X", ' + _K + f', "ts": {"7" * digits}, "dur": 0.{"3" * digits}, '
+                      '"args": {"correlation": 1}}')
     p = tmp_path / "t.json"
     p.write_text('{"traceEvents": [' + ", ".join(events) + "]}", encoding="utf-8")
     ref = _same_everywhere(p)
