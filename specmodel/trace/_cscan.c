@@ -203,11 +203,13 @@ static Py_ssize_t INT_MAX_DIGITS = 4300; /* sys.get_int_max_str_digits() (0: no 
 static unsigned char STR_STOP[256]; /* '"', '\\', control characters, non-ASCII */
 static unsigned char IS_WS[256];
 
-/* (s[n] is always readable: the buffer's NUL terminator, or a closing bracket inside it) */
+/* (s[n] is always readable: the buffer's NUL terminator, or a closing bracket inside it. So a
+ * space at s[i] means i < n: a re-walk of a validated container never skips white space at its
+ * end, its closing bracket comes first) */
 /* (Kineto writes one space after ':' and ',': that case first, the loop only for more) */
 #define SKIP_WS(s, i, n)                                                                        \
     do {                                                                                        \
-        if ((s)[i] == ' ' && (i) < (n))                                                         \
+        if ((s)[i] == ' ')                                                                      \
             (i)++;                                                                              \
         if (IS_WS[(s)[i]])                                                                      \
             while (IS_WS[(s)[i]] && (i) < (n))                                                  \
