@@ -618,6 +618,28 @@ static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7, 
 /* Clinger's exact case: digits m < 2^53 and |e| <= 22, so m and 10^|e| are exact doubles and one
  * IEEE multiplication or division rounds correctly: the value strtod (float()) gives, bit for bit.
  * 0 done, -1 not this case. (Trace timestamps have ~16 digits: strtod's big-number path otherwise.) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* the value of 8 ASCII digits (fast_float's parse_eight_digits_unrolled: pairs, then quads) */
+static inline uint32_t eight_digits(const unsigned char *p) {
+    uint64_t w = load64(p) - 0x3030303030303030ULL;
+    w = w * 10 + (w >> 8);
+    w = (((w & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+         (((w >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+    return (uint32_t)w;
+}
+#endif
+
+/* m followed by the digits [p, q) (at most 19 in all: no overflow) */
+static inline uint64_t more_digits(uint64_t m, const unsigned char *p, const unsigned char *q) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; q - p >= 8; p += 8)
+        m = m * 100000000ULL + eight_digits(p);
+#endif
+    for (; p < q; p++)
+        m = m * 10 + (uint64_t)(*p - '0');
+    return m;
+}
+
 static int fast_double(const Val *v, double *out) {
     const unsigned char *p = v->p, *end = v->p + v->n;
     int neg = 0, digits = 0, frac = 0, seen_dot = 0;
@@ -625,6 +647,26 @@ static int fast_double(const Val *v, double *out) {
     if (p < end && *p == '-') {
         neg = 1;
         p++;
+    }
+    { /* the common case, validated text of at most 19 digits: a run at a time */
+        const unsigned char *q = p, *f0 = NULL, *f1 = NULL;
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+        const unsigned char *i1 = q;
+        if (q < end && *q == '.') {
+            f0 = ++q;
+            while (q < end && *q >= '0' && *q <= '9')
+                q++;
+            f1 = q;
+        }
+        if ((i1 - p) + (f1 - f0) <= 19) {
+            m = more_digits(0, p, i1);
+            if (f0 != NULL)
+                m = more_digits(m, f0, f1);
+            frac = (int)(f1 - f0);
+            p = q;
+            goto exponent;
+        }
     }
     for (; p < end; p++) {
         unsigned char c = *p;
@@ -641,6 +683,7 @@ static int fast_double(const Val *v, double *out) {
             break; /* an exponent */
         }
     }
+exponent:;
     int e = 0;
     if (p < end) { /* [eE][+-]?digits */
         int eneg = 0, ed = 0;
