@@ -16,7 +16,9 @@ Contenders, each in its own subprocess: ``specmodel ingest`` (writing the profil
 ``TraceAnalysis(trace_dir=...)`` + ``get_comm_comp_overlap`` + ``get_temporal_breakdown`` with its
 default parser (``json.loads`` of each whole file) and with its low-memory backend
 (``ParserBackend.IJSON_BATCH_AND_COMPRESS``); the floor: ``gzip -dc`` (``cat`` for plain JSON) of
-the same files, one process per file on the same cores. Like pyperf, every contender of every
+the same files, one process per file on the same cores (started from Python, as ingest is); and,
+for scale, ingest's start-up and imports alone (``import specmodel.cli, specmodel.commands.ingest``:
+on a small trace set most of ingest's time). Like pyperf, every contender of every
 family runs once per round, interleaved (drift hits all alike); each figure is the median over
 rounds with its min..max, ratios are per round. Wall time and peak RSS of the whole process tree
 (summed over its processes, sampled every 10 ms from /proc, each process's children read from
@@ -138,7 +140,8 @@ def measure(cmd: list[str], *, may_fail: str = "") -> tuple[float, int] | None:
 
 
 def _stats(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f} ({min(xs):.1f}..{max(xs):.1f})"
+    d = 2 if statistics.median(xs) < 10 else 1
+    return f"{statistics.median(xs):.{d}f} ({min(xs):.{d}f}..{max(xs):.{d}f})"
 
 
 def _gpu_family(a: argparse.Namespace) -> Path:
@@ -177,7 +180,9 @@ FAMILIES = {"gpu": ("GPU, SGLang layout (synthetic)", _gpu_family),
             "gloo": ("CPU gloo, specmodel profile --tp 2", _gloo_family),
             "vllm": ("real vLLM CPU TP 2 ngram", _vllm_family)}
 NAMES = {"ours": "specmodel ingest", "default": "HTA default (json)", LOW_MEMORY: "HTA low-memory (ijson)",
-         "floor": "gunzip floor"}
+         "floor": "gunzip floor", "imports": "ingest's imports alone"}
+#: what `specmodel ingest` imports before it reads a byte: the part of its time no trace size changes
+IMPORTS_SCRIPT = "import specmodel.cli, specmodel.commands.ingest"
 
 
 def main() -> None:
@@ -215,6 +220,7 @@ def main() -> None:
                     r[backend].append(measure([sys.executable, "-c", HTA_SCRIPT, str(d), backend],
                                               may_fail=f"{key}: {NAMES[backend]}"))
                 r["floor"].append(measure([sys.executable, "-c", FLOOR_SCRIPT, *map(str, files)]))
+                r["imports"].append(measure([sys.executable, "-c", IMPORTS_SCRIPT]))
     missed = False
     for key, (desc, _, _) in fams.items():
         r = runs[key]
@@ -250,6 +256,9 @@ def main() -> None:
         missed = missed or not ok_f
         print(f"  vs the gunzip floor: {statistics.median(floor):.1f}x its time ({min(floor):.1f}..{max(floor):.1f}; "
               f"target <= {FLOOR_TARGET:g}x) {'OK' if ok_f else 'MISSED'}")
+        bound = [i[0] / f[0] for i, f in zip(r["imports"], r["floor"], strict=True) if i and f]
+        print(f"  (start-up and imports alone, no file read: {statistics.median(bound):.1f}x the floor's time, "
+              f"{min(bound):.1f}..{max(bound):.1f})")
     print(f"\nuptime after: {os.popen('uptime').read().strip()}")
     if missed:
         sys.exit(1)
