@@ -1,6 +1,6 @@
 """Stream the ``traceEvents`` array of a (gzipped) Chrome/Kineto trace with bounded memory.
 
-The file is read in 1 MiB chunks; each event object is decoded by the C JSON scanner
+The file is read in 1 MiB chunks (decoded as strict UTF-8, no newline translation); each event object is decoded by the C JSON scanner
 (``JSONDecoder.raw_decode``) straight from the buffer and handed to a callback, so memory is
 one chunk + one event, whatever the file size (traces of hundreds of MB per rank are normal).
 Top-level keys other than ``traceEvents`` (``distributedInfo``, ``baseTimeNanoseconds``, …) are
@@ -25,9 +25,11 @@ one difference: a field nobody reads is validated but never converted, so a 5,00
 there is no longer refused (it costs nothing). ``keep=None`` is the reference (full-decode) path.
 
 **Compiled pre-filter.** Where the consumer has one (``Prefilter.compiled``: the Collector's is
-specmodel/trace/_cscan.c), it reads each buffer itself, event by event, and stops at any event
-it does not read exactly as the standard library would (``C_SLOW``): that one event goes down
-the full-decode path, and the scan goes on after it. The msgspec runs above are then only its
+specmodel/trace/_cscan.c), it reads each buffer itself, event by event, as undecoded bytes, and
+stops at any event it does not read exactly as the standard library would (``C_SLOW``, a
+non-ASCII byte among them): the rest of that buffer is decoded, that one event goes down the
+full-decode path, and the scan goes on after it (bytes again from the next fill). What the scan
+consumes is ASCII, so positions in messages stay character offsets. The msgspec runs above are then only its
 fallback: a buffer holding characters beyond U+00FF, or a box where the C part is not built.
 """
 
