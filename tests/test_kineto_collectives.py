@@ -195,3 +195,27 @@ def test_a_pass_from_its_kernels_is_the_unions_formula(raw: list[tuple[int, int,
     want = A._record(ph, 0, lo_us, hi_us, busy, iv.merge(comm), iv.merge(comp), colls, cpu=False, merged=True,
                      in_order=True)
     assert got == want
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 5)), max_size=80))
+def test_host_ops_sorted_in_c_are_sorted_as_python_sorts_them(ops: list[tuple[int, int]]) -> None:
+    # _cscan.sort_pairs orders (start, end) pairs as sorted() of the tuples does; the collector's
+    # own array stays as recorded
+    from array import array
+
+    from specmodel.trace import attribution as A
+
+    flat = array("d", [x for s, d in ops for x in (s / 2, s / 2 + d / 4)])
+    before = flat.tolist()
+    got = A.host_ops_by_start(flat)
+    saved = A._cscan
+    try:
+        A._cscan = None  # type: ignore[assignment]
+        want = A.host_ops_by_start(flat)
+    finally:
+        A._cscan = saved
+    assert (got[0].tolist(), got[1].tolist()) == (want[0].tolist(), want[1].tolist())
+    assert flat.tolist() == before
+    if saved is not None:
+        with pytest.raises(TypeError):
+            saved.sort_pairs(array("d", [1.0, 2.0, 3.0]))  # (not whole pairs)
