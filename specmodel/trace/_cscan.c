@@ -1185,6 +1185,20 @@ static int append_new(PyObject *list, PyObject *item) {
     return rc;
 }
 
+/* an event's pid (the one object of a run of equal pids with `cached`, else a new one) and tid
+ * (new references; None where absent): 0, or -1 error / -2 not handled with neither set */
+static int ids_of(Scanner *self, const Ev *ev, int cached, PyObject **pid, PyObject **tid) {
+    *pid = cached ? pid_of(self, ev) : build_or_none(TOP(ev, K_PID));
+    if (*pid == NULL)
+        return PyErr_Occurred() ? -1 : -2;
+    *tid = build_or_none(TOP(ev, K_TID));
+    if (*tid == NULL) {
+        Py_CLEAR(*pid);
+        return PyErr_Occurred() ? -1 : -2;
+    }
+    return 0;
+}
+
 /* one host op: (pid, tid) -> a bytearray of doubles start, end, ... (consecutive ops mostly share
  * a thread: the last key's text is compared before a tuple is built and looked up) */
 static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
@@ -1193,14 +1207,10 @@ static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
         return -1;
     if (self->last_host == NULL || self->key.n != self->last_host_key.n ||
         memcmp(self->key.p, self->last_host_key.p, (size_t)self->key.n) != 0) {
-        PyObject *pid = build_or_none(TOP(ev, K_PID));
-        if (pid == NULL)
-            return PyErr_Occurred() ? -1 : -2;
-        PyObject *tid = build_or_none(TOP(ev, K_TID));
-        if (tid == NULL) {
-            Py_DECREF(pid);
-            return PyErr_Occurred() ? -1 : -2;
-        }
+        PyObject *pid, *tid;
+        int rc = ids_of(self, ev, 0, &pid, &tid);
+        if (rc < 0)
+            return rc;
         PyObject *key = PyTuple_Pack(2, pid, tid);
         Py_DECREF(pid);
         Py_DECREF(tid);
@@ -1238,19 +1248,15 @@ static int host_op(Scanner *self, const Ev *ev, double t0, double d) {
 /* a collective's caller (the info result `res`): the cpu_colls tuple on_event's _cpu_coll makes,
  * (ts, end, pid, collective, implementation, msg_bytes, tid); 0 done, -2 not handled, -1 error */
 static int cpu_coll(Scanner *self, const Ev *ev, double t0, double d, PyObject *res) {
-    PyObject *pid = pid_of(self, ev);
-    if (pid == NULL)
-        return PyErr_Occurred() ? -1 : -2;
-    PyObject *tid = build_or_none(TOP(ev, K_TID));
-    if (tid == NULL) {
-        Py_DECREF(pid);
-        return PyErr_Occurred() ? -1 : -2;
-    }
+    PyObject *pid, *tid;
+    int rc = ids_of(self, ev, 1, &pid, &tid);
+    if (rc < 0)
+        return rc;
     PyObject *t0o = PyFloat_FromDouble(t0), *t1o = PyFloat_FromDouble(t0 + d), *tup = NULL;
     if (t0o && t1o)
         tup = untracked(PyTuple_Pack(7, t0o, t1o, pid, PyTuple_GET_ITEM(res, 0), PyTuple_GET_ITEM(res, 1),
                                      PyTuple_GET_ITEM(res, 2), tid));
-    int rc = (tup != NULL && PyList_Append(self->cpu_colls, tup) == 0) ? 0 : -1;
+    rc = (tup != NULL && PyList_Append(self->cpu_colls, tup) == 0) ? 0 : -1;
     Py_DECREF(pid);
     Py_DECREF(tid);
     Py_XDECREF(t0o);

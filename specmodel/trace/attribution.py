@@ -539,7 +539,9 @@ def _pass_from_kernels(ph: PhaseSpan, occ: dict[str, int], lo: float, hi: float,
     pe = 0.0
     bs: float | None = None
     be = 0.0
-    for k in ks:  # (the clip without max/min calls: the same values, ~50k kernels a rank)
+    # (the clip without max/min calls, and each union's step written out, not called: the same
+    # values, ~50k kernels a rank)
+    for k in ks:
         s = k[0]
         e = k[1]
         if s < lo:
