@@ -140,3 +140,25 @@ def test_the_cyclic_collector_is_paused_while_a_trace_streams_and_restored_after
         assert not gc.isenabled()  # a caller's own choice is left as it was
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+@pytest.mark.parametrize("keep", [False, True])
+def test_an_error_names_the_character_offset_in_the_file_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, keep: bool) -> None:
+    # no newline translation (CRLF counts two characters), and a non-ASCII character one, on the
+    # reference path and wherever the compiled scan hands over
+    from specmodel.trace.attribution import Collector
+    from specmodel.trace.kineto import _is_span_name
+
+    monkeypatch.setattr(_jsonstream, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(_jsonstream, "_MIN_RUN_CHARS", chunk // 2)
+    ev = '{"ph": "X", "cat": "kernel", "name": "g\u00e9mm", "pid": 0, "tid": 7, "ts": %d, "dur": 1}'
+    text = '{"traceEvents": [' + ",\r\n".join(ev % i for i in range(40)) + ",,\r\n" + ev % 41 + "]}"
+    p = tmp_path / "t.json"
+    p.write_bytes(text.encode())
+    col = Collector(path=str(p), span_name=_is_span_name)
+    with pytest.raises(SpecmodelError) as err:
+        scan_trace(p, col.on_event, keep=col if keep else None)
+    at = text.index(",,") + 1
+    assert str(err.value).endswith(f"at character {at}"), str(err.value)
