@@ -1,8 +1,9 @@
 """Stream the ``traceEvents`` array of a (gzipped) Chrome/Kineto trace with bounded memory.
 
-The file is read in 1 MiB chunks (decoded as strict UTF-8, no newline translation); each event object is decoded by the C JSON scanner
-(``JSONDecoder.raw_decode``) straight from the buffer and handed to a callback, so memory is
-one chunk + one event, whatever the file size (traces of hundreds of MB per rank are normal).
+The file is read in 1 MiB chunks (decoded as strict UTF-8, no newline translation); each event
+object is decoded by the C JSON scanner (``JSONDecoder.raw_decode``) straight from the buffer and
+handed to a callback, so memory is one chunk + one event, whatever the file size (traces of
+hundreds of MB per rank are normal).
 Top-level keys other than ``traceEvents`` (``distributedInfo``, ``baseTimeNanoseconds``, …) are
 small and returned whole, wherever they sit in the file.
 
@@ -29,8 +30,9 @@ specmodel/trace/_cscan.c), it reads each buffer itself, event by event, as undec
 stops at any event it does not read exactly as the standard library would (``C_SLOW``, a
 non-ASCII byte among them): the rest of that buffer is decoded, that one event goes down the
 full-decode path, and the scan goes on after it (bytes again from the next fill). What the scan
-consumes is ASCII, so positions in messages stay character offsets. The msgspec runs above are then only its
-fallback: a buffer holding characters beyond U+00FF, or a box where the C part is not built.
+consumes is ASCII, so positions in messages stay character offsets. The msgspec runs above are
+then only its fallback: a buffer holding characters beyond U+00FF, or a box where the C part is
+not built.
 """
 
 from __future__ import annotations
