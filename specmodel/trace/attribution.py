@@ -192,8 +192,9 @@ class Collector:
         :meth:`on_event` (a missing key is ``_jsonstream.MISSING``): kernels, collectives (the one
         classifier table), launches, the spans the caller's ``span_name`` names, and on a CPU trace
         (no kernel yet) every host op (``HOST_OP``: read off the top-level fields, :meth:`host_ops_of`)
-        and every annotation a collective's name may make one (``COLLECTIVE_OR_HOST_OP``). Cached in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps
-        more, never less."""
+        and every annotation a collective's name may make one (``COLLECTIVE_OR_HOST_OP``). Cached
+        in :attr:`decisions`, cleared at the first kernel; a decision made before it keeps more,
+        never less."""
         d: Any = False
         if ph != self.only_ph:
             pass
@@ -270,8 +271,8 @@ class Collector:
             return None
         hosts: dict[tuple[Any, Any], bytearray] = {}  # (pid, tid) -> doubles start, end, ... (native order)
         sc = _cscan.Scanner(decide=self.decide, info=_collective_info, missing=MISSING, host_op=HOST_OP,
-                            coll_or_host=COLLECTIVE_OR_HOST_OP, args_keys=self.args_keys, only_ph=self.only_ph, kernels=self.kernels,
-                            launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
+                            coll_or_host=COLLECTIVE_OR_HOST_OP, args_keys=self.args_keys, only_ph=self.only_ph,
+                            kernels=self.kernels, launches=self.launches, cpu_colls=self.cpu_colls, hosts=hosts,
                             int_max_digits=sys.get_int_max_str_digits())
 
         def scan(buf: str | bytes, pos: int) -> tuple[int, int, list[dict[str, Any]], int]:
