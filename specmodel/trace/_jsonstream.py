@@ -276,6 +276,9 @@ class _Scanner:
         self.buf, self.pos = "", 0
 
     def _fill_bytes(self) -> None:
+        """Read more in bytes mode (switching to it first if the reference left text)."""
+        if self.raw is None:
+            self._to_bytes()
         assert self.raw is not None
         self.consumed += self.pos
         self.raw = self.raw[self.pos:] + self._read()
@@ -446,8 +449,6 @@ class _Scanner:
             if compiled is not None and self.consumed + pos > slow_until:
                 if not self.eof and len(buf if self.raw is None else self.raw) - pos < _MIN_RUN_CHARS:
                     self.pos = pos
-                    if self.raw is None:  # (text left by the reference: bytes again from here)
-                        self._to_bytes()
                     self._fill_bytes()
                     pos = self.pos
                 data = buf if self.raw is None else self.raw
@@ -462,8 +463,6 @@ class _Scanner:
                     return
                 if status == C_MORE and not self.eof and len(data) - pos < MAX_COMPILED_EVENT_CHARS:
                     self.pos = pos
-                    if self.raw is None:
-                        self._to_bytes()
                     self._fill_bytes()
                     pos = self.pos
                     continue
