@@ -160,6 +160,21 @@ def gunzip(raw: bytes, where: str, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
     return b"".join(out)
 
 
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` as one gzip member with no name and mtime 0 (the same trace, the same bytes).
+
+    What the engines write too (SGLang's ``.trace.json.gz``, vLLM's ``.pt.trace.json.gz``): a
+    Chrome trace is ~9x smaller, Perfetto and ``specmodel ingest`` open it as it is. ISA-L at
+    level 2 (~0.7 GB/s, within 10 % of zlib -6's size), zlib -6 where ``isal`` is missing."""
+    try:
+        from isal import igzip
+    except ImportError:  # pragma: no cover - isal is a dependency; zlib stays the fallback
+        import gzip
+
+        return gzip.compress(data, 6, mtime=0)
+    return igzip.compress(data, 2, mtime=0)
+
+
 def read_bytes(path: str | os.PathLike[str], what: str = "a file", *, max_bytes: int = MAX_TEXT_BYTES,
                decompress: bool = True) -> bytes:
     """The whole file (gunzipped when it starts with the gzip magic), at most ``max_bytes``."""

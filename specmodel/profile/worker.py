@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from specmodel.io import atomic_write_bytes, gzip_bytes
 from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
 from specmodel.profile.annotate import Stopwatch, timed_phase
@@ -407,7 +408,7 @@ def combine(plan: RunPlan, per_rank: list[RankResult], trace_dir: Path) -> RunRe
                               "bare_totals_s": {r["label"]: r["totals"] for r in per_rank[w].points},
                               "profiled_totals_s": {r["label"]: r["profiled_totals"] for r in per_rank[w].points}}
         doc = {**meta, "traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
-        (trace_dir / f"rank{w}.trace.json").write_text(json.dumps(doc))
+        atomic_write_bytes(trace_dir / f"rank{w}.trace.json.gz", gzip_bytes(json.dumps(doc).encode()))
     hosts = sorted({r.host for r in per_rank})
     first_hw = next((r.hardware for r in per_rank if r.hardware), None)
     hw: dict[str, Any] = dict(first_hw or {})
