@@ -20,7 +20,8 @@ Contenders, each in its own subprocess: ``specmodel ingest`` (writing the profil
 default parser (``json.loads`` of each whole file) and with its low-memory backend
 (``ParserBackend.IJSON_BATCH_AND_COMPRESS``); the floor: ``gzip -dc`` (``cat`` for plain JSON) of
 the same files, one process per file on the same cores (started from Python, as ingest is); and,
-for scale, ingest's start-up and imports alone (``import specmodel.cli, specmodel.commands.ingest``:
+for scale, ingest's start-up and imports alone (``import specmodel.cli, specmodel.commands.ingest``, the
+collector off as the entry point has it:
 on a small trace set most of ingest's time). Like pyperf, every contender of every
 family runs once per round, interleaved (drift hits all alike); each figure is the median over
 rounds with its min..max, ratios are per round. Wall time and peak RSS of the whole process tree
@@ -123,8 +124,9 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def measure(cmd: list[str], *, may_fail: str = "") -> tuple[float, int] | None:
-    """(wall seconds, peak RSS of the process tree in bytes); None when ``may_fail`` and it failed."""
+def measure(cmd: list[str], *, may_fail: str = "", failed: list[float] | None = None) -> tuple[float, int] | None:
+    """(wall seconds, peak RSS of the process tree in bytes); None when ``may_fail`` and it failed
+    (its wall time until the failure appended to ``failed``)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     peak = 0
@@ -136,7 +138,9 @@ def measure(cmd: list[str], *, may_fail: str = "") -> tuple[float, int] | None:
     if proc.returncode != 0:
         if may_fail:
             last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["?"]
-            print(f"  ({may_fail} failed: {last[0][:160]})")
+            print(f"  ({may_fail} failed after {wall:.2f} s: {last[0][:160]})")
+            if failed is not None:
+                failed.append(wall)
             return None
         sys.exit(f"{' '.join(cmd[:4])} ... failed (exit {proc.returncode}):\n{err[-2000:]}")
     return wall, peak
@@ -204,8 +208,12 @@ FAMILIES = {"gpu": ("GPU, SGLang layout (synthetic)", _gpu_family),
 DEFAULT_FAMILIES = "gpu,gloo,vllm"
 NAMES = {"ours": "specmodel ingest", "default": "HTA default (json)", LOW_MEMORY: "HTA low-memory (ijson)",
          "floor": "gunzip floor", "imports": "ingest's imports alone"}
-#: what `specmodel ingest` imports before it reads a byte: the part of its time no trace size changes
-IMPORTS_SCRIPT = "import specmodel.cli, specmodel.commands.ingest"
+#: what `specmodel ingest` imports before it reads a byte, as its entry point does it (the
+#: collector off, specmodel/_entry.py): the part of its time no trace size changes
+IMPORTS_SCRIPT = "import gc; gc.disable(); import specmodel.cli, specmodel.commands.ingest"
+#: the executable a user runs (its entry point, specmodel/_entry.py), else the same via -m
+_EXE = Path(sys.executable).parent / "specmodel"
+SPECMODEL = [str(_EXE)] if _EXE.exists() else [sys.executable, "-m", "specmodel"]
 
 
 def main() -> None:
@@ -233,15 +241,16 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "specmodel")], check=True)
     print(f"{os.cpu_count()} cores, {a.rounds} interleaved rounds; uptime: {os.popen('uptime').read().strip()}")
     runs: dict[str, dict[str, list[tuple[float, int] | None]]] = {k: {c: [] for c in NAMES} for k in fams}
+    until_failure: dict[str, dict[str, list[float]]] = {k: {"default": [], LOW_MEMORY: []} for k in fams}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.rounds):
             for key, (_, d, files) in fams.items():
                 r = runs[key]
-                r["ours"].append(measure([sys.executable, "-m", "specmodel.cli", "ingest", str(d), "-o",
+                r["ours"].append(measure([*SPECMODEL, "ingest", str(d), "-o",
                                           f"{tmp}/{key}{i}"]))
                 for backend in ("default", LOW_MEMORY):
                     r[backend].append(measure([sys.executable, "-c", HTA_SCRIPT, str(d), backend],
-                                              may_fail=f"{key}: {NAMES[backend]}"))
+                                              may_fail=f"{key}: {NAMES[backend]}", failed=until_failure[key][backend]))
                 r["floor"].append(measure([sys.executable, "-c", FLOOR_SCRIPT, *map(str, files)]))
                 r["imports"].append(measure([sys.executable, "-c", IMPORTS_SCRIPT]))
     missed = False
@@ -264,7 +273,7 @@ def main() -> None:
                   f"   memory {statistics.median(mem):.2f} of HTA's ({min(mem):.2f}..{max(mem):.2f})")
         if hta_ok:
             # the faster HTA backend, per round
-            best = [min((r[b][j] for b in hta_ok), key=lambda x: x[0]) for j in range(a.rounds)]  # type: ignore[arg-type,return-value]
+            best = [min((r[b][j] for b in hta_ok), key=lambda x: x[0]) for j in range(a.rounds)]  # type: ignore[arg-type,return-value,index]
             speed = [t[0] / o[0] for o, t in zip(ours, best, strict=True) if o and t]
             mem = [o[1] / t[1] for o, t in zip(ours, best, strict=True) if o and t]
             ok_s, ok_m = statistics.median(speed) >= SPEED_TARGET, statistics.median(mem) <= MEMORY_TARGET
@@ -273,7 +282,16 @@ def main() -> None:
                   f"{'OK' if ok_s else 'MISSED'}, memory {statistics.median(mem):.2f} (target <= {MEMORY_TARGET}) "
                   f"{'OK' if ok_m else 'MISSED'}")
         else:
-            print("  HTA failed on this family: no ratio to it")
+            # no answer to compare with; for scale, the wall time HTA spent before it failed (its
+            # import, its parse of every event, the analysis up to the error), per round the shorter
+            spent = [min(t) for t in zip(*until_failure[key].values(), strict=False)]  # (rounds both failed)
+            ratio = [t / o[0] for o, t in zip(ours, spent, strict=False) if o]
+            if not ratio:
+                print("  HTA did not complete on this family: no ratio to it")
+            else:
+                print(f"  HTA failed on this family: no answer to compare with (for scale: both backends spent "
+                      f">= {min(spent):.2f} s before failing, ingest's whole run {statistics.median(ratio):.1f}x "
+                      f"shorter ({min(ratio):.1f}..{max(ratio):.1f}))")
         floor = [o[0] / f[0] for o, f in zip(ours, r["floor"], strict=True) if o and f]
         ok_f = statistics.median(floor) <= FLOOR_TARGET
         missed = missed or not ok_f

@@ -1,3 +1,3 @@
-from specmodel.cli import main
+from specmodel._entry import run
 
-main()
+run()

@@ -34,6 +34,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: set by the executable's entry point (specmodel/_entry.py), which starts with the collector off
+GC_DEFERRED = False
+
+
+def resume_gc() -> None:
+    """The collector back on after the start-up imports (:mod:`specmodel._entry`), what they
+    built frozen out of its reach; nothing when the entry point did not turn it off."""
+    global GC_DEFERRED
+    if GC_DEFERRED:
+        import gc
+
+        GC_DEFERRED = False
+        gc.freeze()
+        gc.enable()
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -51,6 +67,7 @@ class LazyGroup(click.Group):
             if name.startswith("specmodel"):
                 raise
             raise click.UsageError(f"'{cmd_name}' needs the Python package '{name}' (pip install 'specmodel[profile]')") from None
+        resume_gc()
         cmd = getattr(mod, attr)
         assert isinstance(cmd, click.Command)
         return cmd

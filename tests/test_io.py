@@ -43,3 +43,13 @@ def test_stats_median_and_iqr():
     assert median([]) == 0.0 and median([3.0, 1.0, 2.0]) == 2.0
     assert iqr([5.0]) == 0.0
     assert iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0
+
+
+def test_gzip_bytes_round_trips_and_is_the_same_for_the_same_data():
+    from specmodel.io import gunzip, gzip_bytes
+
+    data = b'{"traceEvents": [' + b",".join(b'{"ph": "X", "ts": %d}' % i for i in range(5000)) + b"]}"
+    z = gzip_bytes(data)
+    assert gunzip(z, "t") == data and len(z) < len(data) // 5
+    # no file name (FLG 0) and mtime 0 in the header: a re-run of the same profile writes the same bytes
+    assert z[:8] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00" and gzip_bytes(data) == z
