@@ -89,7 +89,7 @@ def _options(command: str) -> set[str]:
 
 
 #: bare flags a page gives for another tool it describes (checked by hand: the tool has them)
-OTHER_TOOLS_FLAGS = {"docs/ingest.md": ("--rounds",)}  # benchmarks/bench_ingest_vs_hta.py
+OTHER_TOOLS_FLAGS = {"docs/ingest.md": ("--rounds", "--families")}  # benchmarks/bench_ingest_vs_hta.py
 
 
 @pytest.mark.parametrize("page,command", [("docs/ingest.md", "ingest"), ("docs/profile.md", "profile"),
