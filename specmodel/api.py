@@ -23,7 +23,7 @@ from pathlib import Path
 from specmodel.errors import FieldError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.calibrate import Observation
-from specmodel.model.predict import Prediction
+from specmodel.model.predict import Prediction, require_consistent
 from specmodel.scenario import (
     ScenarioArgs,
     find_profile,
@@ -68,7 +68,8 @@ def predict(profile: Profile | str | Path | None = None, *,
             batch: int = 1, context: int | str | None = None, steps: int | None = None, topk: int | None = None,
             num_draft_tokens: int | None = None, convention: str = "tokens", shape: str = "geometric",
             calibrate: Observation | str | tuple[float, ...] | None = None,
-            generation_tokens: int = 256, proposal_rate: float | None = None) -> Prediction:
+            generation_tokens: int = 256, proposal_rate: float | None = None, method: str | None = None,
+            strict: bool = True) -> Prediction:
     """Predict tok/s, speedup, break-even accept length and a verdict at one operating point.
 
     ``profile``: a :class:`Profile`, a path, or ``None`` for the shipped reference.
@@ -79,14 +80,19 @@ def predict(profile: Profile | str | Path | None = None, *,
     ``calibrate``: one observed point ``(batch, accept, tok/s)`` or ``(batch, context, accept, tok/s)``,
     as ``--calibrate`` takes it.
     ``proposal_rate``: ngram/suffix only, the share of request-steps that proposed (``--proposal-rate``).
+    ``method``: price another drafter kind from the same profile (``--method``).
+    ``strict``: raise :class:`specmodel.errors.SpecmodelError` when the inputs contradict each other
+    (as ``specmodel predict`` exits 2); False returns the prediction with verdict ``INCONSISTENT``
+    and its ``inconsistencies``, to inspect.
     Bad input raises :class:`specmodel.errors.FieldError` naming the argument (``accept: 9 …``).
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     try:
         sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
                       num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                      generation_tokens=generation_tokens, proposal_rate=proposal_rate)
-        return run_prediction(sc)
+                      generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method)
+        pred = run_prediction(sc)
+        return require_consistent(pred) if strict else pred
     except FieldError as exc:
         raise exc.renamed(_ARGUMENT_OF) from None
 
@@ -95,4 +101,4 @@ def predict_args(args: ScenarioArgs) -> Prediction:
     """The prediction for every operating-point input at once (plain numbers, a baseline sweep, an
     all-reduce fit, server logs: whatever ``specmodel predict`` takes), exactly as the CLI runs it;
     errors name the :class:`ScenarioArgs` field."""
-    return run_prediction(resolve_scenario(args))
+    return require_consistent(run_prediction(resolve_scenario(args)))

@@ -41,6 +41,19 @@ MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
 #: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
 #: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it
 ROUND_SLACK = 0.0051
+#: a forward over more tokens may measure this share cheaper than one over fewer (medians of noisy
+#: steps) before the two contradict each other (model/consistency.py); beyond it, on top of the two
+#: rows' own spreads, the inputs disagree
+COST_ORDER_REL_TOL = 0.10
+#: the running-max cost surface may lift a measured row by this share before the output shows the
+#: measured value beside the one used (model/costs.py ``Override``)
+OVERRIDE_REL_TOL = 0.10
+#: two measurements of the same decode step (a baseline server and a speculative server's own
+#: decode-shaped steps) may differ by this share, on top of their spreads, before they disagree
+SAME_STEP_REL_TOL = 0.25
+#: a log window whose tok/s is below this share of the busiest window at the same #running-req (same
+#: file, same configuration) spent most of its interval idle: `validate` leaves it out
+MIN_BUSY_FRACTION = 0.5
 #: more than any GPU link moves per GPU and direction (NVLink 5: 900 GB/s): a fitted all-reduce
 #: beta above it is an artefact of the rows (nccl-tests fit warnings)
 MAX_LINK_BYTES_PER_S = 1.0e12

@@ -35,7 +35,7 @@ from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import default_context, forward_cost, measured_contexts
 from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
-from specmodel.schema.phases import default_num_draft_tokens, forward_tokens
+from specmodel.schema.phases import SPEC_METHODS, canonical_method, default_num_draft_tokens, forward_tokens
 from specmodel.schema.profile import (
     OWN_BOX_KINDS,
     CostRow,
@@ -153,8 +153,16 @@ class ScenarioArgs:
     allreduce_fit: str | None = None
     #: host proposers (ngram, suffix): share of request-steps in which the lookup proposed
     proposal_rate: float | None = None
+    #: the drafter kind to price (``--method``), when it is not the one the profile measured
+    method: str | None = None
 
     def __post_init__(self) -> None:
+        if self.method is not None:
+            m = canonical_method(self.method)
+            if m is None:
+                raise FieldError("method", f"unknown {str(self.method)[:40]!r} (expected one of "
+                                           f"{', '.join(SPEC_METHODS)})")
+            object.__setattr__(self, "method", m)
         if isinstance(self.context, str):
             object.__setattr__(self, "context", parse_tokens(self.context, "context"))
         if isinstance(self.per_position, str):
@@ -276,7 +284,7 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
              convention: str = "tokens", shape: str = "geometric",
              calibrate: Observation | str | tuple[float, ...] | None = None,
              generation_tokens: int = 256, notes: tuple[str, ...] = (),
-             proposal_rate: float | None = None) -> Scenario:
+             proposal_rate: float | None = None, method: str | None = None) -> Scenario:
     """A :class:`Scenario` from plain arguments (what :func:`specmodel.predict` takes): the same
     :class:`ScenarioArgs` and :func:`resolve_scenario` as the command line."""
     if isinstance(accept, acc.AcceptDist):
@@ -290,7 +298,7 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
         source = {"accept_len": accept}
     args = ScenarioArgs(profile=profile, batch=batch, context=context, steps=steps, topk=topk,
                         num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                        generation_tokens=generation_tokens, proposal_rate=proposal_rate, **source)
+                        generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method, **source)
     sc = resolve_scenario(args)
     return replace(sc, notes=tuple(notes) + sc.notes) if notes else sc
 
@@ -631,6 +639,13 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
         args = _steps_from_logs(args, profile, notes)
     base_spec = profile.spec if profile is not None else SpecConfig()
     spec = resolve_spec(base_spec, args.steps, args.topk, args.num_draft_tokens)
+    if args.method is not None:
+        spec = replace(spec, algorithm=args.method.upper())
+        profiled = canonical_method(base_spec.algorithm)
+        if profile is not None and profiled != args.method:
+            notes.append(f"--method {args.method}: priced from profile {profile.name}, which measured "
+                         f"{profiled or base_spec.algorithm}; its costs stand in where {args.method} was not "
+                         "measured, each named as assumed")
     context = args.context if isinstance(args.context, int) else None
     if plain:
         profile = apply_numbers(profile, batch=args.batch, spec=spec, tp=args.tp, baseline_tps=args.baseline_tps,
@@ -640,7 +655,8 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     if args.allreduce_fit:
         profile = apply_allreduce_fit(profile, args.allreduce_fit, notes)
     if profile.spec != spec:
-        profile = replace(profile, spec=spec)
+        # the profile keeps the method it measured: the model reads it to tell measured from borrowed costs
+        profile = replace(profile, spec=replace(spec, algorithm=profile.spec.algorithm))
 
     warnings: list[str] = []
     found: list[acc.AcceptByContext] = []
@@ -674,6 +690,7 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
             got[key] = check_flag_against_log("{" + key + "}", getattr(args, key), getattr(cfg, key), cfg)
         except SpecmodelError as exc:
             raise FieldError(None, str(exc)) from None
+    _check_method_against_log(args, profile, cfg)
     notes.append(f"server configuration from the log: {cfg.describe()}")
     if profile is not None:
         from specmodel.validation import check_log_model_matches_profile
@@ -684,6 +701,26 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
                      "its acceptance is used with this profile's costs")
     return replace(args, steps=got["steps"], topk=got["topk"], num_draft_tokens=got["num_draft_tokens"])
+
+
+def _check_method_against_log(args: ScenarioArgs, profile: Profile | None, cfg: Any) -> None:
+    """The drafter kind of the log, the profile and ``--method`` must be one: an ngram profile
+    would price a draft_model log's drafter as free, a draft_model profile an ngram log's lookup
+    as a drafter forward."""
+    logged = canonical_method(cfg.algorithm)
+    if logged is None:
+        return
+    if args.method is not None:
+        if args.method != logged:
+            raise FieldError("method", f"{args.method} contradicts the log: the server ran {logged} ({cfg.where}); "
+                                       "drop {method} or give the log of the server you mean")
+        return
+    profiled = canonical_method(profile.spec.algorithm) if profile is not None else None
+    if profile is not None and profiled is not None and profiled != logged and profile.source_kind != "numbers":
+        raise FieldError("method", f"the log's server ran {logged} ({cfg.where}) but profile {profile.name} measured "
+                                   f"{profiled}: its costs would price {logged} as {profiled}; pass {{method}} "
+                                   f"{logged} to re-price from this profile (the costs it lacks named as assumed), "
+                                   f"or give a profile of a {logged} server")
 
 
 #: fractions summing within this share of 1 (or of 100 %) are rounding, not a wrong histogram

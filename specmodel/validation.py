@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import FieldError, SpecmodelError
-from specmodel.limits import MAX_BATCH, ROUND_SLACK
+from specmodel.limits import MAX_BATCH, MIN_BUSY_FRACTION, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
@@ -25,6 +25,8 @@ class WindowResult:
     calibration: bool = False
     extrapolated: tuple[str, ...] = ()  # labels of cost axes outside the measured range at this window
     assumed: tuple[str, ...] = ()  # labels of costs read off a fallback curve (CycleCosts.assumptions)
+    #: contradictions among the costs this window was predicted from (model/consistency.py, "refuse")
+    inconsistent: tuple[str, ...] = ()
 
     @property
     def error(self) -> float:
@@ -35,7 +37,7 @@ class WindowResult:
         d = self.window.to_dict()
         d.update(predicted_tokens_per_s=self.predicted_tokens_per_s, observed_tokens_per_s=self.window.tokens_per_s,
                  error=self.error, calibration=self.calibration, extrapolated=list(self.extrapolated),
-                 assumed=list(self.assumed),
+                 assumed=list(self.assumed), inconsistent=list(self.inconsistent),
                  spec=self.spec.to_dict() if self.spec is not None else None)
         return d
 
@@ -67,6 +69,25 @@ def _predict(profile: Profile, w: DecodeWindow, spec: SpecConfig | None, obs: Ob
     return predict(profile, dist, batch=w.batch, spec=spec, observation=obs, context_tokens=ctx)
 
 
+MOSTLY_IDLE = f"mostly idle: tok/s < {MIN_BUSY_FRACTION:.0%} of the busiest window at its #running-req"
+
+
+def busy_fractions(windows: list[DecodeWindow]) -> list[float]:
+    """Each window's busy fraction as the engine's own numbers show it: its tok/s over the busiest
+    window's at the same #running-req, in the same file and configuration.
+
+    Why: an engine logs a window's mean tok/s over the whole interval (vLLM: tokens / 10 s,
+    loggers.py; SGLang: since its last decode line), but #running-req at one instant. A window in
+    which the requests arrived late or finished early spent part of its interval idle; at a fixed
+    batch a busy step emits the same tokens per second, so the shortfall is the idle share."""
+    best: dict[tuple[str, int, Any], float] = {}
+    for w in windows:
+        key = (w.file, w.batch, (w.steps, w.topk, w.num_draft_tokens))
+        best[key] = max(best.get(key, 0.0), w.tokens_per_s)
+    return [w.tokens_per_s / best[(w.file, w.batch, (w.steps, w.topk, w.num_draft_tokens))]
+            if best[(w.file, w.batch, (w.steps, w.topk, w.num_draft_tokens))] > 0 else 0.0 for w in windows]
+
+
 def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWindow], *,
                      calibrate_first: bool = False) -> tuple[list[WindowResult], dict[str, int], list[str]]:
     """Predict every usable window; return results, skip counts by reason, and unique warnings."""
@@ -75,10 +96,14 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
     results: list[WindowResult] = []
     obs: Observation | None = None
     obs_spec: SpecConfig | None = None
+    usable = [w for w in windows if w.batch <= MAX_BATCH and not window_skip_reason(w)]
+    busy = dict(zip((id(w) for w in usable), busy_fractions(usable), strict=True))
     for w in windows:
         if w.batch > MAX_BATCH:
             raise SpecmodelError(f"{w.where}: batch {w.batch} is more than {MAX_BATCH} (the bound specmodel accepts)")
         reason = window_skip_reason(w)  # the rule `accept` applies too (idle windows measure nothing)
+        if not reason and busy[id(w)] < MIN_BUSY_FRACTION:
+            reason = MOSTLY_IDLE
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
@@ -99,9 +124,10 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
         pred = p.tokens_per_s if sp is not None else p.baseline_tokens_per_s
         # a baseline window's prediction uses the decode step only: no verify to assume
         assumed = tuple(dict.fromkeys(a.label for a in p.assumed)) if sp is not None else ()
+        bad = tuple(dict.fromkeys(i.message for i in p.inconsistencies if i.refuses)) if sp is not None else ()
         results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=pred,
                                     extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated)),
-                                    assumed=assumed))
+                                    assumed=assumed, inconsistent=bad))
     n_ext = sum(1 for r in results if r.extrapolated)
     if n_ext:
         axes = sorted({lab.split(" ")[0] for r in results for lab in r.extrapolated})
@@ -112,6 +138,11 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
         warnings.append(f"{n_asm} of {len(results)} windows were predicted from a verify cost the profile never "
                         "measured (assumed = the decode curve at the same tokens); their errors test that "
                         "assumption, not the measured model")
+    bad_windows = [r for r in results if r.inconsistent]
+    if bad_windows:
+        warnings.append(f"{len(bad_windows)} of {len(results)} windows were predicted from costs that contradict each "
+                        f"other ({bad_windows[0].inconsistent[0]}); their errors are left out of the measured-range "
+                        "error")
     return results, skipped, warnings
 
 
@@ -121,11 +152,12 @@ _EXTRAPOLATED = "extrapolated beyond the measured range"
 def summary(results: list[WindowResult]) -> dict[str, Any]:
     compared = [r for r in results if not r.calibration]
     errs = [r.error for r in compared]
-    inside = [abs(r.error) for r in compared if not r.extrapolated and not r.assumed]
+    inside = [abs(r.error) for r in compared if not r.extrapolated and not r.assumed and not r.inconsistent]
     return {
         "windows_compared": len(compared),
         "windows_extrapolated": sum(1 for r in compared if r.extrapolated),
         "windows_assumed": sum(1 for r in compared if r.assumed),
+        "windows_inconsistent": sum(1 for r in compared if r.inconsistent),
         "median_abs_error_measured_range": statistics.median(inside) if inside else None,
         "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
         "mean_error": statistics.fmean(errs) if errs else None,

@@ -68,8 +68,11 @@ def test_issue_18_item_7_one_row_sweep_with_draft_ms_is_not_a_confident_go(tmp_p
 def test_the_api_carries_the_same_qualification(tmp_path: Path) -> None:
     prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
     p = specmodel.predict(prof, accept=3.0, context="128K")
-    assert [a.kind for a in p.assumed] == ["verify"] and not p.measured
-    assert p.verdict_label.endswith("(verify not measured at 128K: assumed = decode at 4 tokens)")
+    # a sweep measured neither verify nor a drafter: both are named, and P(speedup > 1) is not given
+    assert [a.kind for a in p.assumed] == ["verify", "draft"] and not p.measured
+    assert "(verify not measured at 128K: assumed = decode at 4 tokens; draft not measured: assumed 0 s" \
+        in p.verdict_label
+    assert p.p_withheld and p.to_dict()["p_speedup_gt_1"] is None and "not given" in p.p_text
     assert p.to_dict()["assumed"][0]["context_tokens"] == 131072
 
 
@@ -108,7 +111,8 @@ def test_plan_never_recommends_from_an_assumed_verify(tmp_path: Path) -> None:
     plan = serve_plan(prof, model, batches=(1, 4), contexts=(0, 32768, 131072), default=SPEC)
     for c in plan.cells:
         assert c.region == "ASSUMED" and c.recommended is None and c.action == "unmeasured"
-        assert [(a.kind, a.context_tokens) for a in c.assumed] == [("verify", c.context_tokens)]
+        assert [(a.kind, a.context_tokens) for a in c.assumed] == [("verify", c.context_tokens),
+                                                                   ("draft", c.context_tokens)]
         assert c.best_any.cost_assumed  # listed beside, flagged
     # the same acceptance on a profile whose verify was measured: recommendations, region measured
     ok = serve_plan(REF, model, batches=(1, 4), contexts=(0,), default=SPEC)

@@ -140,7 +140,7 @@ def test_plan_command_text_and_json(tmp_path: Path) -> None:
     for c in doc["cells"]:
         assert c["recommended"] is None and c["action"] == "unmeasured" and c["region"] == "ASSUMED"
         assert [(a["kind"], a["fallback"], a["context_tokens"]) for a in c["assumed"]] == [
-            ("verify", "decode", c["context_tokens"])]
+            ("verify", "decode", c["context_tokens"]), ("draft", "", c["context_tokens"])]
         assert "sglang_flags" not in c
 
 

@@ -36,6 +36,7 @@ FLAGS: dict[str, str] = {
     "generation_tokens": "--gen-tokens",
     "allreduce_fit": "--allreduce-fit",
     "proposal_rate": "--proposal-rate",
+    "method": "--method",
     # plan's grid
     "batches": "--batches",
     "contexts": "--contexts",

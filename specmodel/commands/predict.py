@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from specmodel.commands.scenario import with_scenario
-from specmodel.model.predict import Prediction
+from specmodel.model.predict import Prediction, require_consistent
 from specmodel.scenario import Scenario, run_prediction
 from specmodel.schema.formats import PREDICTION
 from specmodel.units import ms
@@ -30,7 +30,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     ar_unknown = not p.allreduce_known
 
     def ar(seconds: float) -> str:
-        return "unknown" if ar_unknown else ms(seconds)
+        return p.allreduce_word if ar_unknown or p.no_allreduce else ms(seconds)
 
     lines.append(f"baseline     {p.baseline_tokens_per_s:.1f} tok/s total, {p.baseline_tokens_per_s_per_request:.1f} "
                  f"tok/s per request  (decode step {ms(p.baseline_step_s)}, all-reduce {ar(p.baseline_allreduce_s)})")
@@ -42,8 +42,12 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
                  f"all-reduce {ar(p.draft_allreduce_s)}")
     cal = f"  (calibration added {ms(p.calibrated_overhead_s)})" if p.calibrated_overhead_s is not None else ""
     lines.append(f"  overhead   {ms(p.overhead_s):>10}{cal}")
-    lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)" if ar_unknown else
-                 f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
+    if p.no_allreduce:
+        lines.append(f"  all-reduce {'none':>10}  (TP 1: no collective in any forward)")
+    elif ar_unknown:
+        lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)")
+    else:
+        lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
     if p.proposal_rate < 1.0:
         lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed (--proposal-rate); the rest decode: "
                      f"{p.proposal_rate * p.accept_mean_tokens + 1 - p.proposal_rate:.2f} tokens per mean step of "
@@ -78,7 +82,7 @@ def predict_cmd(scenario: Scenario, as_json: bool, **_: Any) -> None:
 
     Example: specmodel predict --accept-len 3.2
     """
-    pred = run_prediction(scenario)
+    pred = require_consistent(run_prediction(scenario))
     if as_json:
         d = PREDICTION.stamp(pred.to_dict())
         d["notes"] = list(scenario.notes)

@@ -16,6 +16,7 @@ from specmodel.commands.engine_help import RegistryHelpOption
 from specmodel.commands.flags import flag_of
 from specmodel.limits import MAX_CONTEXT_TOKENS, bounded_int
 from specmodel.scenario import BOUNDS, CONVENTIONS, SHAPES, ScenarioArgs, resolve_scenario
+from specmodel.schema.phases import SPEC_METHODS
 
 
 def _bounded(field: str) -> click.IntRange:
@@ -71,6 +72,10 @@ OPTIONS: dict[str, dict[str, Any]] = {
                           help="ngram/suffix only: share of request-steps in which the lookup proposed (0..1]; vLLM's "
                                "accept length counts only those (r = drafts / (generated - accepted tokens), as "
                                "`specmodel watch` prints it). Default: every step proposes."),
+    "method": dict(type=click.Choice(list(SPEC_METHODS)), default=None,
+                   help="Price another drafter kind from the same profile (e.g. ngram from a draft_model profile): "
+                        "costs the profile did not measure for it are named as assumed. Default: the profile's method "
+                        "(a log of another method is refused without it)."),
     "generation_tokens": dict(type=_bounded("generation_tokens"), default=256, show_default=True,
                               help="Generation length per request for the tok/s band and P(speedup > 1)."),
 }

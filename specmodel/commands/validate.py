@@ -61,6 +61,7 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
                                "spec": sc.spec.to_dict(), "notes": list(sc.notes),
                                "files": [{"path": f.path, "engine": f.engine, "format": f.fmt} for f in files],
                                "windows": [r.to_dict() for r in results], "skipped": skipped,
+                               "windows_used": len(results), "windows_total": len(windows),
                                "summary": summ, "warnings": warnings}, indent=2, allow_nan=False))
         return
     out = [f"note: {n}" for n in sc.notes]
@@ -80,10 +81,12 @@ def validate_cmd(logs: tuple[str, ...], profile_path: str | None, steps: int | N
         acc = f"{w.accept_len:.2f}" if w.accept_len is not None else "-"
         err = "calib." if r.calibration else f"{r.error:+.1%}"
         ctx = f"{w.context_tokens:.0f}" if w.context_tokens is not None else "-"
-        mark = ("  assumed" if r.assumed else "") + ("  extrapolated" if r.extrapolated else "")
+        mark = (("  assumed" if r.assumed else "") + ("  extrapolated" if r.extrapolated else "")
+                + ("  inconsistent" if r.inconsistent else ""))
         out.append(f"{label:<40} {w.batch:>5} {ctx:>8} {acc:>6} {w.tokens_per_s:>10.1f} "
                    f"{r.predicted_tokens_per_s:>10.1f} {err:>7}{mark}")
     skip = ", ".join(f"{n} ({r})" for r, n in sorted(skipped.items())) or "none"
+    out.append(f"windows      used {len(results)} of {len(windows)} (left out: {skip})")
     if summ["windows_compared"]:
         out.append(f"summary      {summ['windows_compared']} windows compared: median |error| {summ['median_abs_error']:.1%}, "
                    f"mean error {summ['mean_error']:+.1%} (sign = bias), max |error| {summ['max_abs_error']:.1%}; "

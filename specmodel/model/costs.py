@@ -9,9 +9,10 @@ range on any axis the result carries an :class:`Extrapolation` per axis.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import OVERRIDE_REL_TOL
 from specmodel.schema import phases
 from specmodel.schema.profile import CostRow, Profile
 
@@ -54,6 +55,43 @@ class Extrapolation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Override:
+    """A measured row the running-max surface lifted: a forward over fewer tokens (or less context)
+    measured dearer than this one, so the model used that cost here instead (a forward over more
+    tokens never costs less). Shown beside the verdict with the value measured: either row may be
+    the noisy one, and only a re-measurement tells which."""
+
+    kind: str
+    tokens: float
+    context_tokens: float
+    measured_s: float
+    used_s: float
+    by_tokens: float
+    by_context_tokens: float
+
+    @property
+    def label(self) -> str:
+        """``verify at 8 tokens: measured 5.10 ms, used 6.20 ms (running max: 4 tokens measured 6.20 ms)``."""
+        from specmodel.units import ms
+
+        at = f"{self.tokens:g} tokens" + (f", context {self.context_tokens:g}" if self.context_tokens else "")
+        by = (f"{self.by_tokens:g} tokens" + (f", context {self.by_context_tokens:g}"
+                                              if self.by_context_tokens != self.context_tokens else ""))
+        return (f"{self.kind} at {at}: measured {ms(self.measured_s)}, used {ms(self.used_s)} (running max: "
+                f"{by} measured {ms(self.used_s)}; a forward over more tokens or context never costs less)")
+
+    @property
+    def to_measure(self) -> str:
+        return (f"re-measure {self.kind} at {self.tokens:g} and {self.by_tokens:g} tokens (context "
+                f"{self.context_tokens:g}): the larger forward measured cheaper")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "tokens": self.tokens, "context_tokens": self.context_tokens,
+                "measured_s": self.measured_s, "used_s": self.used_s, "by_tokens": self.by_tokens,
+                "by_context_tokens": self.by_context_tokens}
+
+
+@dataclass(frozen=True, kw_only=True)
 class ForwardCost:
     """Cost of one forward pass at ``tokens`` tokens over ``context_tokens`` of KV per request."""
 
@@ -66,6 +104,11 @@ class ForwardCost:
     context_tokens: float = 0.0
     extrapolations: tuple[Extrapolation, ...] = ()
     from_kind: str = ""  # kind whose measurements were used (fallback), "" = same kind
+    #: measured rows at the knots this cost was read from that the running max replaced
+    overrides: tuple[Override, ...] = ()
+    #: how the cost was read when it is neither a plain lookup nor a fallback (e.g. a verify below
+    #: the measured verify tokens, between the decode forward and the verify rows)
+    note: str = ""
 
     @property
     def extrapolated(self) -> bool:
@@ -75,7 +118,8 @@ class ForwardCost:
         return ForwardCost(kind=self.kind, tokens=self.tokens, total_s=self.total_s * factor,
                            allreduce_s=self.allreduce_s * factor, compute_s=self.compute_s * factor,
                            other_s=self.other_s * factor, context_tokens=self.context_tokens,
-                           extrapolations=self.extrapolations, from_kind=self.from_kind)
+                           extrapolations=self.extrapolations, from_kind=self.from_kind,
+                           overrides=self.overrides, note=self.note)
 
 
 ZERO_COST = ForwardCost(kind="none", tokens=0, total_s=0.0, allreduce_s=0.0, compute_s=0.0, other_s=0.0)
@@ -254,11 +298,69 @@ def forward_cost(profile: Profile, kind: str, tokens: float, context_tokens: flo
                                  + (f" (nor '{FALLBACK[kind]}' to stand in)" if kind in FALLBACK else ""))
     rows = profile.rows(use)
     ctx = float(min(r.context_tokens for r in rows)) if context_tokens is None else float(context_tokens)
+    rows, note = _with_decode_anchor(profile, kind, use, rows, float(tokens))
     vals, extrap = surface(rows, kind, float(tokens), ctx)
     ar, comp, other = (float(v) for v in vals)
     return ForwardCost(kind=kind, tokens=float(tokens), total_s=ar + comp + other, allreduce_s=ar,
                        compute_s=comp, other_s=other, context_tokens=ctx, extrapolations=extrap,
-                       from_kind="" if use == kind else use)
+                       from_kind="" if use == kind else use, overrides=overrides(rows, kind, float(tokens), ctx),
+                       note=note)
+
+
+def _with_decode_anchor(profile: Profile, kind: str, use: str, rows: tuple[CostRow, ...],
+                        tokens: float) -> tuple[tuple[CostRow, ...], str]:
+    """A verify over fewer tokens than any measured one (k = 2 from a k = 3 profile) lies between
+    two measured forwards: the decode step (one token per request is a verify of no draft) and the
+    smallest verify. Decode rows below the smallest verify, at contexts where verify was measured,
+    become the lower knots, so the lookup interpolates instead of extrapolating below the range."""
+    if kind != "verify" or use != "verify" or not profile.has("decode"):
+        return rows, ""
+    vmin = min(r.tokens for r in rows)
+    if tokens >= vmin:
+        return rows, ""
+    ctxs = {r.context_tokens for r in rows}
+    anchors = tuple(replace(r, kind="verify") for r in profile.rows("decode")
+                    if r.tokens < vmin and r.context_tokens in ctxs)
+    if not anchors:
+        return rows, ""
+    lo = min(a.tokens for a in anchors)
+    return rows + anchors, (f"verify at {tokens:g} tokens read between the decode forward ({lo:g} tokens) and the "
+                            f"smallest measured verify ({vmin:g} tokens)")
+
+
+def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_tokens: float) -> tuple[Override, ...]:
+    """The measured knots a lookup at (``tokens``, ``context_tokens``) reads that the running max
+    (:func:`_monotone` along tokens, then along context) lifted by more than
+    :data:`~specmodel.limits.OVERRIDE_REL_TOL`: each with the value measured, the value used and
+    the knot whose cost replaced it."""
+    by_ctx: dict[int, list[CostRow]] = {}
+    for r in rows:
+        by_ctx.setdefault(r.context_tokens, []).append(r)
+    ctxs = sorted(by_ctx)
+    lo_c = [c for c in ctxs if c <= context_tokens]
+    hi_c = [c for c in ctxs if c >= context_tokens]
+    used_ctx = sorted({*(lo_c[-1:] or ctxs[:1]), *(hi_c[:1] or ctxs[-1:])})
+    out: list[Override] = []
+    best_by_ctx: list[tuple[float, float, float]] = []  # (total, tokens, context) running max over contexts
+    for c in ctxs[:ctxs.index(used_ctx[-1]) + 1]:
+        toks, comps = _aggregate(tuple(by_ctx[c]))
+        raw = [sum(v) for v in comps]
+        lifted = [sum(v) for v in _monotone(comps)]  # what the surface uses at each knot (per component)
+        lo_t = [i for i, t in enumerate(toks) if t <= tokens]
+        hi_t = [i for i, t in enumerate(toks) if t >= tokens]
+        knots = sorted({*(lo_t[-1:] or [0]), *(hi_t[:1] or [len(toks) - 1])})
+        for i in knots:
+            j = max(range(i + 1), key=lambda m: raw[m])  # the knot whose cost the running max carries to i
+            used = lifted[i]
+            prev = max((b for b in best_by_ctx if b[1] == toks[i]), default=None, key=lambda b: b[0])
+            by_t, by_c = toks[j], float(c)
+            if prev is not None and prev[0] > used:
+                used, by_t, by_c = prev[0], prev[1], prev[2]
+            if c in used_ctx and used > raw[i] * (1.0 + OVERRIDE_REL_TOL):
+                out.append(Override(kind=kind, tokens=toks[i], context_tokens=float(c), measured_s=raw[i],
+                                    used_s=used, by_tokens=by_t, by_context_tokens=by_c))
+        best_by_ctx.extend((raw[i], toks[i], float(c)) for i in range(len(toks)))
+    return tuple(dict.fromkeys(out))
 
 
 def measured_tokens(profile: Profile, kind: str) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import FieldError, SpecmodelError
-from specmodel.model.costs import Extrapolation, ForwardCost
+from specmodel.model.costs import Extrapolation, ForwardCost, Override
 from specmodel.schema.profile import SpecConfig
 from specmodel.units import tokens_text
 
@@ -236,6 +236,11 @@ class CycleCosts:
         return tuple(Assumption(kind=fc.kind, fallback=fc.from_kind, batch=self.batch, tokens=fc.tokens,
                                 context_tokens=fc.context_tokens)
                      for fc in self.forwards if fc.from_kind) + self.stated_assumptions
+
+    @property
+    def overrides(self) -> tuple[Override, ...]:
+        """Measured rows the running-max surface replaced in any lookup of this cycle."""
+        return tuple(o for fc in self.forwards for o in fc.overrides)
 
     @property
     def extrapolated(self) -> bool:

@@ -138,7 +138,8 @@ def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_
     host = v.other_s if same_run else base.other_s
     verify = ForwardCost(kind="verify", tokens=v.tokens, total_s=v.allreduce_s + v.compute_s + host,
                          allreduce_s=v.allreduce_s, compute_s=v.compute_s, other_s=host,
-                         context_tokens=v.context_tokens, extrapolations=v.extrapolations, from_kind=v.from_kind)
+                         context_tokens=v.context_tokens, extrapolations=v.extrapolations, from_kind=v.from_kind,
+                         overrides=v.overrides, note=v.note)
     warnings: list[str] = []
     if v.from_kind:
         warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,11 @@ from specmodel.model import cycle as eq
 from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Observation, check_observation, looks_per_request, unseen_cycle_s
+from specmodel.model.consistency import Inconsistency, check_cycle
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.model.hostdraft import host_cycle_costs
-from specmodel.schema.phases import forward_tokens, is_host_proposer
+from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.units import ms
 
@@ -48,6 +50,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     if verify.from_kind:
         warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
     draft_extend: ForwardCost | None = None
+    stated = _draft_assumptions(profile, spec, batch, ctx)
     if profile.has("draft"):
         draft_step = forward_cost(profile, "draft", forward_tokens("draft", batch, spec), ctx)
         if profile.has("draft_extend"):
@@ -67,9 +70,32 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         # same caveat as a missing draft: an unmeasured cost is not a free one
         warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
                         "(pass --overhead-ms or --calibrate)")
+    for fc in (base, verify):
+        if fc.note:
+            warnings.append(fc.note)
     return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=draft_step,
                       draft_extend=draft_extend, draft_total_s=total, draft_allreduce_s=ar,
-                      overhead_s=oh, context_tokens=ctx, warnings=tuple(warnings))
+                      overhead_s=oh, context_tokens=ctx, warnings=tuple(warnings), stated_assumptions=stated)
+
+
+def _draft_assumptions(profile: Profile, spec: SpecConfig, batch: int, ctx: float) -> tuple[Assumption, ...]:
+    """The drafter cost of a forward drafter the profile did not measure: none at all (free, an
+    upper bound) or another drafter kind's forward. Either is an assumption the verdict names;
+    a cost given on the command line (``--draft-ms``) is not."""
+    if "draft" in cost_origins(profile):
+        return ()
+    method = canonical_method(spec.algorithm) or spec.algorithm.lower()
+    profiled = canonical_method(profile.spec.algorithm)
+    hint = (f"run the server with method {method} under `specmodel vllm` (or `specmodel sglang`) and "
+            "`--summarize` it with the baseline run, or pass --draft-ms")
+    if not profile.has("draft"):
+        return (Assumption(kind="draft", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
+                           assumed_as=f"0 s per drafter forward (no {method} drafter measured)", measure_hint=hint),)
+    if profiled is not None and profiled != method and not is_host_proposer(profiled):
+        return (Assumption(kind="draft", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
+                           assumed_as=f"= the {profiled} drafter's measured forward (no {method} drafter profiled)",
+                           measure_hint=hint),)
+    return ()
 
 
 #: How each profile kind is named when a cost comes from it.
@@ -124,7 +150,8 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
         o = cal.observation
         overhead += (f" + calibration {ms(cal.added_overhead_s)} from your observed point "
                      f"(batch {o.batch}, accept {o.accept_tokens:g}, {o.tokens_per_s:g} tok/s)")
-    allreduce = given.get("allreduce", own)
+    allreduce = given.get("allreduce", "none: TP 1 (no collective in any forward)"
+                          if profile.tp == 1 and profile.source.tp_known else own)
     return (("baseline", base), ("verify", verify), ("draft", draft), ("overhead", overhead),
             ("all-reduce", allreduce))
 
@@ -235,7 +262,14 @@ class Prediction:
         """The verdict, qualified when any cost it rests on was not measured:
         ``NO-GO (extrapolated: batch 32 > measured 16)``,
         ``GO (verify not measured at 128K: assumed = decode at 4 tokens)``."""
-        return qualified_verdict(self.verdict, self.extrapolated, self.assumed)
+        if not self.consistent:
+            return self.verdict  # no verdict to qualify: the reason names the contradiction
+        label = qualified_verdict(self.verdict, self.extrapolated, self.assumed)
+        quals = [i.message for i in self.inconsistencies if not i.refuses]
+        if quals:
+            sep = "; " if label.endswith(")") else " ("
+            label = (label[:-1] if label.endswith(")") else label) + sep + "costs replaced: " + "; ".join(quals) + ")"
+        return label
 
     @property
     def measured(self) -> bool:
@@ -245,7 +279,7 @@ class Prediction:
     @property
     def to_measure(self) -> tuple[str, ...]:
         """What to measure to remove each assumption."""
-        return tuple(dict.fromkeys(a.to_measure for a in self.assumed))
+        return tuple(dict.fromkeys([i.to_measure for i in self.inconsistencies] + [a.to_measure for a in self.assumed]))
 
     tp_known: bool = True  # False: plain numbers without --tp (printed as "TP unknown")
     draft_extend_s: float | None = None  # the first drafter forward when measured separately
@@ -253,6 +287,17 @@ class Prediction:
     cost_sources: tuple[tuple[str, str], ...] = ()  # (cost, where it came from)
     #: False when the profile has no all-reduce split: every *allreduce* figure is then unknown (not 0)
     allreduce_known: bool = True
+
+    @property
+    def no_allreduce(self) -> bool:
+        """TP 1 (known): no forward carries a collective, so every all-reduce figure is zero by
+        construction -- printed "none (TP 1)", neither "unknown" nor a measured 0."""
+        return self.tp_known and self.tp == 1
+
+    @property
+    def allreduce_word(self) -> str:
+        """How an all-reduce figure reads when it is not a measured time."""
+        return "none (TP 1)" if self.no_allreduce else "unknown"
 
     @property
     def tp_label(self) -> str:
@@ -275,6 +320,8 @@ class Prediction:
     @property
     def p_text(self) -> str:
         """P(speedup > 1) as shown: two decimals, or why it cannot be given."""
+        if self.p_withheld:
+            return f"not given ({self.p_withheld})"
         return "needs counts" if self.p_speedup_gt_1 is None else f"{self.p_speedup_gt_1:.2f}"
 
     @property
@@ -293,6 +340,17 @@ class Prediction:
     #: it implies (= cycle_s at 1.0): tok/s and speedup are over the mean step
     proposal_rate: float = 1.0
     mean_step_s: float = 0.0
+    #: costs that contradict each other (model/consistency.py): a "refuse" one makes the verdict
+    #: INCONSISTENT, a "qualify" one qualifies it
+    inconsistencies: tuple[Inconsistency, ...] = ()
+    #: why P(speedup > 1) is not given although it could be computed ("" = it is given): a
+    #: probability computed from an assumed or contradicted cost would state a confidence nobody has
+    p_withheld: str = ""
+
+    @property
+    def consistent(self) -> bool:
+        """No two inputs contradict each other beyond their spreads."""
+        return not any(i.refuses for i in self.inconsistencies)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -309,6 +367,10 @@ class Prediction:
         d["tp"] = self.tp if self.tp_known else None
         d["cost_sources"] = dict(self.cost_sources)
         d["band_label"] = self.band_label
+        d["inconsistencies"] = [i.to_dict() for i in self.inconsistencies]
+        d["consistent"] = self.consistent
+        if self.p_withheld:
+            d["p_speedup_gt_1"] = None
         if not self.allreduce_known:  # unknown is not zero (issue 18 item 15)
             for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
                       "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
@@ -412,6 +474,8 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         warnings += [w for w in cc.warnings if not w.startswith("no draft cost")]
     else:
         warnings += list(cc.warnings)
+    # a calibration point's observed cycle holds the drafter the profile lacked: not an assumption then
+    assumed = tuple(a for a in cc.assumptions if not (cal is not None and a.kind == "draft"))
     t_base = cc.base.total_s
     t_cyc = cc.cycle_s
     e = dist.mean_tokens
@@ -439,6 +503,15 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
     sp = eq.speedup(e_step, t_base, t_step)
     verdict, reason = verdict_for(sp, p_gt_1)
+    provenance = cost_provenance(profile, cc, cal)
+    issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step, break_even_tokens=be_step,
+                         provenance=dict(provenance))
+    withheld = p_withheld_reason(issues, assumed)
+    if withheld:
+        reason = _P_IN_REASON.sub(f"P(speedup>1) not given ({withheld})", reason)
+    refusals = [i for i in issues if i.refuses]
+    if refusals:
+        verdict, reason = "INCONSISTENT", f"no verdict: {refusals[0].message}"
     if be > spec.max_accept_tokens:
         reason += f"; break-even {be:.2f} exceeds the maximum {spec.max_accept_tokens} tokens/step for steps = {spec.steps}"
     return Prediction(
@@ -465,14 +538,43 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         # a calibration modelled off measured costs carries that into every prediction made with it
         extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
         # (a calibration's own assumption is absorbed at its point: the observed cycle pins the total there)
-        assumed=cc.assumptions,
+        assumed=assumed,
         tp_known=profile.source.tp_known,
         draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
-        accept_samples_unknown=dist.samples_unknown, cost_sources=cost_provenance(profile, cc, cal),
-        allreduce_known=profile.has_allreduce_split,
+        accept_samples_unknown=dist.samples_unknown, cost_sources=provenance,
+        # at TP 1 there is no all-reduce to split: zero is known, not unmeasured
+        allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
-        proposal_rate=r, mean_step_s=t_step,
+        proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld,
     )
+
+
+def require_consistent(p: Prediction) -> Prediction:
+    """``p`` when its inputs agree; else the refusal (exit 2) naming the first contradiction and what
+    to re-measure: predict and the API give no figures built on inputs that contradict each other
+    (the report still draws them, with the contradiction on its first page)."""
+    bad = [i for i in p.inconsistencies if i.refuses]
+    if bad:
+        from specmodel.errors import SpecmodelError
+
+        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise SpecmodelError(f"inconsistent inputs: {bad[0].message}{more}; {bad[0].to_measure}")
+    return p
+
+
+_P_IN_REASON = re.compile(r"P\(speedup>1\) = (?:[0-9.]+|needs counts)")
+
+
+def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumption]) -> str:
+    """Why P(speedup > 1) is not printed ("" = it is): it would carry the confidence of measured
+    costs into a figure that rests on an assumed or contradicted one."""
+    if any(i.refuses for i in issues):
+        return "the costs contradict each other"
+    if issues:
+        return "a measured cost was replaced by the running max"
+    if assumed:
+        return f"rests on an assumed {assumed[0].kind} cost"
+    return ""
 
 
 def _unique(extrap: Sequence[Extrapolation]) -> tuple[Extrapolation, ...]:

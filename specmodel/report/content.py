@@ -348,7 +348,25 @@ def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
                        ceiling_tokens=ceiling_tokens)
 
 
+def cycle_allreduce_text(p: Prediction) -> str:
+    """The cycle with its all-reduce share as the report prints it (one wording for PDF and Markdown)."""
+    if p.no_allreduce:
+        return f"{ms(p.cycle_s)}, all-reduce none (TP 1)"
+    if not p.allreduce_known:
+        return f"{ms(p.cycle_s)}, all-reduce unknown (no split)"
+    return f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"
+
+
 def _breakdown(p: Prediction) -> Breakdown:
+    if p.no_allreduce:  # TP 1: nothing to split off; no "all-reduce 0" segment
+        return Breakdown(
+            baseline=(Segment(label="compute + other", seconds=p.baseline_step_s),),
+            cycle=(Segment(label="verify compute", seconds=p.verify_compute_s),
+                   Segment(label="verify other", seconds=p.verify_other_s),
+                   Segment(label="draft", seconds=p.draft_s),
+                   Segment(label="overhead", seconds=p.overhead_s)),
+            baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
+            accept_mean_tokens=p.accept_mean_tokens)
     if not p.allreduce_known:  # no split measured: one segment per forward, never an "all-reduce 0" bar
         return Breakdown(
             baseline=(Segment(label="decode step (all-reduce split unknown)", seconds=p.baseline_step_s),),
@@ -593,6 +611,10 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         # recommendation do not: a drafter the engine refuses, or one that cannot reach the accept length, is no GO
         optv = dataclasses.replace(optv, recommendation=("none: the drafter check blocks deployment (see the "
                                                          "verdict and the drafter-check page)"), recommends_off=True)
+    if not p.consistent:
+        # figures built on contradicting inputs are drawn (to see which), never recommended from
+        optv = dataclasses.replace(optv, recommendation=("none: the inputs contradict each other (page 1 names the "
+                                                         "two figures and what to re-measure)"), recommends_off=True)
     title = f"Speculative decoding go/no-go: {p.profile_name}"
     return ReportContent(
         title=title, version=__version__, prediction=p, notes=tuple(notes),

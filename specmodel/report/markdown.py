@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specmodel.report.content import ReportContent
+from specmodel.report.content import ReportContent, cycle_allreduce_text
 from specmodel.units import alpha_beta, ms, us
 
 
@@ -27,7 +27,7 @@ def render_markdown(c: ReportContent) -> str:
         ["margin", f"{p.margin_tokens:+.2f} tokens/step"],
         [f"P(speedup > 1, {p.band_label})", p.p_text],
         ["+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"],
-        ["cycle", (f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}" if p.allreduce_known else f"{ms(p.cycle_s)}, all-reduce unknown (no split)")],
+        ["cycle", cycle_allreduce_text(p)],
     ])
     lines += ["", "### Assumptions", ""] + [f"- {a}" for a in c.assumptions]
     if c.warnings:

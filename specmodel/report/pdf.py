@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.io import atomic_write_bytes
-from specmodel.report.content import ReportContent
+from specmodel.report.content import ReportContent, cycle_allreduce_text
 from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
-VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00", "BLOCKED": "#c62828"}
+VERDICT_COLORS = {"GO": "#1a7f37", "NO-GO": "#c62828", "MARGINAL": "#b26a00", "BLOCKED": "#c62828",
+                  "INCONSISTENT": "#c62828"}
 EXTRAPOLATED_COLOR = "#d50000"  # anything resting on costs or acceptance nobody measured
 C_AR, C_COMP, C_OTHER, C_DRAFT, C_OVER = "#d62728", "#1f77b4", "#9e9e9e", "#ff7f0e", "#9467bd"
 
@@ -136,12 +137,16 @@ def page_verdict(c: ReportContent) -> Any:
     fig.text(0.04, 0.955, c.title, fontsize=14, weight="bold", va="top")
     fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
              f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
-    fig.text(0.04, 0.88, c.verdict, fontsize=64, weight="bold", va="top", color=VERDICT_COLORS.get(c.verdict, "black"))
-    if not p.measured and not c.blocked_by:
+    fig.text(0.04, 0.88, c.verdict, fontsize=64 if len(c.verdict) <= 8 else 40, weight="bold", va="top",
+             color=VERDICT_COLORS.get(c.verdict, "black"))
+    if not p.measured and not c.blocked_by and p.consistent:
         # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
         ext = p.verdict_label[len(p.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
-    _flow(fig, 0.04, 0.755, 0.92, [c.verdict_reason], 10, 0.71, bullet="")
+    if p.consistent:
+        _flow(fig, 0.04, 0.755, 0.92, [c.verdict_reason], 10, 0.71, bullet="")
+    else:  # the contradiction is the page's message: it gets the room to be read whole
+        _flow(fig, 0.04, 0.80, 0.92, [c.verdict_reason], 9, 0.695, bullet="")
 
     # provenance first, from the footer up: its height decides how far the columns may run
     prov_size = 6.5
@@ -180,7 +185,7 @@ def page_verdict(c: ReportContent) -> Any:
         ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
         ("P(speedup > 1)", p.p_text),
         ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
-        ("Cycle", (f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}" if p.allreduce_known else f"{ms(p.cycle_s)}, all-reduce unknown (no split)")),
+        ("Cycle", cycle_allreduce_text(p)),
     ]
     y = 0.70
     fig.text(0.04, y, "Key figures", fontsize=12, weight="bold", va="top")
@@ -273,14 +278,15 @@ def page_breakdown(c: ReportContent) -> Any:
     bd = c.breakdown
     fig = _figure()
     colors = {"all-reduce": C_AR, "compute + other": C_COMP, "verify all-reduce": C_AR, "verify compute": C_COMP,
-              "verify other": C_OTHER, "draft": C_DRAFT, "overhead": C_OVER}
+              "verify other": C_OTHER, "draft": C_DRAFT, "overhead": C_OVER,
+              "decode step (all-reduce split unknown)": C_COMP, "verify (all-reduce split unknown)": C_COMP}
     hatch = {"all-reduce": "//", "compute + other": "//"}
     ax = fig.add_axes((0.08, 0.12, 0.50, 0.72))
     for x, segs in ((0, bd.baseline), (1, bd.cycle)):
         bottom = 0.0
         for s in segs:
             h_ms = to_ms(s.seconds)
-            ax.bar(x, h_ms, bottom=bottom, color=colors[s.label], hatch=hatch.get(s.label) if x == 0 else None,
+            ax.bar(x, h_ms, bottom=bottom, color=colors.get(s.label, C_OTHER), hatch=hatch.get(s.label) if x == 0 else None,
                    edgecolor="white", width=0.55, label=s.label if x == 1 or s.label == "compute + other" else None)
             if s.seconds > 0.03 * sum(t.seconds for t in bd.cycle):
                 ax.text(x, bottom + h_ms / 2, f"{s.label}\n{ms(s.seconds)}", ha="center", va="center", fontsize=8,

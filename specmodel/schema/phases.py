@@ -207,3 +207,21 @@ def parse_phase_forwards(name: str) -> int:
     """Forwards in a ``specmodel.*`` span (1 when the label has no ``fwd=``, or is not ours)."""
     m = _LABEL_RE.match(name)
     return int(m.group("fwd")) if m and m.group("fwd") else 1
+
+
+#: Every speculative method a prediction can price, in vLLM's spelling (``--speculative-config``'s
+#: ``method``): the drafters that run a forward, then the host proposers.
+SPEC_METHODS = (*VLLM_FORWARD_DRAFTERS, *HOST_PROPOSERS)
+#: SGLang's ``--speculative-algorithm`` names that are spelled otherwise in vLLM
+_METHOD_ALIASES = {"nextn": "mtp", "standalone": "draft_model", "draft": "draft_model", "lookahead": "ngram",
+                   "eagle-3": "eagle3"}
+
+
+def canonical_method(algorithm: str | None) -> str | None:
+    """A method or algorithm name (``EAGLE3``, ``NEXTN``, ``ngram``, ...) in the one vocabulary of
+    :data:`SPEC_METHODS`; None when it is none of them (or not given)."""
+    if not algorithm:
+        return None
+    a = str(algorithm).strip().lower()
+    a = _METHOD_ALIASES.get(a, a)
+    return a if a in SPEC_METHODS else None

@@ -1,0 +1,174 @@
+"""Do the costs a prediction rests on agree with each other? The one place that asks.
+
+A verdict built from inputs that contradict each other is as wrong as a traceback: a baseline
+recorded on a loaded box makes every drafter look like a 14x win. Each check compares two figures
+that physics orders and names both, with where each came from:
+
+* ``verify_below_decode`` (refuse): a verify forward over B·(k+1) tokens cheaper than the decode
+  step over B tokens at the same batch and context. A verify is a target forward over more
+  tokens, so T_verify(B·(k+1), L) >= T_decode(B, L) up to noise; the running-max surface enforces
+  exactly this inside one kind (:func:`specmodel.model.costs._monotone`), this check enforces it
+  across the two kinds, whose rows may come from two recordings.
+* ``break_even_below_one`` (refuse): break-even accept length < 1 token/step, i.e. one speculative
+  cycle cheaper than one baseline step (E[A] >= 1 always, so no drafter could lose): a cycle holds
+  a verify forward, so this is the same contradiction seen from the equations'
+  side (``be = T_cycle / T_base``, :func:`specmodel.model.cycle.break_even_accept`), and it also
+  catches plain numbers that imply it.
+* ``decode_disagrees`` (refuse): the baseline server's decode step and the speculative server's
+  own decode-shaped steps (same batch, same context band; a host proposer's steps without a
+  proposal) differ beyond their spreads and :data:`~specmodel.limits.SAME_STEP_REL_TOL`: the two
+  recordings were not made under the same conditions, and the ratio of their costs is the
+  prediction.
+* ``running_max`` (qualify): a measured row the running-max surface replaced
+  (:class:`specmodel.model.costs.Override`): the prediction used a dearer neighbour's cost; the
+  measured value is shown and the two rows are named for re-measurement.
+
+"refuse": no verdict (``INCONSISTENT``; predict / the API exit 2 with the first line, the report
+shows it on page 1, plan never recommends the cell). "qualify": the verdict stands, qualified, and
+P(speedup > 1) is not printed. Rationale per check: docs/verdicts.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specmodel.limits import COST_ORDER_REL_TOL, SAME_STEP_REL_TOL
+from specmodel.model.cycle import CycleCosts
+from specmodel.schema.profile import CostRow, Profile
+from specmodel.units import ms
+
+SEVERITIES = ("refuse", "qualify")
+CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inconsistency:
+    """Two figures that contradict each other, named with where each came from."""
+
+    check: str
+    severity: str
+    message: str
+    to_measure: str
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"inconsistency: unknown check {self.check!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"inconsistency: unknown severity {self.severity!r}")
+
+    @property
+    def refuses(self) -> bool:
+        return self.severity == "refuse"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"check": self.check, "severity": self.severity, "message": self.message,
+                "to_measure": self.to_measure}
+
+
+def _near(rows: tuple[CostRow, ...], tokens: float, context_tokens: float) -> list[CostRow]:
+    """The rows bracketing (tokens, context): what a lookup there reads."""
+    if not rows:
+        return []
+    ctxs = sorted({r.context_tokens for r in rows})
+    lo = [c for c in ctxs if c <= context_tokens]
+    hi = [c for c in ctxs if c >= context_tokens]
+    keep = {*(lo[-1:] or ctxs[:1]), *(hi[:1] or ctxs[-1:])}
+    at = [r for r in rows if r.context_tokens in keep]
+    below = [r for r in at if r.tokens <= tokens]
+    above = [r for r in at if r.tokens >= tokens]
+    return ([max(below, key=lambda r: r.tokens)] if below else []) + ([min(above, key=lambda r: r.tokens)] if above else [])
+
+
+def _tokens(n: float) -> str:
+    return f"{n:g} token" + ("" if n == 1 else "s")
+
+
+def _rows_text(profile: Profile, kind: str, tokens: float, context_tokens: float) -> str:
+    """``decode b1 t1: 66 steps, IQR 45.42 ms``: the rows a lookup read, as evidence."""
+    parts = [f"{r.kind} b{r.batch} t{r.tokens}" + (f" L{r.context_tokens}" if r.context_tokens else "")
+             + (f": {r.samples} steps, IQR {ms(r.spread_s)}" if r.samples else "")
+             for r in _near(profile.rows(kind), tokens, context_tokens)]
+    return ", ".join(dict.fromkeys(parts)) or "no rows"
+
+
+def median_se_s(row: CostRow) -> float:
+    """Standard error of a row's median from its IQR and sample count: σ ≈ IQR / 1.349 (normal),
+    SE(median) ≈ 1.253·σ/√n (Kendall & Stuart, the median's asymptotic variance πσ²/2n). 0 when the
+    row carries no spread (reference profiles, plain numbers)."""
+    return 1.253 * (row.spread_s / 1.349) / max(row.samples, 1) ** 0.5 if row.spread_s > 0 else 0.0
+
+
+def noise_s(profile: Profile, kind: str, tokens: float, context_tokens: float) -> float:
+    """The largest median standard error of the ``kind`` rows a lookup at (tokens, context) reads."""
+    return max((median_se_s(r) for r in _near(profile.rows(kind), tokens, context_tokens)), default=0.0)
+
+
+def _disagree(low_s: float, high_s: float, se_a_s: float, se_b_s: float, rel_tol: float) -> bool:
+    """``low_s`` sits below ``high_s`` by more than noise: two standard errors of the difference of the
+    two medians plus ``rel_tol`` of the larger (medians of steps move with the box by a few %)."""
+    return high_s - low_s > 2.0 * (se_a_s**2 + se_b_s**2) ** 0.5 + rel_tol * high_s
+
+
+def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s: float, break_even_tokens: float,
+                provenance: Mapping[str, str]) -> tuple[Inconsistency, ...]:
+    """Every contradiction among the costs of one operating point (see the module docstring).
+
+    ``base_s``: the baseline step used; ``mean_step_s``: the speculative step the speedup divides by
+    (= the cycle when every step proposes); ``provenance``: cost -> where it came from, as printed
+    (:func:`specmodel.model.predict.cost_provenance`)."""
+    out: list[Inconsistency] = []
+    b, L = cc.batch, cc.context_tokens
+    base_from = provenance.get("baseline", "the profile")
+    verify_from = provenance.get("verify", "the profile")
+    ctx = f", context {L:g}" if L else ""
+    if not cc.verify.from_kind:  # a fallback verify is the decode curve itself: nothing to compare
+        v_fwd = cc.verify.total_s
+        base_from = f"{base_from}; {_rows_text(profile, 'decode', cc.base.tokens, L)}"
+        verify_from = f"{verify_from}; {_rows_text(profile, 'verify', cc.verify.tokens, L)}"
+        if _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
+                     noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
+            out.append(Inconsistency(
+                check="verify_below_decode", severity="refuse",
+                message=(f"verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} ({verify_from}) is cheaper than the "
+                         f"decode step {ms(base_s)} over {_tokens(cc.base.tokens)} ({base_from}) at batch {b}{ctx}: "
+                         "a forward over more tokens cannot cost less; one recording was not made like the other "
+                         "(a loaded box, a profiler left on)"),
+                to_measure=(f"re-record the baseline (speculation off) and the speculative server on the same idle box, "
+                            f"at batch {b}{ctx}, and summarize both again")))
+    if break_even_tokens < 1.0 - 1e-9:
+        out.append(Inconsistency(
+            check="break_even_below_one", severity="refuse",
+            message=(f"break-even {break_even_tokens:.2f} tokens/step < 1: a speculative step of {ms(mean_step_s)} "
+                     f"(verify from {verify_from}) costs less than the baseline decode step of {ms(base_s)} "
+                     f"({base_from}), so no drafter could lose; the inputs contradict each other"),
+            to_measure=f"re-measure the baseline decode step and the verify step at batch {b}{ctx} on the same box"))
+    for o in cc.overrides:
+        out.append(Inconsistency(check="running_max", severity="qualify", message=o.label, to_measure=o.to_measure))
+    out.extend(check_same_step(profile, batch=b, context_tokens=L))
+    return tuple(dict.fromkeys(out))
+
+
+def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> tuple[Inconsistency, ...]:
+    """The baseline's decode rows against the speculative server's own decode-shaped rows
+    (``spec_decode`` rows: a host proposer's steps without a proposal) at the same batch and the
+    context band a lookup at ``context_tokens`` reads."""
+    spec_rows = profile.rows("spec_decode")
+    if not spec_rows or not profile.has("decode"):
+        return ()
+    base = [r for r in _near(profile.rows("decode"), batch, context_tokens) if r.batch == batch]
+    spec = [r for r in _near(spec_rows, batch, context_tokens) if r.batch == batch]
+    out = []
+    for a in base:
+        for s in (s for s in spec if s.context_tokens == a.context_tokens):
+            lo, hi = sorted((a.total_s, s.total_s))
+            if _disagree(lo, hi, median_se_s(a), median_se_s(s), SAME_STEP_REL_TOL):
+                ctx = f", context {a.context_tokens:g}" if a.context_tokens else ""
+                out.append(Inconsistency(
+                    check="decode_disagrees", severity="refuse",
+                    message=(f"the baseline server's decode step {ms(a.total_s)} (IQR {ms(a.spread_s)}, "
+                             f"{a.samples} steps) and the speculative server's own decode-shaped steps "
+                             f"{ms(s.total_s)} (IQR {ms(s.spread_s)}, {s.samples} steps) disagree at batch {batch}"
+                             f"{ctx} in profile {profile.name}: the two servers did not run under the same conditions"),
+                    to_measure=f"re-record both servers on the same idle box at batch {batch}{ctx}"))
+    return tuple(out)

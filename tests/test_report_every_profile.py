@@ -1,0 +1,101 @@
+"""``specmodel report`` writes its PDF for every kind of profile the tool writes or reads.
+
+The kinds: a vLLM hook summary at TP 1 and TP 2, an ingested CPU trace set at TP 1 (with its
+``--baseline``), a ``--baseline-sweep`` CSV, and plain numbers without ``--allreduce-frac`` (the
+measured gloo profile and the shipped reference are drawn by test_report_cli.py). At TP 1 no
+forward carries a collective: the report says "none (TP 1)", never "unknown" and never a
+measured 0. Reports are slow to draw (~8 s each on 2 cores): one per kind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pypdf
+import pytest
+
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "vllm_cpu_032"
+
+
+def _pdf_text(pdf: Path) -> str:
+    return "\n".join(page.extract_text() or "" for page in pypdf.PdfReader(str(pdf)).pages)
+
+
+def _report(tmp: Path, name: str, *flags: str) -> tuple[str, dict]:
+    pdf = tmp / f"{name}.pdf"
+    r = run_cli("report", *flags, "-o", str(pdf), cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(pypdf.PdfReader(str(pdf)).pages) >= 7
+    return _pdf_text(pdf), json.loads((tmp / f"{name}.json").read_text())
+
+
+def _make(tmp: Path, *args: str) -> None:
+    r = run_cli(*args, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+
+
+def _baseline_standin(src: Path, dst: Path) -> Path:
+    """A TP 2 run without speculation, stood in for by the speculative run's decode-shaped steps with
+    the drafter's fields removed (the recordings hold no TP 2 baseline run)."""
+    dst.mkdir()
+    for f in sorted(src.glob("rank*.jsonl")):
+        lines = []
+        for ln in f.read_text().splitlines():
+            rec = json.loads(ln)
+            if rec.get("type") == "meta":
+                rec.pop("spec", None)
+            elif rec.get("kind") != "decode":
+                continue
+            else:
+                for k in ("draft_method", "draft_k", "draft_s", "draft_allreduce_s", "draft_n_allreduce"):
+                    rec.pop(k, None)
+            lines.append(json.dumps(rec))
+        (dst / f.name).write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def test_hook_profile_tp2(tmp_path: Path) -> None:
+    out = tmp_path / "hook2"
+    base = _baseline_standin(DATA / "tp2_ngram" / "hook", tmp_path / "base2")
+    _make(tmp_path, "vllm", "--summarize", str(base), "--summarize", str(DATA / "tp2_draft_model" / "hook"),
+          "-o", str(out))
+    text, doc = _report(tmp_path, "hook2", "--profile", str(out), "--accept-len", "2.0")
+    assert doc["prediction"]["tp"] == 2
+    assert "all-reduce none (TP 1)" not in text
+
+
+def test_ingested_tp1_trace_profile(tmp_path: Path) -> None:
+    base, spec = tmp_path / "ing_none", tmp_path / "ing_ngram"
+    _make(tmp_path, "ingest", str(DATA / "tp1_none" / "traces"), "-o", str(base))
+    _make(tmp_path, "ingest", str(DATA / "tp1_ngram" / "traces"), "--baseline", str(base), "-o", str(spec))
+    text, doc = _report(tmp_path, "ing", "--profile", str(spec), "--accept-len", "2.5")
+    pred = doc["prediction"]
+    assert pred["tp"] == 1 and pred["allreduce_known"] is True and pred["cycle_allreduce_s"] == 0.0
+    assert "all-reduce none (TP 1)" in text and "all-reduce unknown" not in text
+
+
+def test_baseline_sweep_profile(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("batch,tokens_per_s\n1,80\n2,150\n4,260\n8,420\n")
+    text, doc = _report(tmp_path, "sweep", "--baseline-sweep", str(sweep), "--tp", "4", "--accept-len", "2.5",
+                        "--draft-ms", "1")
+    pred = doc["prediction"]
+    # no all-reduce split in a throughput sweep: unknown, and the verify is the decode curve (assumed)
+    assert pred["allreduce_known"] is False and pred["cycle_allreduce_s"] is None
+    assert "all-reduce unknown" in text and [a["kind"] for a in pred["assumed"]] == ["verify"]
+    assert pred["p_speedup_gt_1"] is None
+
+
+@pytest.mark.parametrize("tp", [None, "1"])
+def test_plain_numbers_without_allreduce_frac(tmp_path: Path, tp: str | None) -> None:
+    flags = ["--baseline-tps", "50", "--verify-ms", "30", "--draft-ms", "2", "--accept-len", "2.5"]
+    text, doc = _report(tmp_path, f"plain{tp}", *flags, *(["--tp", tp] if tp else []))
+    pred = doc["prediction"]
+    if tp is None:  # TP unknown: the all-reduce share is unknown, not zero
+        assert pred["tp"] is None and pred["cycle_allreduce_s"] is None and "all-reduce unknown" in text
+    else:
+        assert pred["tp"] == 1 and pred["cycle_allreduce_s"] == 0.0 and "all-reduce none (TP 1)" in text
