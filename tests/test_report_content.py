@@ -89,3 +89,19 @@ def test_markdown_has_every_section_and_the_same_figures() -> None:
         assert head in md
     assert f"{pred.tokens_per_s:.1f} tok/s" in md and f"{pred.speedup:.2f}x" in md
     assert c.optimizer.best.sglang_flags() in md
+
+
+def test_ngram_report_says_no_drafter_forward_not_free_draft() -> None:
+    # priced as ngram from the reference (an EAGLE3 profile): the lookup is an assumption, but there is no
+    # drafter forward to call "assumed free"
+    import dataclasses
+
+    spec = dataclasses.replace(REF.spec, algorithm="NGRAM")
+    dist = from_mean(2.0, 4)
+    pred = predict(REF, dist, spec=spec, proposal_rate=0.5)
+    c = build_report(profile=REF, dist=dist, spec=spec, prediction=pred, max_batch=4)
+    text = " | ".join(c.assumptions)
+    assert "no drafter forward: ngram proposes on the host" in text
+    assert "assumed free" not in text and "50% of request-steps proposed" in text
+    eagle = _content()[1]
+    assert "no drafter forward" not in " | ".join(eagle.assumptions)

@@ -346,6 +346,13 @@ class Prediction:
     #: why P(speedup > 1) is not given although it could be computed ("" = it is given): a
     #: probability computed from an assumed or contradicted cost would state a confidence nobody has
     p_withheld: str = ""
+    #: the drafter kind priced (``spec.algorithm``: EAGLE3, NGRAM, DRAFT_MODEL, ...)
+    algorithm: str = ""
+
+    @property
+    def host_proposer(self) -> bool:
+        """The priced method proposes on the host (ngram, suffix): no drafter forward by design."""
+        return is_host_proposer(self.algorithm)
 
     @property
     def consistent(self) -> bool:
@@ -545,7 +552,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         # at TP 1 there is no all-reduce to split: zero is known, not unmeasured
         allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
-        proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld,
+        proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
     )
 
 

@@ -472,9 +472,17 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
     out = [measurement_text(profile), acc]
     out.append(f"costs from the {p.profile_source_kind} profile '{p.profile_name}', interpolated at "
                f"batch {p.batch} ({p.verify_tokens} verify tokens)")
-    out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
-               else "draft cost not measured: assumed free (upper bound)")
+    method = p.algorithm.lower()
+    if p.host_proposer:  # no drafter forward by design: nothing was left unmeasured
+        out.append(f"no drafter forward: {method} proposes on the host (its lookup is the per-cycle overhead)")
+    else:
+        out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
+                   else "draft cost not measured: assumed free (upper bound)")
     over = f"per-cycle overhead {ms(p.overhead_s)}"
+    if p.host_proposer:
+        over += f" ({method} lookup per step)"
+    if p.proposal_rate < 1.0:
+        over += f"; {p.proposal_rate:.0%} of request-steps proposed, the rest decoded"
     if p.calibrated_overhead_s is not None:
         over += f" (calibration added {ms(p.calibrated_overhead_s)})"
     out.append(over)
