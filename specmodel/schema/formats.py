@@ -80,8 +80,9 @@ VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm s
 SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --export schedule")
 
 # written for people and tools, not read back -----------------------------------------------------
-#: `specmodel predict --json` (model/predict.py Prediction.to_dict)
-PREDICTION = Format(name="specmodel.prediction", version=1, what="specmodel predict")
+#: `specmodel predict --json` (model/predict.py Prediction.to_dict); v2: verdict may be INCONSISTENT,
+#: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld
+PREDICTION = Format(name="specmodel.prediction", version=2, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
 PLAN = Format(name="specmodel.plan", version=1, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)
