@@ -106,8 +106,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "draft_ms": (1e-3, 1e6),
     "overhead_ms": (0.0, 1e6),
     "allreduce_frac": (0.0, 1.0),
-    # (0 would be a run that never speculated: nothing to predict)
-    "proposal_rate": (1e-3, 1.0),
+    # (0: the lookup ran on every step and never matched, a measured slowdown)
+    "proposal_rate": (0.0, 1.0),
 }
 INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens")
 #: the accept-length sources: exactly one per prediction
@@ -320,7 +320,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
                                                          max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
     from specmodel.model.hostdraft import proposal_rate_of
 
-    r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm)
+    r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm, profile)
     if topks is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at,
                           proposal_rate=r)

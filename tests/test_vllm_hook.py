@@ -234,7 +234,7 @@ def test_ngram_proposal_time_is_the_profiles_overhead_not_a_draft_row(standin: A
     prof = summarize([standin.out], name="t")
     assert not prof.has("draft")
     assert prof.overhead_s >= DRAFT_COMPUTE_S
-    assert any("host-side drafter (ngram)" in n for n in prof.notes)
+    assert any("host proposer (ngram)" in n for n in prof.notes)
 
 
 def test_summarize_refuses_logs_without_a_decode_step(standin: Any) -> None:

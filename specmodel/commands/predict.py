@@ -44,8 +44,9 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"  overhead   {ms(p.overhead_s):>10}{cal}")
     lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)" if ar_unknown else
                  f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
-    if p.proposal_rate < 1.0:
-        lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed (--proposal-rate); the rest decode: "
+    if p.proposal_rate < 1.0 or p.proposal_rate_source:
+        lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed ({p.proposal_rate_source}); "
+                     "the rest decode: "
                      f"{p.proposal_rate * p.accept_mean_tokens + 1 - p.proposal_rate:.2f} tokens per mean step of "
                      f"{ms(p.mean_step_s)}")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
