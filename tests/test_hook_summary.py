@@ -261,3 +261,52 @@ def test_host_proposer_is_validated_and_versioned(tmp_path: Path) -> None:
     assert plain["schema_version"] == 2 and "host_proposer" not in plain
     ref = DATA / "vllm_oos_tp1_1023" / "profile_base_ngram.json"
     assert json.loads(ref.read_text())["schema_version"] == 2 and load_profile(ref).host_proposer is None
+
+
+# --------------------------------------------------------------------------- the SGLang twin
+
+
+SG_HDR = {"schema": "specmodel.sglang_forward", "schema_version": 1}
+
+
+def _sg_run(d: Path, *, tp: int = 1, spec: dict[str, Any] | None = None, decode_s: float = 0.01,
+            model: str = "/m/tiny") -> Path:
+    meta = {**SG_HDR, "type": "meta", "sglang_version": "0.5.5", "rank": "0", "tp_size": tp, "model_path": model,
+            "spec": spec, "served_model_name": "tiny"}
+    fw = [{**SG_HDR, "type": "forward", "phase": "decode", "batch": 1, "tokens": 1, "runner": "target",
+           "gpu_s": decode_s} for _ in range(5)]
+    if spec:
+        fw += [{**SG_HDR, "type": "forward", "phase": "verify", "batch": 1, "tokens": 4, "runner": "target",
+                "gpu_s": 0.012} for _ in range(5)]
+    d.mkdir(parents=True)
+    (d / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [meta, *fw]))
+    return d
+
+
+EAGLE = {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}
+
+
+def test_sglang_summarize_takes_decode_from_the_baseline_and_refuses_contradictions(tmp_path: Path) -> None:
+    from specmodel.trace.sglang_forward import summarize as sg_summarize
+
+    base = _sg_run(tmp_path / "base", decode_s=0.01)
+    spec = _sg_run(tmp_path / "spec", spec=EAGLE, decode_s=0.03)
+    prof = sg_summarize([base, spec], name="x")
+    assert [r.total_s for r in prof.rows("decode")] == [0.01]  # not the median of 0.01 and 0.03 steps
+    assert prof.source.description == "SGLang forward-pass hook (hook): 15 forwards from 2 server run(s), " \
+                                      "2 rank file(s), TP 1"
+    assert prof.model == {"path": "/m/tiny", "served_name": "tiny"}
+    with pytest.raises(SpecmodelError, match=r"tp_size 1 but .*tp_size 2"):
+        sg_summarize([base, _sg_run(tmp_path / "tp2", tp=2, spec=EAGLE)], name="x")
+    with pytest.raises(SpecmodelError, match=r"model_path /m/tiny but .*model_path /m/big"):
+        sg_summarize([base, _sg_run(tmp_path / "big", spec=EAGLE, model="/m/big")], name="x")
+    r = run_cli("sglang", "--summarize", str(base), "--summarize", str(spec), "--tp", "4", "-o", str(tmp_path / "p"))
+    assert r.returncode == 2 and "--tp 4: contradicts" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_vllm_summarize_does_not_import_the_sglang_command() -> None:
+    from tests.conftest import run_python
+
+    r = run_python("import sys, specmodel.commands.vllm, specmodel.commands.hookrun\n"
+                   "assert 'specmodel.commands.sglang' not in sys.modules, 'imported'\n")
+    assert r.returncode == 0, r.stderr

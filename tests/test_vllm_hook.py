@@ -293,7 +293,7 @@ def test_health_url_follows_the_servers_flags() -> None:
 
 
 def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
-    from specmodel.commands.sglang import child_env
+    from specmodel.commands.hookrun import child_env
     from specmodel.commands.vllm import ENV_VAR
 
     env = child_env(tmp_path / "out", env_var=ENV_VAR)

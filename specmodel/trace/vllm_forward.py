@@ -158,13 +158,6 @@ def context_band(context_tokens: float) -> int:
     return max(i for i, lo in enumerate(BAND_EDGES) if context_tokens >= lo)
 
 
-def _one_value(what: str, seen: dict[Any, str], hint: str) -> None:
-    """Refuse two different values of ``what`` (value -> the first file that had it)."""
-    if len(seen) > 1:
-        (a, fa), (b, fb) = list(seen.items())[:2]  # in the order the files were read
-        raise SpecmodelError(f"{fa}: {what} {a} but {fb}: {what} {b}; {hint}")
-
-
 @dataclass
 class _Cell:
     total: list[float]
@@ -238,6 +231,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
     from specmodel.trace.hooklog import log_files
+    from specmodel.trace.hooklog import one_value as _one_value
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
@@ -286,7 +280,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 method, k = r.get("draft_method"), r.get("draft_k")
                 speculative = method is not None
                 if speculative and k is not None:
-                    step_spec.add((method, k))
+                    step_spec.add((str(method), int(k)))
                 if r.get("forward_s") is None:
                     continue  # the forward was not seen (a step that ran no model)
                 gap = r.get("gap_s")
