@@ -28,7 +28,6 @@ split by the steps' ``context_tokens`` into the context bands of
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,7 +67,8 @@ def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False, h
     v = rec.get(key)
     if v is None and optional:
         return
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= hi:
+    # (a range test, not math.isfinite: NaN fails it, and a 400-digit integer does not overflow it)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
         raise SpecmodelError(f"{where}: {key}: expected a finite number in 0..{hi:g}, got {v!r}")
 
 
