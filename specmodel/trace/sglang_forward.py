@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_TP
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median
@@ -39,7 +39,7 @@ class ForwardLog:
 def _check_forward(rec: dict[str, Any], where: str) -> None:
     if rec.get("phase") not in FORWARD_KINDS:
         raise SpecmodelError(f"{where}: phase: expected one of {', '.join(FORWARD_KINDS)}, got {rec.get('phase')!r}")
-    for k, hi in (("batch", MAX_BATCH), ("tokens", MAX_BATCH * MAX_DRAFT_TOKENS), ("forwards", MAX_DRAFT_TOKENS)):
+    for k, hi in (("batch", MAX_BATCH), ("tokens", MAX_STEP_TOKENS), ("forwards", MAX_DRAFT_TOKENS)):
         v = rec.get(k, 1 if k == "forwards" else None)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SpecmodelError(f"{where}: {k}: expected an integer >= 1, got {v!r}")
@@ -49,8 +49,8 @@ def _check_forward(rec: dict[str, Any], where: str) -> None:
     if len(secs) != 1:
         raise SpecmodelError(f"{where}: expected exactly one of gpu_s / cpu_s")
     v = rec[secs[0]]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 86_400:  # NaN fails it too
-        raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number in 0..86400 s, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_HOOK_STEP_S:  # NaN fails it too
+        raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number in 0..{MAX_HOOK_STEP_S:g} s, got {v!r}")
     if rec.get("runner") not in ("target", "draft"):
         raise SpecmodelError(f"{where}: runner: expected 'target' or 'draft', got {rec.get('runner')!r}")
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_TP
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median
@@ -46,9 +46,6 @@ COMMAND = "specmodel vllm"
 #: the seconds fields of a step record (null allowed where the part did not run)
 _SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s")
 _COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens")
-#: one step longer than a day is a unit error or a corrupt line, not a measurement
-_MAX_STEP_S = 86_400.0
-_MAX_TOKENS = MAX_BATCH * MAX_DRAFT_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +60,7 @@ class StepLog:
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
 
 
-def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False, hi: float = _MAX_STEP_S) -> None:
+def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False, hi: float = MAX_HOOK_STEP_S) -> None:
     v = rec.get(key)
     if v is None and optional:
         return
@@ -91,7 +88,7 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
     if rec.get("kind") not in STEP_KINDS:
         raise SpecmodelError(f"{where}: kind: expected one of {', '.join(STEP_KINDS)}, got {rec.get('kind')!r}")
     _int(rec, "batch", where, lo=1, hi=MAX_BATCH)
-    _int(rec, "tokens", where, lo=1, hi=_MAX_TOKENS)
+    _int(rec, "tokens", where, lo=1, hi=MAX_STEP_TOKENS)
     if rec["tokens"] < rec["batch"]:
         raise SpecmodelError(f"{where}: tokens: must be >= batch ({rec['batch']}), got {rec['tokens']}")
     for k in ("step_s", "overhead_s"):
@@ -100,7 +97,7 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
         _num(rec, k, where, optional=True)
     _num(rec, "context_tokens", where, optional=True, hi=MAX_CONTEXT_TOKENS)
     for k in _COUNTS:
-        _int(rec, k, where, lo=0, hi=_MAX_TOKENS, optional=True)
+        _int(rec, k, where, lo=0, hi=MAX_STEP_TOKENS, optional=True)
     _int(rec, "draft_k", where, lo=1, hi=MAX_DRAFT_TOKENS, optional=True)
     _str(rec, "draft_method", where)
 
