@@ -655,6 +655,13 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     elif context is not None and dist.source != "none":
         notes.append(f"acceptance assumed constant over context: {dist.source} gives no per-context measurement")
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
+    if args.proposal_rate is None:
+        from specmodel.model.hostdraft import measured_proposal_rate, proposal_rate_note
+
+        measured = measured_proposal_rate(profile, spec.algorithm)
+        if measured is not None:
+            notes.append(f"proposal rate {measured:.0%} of request-steps: "
+                         f"{proposal_rate_note(None, spec.algorithm, profile)}")
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
                     warnings=tuple(warnings), by_context=bands, proposal_rate=args.proposal_rate)

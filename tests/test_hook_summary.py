@@ -115,6 +115,10 @@ def test_predict_defaults_to_the_measured_proposal_rate_and_says_so(tmp_path: Pa
     d1 = d1.get("prediction", d1)
     assert d1["proposal_rate"] == 1.0 and d1["proposal_rate_source"] == "--proposal-rate"
     assert d1["speedup"] > d["speedup"]
+    # plan prices every cell at the same measured rate and says so
+    r = run_cli("plan", "--profile", str(out), "--accept-len", "2.97")
+    assert r.returncode == 0, r.stderr
+    assert f"proposal rate {rate:.0%} of request-steps: measured by the hook in profile p" in r.stdout
 
 
 def test_a_proposer_that_proposes_nothing_predicts_the_slowdown_it_measured(tmp_path: Path) -> None:
