@@ -314,3 +314,16 @@ def test_vllm_summarize_does_not_import_the_sglang_command() -> None:
     r = run_python("import sys, specmodel.commands.vllm, specmodel.commands.hookrun\n"
                    "assert 'specmodel.commands.sglang' not in sys.modules, 'imported'\n")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_re_costed_profile_does_not_price_misses_from_steps_measured_beside_the_old_costs(tmp_path: Path) -> None:
+    """A what-if (here all-reduce 2x faster) re-costs the rows: the no-proposal steps measured
+    beside the old rows no longer apply; the rate and the lookup do."""
+    from specmodel.model.hostdraft import no_proposal_step
+    from specmodel.model.whatif import allreduce_faster
+
+    prof = summarize([BASE, NGRAM], name="x")
+    assert no_proposal_step(prof, batch=1, spec=prof.spec)[1]
+    moved = allreduce_faster(prof, 2.0)
+    assert moved.host_proposer.decode == () and moved.host_proposer.proposal_rate == prof.host_proposer.proposal_rate
+    assert not no_proposal_step(moved, batch=1, spec=moved.spec)[1]

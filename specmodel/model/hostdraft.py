@@ -17,6 +17,7 @@ proposed (vLLM's ``spec_decode_num_drafts`` / (generated − accepted tokens)).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from specmodel.errors import FieldError
@@ -104,7 +105,8 @@ def no_proposal_step(profile: Profile, *, batch: int, spec: SpecConfig,
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     hp = profile.host_proposer
     if hp is not None and hp.decode and hp.method.lower() == spec.algorithm.lower():
-        own = forward_cost(profile.with_costs(hp.decode), "decode", forward_tokens("decode", batch, spec), ctx)
+        own = forward_cost(dataclasses.replace(profile, costs=hp.decode), "decode",
+                           forward_tokens("decode", batch, spec), ctx)
         return own.total_s, True
     return forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx).total_s, False
 

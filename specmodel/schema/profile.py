@@ -699,7 +699,11 @@ class Profile:
         return any(r.kind == kind for r in self.costs)
 
     def with_costs(self, costs: tuple[CostRow, ...] | list[CostRow]) -> Profile:
-        return replace(self, costs=tuple(costs))
+        """The profile re-costed (a what-if, a fit, a flag). A host proposer's measured no-proposal
+        steps were measured beside the old costs, not the new: they are dropped (its rate and
+        lookup are kept), so a re-costed profile prices such a step from its own decode rows."""
+        hp = self.host_proposer
+        return replace(self, costs=tuple(costs), host_proposer=None if hp is None else replace(hp, decode=()))
 
     def costs_frame(self) -> pd.DataFrame:
         """The cost table as a pandas DataFrame: one row per :class:`CostRow` (its serialised
