@@ -142,6 +142,9 @@ def test_a_proposer_that_proposes_nothing_predicts_the_slowdown_it_measured(tmp_
     d = json.loads(r.stdout)
     d = d.get("prediction", d)
     assert d["speedup"] == pytest.approx(t_base / t_miss, rel=1e-6) and d["break_even_accept_tokens"] is None
+    r = run_cli("predict", "--profile", str(out), "--accept-len", "2.5", "--proposal-rate", "0")
+    assert r.returncode == 0 and "break-even   none: nothing is proposed" in r.stdout and "inf" not in r.stdout
+    assert "verdict      NO-GO" in r.stdout
 
 
 # --------------------------------------------------------------------------- context bands
@@ -327,3 +330,25 @@ def test_a_re_costed_profile_does_not_price_misses_from_steps_measured_beside_th
     moved = allreduce_faster(prof, 2.0)
     assert moved.host_proposer.decode == () and moved.host_proposer.proposal_rate == prof.host_proposer.proposal_rate
     assert not no_proposal_step(moved, batch=1, spec=moved.spec)[1]
+
+
+def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_path: Path) -> None:
+    """vLLM counters over a window: tokens generated, no draft. Not "idle": an observation at
+    rate 0, priced from the profile's measured no-proposal steps -> a slowdown -> switch off."""
+    from specmodel.trace.engines.base import MetricsSample
+    from specmodel.watch import MetricsWindow, Scrape, assess, observe_metrics
+
+    base = _write(tmp_path / "base", _meta(), [_step() for _ in range(10)])
+    spec = _ngram_run(tmp_path / "ng", miss_host=0.0038)
+    prof = summarize([base, spec], name="p")
+    win = MetricsWindow(window_s=60)
+    for t, gen in ((0.0, 100.0), (10.0, 400.0)):
+        win.push(Scrape(t_s=t, sample=MetricsSample(engine="vllm", drafts=50.0, draft_tokens=150.0,
+                                                    accepted_tokens=90.0, accepted_per_pos=(40.0, 30.0, 20.0),
+                                                    running=1.0, gen_tokens=gen, engine_steps=gen)))
+    obs = observe_metrics(win, 3)
+    assert not isinstance(obs, str) and obs.proposal_rate == 0.0 and obs.batch == pytest.approx(1.0)
+    reading = assess(prof, obs, prof.spec)
+    assert reading.speedup < 0.85 and reading.advice == "switch off"
+    json.dumps(reading.to_dict(), allow_nan=False)  # what `watch --json` prints
+    assert "nothing proposed" in reading.line("t") and "inf" not in reading.line("t")
