@@ -28,6 +28,10 @@ MAX_CONTEXT_TOKENS = 10_000_000  # a context the model, a profile or a log may n
 #: a context ``specmodel profile`` will build a KV cache for (1M tokens per request: beyond any
 #: served model today; tighter than MAX_CONTEXT_TOKENS because the profiler allocates it)
 MAX_PROFILE_CONTEXT_TOKENS = 1 << 20
+#: an engine hook's record (one step / forward): longer than a day is a unit error or a corrupt
+#: line, not a measurement; tokens of one step at most a full batch of the longest draft
+MAX_HOOK_STEP_S = 86_400.0
+MAX_STEP_TOKENS = MAX_BATCH * MAX_DRAFT_TOKENS
 MAX_GEN_TOKENS = 100_000_000
 # ---- profiler work (processes, forwards per point)
 MAX_CYCLES = 100_000

@@ -106,8 +106,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "draft_ms": (1e-3, 1e6),
     "overhead_ms": (0.0, 1e6),
     "allreduce_frac": (0.0, 1.0),
-    # (0 would be a run that never speculated: nothing to predict)
-    "proposal_rate": (1e-3, 1.0),
+    # (0: the lookup ran on every step and never matched, a measured slowdown)
+    "proposal_rate": (0.0, 1.0),
 }
 INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens")
 #: the accept-length sources: exactly one per prediction
@@ -328,7 +328,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
                                                          max_steps=max(SEARCH_MAX_STEPS, sc.spec.steps))
     from specmodel.model.hostdraft import proposal_rate_of
 
-    r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm)
+    r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm, profile)
     if topks is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at,
                           proposal_rate=r)
@@ -671,6 +671,13 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     elif context is not None and dist.source != "none":
         notes.append(f"acceptance assumed constant over context: {dist.source} gives no per-context measurement")
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
+    if args.proposal_rate is None:
+        from specmodel.model.hostdraft import measured_proposal_rate, proposal_rate_note
+
+        measured = measured_proposal_rate(profile, spec.algorithm)
+        if measured is not None:
+            notes.append(f"proposal rate {measured:.0%} of request-steps: "
+                         f"{proposal_rate_note(None, spec.algorithm, profile)}")
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
                     warnings=tuple(warnings), by_context=bands, proposal_rate=args.proposal_rate)

@@ -178,11 +178,22 @@ def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
         assert a.drafts is not None and b.drafts is not None and a.accepted_tokens is not None \
             and b.accepted_tokens is not None
         d_drafts = b.drafts - a.drafts
+        d_gen = b.gen_tokens - a.gen_tokens if a.gen_tokens is not None and b.gen_tokens is not None else None
+        k = len(b.accepted_per_pos or ()) or steps
+        if d_drafts <= 0 and d_gen is not None and d_gen > 0:
+            # tokens generated, nothing proposed (a host proposer on sampled output): every step ran
+            # the lookup for nothing, an observation at proposal rate 0, not an idle server
+            dist = acc.from_mean(1.0, k + 1, source="vLLM /metrics counters: no draft in the window")
+            steps_run = (b.engine_steps - a.engine_steps if a.engine_steps is not None and b.engine_steps is not None
+                         else 0.0)
+            return Observed(engine="vllm", dist=dist, rates=None, steps=k,
+                            batch=d_gen / steps_run if steps_run > 0 else batch, context_tokens=ctx,
+                            tokens_per_s=d_gen / span if span > 0 else None, span_s=span, verify_steps=0.0,
+                            proposal_rate=0.0)
         if d_drafts <= 0:
             return "idle: no drafts in the window"
         d_acc = b.accepted_tokens - a.accepted_tokens
         rates = None
-        k = len(b.accepted_per_pos or ()) or steps
         if a.accepted_per_pos and b.accepted_per_pos and len(a.accepted_per_pos) == len(b.accepted_per_pos):
             # vLLM's own definition: rate_i = d accepted_per_pos{i} / d drafts (SpecDecodingProm docstring)
             raw = [min(max((y - x) / d_drafts, 0.0), 1.0) for x, y in zip(a.accepted_per_pos, b.accepted_per_pos,
@@ -193,7 +204,6 @@ def observe_metrics(win: MetricsWindow, steps: int) -> Observed | str:
             mean = 1.0 + d_acc / d_drafts
             dist = acc.from_mean(min(mean, k + 1.0), k + 1, source="vLLM /metrics counters over the window")
         dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(d_drafts)))
-        d_gen = b.gen_tokens - a.gen_tokens if a.gen_tokens is not None and b.gen_tokens is not None else None
         tps = d_gen / span if d_gen is not None and span > 0 else None
         # generated = drafts × E[A] + request-steps without a draft × 1, so request-steps = generated − accepted
         rate = min(d_drafts / (d_gen - d_acc), 1.0) if d_gen is not None and d_gen > d_acc else None
@@ -298,14 +308,17 @@ class Reading:
         prop = f", {o.proposal_rate:.0%} of steps proposed" if o.proposal_rate is not None and o.proposal_rate < 0.995 else ""
         return (f"{stamp}  accept {o.dist.mean_tokens:.2f} tok/step (k {self.spec.steps}{prop}), batch {o.batch:.1f}, "
                 f"context {ctx}: speedup {self.speedup:.2f}x [{self.speedup_low:.2f}-{self.speedup_high:.2f}], "
-                f"margin {self.margin_tokens:+.2f} tok/step over break-even {self.break_even_tokens:.2f}; "
-                f"advice: {self.advice}{ext}")
+                + (f"margin {self.margin_tokens:+.2f} tok/step over break-even {self.break_even_tokens:.2f}; "
+                   if math.isfinite(self.break_even_tokens) else "nothing proposed: no accept length breaks even; ")
+                + f"advice: {self.advice}{ext}")
 
     def to_dict(self) -> dict[str, Any]:
         return WATCH.stamp({
             "observed": self.observed.to_dict(), "spec": self.spec.to_dict(), "speedup": self.speedup,
             "speedup_low": self.speedup_low, "speedup_high": self.speedup_high,
-            "break_even_accept_tokens": self.break_even_tokens, "margin_tokens": self.margin_tokens,
+            # (infinite when nothing is proposed: no accept length breaks even)
+            "break_even_accept_tokens": self.break_even_tokens if math.isfinite(self.break_even_tokens) else None,
+            "margin_tokens": self.margin_tokens if math.isfinite(self.margin_tokens) else None,
             "predicted_tokens_per_s": self.predicted_tokens_per_s, "baseline_tokens_per_s": self.baseline_tokens_per_s,
             "advice": self.advice, "switch_off_above_batch": self.switch_off_above_batch,
             "best_steps": self.best_steps, "extrapolated": list(self.extrapolated), "notes": list(self.notes)})

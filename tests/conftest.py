@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -105,3 +106,23 @@ def tiny_models(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory):
     from tests.vllm_engine import build_models
 
     return build_models(vllm_python, tmp_path_factory.mktemp("vllm-models"))
+
+
+def baseline_standin(src: Path, dst: Path) -> Path:
+    """A hook run without speculation, stood in for by a speculative run's decode-shaped steps with
+    the drafter's fields removed (the recordings hold no TP 2 baseline, and their TP 1 one was made on a loaded box)."""
+    dst.mkdir()
+    for f in sorted(src.glob("rank*.jsonl")):
+        lines = []
+        for ln in f.read_text().splitlines():
+            rec = json.loads(ln)
+            if rec.get("type") == "meta":
+                rec.pop("spec", None)
+            elif rec.get("kind") != "decode":
+                continue
+            else:
+                for k in ("draft_method", "draft_k", "draft_s", "draft_allreduce_s", "draft_n_allreduce"):
+                    rec.pop(k, None)
+            lines.append(json.dumps(rec))
+        (dst / f.name).write_text("\n".join(lines) + "\n")
+    return dst

@@ -129,7 +129,7 @@ def test_the_loaded_box_recording_is_refused_by_predict(messy: Path, tmp_path: P
     assert r.returncode == 2, r.stdout
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specmodel: error: inconsistent inputs:")
-    assert "36.36 ms" in err[0]  # the loaded baseline's decode step, named
+    assert "decode step 44.03 ms" in err[0] and "verify 7.45 ms" in err[0]  # the loaded baseline's step, named
     j = run_cli("predict", "--json", "--profile", str(messy), "--accept-len", "2.97", cwd=tmp_path)
     assert j.returncode == 2 and j.stdout == ""
 
@@ -179,3 +179,22 @@ def test_dataclass_replace_keeps_checks_frozen() -> None:
     p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.inconsistencies = ()  # type: ignore[misc]
+
+
+def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
+    from specmodel.schema.profile import HostProposer
+
+    # the loaded recording: the baseline's decode forward 14.46 ms against the ngram server's own 2.79 ms
+    p = specmodel.predict(str(messy), accept=2.97, strict=False)
+    dis = [i for i in p.inconsistencies if i.check == "decode_disagrees"]
+    assert dis and dis[0].refuses and "14.46 ms" in dis[0].message and "2.79 ms" in dis[0].message
+
+    def with_spec_decode(fwd_ms: float) -> Profile:
+        row = dataclasses.replace(_row("decode", 1, 1, fwd_ms + 2.0, n=20), compute_s=fwd_ms / 1e3, other_s=2e-3)
+        hp = HostProposer(method="ngram", proposal_rate=0.5, request_steps=40, proposed_request_steps=20,
+                          lookup_s=1e-4, lookup_steps=40, decode=(row,))
+        return dataclasses.replace(_profile(10.0, 12.0), host_proposer=hp)
+
+    # same forward (10 ms), the speculative step's host work 2 ms more: agrees; a 5 ms forward does not
+    assert "decode_disagrees" not in _checks(predict(with_spec_decode(10.0), from_mean(3.0, 4), spec=SPEC))
+    assert "decode_disagrees" in _checks(predict(with_spec_decode(5.0), from_mean(3.0, 4), spec=SPEC))

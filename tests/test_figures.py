@@ -21,7 +21,9 @@ from specmodel.model import cycle as eq
 from specmodel.model.allreduce import allreduce_s
 from specmodel.model.predict import verdict_for
 from specmodel.schema.profile import CostRow, save_profile
-from specmodel.trace.logs import parse_engine_config, parse_log, summarize
+from specmodel.trace.engines.sglang_log import parse_config as sglang_config
+from specmodel.trace.engines.vllm_log import parse_config as vllm_config
+from specmodel.trace.logs import parse_log, summarize
 from specmodel.trace.nccl_tests import load_fit_document
 
 from .conftest import DATA, REFERENCE, run_cli
@@ -112,8 +114,9 @@ def test_engine_config_from_every_logged_form() -> None:
     assert ve is not None and (ve.steps, ve.num_draft_tokens, ve.tp, ve.model) == (3, 4, 4, "Qwen/Qwen3-32B")
     assert ve.algorithm == "eagle3"
     # a line with neither is not a config; None values stay unknown
-    assert parse_engine_config("INFO 11-30 04:32:00 [api_server.py:1] vLLM API server version 0.33.0", "x:1") is None
-    c = parse_engine_config("[t] server_args=ServerArgs(model_path='m', tp_size=2, speculative_num_steps=None)", "x:1")
+    line = "INFO 11-30 04:32:00 [api_server.py:1] vLLM API server version 0.33.0"
+    assert vllm_config(line, "x:1") is None and sglang_config(line, "x:1") is None
+    c = sglang_config("[t] server_args=ServerArgs(model_path='m', tp_size=2, speculative_num_steps=None)", "x:1")
     assert c is not None and c.steps is None and c.tp == 2
 
 

@@ -1,6 +1,6 @@
 """Bounded fuzzing of every reader a user's file reaches: only SpecmodelError may escape.
 
-CI budget: SPECMODEL_FUZZ_SECONDS (default 30 s over all six targets); `make fuzz` runs 600 s.
+CI budget: SPECMODEL_FUZZ_SECONDS (default 30 s over all targets); `make fuzz` runs 600 s.
 The sequence of inputs is deterministic for a given budget and machine speed (seeded RNG)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.conftest import DATA, REFERENCE
 from tests.fuzz import FuzzResult, fuzz
 
 TOTAL_S = float(os.environ.get("SPECMODEL_FUZZ_SECONDS", "30"))
-TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors")
+TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors", "vllm_hook", "sglang_hook")
 PER_TARGET_S = TOTAL_S / len(TARGETS)
 #: one input may take this long at most (bounded work; generous for a loaded CI box)
 MAX_EXAMPLE_S = 20.0
@@ -95,6 +95,61 @@ def _safetensors(p: Path) -> object:
     return read_header(p)
 
 
+def _hook_profile(prof: object) -> object:
+    """What `--summarize` writes and `predict` prints of a hook's profile, every step of it."""
+    from specmodel.commands.predict import format_prediction
+    from specmodel.model.accept import from_mean
+    from specmodel.model.predict import predict
+    from specmodel.schema.profile import Profile, profile_from_dict, profile_to_dict
+
+    assert isinstance(prof, Profile)
+    profile_from_dict(json.loads(json.dumps(profile_to_dict(prof), allow_nan=False)))
+    for rate in (None, 0.0):
+        pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec,
+                       proposal_rate=rate if prof.host_proposer is not None else None)
+        format_prediction(pred)
+        json.dumps(pred.to_dict(), allow_nan=False)
+    return prof
+
+
+def _vllm_hook(p: Path) -> object:
+    """A mutated rank file summarized beside the unmutated baseline server's log (so the mutation
+    reaches every step of `vllm --summarize`, not only the 'no baseline' refusal)."""
+    from specmodel.trace.vllm_forward import summarize
+
+    run = p.parent / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    p.replace(run / "rank0.jsonl")
+    base = p.parent / "base"
+    if not base.exists():
+        shutil.copytree(DATA / "vllm_cpu_032" / "tp1_none" / "hook", base)
+    return _hook_profile(summarize([base, run], name="fuzz"))
+
+
+def _sglang_hook(p: Path) -> object:
+    from specmodel.trace.sglang_forward import summarize
+
+    run = p.parent / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    p.replace(run / "rank0.jsonl")
+    return _hook_profile(summarize([run], name="fuzz"))
+
+
+def _sglang_seed(tmp: Path) -> Path:
+    hdr = {"schema": "specmodel.sglang_forward", "schema_version": 1}
+    lines = [{**hdr, "type": "meta", "sglang_version": "0.5.5", "rank": "0", "tp_size": 1, "model_path": "/m",
+              "spec": {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}}]
+    for phase, b, t, n, s in (("decode", 1, 1, 1, 0.01), ("verify", 1, 4, 1, 0.012), ("draft", 1, 1, 2, 0.004),
+                              ("draft_extend", 1, 4, 1, 0.003), ("extend", 1, 60, 1, 0.05)):
+        lines += [{**hdr, "type": "forward", "phase": phase, "batch": b, "tokens": t, "forwards": n,
+                   "runner": "target" if phase in ("decode", "verify", "extend") else "draft", "gpu_s": s}] * 3
+    f = tmp / "sglang_rank0.jsonl"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return f
+
+
 def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
     if target == "trace":
         return [DATA / "kineto_cpu_gloo_tp2" / "cpu-gloo-rank0.trace.json.gz",
@@ -107,6 +162,12 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
                 DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"], _nccl
     if target == "profile":
         return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json"], _profile
+    if target == "vllm_hook":
+        rec = DATA / "vllm_cpu_032"
+        return [rec / "tp1_ngram" / "hook" / "rank0.jsonl", rec / "tp1_draft_model" / "hook" / "rank0.jsonl",
+                rec / "tp1_none" / "hook" / "rank0.jsonl"], _vllm_hook
+    if target == "sglang_hook":
+        return [_sglang_seed(tmp)], _sglang_hook
     if target == "accept_hist":
         h1 = tmp / "h1.csv"
         h1.write_text("value,count\n1,10\n2,30\n3,40\n4,20\n")

@@ -284,7 +284,7 @@ def test_a_stopped_rank_is_named_by_number(tmp_path: Path) -> None:
 
 
 def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) -> None:
-    from specmodel.commands.sglang import child_env
+    from specmodel.commands.hookrun import child_env
 
     env = child_env(tmp_path / "out")
     base = getattr(sys, "_base_executable", sys.executable)

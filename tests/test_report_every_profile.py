@@ -15,7 +15,7 @@ from pathlib import Path
 import pypdf
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import baseline_standin, run_cli
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu_032"
 
@@ -38,29 +38,9 @@ def _make(tmp: Path, *args: str) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def _baseline_standin(src: Path, dst: Path) -> Path:
-    """A TP 2 run without speculation, stood in for by the speculative run's decode-shaped steps with
-    the drafter's fields removed (the recordings hold no TP 2 baseline run)."""
-    dst.mkdir()
-    for f in sorted(src.glob("rank*.jsonl")):
-        lines = []
-        for ln in f.read_text().splitlines():
-            rec = json.loads(ln)
-            if rec.get("type") == "meta":
-                rec.pop("spec", None)
-            elif rec.get("kind") != "decode":
-                continue
-            else:
-                for k in ("draft_method", "draft_k", "draft_s", "draft_allreduce_s", "draft_n_allreduce"):
-                    rec.pop(k, None)
-            lines.append(json.dumps(rec))
-        (dst / f.name).write_text("\n".join(lines) + "\n")
-    return dst
-
-
 def test_hook_profile_tp2(tmp_path: Path) -> None:
     out = tmp_path / "hook2"
-    base = _baseline_standin(DATA / "tp2_ngram" / "hook", tmp_path / "base2")
+    base = baseline_standin(DATA / "tp2_ngram" / "hook", tmp_path / "base2")
     _make(tmp_path, "vllm", "--summarize", str(base), "--summarize", str(DATA / "tp2_draft_model" / "hook"),
           "-o", str(out))
     text, doc = _report(tmp_path, "hook2", "--profile", str(out), "--accept-len", "2.0")

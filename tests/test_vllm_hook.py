@@ -234,7 +234,7 @@ def test_ngram_proposal_time_is_the_profiles_overhead_not_a_draft_row(standin: A
     prof = summarize([standin.out], name="t")
     assert not prof.has("draft")
     assert prof.overhead_s >= DRAFT_COMPUTE_S
-    assert any("host-side drafter (ngram)" in n for n in prof.notes)
+    assert any("host proposer (ngram)" in n for n in prof.notes)
 
 
 def test_summarize_refuses_logs_without_a_decode_step(standin: Any) -> None:
@@ -293,7 +293,7 @@ def test_health_url_follows_the_servers_flags() -> None:
 
 
 def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
-    from specmodel.commands.sglang import child_env
+    from specmodel.commands.hookrun import child_env
     from specmodel.commands.vllm import ENV_VAR
 
     env = child_env(tmp_path / "out", env_var=ENV_VAR)

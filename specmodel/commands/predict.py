@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
@@ -48,8 +49,9 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
         lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)")
     else:
         lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
-    if p.proposal_rate < 1.0:
-        lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed (--proposal-rate); the rest decode: "
+    if p.proposal_rate < 1.0 or p.proposal_rate_source:
+        lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed ({p.proposal_rate_source}); "
+                     "the rest decode: "
                      f"{p.proposal_rate * p.accept_mean_tokens + 1 - p.proposal_rate:.2f} tokens per mean step of "
                      f"{ms(p.mean_step_s)}")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
@@ -57,10 +59,14 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
                  f"total)  speedup {p.speedup:.2f}x")
     be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
     p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
-    lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
-                 f"({p.break_even_accept_tokens - 1:.2f} drafts){be_note}")
-    lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
-    lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1, {p.band_label}) = {p.p_text}")
+    if math.isfinite(p.break_even_accept_tokens):
+        lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
+                     f"({p.break_even_accept_tokens - 1:.2f} drafts){be_note}")
+        lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
+        lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1, {p.band_label}) = {p.p_text}")
+    else:  # proposal rate 0: the accept length of steps that never happen changes nothing
+        lines.append("break-even   none: nothing is proposed, no accept length breaks even")
+        lines.append(f"margin       none   P(speedup > 1, {p.band_label}) = {p.p_text}")
     if len({o for _, o in p.cost_sources}) == 1:
         lines.append(f"costs from   all: {p.cost_sources[0][1]}")
     else:

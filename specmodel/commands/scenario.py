@@ -69,9 +69,10 @@ OPTIONS: dict[str, dict[str, Any]] = {
                           help="specmodel.allreduce_fit JSON from `specmodel nccl-tests -o`: re-cost every all-reduce of the "
                                "profile with it (per call at the row's message size; waiting/skew kept as measured)."),
     "proposal_rate": dict(type=float, default=None,
-                          help="ngram/suffix only: share of request-steps in which the lookup proposed (0..1]; vLLM's "
+                          help="ngram/suffix only: share of request-steps in which the lookup proposed [0..1]; vLLM's "
                                "accept length counts only those (r = drafts / (generated - accepted tokens), as "
-                               "`specmodel watch` prints it). Default: every step proposes."),
+                               "`specmodel watch` prints it). Default: the rate the profile's hook measured "
+                               "(`specmodel vllm --summarize` of an ngram server), else every step proposes."),
     "method": dict(type=click.Choice(list(SPEC_METHODS)), default=None,
                    help="Price another drafter kind from the same profile (e.g. ngram from a draft_model profile): "
                         "costs the profile did not measure for it are named as assumed. Default: the profile's method "

@@ -24,7 +24,7 @@ from types import FrameType
 
 import click
 
-from specmodel.commands.sglang import count_records, start, write_hook_profile
+from specmodel.commands.hookrun import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_TP
 

@@ -151,24 +151,33 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
 
 def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> tuple[Inconsistency, ...]:
     """The baseline's decode rows against the speculative server's own decode-shaped rows
-    (``spec_decode`` rows: a host proposer's steps without a proposal) at the same batch and the
-    context band a lookup at ``context_tokens`` reads."""
-    spec_rows = profile.rows("spec_decode")
-    if not spec_rows or not profile.has("decode"):
+    (``profile.host_proposer.decode``: a host proposer's steps in which no request proposed) at
+    the same batch and the context band a lookup at ``context_tokens`` reads.
+
+    The *forwards* are compared (all-reduce + compute): the same target over the same tokens. The
+    step's host work may differ by design (a speculative step prepares and rejects more), so it is
+    not part of the comparison."""
+    hp = profile.host_proposer
+    if hp is None or not hp.decode or not profile.has("decode"):
         return ()
     base = [r for r in _near(profile.rows("decode"), batch, context_tokens) if r.batch == batch]
-    spec = [r for r in _near(spec_rows, batch, context_tokens) if r.batch == batch]
+    spec = [r for r in _near(hp.decode, batch, context_tokens) if r.batch == batch]
     out = []
     for a in base:
         for s in (s for s in spec if s.context_tokens == a.context_tokens):
-            lo, hi = sorted((a.total_s, s.total_s))
+            fa, fs = a.allreduce_s + a.compute_s, s.allreduce_s + s.compute_s
+            if fa <= 0 or fs <= 0:  # no forward split recorded: the whole steps are what was measured
+                fa, fs = a.total_s, s.total_s
+            lo, hi = sorted((fa, fs))
+            # the spread of a step bounds its forward's: the forward is the step less its host work
             if _disagree(lo, hi, median_se_s(a), median_se_s(s), SAME_STEP_REL_TOL):
                 ctx = f", context {a.context_tokens:g}" if a.context_tokens else ""
                 out.append(Inconsistency(
                     check="decode_disagrees", severity="refuse",
-                    message=(f"the baseline server's decode step {ms(a.total_s)} (IQR {ms(a.spread_s)}, "
-                             f"{a.samples} steps) and the speculative server's own decode-shaped steps "
-                             f"{ms(s.total_s)} (IQR {ms(s.spread_s)}, {s.samples} steps) disagree at batch {batch}"
-                             f"{ctx} in profile {profile.name}: the two servers did not run under the same conditions"),
+                    message=(f"the baseline server's decode forward {ms(fa)} (step {ms(a.total_s)}, IQR "
+                             f"{ms(a.spread_s)}, {a.samples} steps) and the {hp.method} server's own decode-shaped "
+                             f"forward {ms(fs)} (step {ms(s.total_s)}, IQR {ms(s.spread_s)}, {s.samples} steps) "
+                             f"disagree at batch {batch}{ctx} in profile {profile.name}: the same forward measured "
+                             "twice, so the two servers did not run under the same conditions"),
                     to_measure=f"re-record both servers on the same idle box at batch {batch}{ctx}"))
     return tuple(out)

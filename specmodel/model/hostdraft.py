@@ -17,6 +17,9 @@ proposed (vLLM's ``spec_decode_num_drafts`` / (generated − accepted tokens)).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from specmodel.errors import FieldError
 from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
@@ -24,41 +27,38 @@ from specmodel.schema.phases import forward_tokens, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 
 
-def host_cycle_s(verify_forward_s: float, step_host_s: float, proposal_s: float) -> float:
-    """T_cycle = T_fwd,verify(B·(k+1)) + T_host(B) + T_propose.
-
-    T_fwd,verify: the target forward alone (all-reduce + compute of the profile's verify row);
-    T_host: the host work of an engine step with no forward drafter; T_propose: the lookup.
-    """
-    return verify_forward_s + step_host_s + proposal_s
-
-
-def mixed_speedup(accept_tokens: float, proposal_rate: float, base_step_s: float, cycle_s: float,
-                  proposal_s: float = 0.0) -> float:
-    """Speedup when only a share r of request-steps carries a proposal:
-
-        speedup = (r·E[A] + 1 − r) · T_base / (r·T_cycle + (1 − r)·(T_base + T_propose))
-
-    vLLM's n-gram proposer returns no draft for a request whose last n-gram has no earlier match;
-    that request's next step is decode-shaped (one token) but the lookup still ran. Exact at B = 1
-    (a step either verifies or decodes); at B > 1 it mixes request-steps as if each step were one
-    or the other, while vLLM batches both in one step (the forward then sees fewer than B·(k+1)
-    tokens): an approximation, stated. r = 1 gives :func:`specmodel.model.cycle.speedup`.
-    """
-    r = min(max(proposal_rate, 0.0), 1.0)
-    return mixed_tokens(accept_tokens, r) * base_step_s / mixed_step_s(r, cycle_s, base_step_s, proposal_s)
+def measured_proposal_rate(profile: Profile, algorithm: str) -> float | None:
+    """The proposal rate the profile's own speculative server measured (``host_proposer``, written by
+    ``specmodel vllm --summarize``) when it ran this ``algorithm``; None otherwise."""
+    hp = profile.host_proposer
+    if hp is None or not hp.request_steps or hp.method.lower() != algorithm.lower():
+        return None
+    return hp.proposal_rate
 
 
-def proposal_rate_of(proposal_rate: float | None, algorithm: str) -> float:
-    """The share r of request-steps that propose, checked: None -> 1 (every step); r < 1 only for a
-    host proposer (a drafter forward proposes on every step). One rule for predict and plan."""
+def proposal_rate_of(proposal_rate: float | None, algorithm: str, profile: Profile | None = None) -> float:
+    """The share r of request-steps that propose, checked: None -> the rate the profile measured
+    (:func:`measured_proposal_rate`), else 1 (every step); r < 1 only for a host proposer (a
+    drafter forward proposes on every step). r = 0 is an observation too: a lookup that never
+    matches (sampled output) still runs on every step. One rule for predict and plan."""
+    if proposal_rate is None and profile is not None:
+        proposal_rate = measured_proposal_rate(profile, algorithm)
     r = 1.0 if proposal_rate is None else float(proposal_rate)
-    if not 0.0 < r <= 1.0:
-        raise FieldError("proposal_rate", f"must be in (0, 1], got {proposal_rate!r}")
+    if not 0.0 <= r <= 1.0:
+        raise FieldError("proposal_rate", f"must be in [0, 1], got {proposal_rate!r}")
     if r < 1.0 and not is_host_proposer(algorithm):
         raise FieldError("proposal_rate", f"{r:g} applies to host proposers (ngram, suffix) only: "
                                           f"{algorithm or 'a drafter forward'} proposes on every step")
     return r
+
+
+def proposal_rate_note(proposal_rate: float | None, algorithm: str, profile: Profile) -> str:
+    """What a printer says about where r came from ("" when every step is taken to propose)."""
+    if proposal_rate is not None:
+        return "--proposal-rate"
+    if measured_proposal_rate(profile, algorithm) is not None:
+        return f"measured by the hook in profile {profile.name}; --proposal-rate overrides"
+    return ""
 
 
 def mixed_tokens(accept_tokens: float, proposal_rate: float) -> float:
@@ -74,14 +74,11 @@ def mixed_std(accept_tokens: float, std_tokens: float, proposal_rate: float) -> 
     return float((r * std_tokens**2 + r * (1.0 - r) * (accept_tokens - 1.0) ** 2) ** 0.5)
 
 
-def mixed_step_s(proposal_rate: float, cycle_s: float, base_step_s: float, proposal_s: float) -> float:
-    """Mean step time: T' = r·T_cycle + (1 − r)·(T_base + T_propose) (the lookup runs either way)."""
-    r = proposal_rate
-    return r * cycle_s + (1.0 - r) * (base_step_s + proposal_s)
-
-
 def accept_for_mixed(tokens_per_step: float, proposal_rate: float) -> float:
-    """The E[A] of the proposing steps that gives ``tokens_per_step`` overall: E = (E' − 1 + r)/r."""
+    """The E[A] of the proposing steps that gives ``tokens_per_step`` overall: E = (E' − 1 + r)/r;
+    infinite at r = 0 (nothing proposes: no accept length changes the step)."""
+    if proposal_rate <= 0.0:
+        return math.inf
     return (tokens_per_step - 1.0 + proposal_rate) / proposal_rate
 
 
@@ -99,19 +96,37 @@ def verify_tokens_when_any(proposal_rate: float, batch: int, steps: int) -> floa
     return batch + steps * batch * proposal_rate / p_any if p_any > 0 else float(batch)
 
 
+def no_proposal_step(profile: Profile, *, batch: int, spec: SpecConfig,
+                     context_tokens: float | None = None) -> tuple[float, bool]:
+    """(T_miss, measured): an engine step of the speculative server in which no request proposed,
+    without the lookup. Measured: the profile's ``host_proposer.decode`` rows (that server's own
+    decode-shaped steps: its host work with speculation on, e.g. the rejection sampler's set-up)
+    when its server ran this method; else the baseline decode step T_base (stated by the caller)."""
+    ctx = float(default_context(profile) if context_tokens is None else context_tokens)
+    hp = profile.host_proposer
+    if hp is not None and hp.decode and hp.method.lower() == spec.algorithm.lower():
+        own = forward_cost(dataclasses.replace(profile, costs=hp.decode), "decode",
+                           forward_tokens("decode", batch, spec), ctx)
+        return own.total_s, True
+    return forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx).total_s, False
+
+
 def host_mean_step_s(profile: Profile, *, batch: int, spec: SpecConfig, proposal_rate: float,
                      context_tokens: float | None = None, proposal_s: float | None = None) -> float:
     """The mean engine step of a host proposer at share r of proposing request-steps:
 
-        T' = P(any)·T_cycle(B + k·B·r/P(any) tokens) + (1 − P(any))·(T_base + T_propose)
+        T' = P(any)·T_cycle(B + k·B·r/P(any) tokens) + (1 − P(any))·(T_miss + T_propose)
 
     A step is a verify step when any of its B requests proposed (its forward over the tokens of
-    :func:`verify_tokens_when_any`), else a decode step that still ran the lookup. At B = 1 this
-    is :func:`mixed_step_s`; r = 1 gives T_cycle(B·(k+1))."""
+    :func:`verify_tokens_when_any`), else a decode-shaped step that still ran the lookup: T_miss
+    from :func:`no_proposal_step` (the speculative server's own such steps when measured). At
+    B = 1: r·T_cycle + (1 − r)·(T_miss + T_propose); r = 1 gives T_cycle(B·(k+1)); r = 0 gives
+    T_miss + T_propose, a slowdown against T_base when speculation's host work costs time."""
     p_any = any_proposes(proposal_rate, batch)
     cc = host_cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens, proposal_s=proposal_s,
                           verify_tokens=verify_tokens_when_any(proposal_rate, batch, spec.steps))
-    return p_any * cc.cycle_s + (1.0 - p_any) * (cc.base.total_s + cc.overhead_s)
+    miss, _ = no_proposal_step(profile, batch=batch, spec=spec, context_tokens=cc.context_tokens)
+    return p_any * cc.cycle_s + (1.0 - p_any) * (miss + cc.overhead_s)
 
 
 def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_tokens: float | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,8 @@ def cost_origins(profile: Profile) -> dict[str, str]:
 def profile_origin(profile: Profile) -> str:
     """``profile NAME (measured|reference …|ingested …)``: where an unreplaced cost came from."""
     kind = profile.source_kind
+    if profile.source.from_hook:
+        return f"profile {profile.name} (hook)"
     return f"profile {profile.name} ({_KIND_WORDS.get(kind, kind)})"
 
 
@@ -349,6 +352,9 @@ class Prediction:
     #: the drafter kind priced (``spec.algorithm``: EAGLE3, NGRAM, DRAFT_MODEL, ...)
     algorithm: str = ""
 
+    #: where r came from: "--proposal-rate", the profile's hook measurement, or "" (every step)
+    proposal_rate_source: str = ""
+
     @property
     def host_proposer(self) -> bool:
         """The priced method proposes on the host (ngram, suffix): no drafter forward by design."""
@@ -378,6 +384,9 @@ class Prediction:
         d["consistent"] = self.consistent
         if self.p_withheld:
             d["p_speedup_gt_1"] = None
+        for k in ("break_even_accept_tokens", "accept_for_plus20_tokens", "margin_tokens"):
+            if not math.isfinite(d[k]):
+                d[k] = None  # proposal rate 0: no accept length breaks even
         if not self.allreduce_known:  # unknown is not zero (issue 18 item 15)
             for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
                       "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
@@ -461,7 +470,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     the proposing steps. None: every step proposes (r = 1)."""
     spec = spec or profile.spec
     check_verified_tokens(spec, dist.mean_tokens)
-    r = hd.proposal_rate_of(proposal_rate, spec.algorithm)
+    r = hd.proposal_rate_of(proposal_rate, spec.algorithm, profile)
     if dist.max_tokens > spec.max_accept_tokens and any(p > 0 for p in dist.probs[spec.max_accept_tokens:]):
         raise FieldError(
             None, f"accept length distribution reaches {dist.max_tokens} tokens/step but steps = {spec.steps} allows at "
@@ -519,7 +528,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     refusals = [i for i in issues if i.refuses]
     if refusals:
         verdict, reason = "INCONSISTENT", f"no verdict: {refusals[0].message}"
-    if be > spec.max_accept_tokens:
+    if r == 0.0:
+        reason += "; nothing proposed (proposal rate 0): every step pays the lookup and speculation's host work"
+    elif be > spec.max_accept_tokens:
         reason += f"; break-even {be:.2f} exceeds the maximum {spec.max_accept_tokens} tokens/step for steps = {spec.steps}"
     return Prediction(
         profile_name=profile.name, profile_label=profile.label, profile_source_kind=profile.source_kind,
@@ -553,6 +564,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
         proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
+        proposal_rate_source=hd.proposal_rate_note(proposal_rate, spec.algorithm, profile),
     )
 
 

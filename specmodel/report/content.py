@@ -486,8 +486,8 @@ def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
     if p.calibrated_overhead_s is not None:
         over += f" (calibration added {ms(p.calibrated_overhead_s)})"
     out.append(over)
-    if p.proposal_rate < 1.0:
-        out.append(f"{p.proposal_rate:.0%} of request-steps proposed (--proposal-rate); the others decode one token "
+    if p.proposal_rate < 1.0 or p.proposal_rate_source:
+        out.append(f"{p.proposal_rate:.0%} of request-steps proposed ({p.proposal_rate_source or '--proposal-rate'}); the others decode one token "
                    f"at the baseline step plus the lookup: mean step {ms(p.mean_step_s)}")
     if p.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "

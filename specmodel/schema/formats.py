@@ -65,8 +65,9 @@ class Format:
 
 
 # on disk, read back ------------------------------------------------------------------------------
-#: profile.json (schema/profile.py); v1 rows carry no context_tokens
-PROFILE = Format(name="specmodel.profile", version=2, readable=(1, 2), what="specmodel profile")
+#: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer`` (a
+#: profile without it is still written as v2)
+PROFILE = Format(name="specmodel.profile", version=3, readable=(1, 2, 3), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)

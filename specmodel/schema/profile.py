@@ -352,6 +352,87 @@ class SpecConfig:
                 "num_draft_tokens": self.num_draft_tokens}
 
 
+#: The profile version that added :class:`HostProposer`; a profile without one is written as v2.
+HOST_PROPOSER_VERSION = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostProposer:
+    """What the speculative server of a host proposer (vLLM ``ngram`` / ``suffix``) measured beside
+    its verify steps (profile v3, ``host_proposer``; written by ``specmodel vllm --summarize``).
+
+    * ``proposal_rate`` = ``proposed_request_steps / request_steps``: request-steps whose proposal
+      the engine verified over the request-steps that ran the lookup (vLLM's ``num_drafts`` over
+      generated − accepted tokens);
+    * ``lookup_s``: median lookup time over *every* step that ran it (a miss costs a lookup too);
+    * ``decode``: the speculative server's own decode-shaped steps (no request proposed that step),
+      priced like the baseline's decode rows (forward + the step's host work + scheduling gap; the
+      lookup is ``lookup_s``, not in the row). They are kept out of ``costs``: the baseline decode
+      rows come from the server without speculation only.
+    """
+
+    method: str
+    proposal_rate: float
+    request_steps: int
+    proposed_request_steps: int
+    lookup_s: float
+    lookup_steps: int
+    decode: tuple[CostRow, ...] = ()
+
+    def __post_init__(self) -> None:
+        w = "profile: host_proposer"
+        if not isinstance(self.method, str) or not self.method:
+            raise SpecmodelError(f"{w}: method: expected a non-empty string, got {self.method!r}")
+        for name in ("request_steps", "proposed_request_steps", "lookup_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecmodelError(f"{w}: {name}: expected an integer >= 0, got {v!r}")
+        if self.proposed_request_steps > self.request_steps:
+            raise SpecmodelError(f"{w}: proposed_request_steps ({self.proposed_request_steps}) exceeds "
+                                 f"request_steps ({self.request_steps})")
+        r = self.proposal_rate
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not 0.0 <= r <= 1.0:
+            raise SpecmodelError(f"{w}: proposal_rate: expected a number in [0, 1], got {r!r}")
+        if self.request_steps and abs(r - self.proposed_request_steps / self.request_steps) > 1e-6:
+            raise SpecmodelError(f"{w}: proposal_rate {r:g} is not proposed_request_steps / request_steps = "
+                                 f"{self.proposed_request_steps}/{self.request_steps}")
+        v = self.lookup_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= 1e3:
+            raise SpecmodelError(f"{w}: lookup_s: expected seconds in 0..1000, got {v!r}")
+        seen: set[tuple[str, int, int, int]] = set()
+        for row in self.decode:
+            if row.kind != "decode":
+                raise SpecmodelError(f"{w}: decode: {row.where}: only decode rows")
+            if row.key in seen:
+                raise SpecmodelError(f"{w}: decode: duplicate {row.where}")
+            seen.add(row.key)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> HostProposer:
+        if not isinstance(d, Mapping):
+            raise SpecmodelError(f"{where}: expected an object")
+        rows = d.get("decode", [])
+        if not isinstance(rows, list):
+            raise SpecmodelError(f"{where}: decode: expected a list")
+        method = d.get("method")
+        if not isinstance(method, str):
+            raise SpecmodelError(f"{where}: method: expected a string, got {method!r}")
+        try:
+            return cls(method=method, proposal_rate=_num(d, "proposal_rate", where),
+                       request_steps=_int(d, "request_steps", where),
+                       proposed_request_steps=_int(d, "proposed_request_steps", where),
+                       lookup_s=_num(d, "lookup_s", where), lookup_steps=_int(d, "lookup_steps", where),
+                       decode=tuple(CostRow.from_dict(r, f"{where}: decode[{i}]") for i, r in enumerate(rows)))
+        except SpecmodelError as exc:
+            msg = str(exc)
+            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: host_proposer: ', '')}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "proposal_rate": self.proposal_rate, "request_steps": self.request_steps,
+                "proposed_request_steps": self.proposed_request_steps, "lookup_s": self.lookup_s,
+                "lookup_steps": self.lookup_steps, "decode": [r.to_dict() for r in self.decode]}
+
+
 #: Where a profile's costs came from (``source.kind``): measured by ``specmodel profile``, ingested
 #: from traces or hook logs, derived (a profile re-costed with a measured all-reduce fit), the shipped
 #: reference, a baseline sweep CSV, plain numbers on the command line.
@@ -360,6 +441,9 @@ SOURCE_KINDS = ("measured", "ingested", "derived", "reference", "sweep", "number
 OWN_BOX_KINDS = ("measured", "ingested", "derived")
 #: The costs a flag, a sweep or a fit can replace, each recorded in ``Source.cost_origin``.
 COST_KEYS = ("decode", "verify", "draft", "overhead", "allreduce")
+
+#: ``Source.tool`` of a profile summarized from an engine hook's logs (:meth:`Source.hook_summary`).
+HOOK_TOOLS = ("specmodel sglang", "specmodel vllm")
 
 _SOURCE_STR = ("tool", "description", "created_utc", "method", "engine", "engine_version", "allreduce_from")
 _SOURCE_LIST = ("files", "derived_from")
@@ -456,6 +540,11 @@ class Source:
 
     def with_allreduce_from(self, allreduce_from: str) -> Source:
         return replace(self, allreduce_from=allreduce_from)
+
+    @property
+    def from_hook(self) -> bool:
+        """Written by an engine hook's ``--summarize`` (:meth:`hook_summary`), not from traces."""
+        return self.kind == "ingested" and self.tool in HOOK_TOOLS
 
     @property
     def origins(self) -> dict[str, str]:
@@ -560,6 +649,8 @@ class Profile:
     allreduce_points: tuple[AllReducePoint, ...] = ()
     allreduce_fit: AllReduceFit | None = None
     notes: tuple[str, ...] = ()
+    #: a host proposer's measured proposal rate, lookup time and no-proposal steps (v3); None otherwise
+    host_proposer: HostProposer | None = None
     path: str = ""  # where it was loaded from; not serialised
 
     def __post_init__(self) -> None:
@@ -608,7 +699,11 @@ class Profile:
         return any(r.kind == kind for r in self.costs)
 
     def with_costs(self, costs: tuple[CostRow, ...] | list[CostRow]) -> Profile:
-        return replace(self, costs=tuple(costs))
+        """The profile re-costed (a what-if, a fit, a flag). A host proposer's measured no-proposal
+        steps were measured beside the old costs, not the new: they are dropped (its rate and
+        lookup are kept), so a re-costed profile prices such a step from its own decode rows."""
+        hp = self.host_proposer
+        return replace(self, costs=tuple(costs), host_proposer=None if hp is None else replace(hp, decode=()))
 
     def costs_frame(self) -> pd.DataFrame:
         """The cost table as a pandas DataFrame: one row per :class:`CostRow` (its serialised
@@ -621,7 +716,8 @@ class Profile:
 
 
 def profile_to_dict(p: Profile) -> dict[str, Any]:
-    return PROFILE.stamp({
+    extra = {"host_proposer": p.host_proposer.to_dict()} if p.host_proposer is not None else {}
+    d = PROFILE.stamp({
         "name": p.name,
         "source": p.source.to_dict(),
         "hardware": p.hardware,
@@ -634,7 +730,11 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         "allreduce_points": [a.to_dict() for a in p.allreduce_points],
         "allreduce_fit": p.allreduce_fit.to_dict() if p.allreduce_fit else None,
         "notes": list(p.notes),
+        **extra,
     })
+    if p.host_proposer is None:
+        d["schema_version"] = 2  # nothing of v3 in it: a file every v2 reader still reads
+    return d
 
 
 def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
@@ -669,6 +769,10 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     notes = d.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise SpecmodelError(f"{where}: notes: expected a list of strings")
+    hp_raw = d.get("host_proposer")
+    if hp_raw is not None and ver < HOST_PROPOSER_VERSION:
+        raise SpecmodelError(f"{where}: host_proposer: needs schema_version {HOST_PROPOSER_VERSION}, file has {ver}")
+    host_proposer = HostProposer.from_dict(hp_raw, f"{where}: host_proposer") if hp_raw is not None else None
     backend = d.get("backend", "")
     if not isinstance(backend, str):
         raise SpecmodelError(f"{where}: backend: expected a string")
@@ -686,6 +790,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
             allreduce_points=pts,
             allreduce_fit=fit,
             notes=tuple(notes),
+            host_proposer=host_proposer,
             path=where,
         )
     except SpecmodelError as exc:

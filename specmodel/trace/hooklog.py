@@ -58,3 +58,11 @@ def log_files(dirs: Iterable[str | os.PathLike[str]], command: str) -> list[Path
             raise SpecmodelError(f"{dp}: no rank*.jsonl files (was the server run under `{command}`?)")
         files.extend(found)
     return files
+
+
+def one_value(what: str, seen: dict[Any, str], hint: str) -> None:
+    """Refuse two different values of ``what`` in logs meant for one profile (``seen``: value -> the
+    first file that had it): one line naming both files and both values, and ``hint``."""
+    if len(seen) > 1:
+        (a, fa), (b, fb) = list(seen.items())[:2]  # in the order the files were read
+        raise SpecmodelError(f"{fa}: {what} {a} but {fb}: {what} {b}; {hint}")

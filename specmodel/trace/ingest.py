@@ -7,6 +7,7 @@ passes x ranks of every figure and the per-rank skew; :func:`build_profile` writ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections import defaultdict
@@ -18,7 +19,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.procs import die_with_parent
 from specmodel.schema.phases import draft_steps
-from specmodel.schema.profile import KINDS, CostRow, Profile, Source, SpecConfig
+from specmodel.schema.profile import KINDS, CostRow, HostProposer, Profile, Source, SpecConfig
 from specmodel.stats import iqr, median, median_ci95_rel
 from specmodel.trace.attribution import (
     PassRecord,
@@ -345,16 +346,29 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
     """
     rows = tuple(p.cost_row() for p in result.phases)
     notes = tuple(result.notes)
+    tp = result.world_size
+    host = bool(result.traces) and all(t.host_proposer for t in result.traces)
+    own_decode: tuple[CostRow, ...] = ()
+    if host and any(r.kind == "verify" for r in rows):
+        # a host proposer's speculative server: its decode-shaped forwards are steps where nothing
+        # was proposed, not the baseline (as `specmodel vllm --summarize` keeps them apart)
+        own_decode = tuple(r for r in rows if r.kind == "decode")
+        rows = tuple(r for r in rows if r.kind != "decode")
+    if baseline is not None and baseline.tp != tp:
+        raise SpecmodelError(f"--baseline {baseline.path or baseline.name}: TP {baseline.tp} but the traces "
+                             f"({result.traces[0].meta.path}) are TP {tp}: a baseline step of another TP degree "
+                             "is not this server's")
     if not any(r.kind == "decode" for r in rows) and baseline is not None:
         rows = rows + baseline.rows("decode")
         notes += (f"decode rows (the baseline step) copied from profile {baseline.name} ({baseline.path})",)
     if not any(r.kind == "decode" for r in rows):
         found = ", ".join(sorted({r.kind for r in rows}))
+        if own_decode:
+            found += " and the ngram server's own decode-shaped steps, which are not the baseline"
         raise SpecmodelError(f"no decode forward passes in the traces (found: {found}); a profile needs the "
                              "baseline decode step: also trace a non-speculative run and pass its profile with "
                              "--baseline (or use `specmodel profile`)")
     first = result.traces[0].meta
-    tp = result.world_size
     backend = first.backend or ("gloo" if result.mode == "cpu" else "nccl")
     hardware: dict[str, Any] = {"gpu_count": tp} if result.mode == "gpu" else {"device": "cpu"}
     if first.device_name:
@@ -363,8 +377,26 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
         hardware["nccl_version"] = first.nccl_version
     if steps is None:
         steps = draft_steps(opts.num_draft_tokens, opts.topk)
-    spec = SpecConfig(steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
+    algorithm = "EAGLE3"
+    hp = None
+    if host:
+        # the trace shows the proposal ran but no drafter forward: a host proposer
+        algorithm = "NGRAM"
+        notes += ("vLLM trace: the draft scope ran no drafter forward, so the proposer is a host-side one "
+                  "(ngram or suffix; the trace does not say which): recorded as NGRAM",)
+        if own_decode:
+            # the trace shows neither the proposal rate nor the lookup: counted as not measured (0 steps)
+            hp = HostProposer(method="ngram", proposal_rate=0.0, request_steps=0, proposed_request_steps=0,
+                              lookup_s=0.0, lookup_steps=0, decode=own_decode)
+            notes += (f"{len(own_decode)} decode row(s) of the ngram server (no proposal that step) kept in "
+                      "host_proposer.decode; the baseline decode step comes from --baseline",)
+    spec = SpecConfig(algorithm=algorithm, steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
     files = [Path(t.meta.path).name for t in result.traces]
+    engines = sorted({t.engine for t in result.traces if t.engine})
+    versions = sorted({t.engine_version for t in result.traces if t.engine_version})
+    model = dict(baseline.model) if baseline is not None and baseline.model else {}
+    if model:
+        notes += (f"model recorded from the --baseline profile {baseline.name if baseline else ''} (a trace names none)",)
     source = Source.ingested(
         description=f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
                     f", TP{tp})",
@@ -374,5 +406,7 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
         ranks=[{"rank": r.rank, "file": Path(r.path).name, "passes": r.passes, "busy_s": r.busy_s,
                 "comm_s": r.comm_s, "skew_s": r.skew_s} for r in result.ranks],
     )
+    if engines:
+        source = dataclasses.replace(source, engine=", ".join(engines), engine_version=", ".join(versions))
     return Profile(name=name, source=source, tp=tp, costs=rows, spec=spec, hardware=hardware, backend=backend,
-                   notes=notes)
+                   model=model, notes=notes, host_proposer=hp)

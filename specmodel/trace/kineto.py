@@ -251,6 +251,11 @@ class RankTrace:
     passes: tuple[PassRecord, ...]
     #: ``specmodel profile`` traces: per label, the forward's totals from the unprofiled timing passes
     bare_totals_s: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    #: the engine that wrote the trace ("vllm" when its header says so) and its version
+    engine: str = ""
+    engine_version: str = ""
+    #: a vLLM speculative server whose draft scope ran no drafter forward: a host proposer (ngram / suffix)
+    host_proposer: bool = False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -458,6 +463,21 @@ def _gpu_phase_spans(col: Collector, opts: IngestOptions) -> list[PhaseSpan]:
     return _pass_spans(gpu, opts)
 
 
+def _vllm_cycle_drafts(records: list[PassRecord]) -> list[PassRecord]:
+    """A vLLM engine proposes at the end of each step: the proposal after a prefill (``extend``)
+    step runs over the prompt, not a cycle's verified tokens. Left out, as the hook leaves it out
+    (`specmodel vllm --summarize` keys draft rows on verify steps), so both read one cycle."""
+    out: list[PassRecord] = []
+    last_target = ""
+    for r in sorted(records, key=lambda r: r.t0_us):
+        if r.kind in TARGET_KINDS:
+            last_target = r.kind
+        elif r.kind == "draft" and last_target == "extend":
+            continue
+        out.append(r)
+    return out
+
+
 def _timed(r: PassRecord, total_s: float) -> PassRecord:
     """A pass whose duration its own stopwatch measured (``specmodel profile``): parts bounded by it."""
     return replace(r, span_s=total_s, busy_s=min(r.busy_s, total_s), comm_s=min(r.comm_s, total_s),
@@ -590,10 +610,22 @@ def _parse_rank_file(col: Collector, path: str, opts: IngestOptions, single: boo
     if profiled:  # the share's base: each repetition's stopwatch total (the span adds the annotation's own cost)
         records = [_timed(r, profiled[r.label][r.occurrence] * scales.get(r.label, 1.0))
                    if r.occurrence < len(profiled.get(r.label, [])) else r for r in records]
+    vllm = _is_vllm(header)
+    if vllm:
+        records = _vllm_cycle_drafts(records)
+        # the vLLM hook labels a proposal of k drafter forwards with toks = B·k (its whole proposal);
+        # a draft row is one forward over B tokens (what `specmodel vllm --summarize` keys)
+        records = [replace(r, tokens=r.tokens // r.forwards) if r.kind == "draft" and r.forwards > 1
+                   and r.tokens == r.batch * r.forwards else r for r in records]
     records = [_per_forward(r) for r in records]
+    kinds = {r.kind for r in records}
+    host = vllm and "verify" in kinds and "draft" not in kinds and any(sp.name == VLLM_DRAFT for sp in col.cpu_spans)
+    version = header.get("vllm_version") if vllm else None
     return RankTrace(meta=meta, mode=mode, attribution=attribution, n_events=col.n_events,
                      n_kernels=col.n_kernels, passes=tuple(records),
-                     bare_totals_s=tuple((k, tuple(v)) for k, v in sorted(bare.items())))
+                     bare_totals_s=tuple((k, tuple(v)) for k, v in sorted(bare.items())),
+                     engine="vllm" if vllm else "", engine_version=version if isinstance(version, str) else "",
+                     host_proposer=host)
 
 
 # ------------------------------------------------------------------------------------------------

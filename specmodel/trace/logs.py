@@ -35,25 +35,18 @@ from specmodel.trace.engines.base import (
     window_skip_reason,
 )
 from specmodel.trace.engines.sglang_log import DEFAULT_DECODE_LOG_INTERVAL
-from specmodel.trace.engines.sglang_log import parse_config as _sglang_config
 from specmodel.trace.engines.sglang_log import parse_line as parse_sglang_line
 from specmodel.trace.engines.vllm_log import VllmSpecRecord
-from specmodel.trace.engines.vllm_log import parse_config as _vllm_config
 from specmodel.trace.engines.vllm_log import parse_line as parse_vllm_line
 
 __all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "DEFAULT_DECODE_LOG_INTERVAL", "AcceptSummary", "DecodeWindow",
            "EngineConfig", "LogFile", "SeriesPoint", "VllmSpecRecord", "accept_dist_from_logs", "accept_document",
-           "check_flag_against_log", "config_of_logs", "iter_windows", "logged_config", "parse_engine_config",
+           "check_flag_against_log", "config_of_logs", "iter_windows", "logged_config",
            "parse_log", "parse_sglang_line", "parse_vllm_line", "summarize", "throughput_series",
            "window_skip_reason", "write_accept_json"]
 
 ACCEPT_SCHEMA = ACCEPT.name
 ACCEPT_SCHEMA_VERSION = ACCEPT.version
-
-
-def parse_engine_config(line: str, where: str) -> EngineConfig | None:
-    """The engine configuration logged on ``line`` (SGLang ``server_args``, vLLM engine config), or None."""
-    return _sglang_config(line, where) or _vllm_config(line, where)
 
 
 # ---------------------------------------------------------------------------------------------

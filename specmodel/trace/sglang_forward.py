@@ -7,7 +7,6 @@ truncated last line is ignored with a warning); :func:`summarize` turns rank log
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median
@@ -30,6 +30,8 @@ class ForwardLog:
     meta: tuple[dict[str, Any], ...]
     forwards: tuple[dict[str, Any], ...]
     truncated: bool = False
+    #: (meta, its forwards) per server process that wrote to the file
+    runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
 
 
 
@@ -37,18 +39,34 @@ class ForwardLog:
 def _check_forward(rec: dict[str, Any], where: str) -> None:
     if rec.get("phase") not in FORWARD_KINDS:
         raise SpecmodelError(f"{where}: phase: expected one of {', '.join(FORWARD_KINDS)}, got {rec.get('phase')!r}")
-    for k in ("batch", "tokens", "forwards"):
+    for k, hi in (("batch", MAX_BATCH), ("tokens", MAX_STEP_TOKENS), ("forwards", MAX_DRAFT_TOKENS)):
         v = rec.get(k, 1 if k == "forwards" else None)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SpecmodelError(f"{where}: {k}: expected an integer >= 1, got {v!r}")
+        if v > hi:
+            raise SpecmodelError(f"{where}: {k}: expected at most {hi}, got {v}")
     secs = [k for k in ("gpu_s", "cpu_s") if k in rec]
     if len(secs) != 1:
         raise SpecmodelError(f"{where}: expected exactly one of gpu_s / cpu_s")
     v = rec[secs[0]]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number >= 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_HOOK_STEP_S:  # NaN fails it too
+        raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number in 0..{MAX_HOOK_STEP_S:g} s, got {v!r}")
     if rec.get("runner") not in ("target", "draft"):
         raise SpecmodelError(f"{where}: runner: expected 'target' or 'draft', got {rec.get('runner')!r}")
+
+
+def _check_meta(rec: dict[str, Any], where: str) -> None:
+    tp = rec.get("tp_size")
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP):
+        raise SpecmodelError(f"{where}: tp_size: expected an integer in 1..{MAX_TP} or null, got {tp!r}")
+    for k in ("sglang_version", "model_path", "served_model_name", "device", "device_name"):
+        if rec.get(k) is not None and not isinstance(rec[k], str):
+            raise SpecmodelError(f"{where}: {k}: expected a string or null, got {rec[k]!r}")
+    rank = rec.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (str, int))):
+        raise SpecmodelError(f"{where}: rank: expected a string or an integer, got {rank!r}")
+    if rec.get("spec") is not None and not isinstance(rec["spec"], dict):
+        raise SpecmodelError(f"{where}: spec: expected an object or null, got {rec['spec']!r}")
 
 
 def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
@@ -60,16 +78,23 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     recs, truncated = read_records(path, SGLANG_FORWARD, "a specmodel sglang forward log")
     metas: list[dict[str, Any]] = []
     fwds: list[dict[str, Any]] = []
+    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
         if kind == "meta":
+            _check_meta(rec, where)
             metas.append(rec)
+            runs.append((rec, []))
         elif kind == "forward":
             _check_forward(rec, where)
             fwds.append(rec)
+            if not runs:
+                runs.append(({}, []))
+            runs[-1][1].append(rec)
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'forward', got {kind!r}")
-    return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated)
+    return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated,
+                      runs=tuple((m, tuple(f)) for m, f in runs))
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -89,40 +114,62 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     baseline run for ``decode`` rows and a speculative run for the rest).
     """
     from specmodel.schema.profile import CostRow, Profile, Source
+    from specmodel.trace.hooklog import one_value as _one_value
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
     groups: dict[tuple[str, int, int], list[float]] = {}
+    spec_decode: dict[tuple[str, int, int], list[float]] = {}  # decode/extend of a speculative server
     clocks: set[str] = set()
-    versions: set[str] = set()
+    versions: dict[str, str] = {}
     spec_meta: dict[str, Any] = {}
-    tp_sizes: set[int] = set()
-    ranks: set[str] = set()
+    tp_sizes: dict[int, str] = {}
+    run_ranks: dict[tuple[str, int], set[str]] = {}
     devices: set[str] = set()
-    models: set[str] = set()
+    models: dict[str, str] = {}
+    served: set[str] = set()
     draft_fwds: list[int] = []
+    n_fwds = 0
     for lg in logs:
-        for m in lg.meta:
-            versions.add(str(m.get("sglang_version")))
-            if isinstance(m.get("tp_size"), int):
-                tp_sizes.add(m["tp_size"])
-            ranks.add(str(m.get("rank")))
+        for seg, (m, fwds) in enumerate(lg.runs):
+            if m:
+                versions.setdefault(str(m.get("sglang_version")), lg.path)
+            if m.get("tp_size") is not None:
+                tp_sizes.setdefault(m["tp_size"], lg.path)
+            run_ranks.setdefault((os.path.dirname(lg.path), seg), set()).add(str(m.get("rank", lg.path)))
             if m.get("device_name"):
                 devices.add(str(m["device_name"]))
             if m.get("model_path"):
-                models.add(str(m["model_path"]))
-            if isinstance(m.get("spec"), dict) and not spec_meta:
+                models.setdefault(str(m["model_path"]), lg.path)
+            if m.get("served_model_name"):
+                served.add(str(m["served_model_name"]))
+            speculative = isinstance(m.get("spec"), dict)
+            if speculative and not spec_meta:
                 spec_meta = m["spec"]
-        for r in lg.forwards:
-            if r["phase"] in ("decode", "extend") and r["runner"] != "target":
-                continue
-            clock = "gpu_s" if "gpu_s" in r else "cpu_s"
-            clocks.add(clock)
-            n = int(r.get("forwards", 1))
-            if r["phase"] == "draft":
-                draft_fwds.append(n)
-            groups.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
+            n_fwds += len(fwds)
+            for r in fwds:
+                if r["phase"] in ("decode", "extend") and r["runner"] != "target":
+                    continue
+                clock = "gpu_s" if "gpu_s" in r else "cpu_s"
+                clocks.add(clock)
+                n = int(r.get("forwards", 1))
+                if r["phase"] == "draft":
+                    draft_fwds.append(n)
+                into = spec_decode if speculative and r["phase"] in ("decode", "extend") else groups
+                into.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
     where = ", ".join(str(d) for d in dirs)
+    _one_value("tp_size", {str(k): v for k, v in tp_sizes.items()},
+               "logs of different TP degrees make no one profile: summarize each TP alone")
+    _one_value("model_path", models, "logs of different models make no one profile")
+    _one_value("sglang_version", versions, "logs of different SGLang versions make no one profile")
+    if tp is not None and tp_sizes and tp not in tp_sizes:
+        raise SpecmodelError(f"--tp {tp}: contradicts {tp_sizes[next(iter(tp_sizes))]}: tp_size "
+                             f"{next(iter(tp_sizes))} (leave --tp out: the logs say)")
+    baseline = any(k[0] == "decode" for k in groups)
+    if not baseline:
+        # no server without speculation was given: its decode forwards stand in (said in the notes)
+        for k, v in spec_decode.items():
+            groups.setdefault(k, []).extend(v)
     if not groups:
         raise SpecmodelError(f"{where}: no forwards recorded (the logs hold only meta lines)")
     if not any(k[0] == "decode" for k in groups):
@@ -138,7 +185,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             continue
         rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=med, allreduce_s=0.0, compute_s=0.0, other_s=med,
                             spread_s=iqr(xs), samples=len(xs)))
-    tp_val = tp if tp is not None else (max(tp_sizes) if tp_sizes else max(1, len(ranks)))
+    ranks_per_run = max(len(v) for v in run_ranks.values()) if run_ranks else 1
+    tp_val = tp if tp is not None else (next(iter(tp_sizes)) if tp_sizes else ranks_per_run)
     spec = _spec_from(spec_meta, groups, draft_fwds)
     notes = ["Timed with CUDA events around each forward: the all-reduce share is not separable, so all "
              "time is in other_s (allreduce_s = compute_s = 0); ingest a Kineto trace for the split."
@@ -147,20 +195,25 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     if draft_fwds and max(draft_fwds) > 1:
         notes.append("draft rows: a CUDA-graph replay covers several drafter forwards; each counts as "
                      "replay seconds / forwards.")
-    if len(versions) > 1:
-        notes.append(f"logs come from several SGLang versions: {', '.join(sorted(versions))}")
+    if spec_decode and not baseline:
+        notes.append("decode rows come from the speculative server's own decode forwards (no server without "
+                     "speculation was summarized with it)")
+    elif spec_decode:
+        notes.append("decode / extend rows come from the server without speculation; the speculative server's own "
+                     f"decode / extend forwards ({sum(len(v) for v in spec_decode.values())}) are left out")
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files),
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
-                                 description=f"SGLang forward-pass hook, {sum(len(v) for v in groups.values())} "
-                                             f"forwards from {len(files)} rank file(s)")
+                                 description=f"SGLang forward-pass hook (hook): {n_fwds} forwards from "
+                                             f"{len(run_ranks)} server run(s), {len(files)} rank file(s), TP {tp_val}")
     # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
     # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
     source = source.with_origins({"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; "
                                                "ingest a Kineto trace of the same run for it)"})
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
-                   model={"path": sorted(models)[0]} if models else {}, notes=tuple(notes))
+                   model=({"path": next(iter(models)), **({"served_name": ", ".join(sorted(served))} if served else {})}
+                          if models else {}), notes=tuple(notes))
 
 
 def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:

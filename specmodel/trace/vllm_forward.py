@@ -15,20 +15,26 @@ would make every drafter look better than it is):
   = the step's proposal time / k. vLLM's draft-model proposer runs its first forward over the
   verified tokens and the other k − 1 over one token per request; the split is not timed
   separately, so every forward is counted as the mean.
-* host-side drafters (``ngram``): no draft row; the median proposal time per step is the
-  profile's ``overhead_s`` (added to every speculative cycle, never to the baseline step).
+* host-side drafters (``ngram``): no draft row; the median lookup time over *every* step that ran
+  the lookup (a miss costs one too) is the profile's ``overhead_s`` and ``host_proposer.lookup_s``;
+  the share of request-steps that proposed is ``host_proposer.proposal_rate``; the speculative
+  server's own decode-shaped steps (no request proposed) are ``host_proposer.decode`` rows.
+
+Each server's steps stay apart: ``decode`` / ``extend`` rows come from steps without speculation
+(``draft_method`` null) only, ``verify`` and ``draft`` rows from the speculative server. Rows are
+split by the steps' ``context_tokens`` into the context bands of
+:data:`specmodel.model.accept.BAND_EDGES` (each row at its steps' median context).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median
@@ -37,38 +43,79 @@ from specmodel.units import ms
 STEP_KINDS = ("decode", "verify", "extend")
 COMMAND = "specmodel vllm"
 
+#: the seconds fields of a step record (null allowed where the part did not run)
+_SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s")
+_COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens")
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepLog:
-    """One rank file, validated."""
+    """One rank file, validated. ``runs``: (meta, its steps) per server process that wrote to the
+    file (a meta line starts one; steps before any meta belong to an empty one)."""
 
     path: str
     meta: tuple[dict[str, Any], ...]
     steps: tuple[dict[str, Any], ...]
     truncated: bool = False
+    runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
 
 
-def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False) -> None:
+def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False, hi: float = MAX_HOOK_STEP_S) -> None:
     v = rec.get(key)
     if v is None and optional:
         return
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise SpecmodelError(f"{where}: {key}: expected a finite number >= 0, got {v!r}")
+    # (a range test, not math.isfinite: NaN fails it, and a 400-digit integer does not overflow it)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
+        raise SpecmodelError(f"{where}: {key}: expected a finite number in 0..{hi:g}, got {v!r}")
+
+
+def _int(rec: dict[str, Any], key: str, where: str, *, lo: int, hi: int, optional: bool = False) -> None:
+    v = rec.get(key)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise SpecmodelError(f"{where}: {key}: expected an integer in {lo}..{hi}, got {v!r}")
+
+
+def _str(rec: dict[str, Any], key: str, where: str) -> None:
+    v = rec.get(key)
+    if v is not None and not isinstance(v, str):
+        raise SpecmodelError(f"{where}: {key}: expected a string or null, got {v!r}")
 
 
 def _check_step(rec: dict[str, Any], where: str) -> None:
+    """Every field :func:`summarize` reads, checked (a string, NaN or infinity is one line, not a crash)."""
     if rec.get("kind") not in STEP_KINDS:
         raise SpecmodelError(f"{where}: kind: expected one of {', '.join(STEP_KINDS)}, got {rec.get('kind')!r}")
-    for k in ("batch", "tokens"):
-        v = rec.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecmodelError(f"{where}: {k}: expected an integer >= 1, got {v!r}")
+    _int(rec, "batch", where, lo=1, hi=MAX_BATCH)
+    _int(rec, "tokens", where, lo=1, hi=MAX_STEP_TOKENS)
     if rec["tokens"] < rec["batch"]:
         raise SpecmodelError(f"{where}: tokens: must be >= batch ({rec['batch']}), got {rec['tokens']}")
     for k in ("step_s", "overhead_s"):
         _num(rec, k, where)
-    for k in ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s", "context_tokens"):
+    for k in _SECONDS:
         _num(rec, k, where, optional=True)
+    _num(rec, "context_tokens", where, optional=True, hi=MAX_CONTEXT_TOKENS)
+    for k in _COUNTS:
+        _int(rec, k, where, lo=0, hi=MAX_STEP_TOKENS, optional=True)
+    _int(rec, "draft_k", where, lo=1, hi=MAX_DRAFT_TOKENS, optional=True)
+    _str(rec, "draft_method", where)
+
+
+def _check_meta(rec: dict[str, Any], where: str) -> None:
+    _int(rec, "tp_size", where, lo=1, hi=MAX_TP, optional=True)
+    for k in ("vllm_version", "model_path", "served_model_name", "device", "device_name", "cpu_name", "clock",
+              "model_runner"):
+        _str(rec, k, where)
+    rank = rec.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (str, int))):
+        raise SpecmodelError(f"{where}: rank: expected a string or an integer, got {rank!r}")
+    spec = rec.get("spec")
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise SpecmodelError(f"{where}: spec: expected an object or null, got {spec!r}")
+        _str(spec, "method", f"{where}: spec")
+        _int(spec, "num_speculative_tokens", f"{where}: spec", lo=1, hi=MAX_DRAFT_TOKENS, optional=True)
 
 
 def read_step_log(path: str | os.PathLike[str]) -> StepLog:
@@ -78,24 +125,89 @@ def read_step_log(path: str | os.PathLike[str]) -> StepLog:
     recs, truncated = read_records(path, VLLM_STEP, "specmodel vllm step log")
     metas: list[dict[str, Any]] = []
     steps: list[dict[str, Any]] = []
+    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
         if kind == "meta":
+            _check_meta(rec, where)
             metas.append(rec)
+            runs.append((rec, []))
         elif kind == "step":
             _check_step(rec, where)
             steps.append(rec)
+            if not runs:
+                runs.append(({}, []))
+            runs[-1][1].append(rec)
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'step', got {kind!r}")
-    return StepLog(path=str(path), meta=tuple(metas), steps=tuple(steps), truncated=truncated)
-
-
-def host_s(rec: dict[str, Any]) -> float:
-    """The step's host work outside the forward and the drafter (+ the scheduling gap before it)."""
-    return float(rec["overhead_s"]) + float(rec.get("gap_s") or 0.0)
+    return StepLog(path=str(path), meta=tuple(metas), steps=tuple(steps), truncated=truncated,
+                   runs=tuple((m, tuple(st)) for m, st in runs))
 
 
 MIN_SAMPLES = 5
+
+
+def context_band(context_tokens: float) -> int:
+    """Index of the context band (:data:`specmodel.model.accept.BAND_EDGES`, the bands acceptance
+    is split by) that holds ``context_tokens``."""
+    from specmodel.model.accept import BAND_EDGES
+
+    return max(i for i, lo in enumerate(BAND_EDGES) if context_tokens >= lo)
+
+
+@dataclass
+class _Cell:
+    total: list[float]
+    ar: list[float]
+    fwd: list[float]
+    n_ar: list[float]
+    ctx: list[float]
+
+
+def _cell() -> _Cell:
+    return _Cell(total=[], ar=[], fwd=[], n_ar=[], ctx=[])
+
+
+def _band_contexts(*groups: dict[tuple[str, int, int, int], _Cell]) -> dict[tuple[bool, int], int]:
+    """One context per band, (is_prefill, band) -> the median context of every step in it: the rows of
+    a band share it, so each band's token curve is one curve of the cost surface (a context per cell
+    would make every cell its own curve, and a lookup between them an extrapolation)."""
+    ctx: dict[tuple[bool, int], list[float]] = {}
+    for cells in groups:
+        for (kind, _b, _t, band), g in cells.items():
+            ctx.setdefault((kind == "extend", band), []).extend(g.ctx)
+    return {k: round(median(v)) for k, v in ctx.items() if v}
+
+
+def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_ranks: int, tp: int,
+          dropped: list[str], few_kinds: list[str], band_ctx: dict[tuple[bool, int], int]) -> tuple[list[Any], int]:
+    """Cost rows of step cells ((kind, batch, tokens, band) -> samples); (rows, rows without a timed all-reduce)."""
+    from specmodel.schema.profile import CostRow
+
+    for kind in sorted({k[0] for k in cells}):
+        keys = [c for c in cells if c[0] == kind]
+        if all(len(cells[c].total) < min_samples * n_ranks for c in keys):
+            few_kinds.append(kind)
+            continue
+        for c in keys:
+            if len(cells[c].total) < min_samples * n_ranks:
+                dropped.append(f"{kind} b{c[1]} t{c[2]} ({len(cells[c].total)})")
+                del cells[c]
+    rows = []
+    no_ar = 0
+    for (kind, b, t, _band), g in sorted(cells.items()):
+        total = median(g.total)
+        if total <= 0:
+            continue
+        ar = min(median(g.ar), total)
+        compute = min(max(median(g.fwd) - ar, 0.0), total - ar)
+        if tp > 1 and max(g.n_ar) == 0:
+            no_ar += 1
+        rows.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
+                            other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g.n_ar)),
+                            spread_s=iqr(g.total), samples=len(g.total),
+                            context_tokens=band_ctx.get((kind == "extend", _band), 0)))
+    return rows, no_ar
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
@@ -103,152 +215,180 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
-    time. Several directories may be combined (a baseline run for ``decode``, a speculative one).
+    time. Several directories are combined: the baseline server's (``decode``, ``extend``) and the
+    speculative server's (``verify``, ``draft``, a host proposer's rate, lookup and no-proposal
+    steps). Logs of different TP degrees, models or vLLM versions, or a ``tp`` the logs contradict,
+    are refused.
 
-    A (kind, batch, tokens) cell seen fewer than ``min_samples`` times (per rank) is left out: such
-    cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step each, and a
-    single slow one (a 78 ms step, measured) would otherwise become a cost row that the running-max
-    cost surface carries to every larger batch. A kind is kept whole when none of its cells
-    reaches the bound (a short run still yields a profile, with a note)."""
-    from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
+    A (kind, batch, tokens, context band) cell seen fewer than ``min_samples`` times (per rank) is
+    left out: such cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step
+    each, and a single slow one (a 78 ms step, measured) would otherwise become a cost row that the
+    running-max cost surface carries to every larger batch. A kind is kept whole when none of its
+    cells reaches the bound (a short run still yields a profile, with a note)."""
+    from specmodel.schema.phases import is_host_proposer
+    from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
     from specmodel.trace.hooklog import log_files
+    from specmodel.trace.hooklog import one_value as _one_value
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
-    rows_in: dict[tuple[str, int, int], dict[str, list[float]]] = {}
-    drafts: dict[int, dict[str, list[float]]] = {}
-    host_proposals: list[float] = []
-    versions: set[str] = set()
+    where = ", ".join(str(d) for d in dirs)
+    base_cells: dict[tuple[str, int, int, int], _Cell] = {}
+    spec_cells: dict[tuple[str, int, int, int], _Cell] = {}
+    nodraft_cells: dict[tuple[str, int, int, int], _Cell] = {}  # a host proposer's decode-shaped steps
+    drafts: dict[tuple[int, int], _Cell] = {}
+    lookups: list[float] = []
+    request_steps = proposed = 0
+    versions: dict[str, str] = {}
+    tps: dict[int, str] = {}
+    models: dict[str, str] = {}
+    served: set[str] = set()
+    runners: set[str] = set()
     clocks: set[str] = set()
-    tps: set[int] = set()
-    ranks: set[str] = set()
-    models: set[str] = set()
     devices: set[str] = set()
     cpu_names: set[str] = set()
     spec_meta: dict[str, Any] = {}
-    contexts: list[float] = []
-    no_ar_timed = 0
-    step_spec: set[tuple[str, int]] = set()  # (method, k) of the verify steps: what actually ran
+    run_ranks: dict[tuple[str, int], set[str]] = {}
+    n_steps = 0
+    step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
     for lg in logs:
-        for m in lg.meta:
-            versions.add(str(m.get("vllm_version")))
-            clocks.add(str(m.get("clock") or "perf_counter"))
-            if isinstance(m.get("tp_size"), int):
-                tps.add(m["tp_size"])
-            ranks.add(str(m.get("rank")))
-            if m.get("model_path"):
-                models.add(str(m["model_path"]))
-            if m.get("device_name"):
-                devices.add(str(m["device_name"]))
-            if str(m.get("device") or "").startswith("cpu"):
-                cpu_names.add(str(m.get("cpu_name") or "CPU"))
-            if isinstance(m.get("spec"), dict) and not spec_meta:
-                spec_meta = m["spec"]
-        for r in lg.steps:
-            if r.get("forward_s") is None:
-                continue  # the forward was not seen (a step that ran no model)
-            gap = r.get("gap_s")
-            host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s else 0.0)
-            g = rows_in.setdefault((r["kind"], r["batch"], r["tokens"]),
-                                   {"total": [], "ar": [], "fwd": [], "n_ar": []})
-            ar = float(r.get("forward_allreduce_s") or 0.0)
-            g["total"].append(float(r["forward_s"]) + host)
-            g["ar"].append(ar)
-            g["fwd"].append(float(r["forward_s"]))
-            g["n_ar"].append(float(r.get("forward_n_allreduce") or 0))
-            if r["kind"] in ("decode", "verify") and r.get("context_tokens") is not None:
-                contexts.append(float(r["context_tokens"]))
-            if r.get("draft_s") is None or r["kind"] != "verify":
-                continue
-            k = r.get("draft_k")
-            if r.get("draft_method") in VLLM_FORWARD_DRAFTERS and isinstance(k, int) and k >= 1:
-                d = drafts.setdefault(r["batch"], {"total": [], "ar": [], "n_ar": []})
-                d["total"].append(float(r["draft_s"]) / k)
-                d["ar"].append(float(r.get("draft_allreduce_s") or 0.0) / k)
-                d["n_ar"].append(float(r.get("draft_n_allreduce") or 0) / k)
-            else:
-                host_proposals.append(float(r["draft_s"]))
-            if isinstance(r.get("draft_method"), str) and isinstance(k, int):
-                step_spec.add((r["draft_method"], k))
-    where = ", ".join(str(d) for d in dirs)
-    if not rows_in:
+        run_dir = str(os.path.dirname(lg.path))
+        for seg, (m, steps) in enumerate(lg.runs):
+            if m:
+                versions.setdefault(str(m.get("vllm_version")), lg.path)
+                clocks.add(str(m.get("clock") or "perf_counter"))
+                if m.get("tp_size") is not None:
+                    tps.setdefault(m["tp_size"], lg.path)
+                if m.get("model_path"):
+                    models.setdefault(str(m["model_path"]), lg.path)
+                if m.get("served_model_name"):
+                    served.add(str(m["served_model_name"]))
+                if m.get("model_runner"):
+                    runners.add(str(m["model_runner"]))
+                if m.get("device_name"):
+                    devices.add(str(m["device_name"]))
+                if str(m.get("device") or "").startswith("cpu"):
+                    cpu_names.add(str(m.get("cpu_name") or "CPU"))
+                if isinstance(m.get("spec"), dict) and not spec_meta:
+                    spec_meta = m["spec"]
+            run_ranks.setdefault((run_dir, seg), set()).add(str(m.get("rank", lg.path)))
+            n_steps += len(steps)
+            for r in steps:
+                method, k = r.get("draft_method"), r.get("draft_k")
+                speculative = method is not None
+                if speculative and k is not None:
+                    step_spec.add((str(method), int(k)))
+                if r.get("forward_s") is None:
+                    continue  # the forward was not seen (a step that ran no model)
+                gap = r.get("gap_s")
+                host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s else 0.0)
+                ctx = float(r.get("context_tokens") or 0.0)
+                host_prop = speculative and is_host_proposer(str(method))
+                spec_tokens = int(r.get("spec_tokens") or 0)
+                if speculative and r.get("draft_s") is not None:
+                    if host_prop and r["kind"] in ("decode", "verify"):
+                        lookups.append(float(r["draft_s"]))  # every lookup: a miss costs one too
+                    request_steps += r["batch"]
+                    if spec_tokens:
+                        # a proposing request brings 1..k drafts; at least ceil(spec / k) of them proposed
+                        proposed += min(r["batch"], -(-spec_tokens // k) if k else r["batch"])
+                if not speculative:
+                    cells = base_cells if r["kind"] != "verify" else spec_cells
+                elif r["kind"] == "verify":
+                    cells = spec_cells
+                elif r["kind"] == "decode" and host_prop:
+                    cells = nodraft_cells
+                else:
+                    continue  # a speculative server's prefill / post-prefill step: not the baseline's
+                g = cells.setdefault((r["kind"], r["batch"], r["tokens"], context_band(ctx)), _cell())
+                g.total.append(float(r["forward_s"]) + host)
+                g.ar.append(float(r.get("forward_allreduce_s") or 0.0))
+                g.fwd.append(float(r["forward_s"]))
+                g.n_ar.append(float(r.get("forward_n_allreduce") or 0))
+                g.ctx.append(ctx)
+                if r["kind"] == "verify" and r.get("draft_s") is not None and method in VLLM_FORWARD_DRAFTERS \
+                        and k:
+                    # one row per drafter forward: B requests, one token each (the first forward's
+                    # verified tokens are not timed apart)
+                    d = drafts.setdefault((r["batch"], context_band(ctx)), _cell())
+                    d.total.append(float(r["draft_s"]) / k)
+                    d.ar.append(float(r.get("draft_allreduce_s") or 0.0) / k)
+                    d.fwd.append(float(r["draft_s"]) / k)
+                    d.n_ar.append(float(r.get("draft_n_allreduce") or 0) / k)
+                    d.ctx.append(ctx)
+    _one_value("tp_size", {str(k): v for k, v in tps.items()},
+               "logs of different TP degrees make no one profile: summarize each TP alone")
+    _one_value("model_path", models, "logs of different models make no one profile")
+    _one_value("vllm_version", versions, "logs of different vLLM versions make no one profile")
+    if tp is not None and tps and tp not in tps:
+        raise SpecmodelError(f"--tp {tp}: contradicts {tps[next(iter(tps))]}: tp_size {next(iter(tps))} "
+                             "(leave --tp out: the logs say)")
+    if not (base_cells or spec_cells or nodraft_cells):
         raise SpecmodelError(f"{where}: no engine steps recorded (the logs hold only meta lines; did the server "
                              "serve a request under `specmodel vllm`?)")
-    if not any(k[0] == "decode" for k in rows_in):
-        raise SpecmodelError(f"{where}: no decode steps recorded; a profile needs the baseline step: also run the "
-                             "server without --speculative-config under `specmodel vllm` and pass both directories "
-                             "to --summarize")
-    tp_val = tp if tp is not None else (max(tps) if tps else max(1, len(ranks)))
-    n_ranks = max(1, len(ranks))
-    dropped: list[str] = []
-    few_kinds: list[str] = []
-    for kind in {k[0] for k in rows_in}:
-        cells = [c for c in rows_in if c[0] == kind]
-        if all(len(rows_in[c]["total"]) < min_samples * n_ranks for c in cells):
-            few_kinds.append(kind)
-            continue
-        for c in cells:
-            if len(rows_in[c]["total"]) < min_samples * n_ranks:
-                dropped.append(f"{kind} b{c[1]} t{c[2]} ({len(rows_in[c]['total'])})")
-                del rows_in[c]
-    costs = []
-    for (kind, b, t), g in sorted(rows_in.items()):
-        total = median(g["total"])
-        if total <= 0:
-            continue
-        ar = min(median(g["ar"]), total)
-        compute = min(max(median(g["fwd"]) - ar, 0.0), total - ar)
-        if tp_val > 1 and max(g["n_ar"]) == 0:
-            no_ar_timed += 1
-        costs.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
-                             other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g["n_ar"])),
-                             spread_s=iqr(g["total"]), samples=len(g["total"])))
-    if any(len(d["total"]) >= min_samples * n_ranks for d in drafts.values()):
-        for b in [b for b, d in drafts.items() if len(d["total"]) < min_samples * n_ranks]:
-            dropped.append(f"draft b{b} ({len(drafts[b]['total'])})")
-            del drafts[b]
-    for b, d in sorted(drafts.items()):
-        total = median(d["total"])
-        if total <= 0:
-            continue
-        ar = min(median(d["ar"]), total)
-        costs.append(CostRow(kind="draft", batch=b, tokens=b, total_s=total, allreduce_s=ar, compute_s=total - ar,
-                             n_allreduce=round(median(d["n_ar"])), spread_s=iqr(d["total"]), samples=len(d["total"])))
+    if not any(k[0] == "decode" for k in base_cells):
+        raise SpecmodelError(f"{where}: no decode steps recorded without speculation; a profile needs the baseline "
+                             "step: also run the server without --speculative-config under `specmodel vllm` and "
+                             "pass both directories to --summarize")
     if len(step_spec) > 1:
         raise SpecmodelError(f"{where}: the logs mix speculative configurations "
                              f"({', '.join(f'{m} k={k}' for m, k in sorted(step_spec))}); summarize one at a time")
+    ranks_per_run = max(len(v) for v in run_ranks.values()) if run_ranks else 1
+    tp_val = tp if tp is not None else (next(iter(tps)) if tps else max(1, ranks_per_run))
+    n_ranks = max(1, min(tp_val, ranks_per_run))
+    dropped: list[str] = []
+    few_kinds: list[str] = []
+    draft_cells = {("draft", b, b, band): d for (b, band), d in drafts.items()}
+    band_ctx = _band_contexts(base_cells, spec_cells, nodraft_cells)
+    costs, no_ar_timed = _rows({**base_cells, **spec_cells}, min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
+                               dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx)
+    nodraft, _ = _rows(dict(nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
+                       dropped=dropped, few_kinds=[], band_ctx=band_ctx)
+    draft_rows, _ = _rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
+                          few_kinds=few_kinds, band_ctx=band_ctx)
+    costs += draft_rows
     method, k = next(iter(step_spec)) if step_spec else (spec_meta.get("method"), spec_meta.get("num_speculative_tokens"))
     method = method if isinstance(method, str) else None
     k = k if isinstance(k, int) else None
     spec = SpecConfig(algorithm=str(method).upper(), steps=k, topk=1, num_draft_tokens=k + 1) if method and k else SpecConfig()
-    overhead = median(host_proposals) if host_proposals and not drafts else 0.0
+    host_method = method if method and is_host_proposer(method) else None
+    overhead = median(lookups) if host_method and lookups else 0.0
+    hp = None
+    if host_method and request_steps:
+        proposed = min(proposed, request_steps)
+        hp = HostProposer(method=host_method, proposal_rate=proposed / request_steps, request_steps=request_steps,
+                          proposed_request_steps=proposed, lookup_s=overhead, lookup_steps=len(lookups),
+                          decode=tuple(nodraft))
     clock = "cuda_event" if clocks == {"cuda_event"} else "perf_counter"
     notes = ["vLLM rows are engine steps: forward (all-reduce split timed around vLLM's all-reduce) + the step's "
              "host work (sampling/rejection, bookkeeping, input prep, scheduling gap) in other_s; draft rows are "
-             "one drafter forward = proposal time / k."]
-    if overhead:
-        notes.append(f"host-side drafter ({method}): median proposal time {ms(overhead, 3)} per step is the "
-                     "profile's overhead_s (per speculative cycle).")
+             "one drafter forward = proposal time / k. decode rows come from the server without speculation.",
+             "rows are split by context band (0, 1K, 2K, 4K, ... tokens of KV per request), each at its steps' "
+             "median context."]
+    if hp is not None:
+        notes.append(f"host proposer ({host_method}): proposed on {hp.proposal_rate:.0%} of "
+                     f"{hp.request_steps} request-steps that ran the lookup (the default --proposal-rate); "
+                     f"median lookup {ms(overhead, 3)} over {hp.lookup_steps} steps (every lookup, hit or miss) "
+                     f"is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
+                     "speculative server in host_proposer.decode.")
+    if runners:
+        notes.append(f"vLLM model runner: {', '.join(sorted(runners))}")
     if clock == "perf_counter":
         notes.append("Timed with perf_counter on the host (a CPU engine): not GPU figures.")
     if no_ar_timed:
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
                      "their all-reduce share is unknown, not zero.")
-    if contexts:
-        notes.append(f"context: median {median(contexts):.0f} tokens of KV per request over the decode/verify steps "
-                     "(rows are not split by context)")
     if dropped:
         notes.append(f"{len(dropped)} cell(s) seen fewer than {min_samples} times per rank left out (ramp steps): "
                      + ", ".join(sorted(dropped)[:8]) + (" …" if len(dropped) > 8 else ""))
     if few_kinds:
         notes.append(f"{', '.join(sorted(few_kinds))}: no cell seen {min_samples} times per rank; every cell kept "
                      "(a short run: costs rest on few steps)")
-    if len(versions) > 1:
-        notes.append(f"logs come from several vLLM versions: {', '.join(sorted(versions))}")
+    n_runs = len(run_ranks)
     source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files), clock=clock,
-                                 description=f"vLLM step hook, {sum(len(g['total']) for g in rows_in.values())} "
-                                             f"steps from {len(files)} rank file(s)")
+                                 description=f"vLLM step hook (hook): {n_steps} steps from {n_runs} server run(s), "
+                                             f"{len(files)} rank file(s), TP {tp_val}")
     if no_ar_timed:
         source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
     # the keys the model/device checks read (validation.profile_device, check_log_model_matches_profile):
@@ -258,12 +398,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         hardware = {"gpu_name": sorted(devices)[0], "gpu_count": tp_val}
     elif cpu_names:
         hardware = {"cpu_name": sorted(cpu_names)[0]}
-    model = {"name": sorted(models)[0], "path": sorted(models)[0]} if models else {}
+    model: dict[str, Any] = {}
+    if models:
+        path = next(iter(models))
+        model = {"name": path, "path": path}
+        if served:
+            model["served_name"] = ", ".join(sorted(served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
-                   hardware=hardware, model=model, notes=tuple(notes))
-
-
-def step_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    from specmodel.trace.hooklog import log_files
-
-    return log_files(dirs, COMMAND)
+                   hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp)
