@@ -58,3 +58,10 @@ def median_ci95_rel(xs: Sequence[float]) -> float | None:
     if ci is None or m <= 0:
         return None
     return max(m - ci[0], ci[1] - m) / m
+
+
+def median_se(iqr_value: float, samples: int) -> float:
+    """Standard error of a sample median from its IQR and size: σ ≈ IQR / 1.349 (normal), and
+    SE(median) ≈ 1.253·σ/√n (the median's asymptotic variance πσ²/2n; Kendall & Stuart). 0 without
+    a spread."""
+    return 1.253 * (iqr_value / 1.349) / max(samples, 1) ** 0.5 if iqr_value > 0 else 0.0

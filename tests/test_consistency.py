@@ -94,6 +94,11 @@ def test_running_max_override_is_shown_and_qualifies() -> None:
     # a dip inside the tolerance is the surface's business, not a finding
     small = _profile(4.0, 8.0, extra=(_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 7.5), _row("draft", 2, 2, 0.3)))
     assert predict(small, from_mean(3.0, 4), batch=2, spec=SPEC).inconsistencies == ()
+    # the 3 ms dip of noisy medians (IQR 6 ms over 4 steps each: SE 2.79 ms, two SE of the difference 7.9 ms)
+    noisy = (_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 5.0, iqr_ms=6.0, n=4), _row("draft", 2, 2, 0.3))
+    prof_noisy = dataclasses.replace(prof, costs=(_row("decode", 1, 1, 4.0), _row("verify", 1, 4, 8.0, iqr_ms=6.0, n=4),
+                                                  _row("draft", 1, 1, 0.2), *noisy))
+    assert predict(prof_noisy, from_mean(3.0, 4), batch=2, spec=SPEC).inconsistencies == ()
 
 
 def test_inconsistency_vocabulary_is_closed() -> None:

@@ -79,3 +79,15 @@ def test_plain_numbers_without_allreduce_frac(tmp_path: Path, tp: str | None) ->
         assert pred["tp"] is None and pred["cycle_allreduce_s"] is None and "all-reduce unknown" in text
     else:
         assert pred["tp"] == 1 and pred["cycle_allreduce_s"] == 0.0 and "all-reduce none (TP 1)" in text
+
+
+def test_hook_profile_of_a_proposer_that_proposes_nothing(tmp_path: Path) -> None:
+    # rate 0: no accept length breaks even; the report says "none" where a number would be infinite
+    out = tmp_path / "ngram1"
+    base = baseline_standin(DATA / "tp1_ngram" / "hook", tmp_path / "base1")
+    _make(tmp_path, "vllm", "--summarize", str(base), "--summarize", str(DATA / "tp1_ngram" / "hook"), "-o", str(out))
+    text, doc = _report(tmp_path, "rate0", "--profile", str(out), "--accept-len", "2.9", "--proposal-rate", "0")
+    pred = doc["prediction"]
+    assert pred["proposal_rate"] == 0.0 and pred["break_even_accept_tokens"] is None and pred["verdict"] == "NO-GO"
+    assert "none (no accept length breaks even)" in text and "inf" not in (tmp_path / "rate0.md").read_text()
+    assert "no drafter forward: ngram proposes on the host" in text

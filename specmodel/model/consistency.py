@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from specmodel.limits import COST_ORDER_REL_TOL, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
 from specmodel.schema.profile import CostRow, Profile
+from specmodel.stats import median_se
 from specmodel.units import ms
 
 SEVERITIES = ("refuse", "qualify")
@@ -93,10 +94,9 @@ def _rows_text(profile: Profile, kind: str, tokens: float, context_tokens: float
 
 
 def median_se_s(row: CostRow) -> float:
-    """Standard error of a row's median from its IQR and sample count: σ ≈ IQR / 1.349 (normal),
-    SE(median) ≈ 1.253·σ/√n (Kendall & Stuart, the median's asymptotic variance πσ²/2n). 0 when the
-    row carries no spread (reference profiles, plain numbers)."""
-    return 1.253 * (row.spread_s / 1.349) / max(row.samples, 1) ** 0.5 if row.spread_s > 0 else 0.0
+    """Standard error of a row's median (:func:`specmodel.stats.median_se` of its IQR and samples);
+    0 when the row carries no spread (reference profiles, plain numbers)."""
+    return median_se(row.spread_s, row.samples)
 
 
 def noise_s(profile: Profile, kind: str, tokens: float, context_tokens: float) -> float:

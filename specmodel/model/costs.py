@@ -15,6 +15,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import OVERRIDE_REL_TOL
 from specmodel.schema import phases
 from specmodel.schema.profile import CostRow, Profile
+from specmodel.stats import median_se
 
 #: When a kind is missing, the kind whose curve stands in for it (the forward-kind table,
 #: :data:`specmodel.schema.phases.KIND_TABLE`): a verify forward is a target forward over more
@@ -330,8 +331,9 @@ def _with_decode_anchor(profile: Profile, kind: str, use: str, rows: tuple[CostR
 
 def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_tokens: float) -> tuple[Override, ...]:
     """The measured knots a lookup at (``tokens``, ``context_tokens``) reads that the running max
-    (:func:`_monotone` along tokens, then along context) lifted by more than
-    :data:`~specmodel.limits.OVERRIDE_REL_TOL`: each with the value measured, the value used and
+    (:func:`_monotone` along tokens, then along context) lifted by more than noise -- two standard
+    errors of the two medians' difference (:func:`specmodel.stats.median_se`) plus
+    :data:`~specmodel.limits.OVERRIDE_REL_TOL` of the value used: each with the value measured, the value used and
     the knot whose cost replaced it."""
     by_ctx: dict[int, list[CostRow]] = {}
     for r in rows:
@@ -346,6 +348,7 @@ def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_token
         toks, comps = _aggregate(tuple(by_ctx[c]))
         raw = [sum(v) for v in comps]
         lifted = [sum(v) for v in _monotone(comps)]  # what the surface uses at each knot (per component)
+        se = [max(median_se(r.spread_s, r.samples) for r in by_ctx[c] if r.tokens == t) for t in toks]
         lo_t = [i for i, t in enumerate(toks) if t <= tokens]
         hi_t = [i for i, t in enumerate(toks) if t >= tokens]
         knots = sorted({*(lo_t[-1:] or [0]), *(hi_t[:1] or [len(toks) - 1])})
@@ -356,7 +359,9 @@ def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_token
             by_t, by_c = toks[j], float(c)
             if prev is not None and prev[0] > used:
                 used, by_t, by_c = prev[0], prev[1], prev[2]
-            if c in used_ctx and used > raw[i] * (1.0 + OVERRIDE_REL_TOL):
+            # lifted beyond noise: two standard errors of the two medians' difference + the tolerance
+            noise = 2.0 * (se[i] ** 2 + se[j] ** 2) ** 0.5 + OVERRIDE_REL_TOL * used
+            if c in used_ctx and used - raw[i] > noise:
                 out.append(Override(kind=kind, tokens=toks[i], context_tokens=float(c), measured_s=raw[i],
                                     used_s=used, by_tokens=by_t, by_context_tokens=by_c))
         best_by_ctx.extend((raw[i], toks[i], float(c)) for i in range(len(toks)))

@@ -280,7 +280,7 @@ class ReportContent:
             return c.to_dict()
 
         opt = self.optimizer
-        return {
+        return _finite_or_none({
             **REPORT.header(),
             "title": self.title,
             "specmodel_version": self.version,
@@ -324,7 +324,7 @@ class ReportContent:
                 "inputs": dict(self.drafter.inputs), "report": self.drafter.raw,
             },
             "warnings": list(self.warnings),
-        }
+        })
 
 
 # --- assembly -------------------------------------------------------------------------------------------------
@@ -337,8 +337,31 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
+def _finite_or_none(obj: Any) -> Any:
+    """A JSON body with every non-finite number as null: a break-even no accept length reaches (a
+    proposer that proposes nothing) is "none", and strict JSON has no infinity."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
+def tokens_per_step_text(tokens: float) -> str:
+    """An accept length as the report prints it; a break-even no accept length reaches is "none"."""
+    return f"{tokens:.2f} tokens/step" if math.isfinite(tokens) else "none (no accept length breaks even)"
+
+
+def short_tokens(tokens: float) -> str:
+    """An accept length in a table cell: two decimals, or "none" where no accept length reaches it."""
+    return f"{tokens:.2f}" if math.isfinite(tokens) else "none"
+
+
 def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
-    hi = float(max(p.steps + 1, p.break_even_accept_tokens * 1.1, (ceiling_tokens or 0.0) * 1.05))
+    be = p.break_even_accept_tokens if math.isfinite(p.break_even_accept_tokens) else 0.0
+    hi = float(max(p.steps + 1, be * 1.1, (ceiling_tokens or 0.0) * 1.05))
     n = 60
     grid = tuple(1.0 + (hi - 1.0) * i / (n - 1) for i in range(n))
     return AcceptCurve(accept_grid=grid, tokens_per_s=tuple(eq.spec_tokens_per_s(p.batch, a, p.cycle_s) for a in grid),

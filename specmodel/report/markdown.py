@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specmodel.report.content import ReportContent, cycle_allreduce_text
+import math
+
+from specmodel.report.content import ReportContent, cycle_allreduce_text, short_tokens, tokens_per_step_text
 from specmodel.units import alpha_beta, ms, us
 
 
@@ -22,11 +24,11 @@ def render_markdown(c: ReportContent) -> str:
                       f"{p.tokens_per_s_high:.1f})"],
         ["baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"],
         ["speedup", f"{p.speedup:.2f}x"],
-        ["break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"],
+        ["break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)],
         ["drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"],
-        ["margin", f"{p.margin_tokens:+.2f} tokens/step"],
+        ["margin", (f"{p.margin_tokens:+.2f} tokens/step" if math.isfinite(p.margin_tokens) else "none")],
         [f"P(speedup > 1, {p.band_label})", p.p_text],
-        ["+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"],
+        ["+20% needs", tokens_per_step_text(p.accept_for_plus20_tokens)],
         ["cycle", cycle_allreduce_text(p)],
     ])
     lines += ["", "### Assumptions", ""] + [f"- {a}" for a in c.assumptions]
@@ -52,7 +54,7 @@ def render_markdown(c: ReportContent) -> str:
     lines += ["", "## What if", ""]
     lines += _table(["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"],
                     [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-                      f"{w.break_even_accept_tokens:.2f}", ms(w.cycle_s), w.verdict] if not w.unavailable else
+                      short_tokens(w.break_even_accept_tokens), ms(w.cycle_s), w.verdict] if not w.unavailable else
                      [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs])
     lines += [""] + [f"- {w.label}: " + "; ".join(((w.unavailable,) if w.unavailable else ()) + w.assumptions)
                      for w in c.whatifs if w.assumptions or w.unavailable]
@@ -61,7 +63,7 @@ def render_markdown(c: ReportContent) -> str:
               + (f"stops paying at batch {stop}." if stop is not None else "pays at every batch swept."), ""]
     lines += _table(["batch", "baseline tok/s", "spec tok/s", "speedup", "break-even"],
                     [[str(r.batch), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x",
-                      f"{r.break_even_accept_tokens:.2f}" + (" (extrapolated)" if r.extrapolated else "")]
+                      short_tokens(r.break_even_accept_tokens) + (" (extrapolated)" if r.extrapolated else "")]
                      for r in c.batch_sweep])
 
     b, d = o.best, o.default
@@ -90,7 +92,7 @@ def render_markdown(c: ReportContent) -> str:
                           (f"{r.accept_mean_tokens:.2f}" if r.accept_mean_tokens is not None else "-")
                           + (f" ({r.accept_band.split(' (')[0]})" if r.accept_band else ""),
                           f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}",
-                          f"{r.speedup:.2f}x", f"{r.break_even_accept_tokens:.2f}",
+                          f"{r.speedup:.2f}x", short_tokens(r.break_even_accept_tokens),
                           r.verdict + (f" (extrapolated: {'; '.join(r.extrapolated)})" if r.extrapolated else "")]
                          for r in v.rows])
     if c.plan is not None:

@@ -8,6 +8,7 @@ backend is selected here, nothing is ever shown on screen.
 from __future__ import annotations
 
 import io
+import math
 import os
 import tempfile
 import textwrap
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.io import atomic_write_bytes
-from specmodel.report.content import ReportContent, cycle_allreduce_text
+from specmodel.report.content import ReportContent, cycle_allreduce_text, short_tokens, tokens_per_step_text
 from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
@@ -179,12 +180,12 @@ def page_verdict(c: ReportContent) -> Any:
         ("Context", f"{p.context_tokens:.0f} KV tokens/request" + ("" if p.context_source == "requested"
                                                                     else " (smallest measured)")),
         ("Speedup", f"{p.speedup:.2f}x"),
-        ("Break-even accept length", f"{p.break_even_accept_tokens:.2f} tokens/step"
+        ("Break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)
          + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
         ("Drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"),
-        ("Margin", f"{p.margin_tokens:+.2f} tokens/step"),
+        ("Margin", (f"{p.margin_tokens:+.2f} tokens/step" if math.isfinite(p.margin_tokens) else "none")),
         ("P(speedup > 1)", p.p_text),
-        ("+20% needs", f"{p.accept_for_plus20_tokens:.2f} tokens/step"),
+        ("+20% needs", tokens_per_step_text(p.accept_for_plus20_tokens)),
         ("Cycle", cycle_allreduce_text(p)),
     ]
     y = 0.70
@@ -243,8 +244,10 @@ def page_curve(c: ReportContent) -> Any:
             label=f"speculative, TP{p.tp} B={p.batch} steps {p.steps} topk {p.topk} ndt {p.num_draft_tokens}")
     ax.axhline(cv.baseline_tokens_per_s, color="black", lw=1.5, ls="--",
                label=f"baseline {cv.baseline_tokens_per_s:.1f} tok/s")
-    ax.axvline(cv.break_even_tokens, color="#c62828", lw=1.5, label=f"break-even {cv.break_even_tokens:.2f}")
-    ax.axvline(cv.plus20_tokens, color="#c62828", lw=1, ls=":", label=f"+20% at {cv.plus20_tokens:.2f}")
+    if math.isfinite(cv.break_even_tokens):  # (a proposer that proposes nothing breaks even at no accept length)
+        ax.axvline(cv.break_even_tokens, color="#c62828", lw=1.5, label=f"break-even {cv.break_even_tokens:.2f}")
+    if math.isfinite(cv.plus20_tokens):
+        ax.axvline(cv.plus20_tokens, color="#c62828", lw=1, ls=":", label=f"+20% at {cv.plus20_tokens:.2f}")
     ax.axvline(cv.max_tokens, color="#777777", lw=1, ls="-.", label=f"max tokens/step (steps+1) = {cv.max_tokens}")
     if cv.accept_grid[-1] > cv.max_tokens:
         ax.axvspan(cv.max_tokens, cv.accept_grid[-1] + 0.3, facecolor="none", edgecolor="#bbbbbb", hatch="//", lw=0,
@@ -379,7 +382,7 @@ def page_whatif(c: ReportContent) -> Any:
     ax_t.axis("off")
     head = ["what-if", "baseline tok/s", "spec tok/s", "speedup", "break-even", "cycle", "verdict"]
     cells = [[w.label, f"{w.baseline_tokens_per_s:.1f}", f"{w.tokens_per_s:.1f}", f"{w.speedup:.2f}x",
-              f"{w.break_even_accept_tokens:.2f}", ms(w.cycle_s), w.verdict] if not w.unavailable else
+              short_tokens(w.break_even_accept_tokens), ms(w.cycle_s), w.verdict] if not w.unavailable else
              [w.label, "-", "-", "-", "-", "-", "N/A"] for w in c.whatifs]
     tab = ax_t.table(cellText=cells, colLabels=head, loc="upper center", cellLoc="center",
                      colWidths=[0.34, 0.11, 0.11, 0.09, 0.1, 0.12, 0.09])
@@ -569,7 +572,7 @@ def page_context(c: ReportContent) -> Any:
     ax_t = fig.add_axes((0.54, 0.04, 0.44, 0.38))
     ax_t.axis("off")
     cells = [[str(r.context_tokens), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x",
-              f"{r.break_even_accept_tokens:.2f}", r.verdict + (" (extrap.)" if r.extrapolated else "")]
+              short_tokens(r.break_even_accept_tokens), r.verdict + (" (extrap.)" if r.extrapolated else "")]
              for r in v.rows]
     tab = ax_t.table(cellText=cells, colLabels=["context", "baseline tok/s", "spec tok/s", "speedup", "break-even",
                                                 "verdict"], loc="upper left", cellLoc="center")
