@@ -204,6 +204,12 @@ def test_plan_engine_vllm_json_and_export_are_one_validated_document(tmp_path: P
     bases = [rg["basis"] for rg in band["ranges"]]
     assert sch.MEASURED_MARGINAL_KEPT in bases and sch.MEASURED_MARGINAL not in bases, band["ranges"]
     assert all(rg["k"] > 0 for rg in band["ranges"] if rg["basis"] == sch.MEASURED_MARGINAL_KEPT)
+    # ngram's k = 0 is free (a host lookup, no forward): its marginal batches are written as 0
+    r = run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.8", "--engine", "vllm", "--json",
+                "--speculative-config", '{"method": "ngram"}', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ng = json.loads(r.stdout)["bands"][0]["ranges"]
+    assert [rg["k"] for rg in ng if rg["basis"] == sch.MEASURED_MARGINAL] == [0], ng
     assert band["vllm"]["args"].startswith("--speculative-config '{")
     # re-exporting overwrites its own document; a different file is never overwritten
     assert run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.8", "--engine", "vllm",

@@ -46,7 +46,7 @@ MEASURED_MARGINAL = "measured: gain under the 1.10x go threshold (marginal)"
 UNMEASURED_OFF = "not measured: speculation off"
 #: where k = 0 still runs the drafter's forward (vLLM's draft_model / EAGLE), a marginal batch
 #: (predicted >= 1.00x) keeps its k: k = 0 there costs a decode plus a drafter forward (< 1.00x)
-MEASURED_MARGINAL_KEPT = "measured: gain under 1.10x, k kept (k = 0 would still run the drafter's forward)"
+MEASURED_MARGINAL_KEPT = "measured: gain under 1.10x, k kept (k = 0 still runs the drafter)"
 _K_BASES = (MEASURED_SPECULATE, MEASURED_MARGINAL_KEPT)
 
 #: Engines and versions whose schedule encoding this module writes (the sources it was read from).
