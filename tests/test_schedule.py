@@ -50,6 +50,29 @@ def test_decisions_become_inclusive_ranges_with_the_unmeasured_tail_off() -> Non
                    "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 3, 2], [4, 5, 0], [6, 256, 0]]}
 
 
+def test_a_marginal_batch_keeps_its_k_where_k0_still_runs_the_drafter() -> None:
+    # speculate at 1-2, marginal (1.05x) at 3-4, off (0.9x) at 5. vLLM's draft_model / EAGLE run the
+    # drafter's forward at k = 0 (tests/test_schedule_k0_live.py), so k = 0 at 3-4 would cost a decode
+    # plus a forward (< 1.00x): worse than keeping k (1.05x) and than no speculation (1.00x)
+    cs = cells([3, 3, 0, 0, 0])
+    for b in (3, 4):
+        rec = cand(b, steps=2, speedup=1.05)
+        cs[b - 1] = PlanCell(batch=b, context_tokens=0, recommended=rec, best_any=rec, default=cs[b - 1].default)
+    plain = sch.batch_schedule(cs, max_batch=5)
+    assert [(r.start, r.end, r.k, r.basis) for r in plain.ranges] == [
+        (1, 2, 3, sch.MEASURED_SPECULATE), (3, 4, 0, sch.MEASURED_MARGINAL), (5, 5, 0, sch.MEASURED_OFF)]
+    kept = sch.batch_schedule(cs, max_batch=5, k0_runs_drafter=True)
+    assert [(r.start, r.end, r.k, r.basis) for r in kept.ranges] == [
+        (1, 2, 3, sch.MEASURED_SPECULATE), (3, 4, 2, sch.MEASURED_MARGINAL_KEPT), (5, 5, 0, sch.MEASURED_OFF)]
+    assert kept.ranges[1].speedup_min == pytest.approx(1.05)
+    # no batch speculates: the engine starts without speculation, which no k = 0 cost touches
+    marginal = [PlanCell(batch=b, context_tokens=0, recommended=c.recommended, best_any=c.best_any, default=c.default)
+                for b, c in enumerate(cs[2:4], start=1)]
+    only_marginal = sch.batch_schedule(marginal, max_batch=2, k0_runs_drafter=True)
+    assert only_marginal.max_k == 0 and sch.vllm_speculative_config(only_marginal, {"method": "eagle3"}) is None
+    assert sch.context_schedules(cs, max_batch=5, k0_runs_drafter=True)[0].ranges == kept.ranges
+
+
 def test_one_k_everywhere_is_a_static_config_and_all_off_is_no_config() -> None:
     # measured to the engine's limit: no tail, one k -> plain num_speculative_tokens (vLLM's dynamic
     # path also stops padding decode requests to a uniform draft length, scheduler.py)
@@ -177,6 +200,16 @@ def test_plan_engine_vllm_json_and_export_are_one_validated_document(tmp_path: P
     assert cfg["model"] == "/d" and cfg["method"] == "eagle3"
     ks = [k for _, _, k in cfg["num_speculative_tokens_per_batch_size"]]
     assert ks[0] > 0 and ks[-1] == 0 and band["switch_off_above"] is not None
+    # eagle3's k = 0 still runs its forward: the marginal batches keep their k, none is written as 0
+    bases = [rg["basis"] for rg in band["ranges"]]
+    assert sch.MEASURED_MARGINAL_KEPT in bases and sch.MEASURED_MARGINAL not in bases, band["ranges"]
+    assert all(rg["k"] > 0 for rg in band["ranges"] if rg["basis"] == sch.MEASURED_MARGINAL_KEPT)
+    # ngram's k = 0 is free (a host lookup, no forward): its marginal batches are written as 0
+    r = run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.8", "--engine", "vllm", "--json",
+                "--speculative-config", '{"method": "ngram"}', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ng = json.loads(r.stdout)["bands"][0]["ranges"]
+    assert [rg["k"] for rg in ng if rg["basis"] == sch.MEASURED_MARGINAL] == [0], ng
     assert band["vllm"]["args"].startswith("--speculative-config '{")
     # re-exporting overwrites its own document; a different file is never overwritten
     assert run_cli("plan", "--profile", str(REFERENCE), "--accept-len", "2.8", "--engine", "vllm",

