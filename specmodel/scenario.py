@@ -77,6 +77,8 @@ class Scenario:
     #: acceptance per context band when the accept log measured it (plan and report pick a band per context)
     by_context: acc.AcceptByContext | None = None
     proposal_rate: float | None = None  # --proposal-rate (host proposers); None = every step proposes
+    #: where a proposal rate not given as --proposal-rate came from (the accept log), "" otherwise
+    proposal_rate_source: str = ""
 
 
 def run_prediction(sc: Scenario) -> Prediction:
@@ -84,6 +86,8 @@ def run_prediction(sc: Scenario) -> Prediction:
     (the scenario's warnings about its inputs first, then the model's)."""
     pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
                    observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate)
+    if sc.proposal_rate_source:
+        pred = replace(pred, proposal_rate_source=sc.proposal_rate_source)
     return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
 
 
@@ -660,8 +664,14 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
 
     warnings: list[str] = []
     found: list[acc.AcceptByContext] = []
+    rates_out: list[float] = []
     dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings,
-                                   bands_out=found)
+                                   bands_out=found, rate_out=rates_out)
+    rate, rate_source = args.proposal_rate, ""
+    if rate is None and rates_out:
+        # the log measured the rate (a server that proposed nothing): it is the observation to price
+        rate, rate_source = rates_out[0], "measured in the accept log: the server proposed nothing"
+        notes.append(f"proposal rate {rate:.0%}: {rate_source} (--proposal-rate overrides)")
     bands = found[0] if found else None
     if bands is not None and context is not None:
         # the log measured acceptance per context band: use the one that covers the context asked for
@@ -671,7 +681,7 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     elif context is not None and dist.source != "none":
         notes.append(f"acceptance assumed constant over context: {dist.source} gives no per-context measurement")
     obs = args.calibrate if isinstance(args.calibrate, Observation) else None
-    if args.proposal_rate is None:
+    if rate is None:
         from specmodel.model.hostdraft import measured_proposal_rate, proposal_rate_note
 
         measured = measured_proposal_rate(profile, spec.algorithm)
@@ -680,7 +690,8 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
                          f"{proposal_rate_note(None, spec.algorithm, profile)}")
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
-                    warnings=tuple(warnings), by_context=bands, proposal_rate=args.proposal_rate)
+                    warnings=tuple(warnings), by_context=bands, proposal_rate=rate,
+                    proposal_rate_source=rate_source)
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
@@ -749,7 +760,8 @@ def fractions_warning(hist: Mapping[int, float]) -> str | None:
 
 def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True,
                    notes: list[str] | None = None, warnings: list[str] | None = None,
-                   bands_out: list[acc.AcceptByContext] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+                   bands_out: list[acc.AcceptByContext] | None = None,
+                   rate_out: list[float] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``;
     an accept log's acceptance per context band, when it measured one, appended to ``bands_out``)."""
     given = args.accept_sources()
@@ -797,4 +809,6 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True
         notes.extend(s.notes)
     if bands_out is not None and s.by_context is not None:
         bands_out.append(s.by_context)
+    if rate_out is not None and s.proposal_rate is not None:
+        rate_out.append(s.proposal_rate)
     return s.dist, s.rates

@@ -83,3 +83,31 @@ def test_the_vllm_branchs_recordings_tp1_and_tp2(name, tp, cli):
     assert 1.0 < s.dist.mean_tokens <= 4.0
     none = cli("accept", str(DATA / "vllm_cpu_032" / "tp1_none" / "server.log"))
     assert none.returncode == 2 and "ran without speculative decoding" in none.stderr
+
+
+def test_a_server_that_proposed_nothing_is_an_observation_not_a_missing_log(tmp_path, cli):
+    # vLLM prints 'SpecDecoding metrics' only for intervals with drafts (v1/spec_decode/metrics.py): the
+    # recorded ngram log without those lines is what an ngram server on sampled output writes
+    src = DATA / "vllm_cpu_032" / "tp1_ngram" / "server.log"
+    silent = tmp_path / "silent.log"
+    silent.write_text("".join(ln for ln in src.read_text().splitlines(keepends=True) if "SpecDecoding" not in ln))
+    s = summarize([str(silent)])
+    assert s.proposal_rate == 0.0 and s.dist.mean_tokens == 1.0 and s.windows_used == 0
+    assert any("proposed no draft" in n for n in s.notes)
+    base = DATA / "vllm_cpu_032" / "tp1_ngram" / "hook"
+    from tests.conftest import baseline_standin
+
+    prof = tmp_path / "p"
+    r = cli("vllm", "--summarize", str(baseline_standin(base, tmp_path / "base")), "--summarize", str(base),
+            "-o", str(prof))
+    assert r.returncode == 0, r.stderr
+    r = cli("predict", "--profile", str(prof), "--accept-log", str(silent), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["proposal_rate"] == 0.0 and "proposed nothing" in d["proposal_rate_source"]
+    assert d["speedup"] < 1.0 and d["verdict"] == "NO-GO" and d["break_even_accept_tokens"] is None
+    # a log that does not say the server speculated is still refused: no acceptance and no proposer to price
+    plain = tmp_path / "plain.log"
+    plain.write_text("".join(ln for ln in silent.read_text().splitlines(keepends=True) if "speculative" not in ln))
+    r = cli("accept", str(plain))
+    assert r.returncode == 2 and "without 'SpecDecoding metrics' lines" in r.stderr

@@ -150,6 +150,9 @@ class LogFile:
     saved: dict[str, Any] | None = None  # a specmodel.accept document
     config: EngineConfig | None = None  # the server's logged start-up configuration
     warnings: tuple[str, ...] = ()  # e.g. a partial last line left out
+    #: a speculative server that generated tokens without a single draft (vLLM prints its
+    #: ``SpecDecoding`` line only for intervals with drafts, v1/spec_decode/metrics.py)
+    proposed_nothing: bool = False
 
     @property
     def vllm(self) -> tuple[Any, ...]:
@@ -177,6 +180,9 @@ class AcceptSummary:
     #: acceptance per context band, when the log gives each window's context (None: it does not,
     #: or all windows fall in one band)
     by_context: acc.AcceptByContext | None = None
+    #: the share of request-steps that proposed, when the log measures it (0.0: a speculative server
+    #: that generated tokens and proposed none); None: the log does not say
+    proposal_rate: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -193,6 +193,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
     config: EngineConfig | None = None
     device: str | None = None
     last = len(lines)
+    undrafted_tokens_per_s = 0.0  # generation throughput of intervals with no drafts
 
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -224,6 +225,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                     usage = num(um.group(2), where, "KV cache usage")
                     if math.isfinite(usage) and 0.0 <= usage <= 100.0:
                         vctx = usage / 100.0 * kv_size_tokens / running
+                if pending_tput is not None:
+                    undrafted_tokens_per_s += pending_tput[1]  # that interval printed no SpecDecoding line
                 pending_tput = (i, num(tm.group(1), where, "Avg generation throughput"), running,
                                 pm.group(3) if pm else "", vctx)
                 matched += 1
@@ -252,7 +255,19 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                                         tokens_per_s=tps, timestamp=ts, context_tokens=vctx,
                                         per_position=rec.per_position, drafts=rec.num_drafts(None)))
             pending_tput = None
+    if pending_tput is not None:
+        undrafted_tokens_per_s += pending_tput[1]
     if not vfmt:
+        if config is not None and config.speculative and undrafted_tokens_per_s > 0 \
+                and not any("SpecDecoding" in ln for ln in lines):
+            # vLLM logs SpecDecoding only for intervals with drafts: a speculative server that generated
+            # tokens and never printed one proposed nothing (ngram on sampled output) -- a valid observation
+            return LogFile(path=path, engine=NAME, fmt="no SpecDecoding lines", lines_read=len(lines),
+                           lines_matched=matched, windows=(), records=(), skipped=skipped, config=config,
+                           warnings=(*warnings, f"{path}: the server ran {config.algorithm or 'speculation'} and "
+                                     "generated tokens but logged no 'SpecDecoding metrics' line: it proposed no draft "
+                                     "(vLLM prints the line only for intervals with drafts); proposal rate 0"),
+                           proposed_nothing=True)
         if config is not None and config.speculative is False:
             raise SpecmodelError(f"{config.where}: the vLLM server ran without speculative decoding "
                                  "(speculative_config=None): no acceptance to read; start it with --speculative-config")
@@ -299,6 +314,12 @@ def _record(path: str, i: int, line: str) -> VllmSpecRecord | None:
 def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     max_tokens, label = inp.max_tokens, inp.label
     recs: list[VllmSpecRecord] = [r for f in files for r in f.records]
+    if not recs and files and all(f.proposed_nothing for f in files):
+        # no draft to accept: the acceptance is moot (every request-step decodes); E[A] = 1, no samples
+        dist = acc.from_mean(1.0, max_tokens, source=f"vLLM log {label}: proposed nothing")
+        return AcceptSummary(dist=dist, rates=None, files=tuple(files), windows_used=0, proposal_rate=0.0,
+                             notes=("the server proposed no draft: proposal rate 0, every request-step decodes "
+                                    "(predict prices the lookup and the speculative step's host work)",))
     windows = tuple(w for f in files for w in f.windows)
     with_rates = [r for r in recs if r.per_position]
     if with_rates:
