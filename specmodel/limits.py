@@ -37,6 +37,10 @@ MAX_LAYERS = 1_024
 MAX_HIDDEN = 1 << 17
 MAX_JOBS = 1_024
 MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
+# ---- the decision rule (model/decision.py): GO needs a real margin, since measurement noise on
+# a PCIe box is a few %, and, where the sample size is known, confidence that the speedup is > 1
+GO_MIN_SPEEDUP = 1.10
+GO_MIN_P = 0.90
 # ---- tolerances
 #: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
 #: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it

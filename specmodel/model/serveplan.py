@@ -9,7 +9,6 @@ in the *measured region* when a recommendation exists there. Pure functions; no 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,10 +33,6 @@ from specmodel.schema.profile import Profile, SpecConfig
 #: Regions: every cost and the acceptance measured / a cost only assumed (a fallback curve) /
 #: a cost or the acceptance extrapolated.
 MEASURED_REGION, ASSUMED_REGION, EXTRAPOLATED_REGION = "measured", "ASSUMED", "EXTRAPOL."
-
-#: SGLang --speculative-algorithm -> vLLM speculative_config "method".
-VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp"}
-
 
 @dataclass(frozen=True, kw_only=True)
 class PlanCell:
@@ -123,7 +118,8 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
     """The plan over ``batches`` × ``contexts`` (see the module docstring). With ``accept_at``
     each context is planned with its own acceptance (``model`` is then unused) and the plan
     records which (:attr:`ServePlan.accept_bands`); ``topks`` narrows the search to what an
-    engine can run (vLLM drafts chains: ``(1,)``)."""
+    engine can run (an engine record's ``chains_only``: ``(1,)``). The engine's own flags for a cell
+are its record's ``paste`` (:class:`specmodel.trace.engines.base.EngineSpec`); nothing here names an engine."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []
@@ -142,18 +138,3 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
                                   default=opt.default, assumed=assumed))
     return ServePlan(batches=tuple(sorted(set(batches))), contexts=tuple(sorted(set(contexts))), cells=tuple(cells),
                      algorithm=default.algorithm, accept_bands=tuple(bands))
-
-
-def sglang_flags(c: Candidate, algorithm: str) -> str:
-    return f"--speculative-algorithm {algorithm} {c.sglang_flags()}"
-
-
-def vllm_speculative_config(c: Candidate, algorithm: str, drafter: str = "<drafter>") -> str | None:
-    """vLLM ``--speculative-config`` JSON for a chain (topk 1); None for a tree, which vLLM does not draft."""
-    if c.topk != 1:
-        return None
-    method = VLLM_METHODS.get(algorithm.upper(), algorithm.lower())
-    cfg: dict[str, object] = {"method": method, "num_speculative_tokens": c.steps}
-    if method != "mtp":
-        cfg["model"] = drafter
-    return json.dumps(cfg, separators=(", ", ": "))
