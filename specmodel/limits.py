@@ -56,6 +56,10 @@ MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
 MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp
 MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
 MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
+#: what `watch` keeps of a log it follows (bounded memory whatever the log's length): its first lines
+#: (the start-up configuration) and its most recent bytes (far more than any window of a minute)
+WATCH_HEAD_LINES = 2_000
+WATCH_TAIL_BYTES = 32 << 20
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
 #: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
 #: decoder (which reads events of any length): rescanning an unfinished event as more of it

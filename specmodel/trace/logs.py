@@ -65,6 +65,11 @@ def parse_log(path: str | Path) -> LogFile:
     :class:`SpecmodelError` naming the file (and line)."""
     spath = str(path)
     lines, unterminated = read_log_lines(spath)
+    return parse_lines(spath, lines, unterminated)
+
+
+def parse_lines(spath: str, lines: list[str], unterminated: bool) -> LogFile:
+    """:func:`parse_log` on lines already read (``watch`` follows a log and keeps a bounded part of it)."""
     first = next((ln.strip() for ln in lines if ln.strip()), "")
     if not first:
         raise SpecmodelError(f"{spath}: empty file (no log lines)")

@@ -254,11 +254,15 @@ class MetricsFormat:
 # helpers the parsers share
 
 
+def strip_ansi(line: str) -> str:
+    """ANSI colour removed: vLLM colours its prefix on a terminal (logging_utils/formatter.py)."""
+    return _ANSI.sub("", line)
+
+
 def read_log_lines(path: str) -> tuple[list[str], bool]:
-    """Lines (ANSI colour removed: vLLM colours its prefix on a terminal, logging_utils/formatter.py)
-    and whether the last line lacks its newline (a server still writing it)."""
+    """Lines (:func:`strip_ansi`) and whether the last line lacks its newline (a server still writing it)."""
     lines, ended = read_text_lines_ended(path, "a text log")
-    return [_ANSI.sub("", line) for line in lines], not ended
+    return [strip_ansi(line) for line in lines], not ended
 
 
 def count(text: str, where: str, key: str) -> int:
