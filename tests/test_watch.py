@@ -68,7 +68,7 @@ def test_sglang_gauges_over_the_window_give_the_weighted_mixture():
 def test_idle_sglang_page_is_no_reading(tmp_path):
     idle = next(p for p in SGP if sglang_metrics.parse(p.read_text(), "p").gen_tokens_per_s_gauge == 0)
     with PageServer([idle.read_text()]) as srv:
-        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.1", "--once", "--json")
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.1", "--window", "1", "--once", "--json")
     assert r.returncode == 0, r.stderr
     (doc,) = _json_lines(r.stdout)
     assert doc["event"] == "no reading" and "idle" in doc["detail"]
