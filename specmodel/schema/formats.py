@@ -83,7 +83,7 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict)
 PREDICTION = Format(name="specmodel.prediction", version=1, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
-PLAN = Format(name="specmodel.plan", version=1, what="specmodel plan")
+PLAN = Format(name="specmodel.plan", version=2, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)
 REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 #: `specmodel validate --json`
