@@ -39,9 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._vllm_live import metrics_counters, run_load, start  # noqa: E402
+from specmodel.commands.plan_schedule import check_document as check_schedule_document  # noqa: E402
 from specmodel.errors import SpecmodelError  # noqa: E402
 from specmodel.io import read_json  # noqa: E402
-from specmodel.model.schedule import band_for, check_schedule_document  # noqa: E402
+from specmodel.model.schedule import band_for  # noqa: E402
 from specmodel.schema.formats import SCHEDULE  # noqa: E402
 from tests.vllm_engine import build_models, engine_python  # noqa: E402
 

@@ -41,6 +41,10 @@ MAX_LAYERS = 1_024
 MAX_HIDDEN = 1 << 17
 MAX_JOBS = 1_024
 MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
+# ---- the decision rule (model/decision.py): GO needs a real margin, since measurement noise on
+# a PCIe box is a few %, and, where the sample size is known, confidence that the speedup is > 1
+GO_MIN_SPEEDUP = 1.10
+GO_MIN_P = 0.90
 # ---- tolerances
 #: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
 #: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it
@@ -69,6 +73,13 @@ MAX_JSON_DEPTH = 64  # nesting of arrays/objects; Kineto traces use 3
 MAX_INT_DIGITS = 40  # an integer literal with more digits is not a count, a size or a timestamp
 MAX_LINE_BYTES = 1 << 20  # one log line (vLLM/SGLang lines are < 1 KiB)
 MAX_TEXT_BYTES = 1 << 30  # a whole text/JSON file read into memory (logs, profiles, nccl-tests)
+#: what `watch` keeps of a log it follows (bounded memory whatever the log's length): its first lines
+#: (the start-up configuration) and its most recent bytes (far more than any window of a minute)
+WATCH_HEAD_LINES = 2_000
+WATCH_TAIL_BYTES = 32 << 20
+#: a /metrics window this share of `--window` long, with tokens generated and no draft counted, is a
+#: server that proposes nothing (proposal rate 0); shorter, it may be prefills' first tokens only
+SILENT_WINDOW_SHARE = 0.9
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
 #: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
 #: decoder (which reads events of any length): rescanning an unfinished event as more of it

@@ -333,6 +333,12 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
     from specmodel.model.hostdraft import proposal_rate_of
 
     r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm, profile)
+    if topks is None and profile.source.engine:
+        from specmodel.trace.engines import engine_names, engine_spec
+
+        # a profile of an engine that drafts chains only (vLLM) is planned as that engine runs: no trees
+        if profile.source.engine in engine_names() and engine_spec(profile.source.engine).chains_only:
+            topks = (1,)
     if topks is None:
         return serve_plan(profile, model, batches=batches, contexts=contexts, default=sc.spec, accept_at=at,
                           proposal_rate=r)

@@ -135,13 +135,13 @@ def test_plan_command_text_and_json(tmp_path: Path) -> None:
     j = run_cli("plan", "--json", *args, cwd=tmp_path)
     assert j.returncode == 0, j.stderr
     doc = json.loads(j.stdout)
-    assert doc["schema"] == "specmodel.plan" and doc["schema_version"] == 1
+    assert doc["schema"] == "specmodel.plan" and doc["schema_version"] == 2
     assert doc["batches"] == [1, 16, 64] and doc["contexts"] == [0, 32768, 131072]
     for c in doc["cells"]:
         assert c["recommended"] is None and c["action"] == "unmeasured" and c["region"] == "ASSUMED"
         assert [(a["kind"], a["fallback"], a["context_tokens"]) for a in c["assumed"]] == [
             ("verify", "decode", c["context_tokens"]), ("draft", "", c["context_tokens"])]
-        assert "sglang_flags" not in c
+        assert "engine_flags" not in c
 
 
 def test_plan_never_recommends_the_demo_tree(tmp_path: Path) -> None:

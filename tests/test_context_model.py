@@ -13,8 +13,9 @@ from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import context_axis, default_context, forward_cost
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
-from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, UNMEASURED, serve_plan, vllm_speculative_config
+from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, UNMEASURED, serve_plan
 from specmodel.schema.profile import CostRow, Profile, SpecConfig, profile_from_dict, profile_to_dict
+from specmodel.trace.engines.vllm_engine import paste as vllm_speculative_config
 
 BATCHES = (1, 4, 16)
 CONTEXTS = (0, 4096, 32768)
@@ -199,7 +200,7 @@ def test_vllm_config_only_for_chains() -> None:
     rec = plan.cells[0].recommended
     assert rec is not None and rec.topk == 1
     assert vllm_speculative_config(rec, "EAGLE3") == \
-        f'{{"method": "eagle3", "num_speculative_tokens": {rec.steps}, "model": "<drafter>"}}'
+        f'--speculative-config \'{{"method": "eagle3", "num_speculative_tokens": {rec.steps}, "model": "<drafter>"}}\''
     tree = plan.cells[0].best_any
     if tree.topk > 1:
         assert vllm_speculative_config(tree, "EAGLE3") is None

@@ -16,7 +16,8 @@ from tests.conftest import DATA, REFERENCE
 from tests.fuzz import FuzzResult, fuzz
 
 TOTAL_S = float(os.environ.get("SPECMODEL_FUZZ_SECONDS", "30"))
-TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors", "vllm_hook", "sglang_hook")
+TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors", "vllm_hook", "sglang_hook",
+           "metrics", "watch_log")
 PER_TARGET_S = TOTAL_S / len(TARGETS)
 #: one input may take this long at most (bounded work; generous for a loaded CI box)
 MAX_EXAMPLE_S = 20.0
@@ -150,6 +151,45 @@ def _sglang_seed(tmp: Path) -> Path:
     return f
 
 
+def _reading_json(obs: object, engine: str) -> str | None:
+    """What `watch --json` prints for an observation (the profile of the seed's server)."""
+    from specmodel.schema.profile import load_profile
+    from specmodel.watch import Observed, assess, spec_for
+
+    if not isinstance(obs, Observed):
+        return None
+    prof = load_profile(DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "profile" if engine == "vllm" else REFERENCE)
+    return json.dumps(assess(prof, obs, spec_for(prof, obs, None)).to_dict(), allow_nan=False)
+
+
+def _metrics(p: Path) -> object:
+    """A /metrics page as `watch` reads it: sniffed, parsed, differenced against the seed's own
+    first page over the window, assessed and encoded as `watch --json` does."""
+    from specmodel.errors import SpecmodelError
+    from specmodel.trace.engines import metrics_format_of
+    from specmodel.watch import MetricsWindow, Scrape, observe_metrics
+
+    text = p.read_bytes().decode("utf-8", errors="replace")
+    fmt = metrics_format_of(text)
+    if fmt is None:
+        raise SpecmodelError("not a metrics page")
+    sample = fmt.parse(text, str(p))
+    first = (DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "metrics_0.txt" if sample.engine == "vllm"
+             else sorted((DATA / "sglang_metrics_055").glob("page_*.txt"))[5]).read_text()
+    win = MetricsWindow(window_s=600)
+    win.push(Scrape(t_s=0.0, sample=fmt.parse(first, "first")))
+    win.push(Scrape(t_s=10.0, sample=sample))
+    return _reading_json(observe_metrics(win, 3), sample.engine)
+
+
+def _watch_log(p: Path) -> object:
+    """A server log as `watch LOG --once --json` reads it: followed, observed, assessed, encoded."""
+    from specmodel.watch import LogSource, observe_log
+
+    windows, _, eng = LogSource(path=str(p)).read()
+    return _reading_json(observe_log(windows, eng, 3, 1e12), eng.name)
+
+
 def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
     if target == "trace":
         return [DATA / "kineto_cpu_gloo_tp2" / "cpu-gloo-rank0.trace.json.gz",
@@ -168,6 +208,11 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
                 rec / "tp1_none" / "hook" / "rank0.jsonl"], _vllm_hook
     if target == "sglang_hook":
         return [_sglang_seed(tmp)], _sglang_hook
+    if target == "metrics":
+        return [DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "metrics_1.txt",
+                sorted((DATA / "sglang_metrics_055").glob("page_*.txt"))[7]], _metrics
+    if target == "watch_log":
+        return [DATA / "logs_sglang_055" / "server.log", DATA / "vllm_cpu_032" / "tp1_ngram" / "server.log"], _watch_log
     if target == "accept_hist":
         h1 = tmp / "h1.csv"
         h1.write_text("value,count\n1,10\n2,30\n3,40\n4,20\n")

@@ -13,11 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specmodel.commands.plan_schedule import check_document
 from specmodel.errors import SpecmodelError
 from specmodel.model import schedule as sch
 from specmodel.model.optimize import Candidate
 from specmodel.model.serveplan import PlanCell
 from specmodel.schema import formats
+from specmodel.trace.engines import sglang_engine as S
+from specmodel.trace.engines import vllm_engine as V
 from tests.conftest import REFERENCE, run_cli
 
 
@@ -45,7 +48,7 @@ def test_decisions_become_inclusive_ranges_with_the_unmeasured_tail_off() -> Non
         (1, 2, 3, sch.MEASURED_SPECULATE), (3, 3, 2, sch.MEASURED_SPECULATE), (4, 5, 0, sch.MEASURED_OFF),
         (6, 256, 0, sch.UNMEASURED_OFF)]
     assert s.max_k == 3 and s.switch_off_above == 3
-    cfg = sch.vllm_speculative_config(s, {"method": "eagle3", "model": "d", "num_speculative_tokens": 9})
+    cfg = V.speculative_config(s, {"method": "eagle3", "model": "d", "num_speculative_tokens": 9})
     assert cfg == {"method": "eagle3", "model": "d", "num_speculative_tokens": 3,
                    "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 3, 2], [4, 5, 0], [6, 256, 0]]}
 
@@ -69,7 +72,7 @@ def test_a_marginal_batch_keeps_its_k_where_k0_still_runs_the_drafter() -> None:
     marginal = [PlanCell(batch=b, context_tokens=0, recommended=c.recommended, best_any=c.best_any, default=c.default)
                 for b, c in enumerate(cs[2:4], start=1)]
     only_marginal = sch.batch_schedule(marginal, max_batch=2, k0_runs_drafter=True)
-    assert only_marginal.max_k == 0 and sch.vllm_speculative_config(only_marginal, {"method": "eagle3"}) is None
+    assert only_marginal.max_k == 0 and V.speculative_config(only_marginal, {"method": "eagle3"}) is None
     assert sch.context_schedules(cs, max_batch=5, k0_runs_drafter=True)[0].ranges == kept.ranges
 
 
@@ -77,23 +80,23 @@ def test_one_k_everywhere_is_a_static_config_and_all_off_is_no_config() -> None:
     # measured to the engine's limit: no tail, one k -> plain num_speculative_tokens (vLLM's dynamic
     # path also stops padding decode requests to a uniform draft length, scheduler.py)
     s = sch.batch_schedule(cells([2, 2, 2]), max_batch=3)
-    assert sch.vllm_speculative_config(s, {"method": "ngram"}) == {"method": "ngram", "num_speculative_tokens": 2}
+    assert V.speculative_config(s, {"method": "ngram"}) == {"method": "ngram", "num_speculative_tokens": 2}
     assert s.switch_off_above is None
     off = sch.batch_schedule(cells([0, 0]), max_batch=8)
     assert off.switch_off_above == 0
-    assert sch.vllm_speculative_config(off, {"method": "ngram"}) is None
-    assert sch.sglang_adaptive_config(off) is None
+    assert V.speculative_config(off, {"method": "ngram"}) is None
+    assert S.adaptive_config(off) is None
 
 
 def test_sglang_adaptive_config_pins_each_range_start_to_its_k() -> None:
     # adaptive_spec_params.py: keys are batch sizes as strings, the slot is the largest key <= batch,
     # one candidate never moves; 0 disables drafting; --speculative-num-steps must be a candidate
     s = sch.batch_schedule(cells([3, 3, 1, 0]), max_batch=4)
-    assert sch.sglang_adaptive_config(s) == {"1": {"candidate_steps": [3]}, "3": {"candidate_steps": [1]},
+    assert S.adaptive_config(s) == {"1": {"candidate_steps": [3]}, "3": {"candidate_steps": [1]},
                                              "4": {"candidate_steps": [0]}}
-    flags = sch.sglang_adaptive_flags(s, "EAGLE3", "a.json")
+    flags = S.adaptive_flags(s, "EAGLE3", "a.json")
     assert flags is not None and "--speculative-num-steps 3" in flags and "--speculative-eagle-topk 1" in flags
-    assert sch.sglang_static_flags(s.ranges[-1], "EAGLE3") is None
+    assert S.static_flags(s.ranges[-1], "EAGLE3") is None
 
 
 def test_plan_cells_must_be_dense_one_context_and_chains_for_vllm() -> None:
@@ -134,9 +137,9 @@ def _vllm_dynamic_utils() -> ModuleType | None:
 def test_k_lookup_is_vllms_on_the_docstring_example() -> None:
     # build_dynamic_sd_schedule_lookup: "[(1, 16, 3), (32, 128, 2)] should map batch sizes 17-31 to K=3";
     # the tail keeps the last K; every K is capped at num_speculative_tokens
-    dense = sch.vllm_k_lookup([[1, 16, 3], [32, 128, 2]], max_num_seqs=200, num_speculative_tokens=3)
+    dense = V.k_lookup([[1, 16, 3], [32, 128, 2]], max_num_seqs=200, num_speculative_tokens=3)
     assert dense[17:32] == [3] * 15 and dense[32] == 2 and dense[200] == 2
-    assert sch.vllm_k_lookup([[1, 4, 5]], max_num_seqs=8, num_speculative_tokens=2)[1:] == [2] * 8
+    assert V.k_lookup([[1, 4, 5]], max_num_seqs=8, num_speculative_tokens=2)[1:] == [2] * 8
 
 
 @settings(max_examples=60, deadline=None)
@@ -147,13 +150,13 @@ def test_the_engine_runs_the_k_the_plan_chose_at_every_batch(decisions: list[int
     decided: list[int | None] = list(ks)
     decided += [None] * (len(decisions) - len(ks))
     s = sch.batch_schedule(cells(decided), max_batch=len(decided) + extra)
-    cfg = sch.vllm_speculative_config(s, {"method": "ngram"})
+    cfg = V.speculative_config(s, {"method": "ngram"})
     want = [d if d is not None else 0 for d in decided] + [0] * extra
     if cfg is None:
         assert max(want) == 0
         return
     entries = cfg.get("num_speculative_tokens_per_batch_size", [[1, len(want), cfg["num_speculative_tokens"]]])
-    dense = sch.vllm_k_lookup(entries, max_num_seqs=len(want) + 5, num_speculative_tokens=cfg["num_speculative_tokens"])
+    dense = V.k_lookup(entries, max_num_seqs=len(want) + 5, num_speculative_tokens=cfg["num_speculative_tokens"])
     assert dense[1:len(want) + 1] == want
     assert dense[len(want) + 1:] == [want[-1]] * 5  # past the schedule the last k holds (vLLM carries it)
     real = _vllm_dynamic_utils()
@@ -166,7 +169,7 @@ def test_the_engine_runs_the_k_the_plan_chose_at_every_batch(decisions: list[int
     ([[1, 4, -1]], "k >= 0"), ([[1, 4]], "integers"), ([[1, True, 2]], "integers")])
 def test_schedules_vllm_would_refuse_are_refused_here(entries: list, msg: str) -> None:
     with pytest.raises(SpecmodelError, match=msg):
-        sch.validate_vllm_schedule(entries)
+        V.validate_schedule(entries)
     real = _vllm_dynamic_utils()
     if real is not None and msg != "integers":
         with pytest.raises(ValueError):
@@ -193,7 +196,7 @@ def test_plan_engine_vllm_json_and_export_are_one_validated_document(tmp_path: P
     doc = json.loads(r.stdout)
     assert formats.SCHEDULE.check(doc, "stdout") == 1 and list(doc)[:2] == ["schema", "schema_version"]
     assert json.loads(out.read_text()) == doc
-    sch.check_schedule_document(doc, "stdout")
+    check_document(doc, "stdout")
     band = doc["bands"][0]
     cfg = band["vllm"]["speculative_config"]
     # the reference at 2.8 tokens/step pays >= 1.10x at small batches only: on, then off (marginal, then no gain), then the unmeasured tail
@@ -276,8 +279,8 @@ def test_head_to_head_refuses_a_schedule_for_another_engine(extra: list[str], ms
 
 def _doc() -> dict:
     s = sch.batch_schedule(cells([3, 0]), max_batch=4)
-    return sch.schedule_document([s], engine="vllm", algorithm="EAGLE3", vllm_base={"method": "eagle3", "model": "d"},
-                                 sglang_config_path="a.json", header=formats.SCHEDULE.header(),
+    return sch.schedule_document([s], engine=V.SPEC, algorithm="EAGLE3", base={"method": "eagle3", "model": "d"},
+                                 options={}, header=formats.SCHEDULE.header(),
                                  about={"profile": "p", "model": "m", "tp": 1})
 
 
@@ -294,7 +297,7 @@ def _doc() -> dict:
 ])
 def test_a_schedule_document_is_validated_on_load(mutate, msg: str) -> None:  # type: ignore[no-untyped-def]
     d = _doc()
-    sch.check_schedule_document(d, "s.json")
+    check_document(d, "s.json")
     mutate(d)
     with pytest.raises(SpecmodelError, match=f"s.json: .*{msg}"):
-        sch.check_schedule_document(d, "s.json")
+        check_document(d, "s.json")

@@ -67,7 +67,7 @@ def test_plan_says_marginal_at_1_05x_and_off_rows_fill_no_configuration(tmp_path
     j = json.loads(run_cli("plan", "--json", "--accept-len", "2.0", "--batches", "1", "--contexts", "0",
                            cwd=tmp_path).stdout)
     [cell] = j["cells"]
-    assert cell["action"] == "off" and "sglang_flags" not in cell  # off: no flags to paste
+    assert cell["action"] == "off" and "engine_flags" not in cell  # off: no flags to paste
 
 
 # ---- item 8: one recommendation, CLI and PDF

@@ -56,7 +56,10 @@ def test_sglang_gauges_over_the_window_give_the_weighted_mixture():
     last = readings[-1]
     assert last["observed"]["accept_mean_tokens"] == pytest.approx(want.mean_tokens, abs=1e-9)
     assert last["observed"]["batch"] == pytest.approx(sum(g.running or 0 for g in gs) / 4)
-    assert last["advice"] in ("keep",) or last["advice"].startswith(("keep (", "use k", "switch off"))
+    # the one decision rule: 1.28x (>= 1.10x) is GO, so the advice is to keep; the context (654) is past
+    # the profile's measured one, so no switch-off batch is derived from costs nobody measured
+    assert last["speedup"] >= 1.10 and last["verdict"] == "GO" and last["advice"] == "keep"
+    assert last["switch_off_above_batch"] is None and last["extrapolated"]
     assert last["speedup_low"] <= last["speedup"] <= last["speedup_high"]
     assert last["margin_tokens"] == pytest.approx(last["observed"]["accept_mean_tokens"]
                                                   - last["break_even_accept_tokens"], abs=1e-9)
@@ -65,7 +68,7 @@ def test_sglang_gauges_over_the_window_give_the_weighted_mixture():
 def test_idle_sglang_page_is_no_reading(tmp_path):
     idle = next(p for p in SGP if sglang_metrics.parse(p.read_text(), "p").gen_tokens_per_s_gauge == 0)
     with PageServer([idle.read_text()]) as srv:
-        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.1", "--once", "--json")
+        r = _watch(srv.url, "--profile", str(REFERENCE), "--interval", "0.1", "--window", "1", "--once", "--json")
     assert r.returncode == 0, r.stderr
     (doc,) = _json_lines(r.stdout)
     assert doc["event"] == "no reading" and "idle" in doc["detail"]
@@ -100,9 +103,22 @@ def test_server_that_goes_away_and_comes_back_is_not_fatal():
     assert events.index("server gone") < events.index("server back")
 
 
+def _as_if_written_now(text: str) -> str:
+    """The log's timestamps shifted so that its last entry is now (a log being written)."""
+    import datetime as dt
+    import re
+
+    stamps = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)
+    last = dt.datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S")
+    shift = dt.datetime.now().replace(microsecond=0) - last
+    return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d",
+                  lambda m: (dt.datetime.strptime(m.group(0), "%Y-%m-%d %H:%M:%S") + shift).strftime("%Y-%m-%d %H:%M:%S"),
+                  text)
+
+
 def test_log_being_written_is_watched(tmp_path):
     log = tmp_path / "live.log"
-    text = (DATA / "logs_sglang_055" / "server.log").read_text()
+    text = _as_if_written_now((DATA / "logs_sglang_055" / "server.log").read_text())
     log.write_text(text + "[2025-11-30 04:33:00 TP0] Decode batch, #running-req: 2, #tok")  # mid-write
     r = _watch(str(log), "--profile", str(REFERENCE), "--once", "--window", "5", "--json")
     assert r.returncode == 0, r.stderr
@@ -200,7 +216,7 @@ def test_vllm_counter_reset_restarts_the_window():
 def test_vllm_page_without_spec_decode_counters_is_refused():
     with PageServer([VNONE.read_text()]) as srv:
         r = _watch(srv.url, "--profile", str(VPROF), "--once", "--interval", "0.1")
-    assert r.returncode == 2 and "no vllm:spec_decode_* counters" in r.stderr
+    assert r.returncode == 2 and "no vllm:spec_decode_num_drafts_total counter" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 

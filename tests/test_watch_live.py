@@ -72,3 +72,36 @@ def test_watch_acceptance_matches_the_engines_spec_decoding_lines(vllm_python: P
     assert abs(watched - engine_mean) / engine_mean < 0.02, (watched, engine_mean, lines)
     assert doc["observed"]["verify_steps"] == pytest.approx(drafts, rel=0.02)
     assert doc["spec"]["steps"] == 3 and doc["advice"]
+
+
+def test_watch_once_on_a_busy_server_reads_every_time(vllm_python: Path, tiny_models, tmp_path: Path):
+    # a busy server (two clients looping) read with `--once --interval 3` five times: every try gives a
+    # reading (before: "idle: no drafts in the window" in 4 of 5 tries, while the counters rose)
+    import threading
+
+    prof = Path(__file__).parent / "data" / "vllm_cpu_032_watch" / "tp1_ngram" / "profile"
+    with VllmServer(python=vllm_python, model=tiny_models.target, tp=1, spec=ngram_spec(3),
+                    log_path=tmp_path / "server.log") as srv:
+        stop = threading.Event()
+
+        def client(i: int) -> None:
+            while not stop.is_set():
+                srv.complete(PROMPTS[i % 2], max_tokens=64)
+
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            docs = []
+            for _ in range(5):
+                r = subprocess.run(specmodel_exe() + ["watch", f"{srv.url}/metrics", "--profile", str(prof), "--once",
+                                                      "--interval", "3", "--json"],
+                                   capture_output=True, text=True, timeout=180)
+                assert r.returncode == 0, r.stderr
+                docs.append(json.loads(r.stdout.splitlines()[-1]))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+    assert all("observed" in d for d in docs), [d.get("detail") for d in docs]
+    assert all(d["observed"]["verify_steps"] > 0 for d in docs)

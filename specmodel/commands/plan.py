@@ -11,10 +11,11 @@ from specmodel.commands import plan_schedule
 from specmodel.commands.scenario import with_scenario
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
-from specmodel.model.predict import GO_MIN_SPEEDUP
-from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan, sglang_flags, vllm_speculative_config
+from specmodel.model.decision import GO_MIN_SPEEDUP
+from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan
 from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import PLAN
+from specmodel.trace.engines import ENGINE_SPECS, engines_help
 
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:
@@ -62,10 +63,10 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
         cand = next(c.recommended for c in plan.cells if c.recommended is not None and c.recommended.key == key)
         where = "; ".join(f"context {L}: batch {', '.join(map(str, bs))}" for L, bs in by_ctx.items())
         out.append(f"  for {where}:")
-        out.append(f"    SGLang: {sglang_flags(cand, plan.algorithm)}")
-        v = vllm_speculative_config(cand, plan.algorithm)
-        out.append(f"    vLLM:   --speculative-config '{v}'" if v is not None
-                   else "    vLLM:   no equivalent (vLLM drafts chains, topk 1)")
+        for e in ENGINE_SPECS:
+            v = e.paste(cand, plan.algorithm)
+            out.append(f"    {e.label + ':':<7} {v}" if v is not None
+                       else f"    {e.label + ':':<7} no equivalent ({e.label} drafts chains, topk 1)")
     marg = [f"batch {c.batch} @ context {c.context_tokens}" for c in plan.cells if c.action == MARGINAL]
     if marg:
         out.append(f"MARGINAL (best measured configuration below {GO_MIN_SPEEDUP:.2f}x: inside the noise, no "
@@ -91,8 +92,7 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
     for c in plan.cells:
         d = c.to_dict()
         if c.to_run is not None:  # flags only where the rule says speculate
-            d["sglang_flags"] = sglang_flags(c.to_run, plan.algorithm)
-            d["vllm_speculative_config"] = vllm_speculative_config(c.to_run, plan.algorithm)
+            d["engine_flags"] = {e.name: e.paste(c.to_run, plan.algorithm) for e in ENGINE_SPECS}
         cells.append(d)
     return {**PLAN.header(), "profile": sc.profile.name,
             "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,
@@ -115,7 +115,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
 
-    With --engine vllm|sglang: the engine's native per-batch schedule per measured context
+    With --engine NAME: the engine's native per-batch schedule per measured context
     (--json prints that document; --export FILE writes it).
     """
     if engine is not None:
@@ -127,7 +127,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
             click.echo(json.dumps(doc, indent=2, allow_nan=False))
             return
     elif export_path is not None:
-        raise SpecmodelError("--export: needs --engine vllm|sglang (the engine the schedule is for)")
+        raise SpecmodelError(f"--export: needs --engine ({engines_help()}: the engine the schedule is for)")
     plan = serve_plan_for(scenario, parse_token_list(batches, "batches", MAX_BATCH) if batches else None,
                       parse_token_list(contexts, "contexts") if contexts else None)
     if as_json:

@@ -1,15 +1,15 @@
-"""``specmodel plan --engine vllm|sglang [--export FILE]``: the serve plan as the schedule an engine runs.
+"""``specmodel plan --engine NAME [--export FILE]``: the serve plan as the schedule an engine runs.
 
 Kept beside ``commands/plan.py`` (which owns the table and the decision rule) so the plan
 command only adds the flags and one call. The plan is evaluated at every batch 1..B (B the
 largest measured decode batch: interpolated costs count as measured) and at each measured
-context; :mod:`specmodel.model.schedule` encodes its decisions.
+context; :mod:`specmodel.model.schedule` encodes its decisions and the engine's record in the
+registry (:func:`specmodel.trace.engines.engine_spec`) writes them in the engine's own flags.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from specmodel.model import schedule as sch
 from specmodel.model.costs import measured_contexts
 from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import SCHEDULE
+from specmodel.trace.engines import engine_names, engine_spec, engines_help
 
 #: vLLM's schedule is clipped at its --max-num-seqs; ours runs to this batch by default (k past
 #: the measured batches is 0, and vLLM carries the last k on, so a larger engine limit is safe).
@@ -31,16 +32,19 @@ DEFAULT_MAX_NUM_SEQS = 1024
 
 def schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--engine", type=click.Choice(sch.ENGINES), default=None,
-                     help="Write the plan as this engine's native schedule (vLLM "
-                          "num_speculative_tokens_per_batch_size; SGLang adaptive-steps config), one per context."),
+        click.option("--engine", type=click.Choice(engine_names()), default=None,
+                     help=f"Write the plan as this engine's native schedule ({engines_help()}), one per context."),
         click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
                      help="With --engine: write the schedule document (specmodel.schedule JSON) here."),
         click.option("--speculative-config", "vllm_base", default=None,
                      help="With --engine vllm: your speculative config JSON (method, model, ...); the schedule "
                           "fills num_speculative_tokens and the per-batch list. Default: method from the profile, "
                           "model from --drafter."),
-        click.option("--drafter", default=None, help="With --engine: the drafter model (path or hub id)."),
+        click.option("--drafter", default=None,
+                     help="With --engine: the drafter model (path or hub id). A local directory is checked first "
+                          "(check-drafter against --target): a FAIL refuses the schedule (BLOCKED)."),
+        click.option("--target", "drafter_target", type=click.Path(), default=None,
+                     help="With --drafter DIR: the target model's directory the drafter is checked against."),
         click.option("--max-num-seqs", type=bounded_int(1, MAX_BATCH), default=None,
                      help=f"With --engine: the engine's --max-num-seqs (the last batch the schedule covers; "
                           f"default {DEFAULT_MAX_NUM_SEQS} or the largest measured batch)."),
@@ -54,24 +58,47 @@ def schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return functools.reduce(lambda acc, o: o(acc), reversed(opts), f)
 
 
-def _vllm_base(sc: Scenario, vllm_base: str | None, drafter: str | None) -> dict[str, Any]:
-    if vllm_base is not None:
-        base = loads_json(vllm_base.encode(), "--speculative-config")
-        if not isinstance(base, dict):
-            raise SpecmodelError("--speculative-config: expected a JSON object")
-    else:
-        base = {"method": sch.vllm_method(sc.spec.algorithm)}
-    if drafter is not None:
-        base["model"] = drafter
-    elif "model" not in base and base.get("method") not in ("mtp", "ngram", "suffix"):
-        base["model"] = "<drafter>"
+def _user_base(vllm_base: str | None) -> dict[str, Any] | None:
+    if vllm_base is None:
+        return None
+    base = loads_json(vllm_base.encode(), "--speculative-config")
+    if not isinstance(base, dict):
+        raise SpecmodelError("--speculative-config: expected a JSON object")
     return base
+
+
+def check_drafter_first(drafter: str | None, target: str | None) -> list[str]:
+    """The drafter check before any schedule names the drafter (the one decision rule: a FAIL is
+    BLOCKED, and a blocked drafter gets no schedule). Returns notes; refuses on FAIL."""
+    from specmodel.model.decision import decide
+
+    if drafter is None:
+        if target is not None:
+            raise SpecmodelError("--target: needs --drafter DIR (the drafter to check against it)")
+        return []
+    if not Path(drafter).is_dir():
+        return [f"drafter {drafter} not checked: not a local directory (run specmodel check-drafter on its files)"]
+    if target is None:
+        raise SpecmodelError(f"--drafter {drafter}: a local drafter is checked before it is scheduled; pass --target "
+                             "DIR (the target model's directory)")
+    if not Path(target).is_dir():
+        raise SpecmodelError(f"--target: {target}: not a directory")
+    from specmodel.drafter.checks import check_drafter
+
+    rep = check_drafter(drafter_dir=Path(drafter), target_dir=Path(target))
+    fails = [f"FAIL {f.name}" for f in rep.findings if f.status == "FAIL"]
+    d = decide(0.0, blocked_by=fails)
+    if fails:
+        raise SpecmodelError(f"--drafter {drafter}: {d.verdict}: {d.reason}; no schedule is written for a drafter "
+                             "the check fails (see specmodel check-drafter)")
+    return [f"drafter {drafter} checked against {target}: {rep.status}"]
 
 
 def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_base: str | None, drafter: str | None,
                     max_num_seqs: int | None, sglang_config_path: str, serve_model: str | None,
-                    serve_tp: int | None) -> dict[str, Any]:
+                    serve_tp: int | None, drafter_target: str | None = None) -> dict[str, Any]:
     """The ``specmodel.schedule`` document for ``engine`` (see the module docstring)."""
+    checked = check_drafter_first(drafter, drafter_target)
     prof = sc.profile
     tp_known = prof.source.tp_known
     model_name = prof.model.get("name") or prof.model.get("path")
@@ -80,31 +107,26 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
     top = max(r.batch for r in prof.rows("decode"))
     ctxs = parse_token_list(contexts, "--contexts") if contexts else list(measured_contexts(prof, "decode"))
     # vLLM drafts chains; SGLang's adaptive steps are topk 1 only too; SGLang's static flags may run trees
+    spec = engine_spec(engine)
+    # schedules switch k per batch over chains (vLLM drafts chains; SGLang's adaptive steps are
+    # topk 1 only); an engine whose static flags may run trees gets a second, unrestricted plan
     chains = serve_plan_for(sc, list(range(1, top + 1)), ctxs, topks=(1,))
     last = max(max_num_seqs or DEFAULT_MAX_NUM_SEQS, top)
-    base = _vllm_base(sc, vllm_base, drafter) if engine == "vllm" else {}
-    drafts_by_model = base.get("method") not in ("ngram", "ngram_gpu", "suffix")
-    scheds = sch.context_schedules(chains.cells, max_batch=last, k0_runs_drafter=engine == "vllm" and drafts_by_model)
+    base = spec.base_config(sc.spec.algorithm, _user_base(vllm_base), drafter)
+    scheds = sch.context_schedules(chains.cells, max_batch=last, k0_runs_drafter=spec.k0_runs_drafter(base))
     static = None
-    if engine == "sglang":
+    if spec.static_trees:
         full = serve_plan_for(sc, list(range(1, top + 1)), ctxs)
         static = sch.context_schedules(full.cells, max_batch=last, chains_only=False)
-    notes = [n for s in scheds for n in s.notes]
-    if engine == "vllm" and drafts_by_model and any(s.max_k > 0 and r.k == 0 for s in scheds for r in s.ranges):
-        notes.append("vLLM 0.32 runs the drafter's first forward even at k = 0 (llm_base_proposer.py; measured with "
-                     "the hook), so an 'off' range costs one draft forward per step more than starting the engine "
-                     "without speculation, and a marginal batch keeps its k")
-    if engine == "sglang":
-        notes.append("SGLang >= 0.5.23 pads the batch up to a CUDA-graph batch size before it picks the slot "
-                     "(adaptive_spec_params.py), so each switch lands on the next CUDA-graph size; 0.5.5 cannot "
-                     "switch at run time: serve batches above the switch-off point without speculation")
+    notes = checked + [n for s in scheds for n in s.notes]
+    notes += spec.schedule_notes(scheds, base)
     about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
              "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
              "measured_batches": [1, top], "scenario_notes": list(sc.notes), "notes": notes}
-    doc = sch.schedule_document(scheds, engine=engine, algorithm=chains.algorithm, vllm_base=base,
-                                sglang_config_path=sglang_config_path, header=SCHEDULE.header(), about=about,
-                                sglang_static=static)
-    sch.check_schedule_document(doc, "schedule")  # what we write must be what we accept back
+    doc = sch.schedule_document(scheds, engine=spec, algorithm=chains.algorithm, base=base,
+                                options={"sglang_config_path": sglang_config_path}, header=SCHEDULE.header(),
+                                about=about, static=static)
+    check_document(doc, "schedule")  # what we write must be what we accept back
     return doc
 
 
@@ -120,17 +142,14 @@ def format_schedule(doc: dict[str, Any]) -> str:
         for r in b["ranges"]:
             sp = (f" predicted {r['speedup_min']:.2f}-{r['speedup_max']:.2f}x" if r["speedup_min"] is not None else "")
             out.append(f"    batch {r['start']:>4}-{r['end']:<5} k={r['k']}  ({r['basis']}){sp}")
-        if doc["engine"] == "vllm":
-            out.append(f"    vLLM:   {b['vllm']['args']}")
-        else:
-            sg = b["sglang"]
-            if sg["adaptive_flags"]:
-                out.append(f"    SGLang >= 0.5.23: {sg['adaptive_flags']}")
-                out.append(f"      with {json.dumps(sg['adaptive_config'], separators=(',', ':'))} in that file")
-            for st in sg["static"]:
-                out.append(f"    SGLang 0.5.5 batch {st['start']}-{st['end']}: {st['flags'] or 'no speculative flags'}")
+        out.extend(engine_spec(doc["engine"]).format_band(b))
     out.extend(f"note: {n}" for n in doc["notes"])
     return "\n".join(out)
+
+
+def check_document(doc: Any, where: str) -> None:
+    """:func:`specmodel.model.schedule.check_schedule_document` with the registry's engines."""
+    sch.check_schedule_document(doc, where, engine_spec, engine_names())
 
 
 def export(doc: dict[str, Any], path: str) -> None:
@@ -149,4 +168,5 @@ def export(doc: dict[str, Any], path: str) -> None:
 
 
 #: the keyword arguments of :func:`engine_schedule` that come straight from :func:`schedule_options`
-SCHEDULE_KWARGS = ("vllm_base", "drafter", "max_num_seqs", "sglang_config_path", "serve_model", "serve_tp")
+SCHEDULE_KWARGS = ("vllm_base", "drafter", "max_num_seqs", "sglang_config_path", "serve_model", "serve_tp",
+                   "drafter_target")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
-from specmodel.trace.engines import log_help, metrics_help
-from specmodel.trace.engines.base import EngineConfig
+from specmodel.trace.engines import engine_spec, log_help, metrics_help
+from specmodel.trace.engines.base import COUNTERS, EngineConfig
 from specmodel.watch import (
     LogSource,
     MetricsSource,
@@ -20,6 +21,7 @@ from specmodel.watch import (
     Scrape,
     SourceGone,
     assess,
+    check_method_matches_profile,
     check_source_matches_profile,
     is_url,
     now_stamp,
@@ -48,13 +50,19 @@ def _load_profile(path: str | None) -> Any:
 @click.option("--tp", type=bounded_int(1, MAX_TP), default=None,
               help="The server's TP degree, checked against the profile (a /metrics page does not say it).")
 @click.option("--count", type=bounded_int(1, 1_000_000), default=None, help="Stop after N readings (default: run until Ctrl-C).")
-@click.option("--once", is_flag=True, help="One reading (two scrapes --interval apart for a URL), then exit.")
+@click.option("--once", is_flag=True,
+              help="One reading, then exit (a URL: scraped every --interval until the window holds drafts, at most "
+                   "--window seconds).")
+@click.option("--method", default=None,
+              help="The speculative method the server runs (a /metrics page does not say it; a log does). "
+                   "Default: the log's, else the profile's.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=600), default=5.0, show_default=True,
               help="Seconds one scrape may take.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.watch).")
 def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
-              tp: int | None, count: int | None, once: bool, timeout_s: float, as_json: bool, **_: Any) -> None:
-    """Watch a running server: SOURCE is its Prometheus /metrics URL (vLLM or SGLang) or a server log
+              tp: int | None, count: int | None, once: bool, method: str | None, timeout_s: float, as_json: bool,
+              **_: Any) -> None:
+    """Watch a running server: SOURCE is its Prometheus /metrics URL (of a registered engine) or a server log
     being written. Each interval prints the predicted speedup at the observed acceptance, batch and
     context, the margin to break-even, and the advice (keep / switch off above batch N / use k = K).
 
@@ -72,18 +80,23 @@ def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s
             first = src.fetch()
         except SourceGone as exc:
             raise SpecmodelError(f"{exc} (is the server up, and is this its /metrics URL?)") from None
-        if first.engine == "vllm" and first.drafts is None:
-            raise SpecmodelError(f"{source}: the page has no vllm:spec_decode_* counters: the server runs without "
-                                 "speculative decoding (start it with --speculative-config)")
-        if first.engine == "sglang" and first.accept_len_gauge is None and first.running:
-            raise SpecmodelError(f"{source}: sglang:spec_accept_length is absent or 0 while requests run: the server "
+        eng = engine_spec(first.engine)
+        counters = eng.metrics_kind == COUNTERS
+        if counters and first.drafts is None:
+            raise SpecmodelError(f"{source}: the page has no {eng.metric_names[0]} counter: the server runs without "
+                                 "speculative decoding (start it with speculation on)")
+        if not counters and first.accept_len_gauge is None and first.running:
+            raise SpecmodelError(f"{source}: {eng.metric_names[0]} is absent or 0 while requests run: the server "
                                  "runs without speculative decoding")
         check_source_matches_profile(EngineConfig(engine=first.engine, where=source, model=first.model, tp=tp), profile)
+        _check_method_name(method, eng)
+        check_method_matches_profile(method, profile, "--method")
         k = steps or profile.spec.steps
         win = MetricsWindow(window_s=window_s)
         win.push(Scrape(t_s=time.monotonic(), sample=first))
         gone = False
-        while (limit is None or emitted < limit) and not (once and attempts):
+        t0 = time.monotonic()
+        while limit is None or emitted < limit:
             attempts += 1
             time.sleep(interval_s)
             try:
@@ -93,6 +106,8 @@ def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s
                     _say(as_json, f"{now_stamp()}  server not answering ({exc}); retrying every {interval_s:g} s",
                          {"event": "server gone", "detail": str(exc)})
                 gone = True
+                if once and time.monotonic() - t0 >= window_s:
+                    return
                 continue
             if gone:
                 _say(as_json, f"{now_stamp()}  server answering again", {"event": "server back"})
@@ -101,27 +116,44 @@ def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s
                 _say(as_json, f"{now_stamp()}  counters went backwards (server restarted): the window starts again",
                      {"event": "counter reset"})
                 continue
-            obs = observe_metrics(win, k)
+            obs = observe_metrics(win, k, eng)
+            if isinstance(obs, Observed):
+                obs = replace(obs, method=method)
+            elif once and time.monotonic() - t0 < window_s:
+                # one reading is asked for: a window without drafts yet is widened, not reported,
+                # until it spans --window (a busy server's counters then show its drafts)
+                continue
             emitted += _report(obs, profile, steps, as_json)
+            if once:
+                return
         return
     # a log file being written
     lsrc = LogSource(path=source)
-    windows, cfg, engine = lsrc.read()
+    windows, cfg, eng = lsrc.read()
     if cfg is not None:
         check_source_matches_profile(cfg if tp is None else _with_tp(cfg, tp), profile)
         steps = steps or cfg.steps
+    _check_method_name(method, eng)
+    server_method = method or (cfg.algorithm if cfg is not None else None)
+    check_method_matches_profile(server_method, profile, cfg.where if cfg is not None and not method else "--method")
     k = steps or profile.spec.steps
     while True:
-        emitted += _report(observe_log(windows, engine, k, window_s), profile, steps, as_json)
+        obs = observe_log(windows, eng, k, window_s)
+        if isinstance(obs, Observed):
+            obs = replace(obs, method=server_method)
+        emitted += _report(obs, profile, steps, as_json)
         if once or (limit is not None and emitted >= limit):
             return
         time.sleep(interval_s)
         windows = lsrc.read()[0]
 
 
-def _with_tp(cfg: EngineConfig, tp: int) -> EngineConfig:
-    from dataclasses import replace
+def _check_method_name(method: str | None, eng: Any) -> None:
+    if method is not None and method not in eng.methods and method.lower() not in (m.lower() for m in eng.methods):
+        raise SpecmodelError(f"--method: {method!r} is not a method {eng.label} runs (known: {', '.join(eng.methods)})")
 
+
+def _with_tp(cfg: EngineConfig, tp: int) -> EngineConfig:
     if cfg.tp is not None and cfg.tp != tp:
         raise SpecmodelError(f"--tp {tp} contradicts the log: the server ran TP {cfg.tp} ({cfg.where})")
     return replace(cfg, tp=tp)
@@ -140,7 +172,7 @@ def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool)
         return 0
     r = assess(profile, obs, spec_for(profile, obs, steps))
     if as_json:
-        click.echo(json.dumps(r.to_dict(), allow_nan=False))
+        click.echo(json.dumps(r.to_dict(), allow_nan=False))  # (to_dict maps a non-finite float to null)
     else:
         click.echo(r.line(now_stamp()))
         for n in r.notes:

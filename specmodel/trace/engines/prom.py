@@ -40,7 +40,8 @@ def _labels(text: str, where: str) -> tuple[tuple[str, str], ...]:
 
 
 def parse_page(text: str, where: str) -> dict[str, list[Sample]]:
-    """name → samples. A line that is not a comment and not a sample is an error naming it."""
+    """name → samples. A line that is not a comment and not a sample is an error naming it; a
+    sample whose value is not finite is left out (histogram ``+Inf`` is a label, not a value)."""
     if len(text) > MAX_PAGE_BYTES:
         raise SpecmodelError(f"{where}: metrics page larger than {MAX_PAGE_BYTES} bytes")
     out: dict[str, list[Sample]] = {}
@@ -55,7 +56,8 @@ def parse_page(text: str, where: str) -> dict[str, list[Sample]]:
             v = float(m.group(3))
         except ValueError:
             raise SpecmodelError(f"{where}: line {i}: value {m.group(3)[:40]!r} is not a number") from None
-        if math.isnan(v):
+        if not math.isfinite(v):
+            # NaN (no observation yet) or +/-Inf: no count, gauge or total a reading can use
             continue
         labels = _labels(m.group(2), f"{where}: line {i}") if m.group(2) else ()
         out.setdefault(m.group(1), []).append(Sample(name=m.group(1), labels=labels, value=v))

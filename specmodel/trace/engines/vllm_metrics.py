@@ -15,9 +15,11 @@ spec-decode counters exist only when the server was started with a speculative c
 
 from __future__ import annotations
 
+import math
+
 from specmodel.errors import SpecmodelError
 from specmodel.trace.engines.base import MetricsFormat, MetricsSample
-from specmodel.trace.engines.prom import parse_page, total
+from specmodel.trace.engines.prom import Sample, parse_page, total
 
 NAME = "vllm-metrics"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -50,22 +52,38 @@ def parse(text: str, where: str) -> MetricsSample:
             raise SpecmodelError(f"{where}: {PER_POS}: positions {sorted(by)} are not 0..k-1")
         per_pos = tuple(by[i] for i in range(len(by)))
     running = total(page, RUNNING)
-    ctx = None
-    usage = page.get(KV_USAGE)
-    info = page.get(CACHE_INFO)
-    if usage and info and running and running > 0:
-        try:
-            blocks = float(info[0].label("num_gpu_blocks") or "nan")
-            block = float(info[0].label("block_size") or "nan")
-        except ValueError:
-            blocks = block = float("nan")
-        if blocks > 0 and block > 0:
-            ctx = sum(s.value for s in usage) / len(usage) * blocks * block / running
+    ctx = _context_tokens(page, running, where)
     models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
     return MetricsSample(engine="vllm", drafts=total(page, DRAFTS), draft_tokens=total(page, DRAFT_TOKENS),
                          accepted_tokens=total(page, ACCEPTED), accepted_per_pos=per_pos, running=running,
                          context_tokens=ctx, gen_tokens=total(page, GEN_TOKENS), engine_steps=total(page, STEPS),
                          model=sorted(m for m in models if m)[0] if models else None)
+
+
+def _capacity(info: Sample) -> float | None:
+    try:
+        blocks = float(info.label("num_gpu_blocks") or "nan")
+        block = float(info.label("block_size") or "nan")
+    except ValueError:
+        return None
+    cap = blocks * block
+    return cap if math.isfinite(cap) and cap > 0 else None
+
+
+def _context_tokens(page: dict[str, list[Sample]], running: float | None, where: str) -> float | None:
+    """KV tokens per running request: the tokens in use over every engine, Σ_e usage_e × capacity_e,
+    over the running requests of all of them (under data parallelism each engine has its own KV
+    pool and its own ``engine`` label; a mean usage over engines would divide by their number)."""
+    usage = page.get(KV_USAGE)
+    info = page.get(CACHE_INFO)
+    if not usage or not info or not running or running <= 0:
+        return None
+    caps = {s.label("engine"): c for s in info if (c := _capacity(s)) is not None}
+    if not caps:
+        return None
+    default = next(iter(caps.values()))  # one info line for every engine: the same pool size each
+    used = math.fsum(u.value * caps.get(u.label("engine"), default) for u in usage)
+    return used / running if math.isfinite(used) else None
 
 
 FORMAT = MetricsFormat(name=NAME, description="vLLM Prometheus /metrics page", help_name="vLLM /metrics",
