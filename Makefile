@@ -26,7 +26,7 @@ $(VENV)/.installed-run: pyproject.toml setup.py specmodel/trace/_cscan.c Makefil
 	else ls -A "$$site" > $(VENV)/.site-before; \
 	  $(PY) -m pip install -q "$(TORCH_SPEC)" || exit 1; \
 	  tmp="$(TORCH_CACHE).tmp.$$$$"; rm -rf "$$tmp"; mkdir -p "$$tmp/site"; \
-	  ls -A "$$site" | grep -vxFf $(VENV)/.site-before | grep -v '^__pycache__$$' \
+	  ls -A "$$site" | grep -vxFf $(VENV)/.site-before | grep -Ev '^(__pycache__|pip|setuptools|pkg_resources|_distutils_hack)([-.]|$$)' \
 	    | while read -r f; do cp -al "$$site/$$f" "$$tmp/site/" 2>/dev/null || cp -a "$$site/$$f" "$$tmp/site/"; done; \
 	  touch "$$tmp/.complete"; rm -rf "$(TORCH_CACHE)"; mv "$$tmp" "$(TORCH_CACHE)" 2>/dev/null || rm -rf "$$tmp"; fi
 	# compat: a path in a .pth, not setuptools' import finder (16 ms of every start; the C part builds in place)
