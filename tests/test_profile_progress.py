@@ -120,3 +120,17 @@ def test_fork_ranks_reports_every_exit_status(tmp_path: Path):
     assert codes[0] != 0  # rank 0 cannot join without rank 1
     assert "injected fault (exit) at start" in (tmp_path / "rank1.log").read_text()
     assert sorted(int(k) for k in json.loads((tmp_path / "pids.json").read_text())) == [0, 1]
+
+
+def test_the_estimate_starts_from_the_first_unit_seen(monkeypatch, capsys):
+    """A unit shorter than the launcher's poll is never reported: the rate starts at the first seen."""
+    clock = Clock()
+    monkeypatch.setattr(cmd.time, "monotonic", clock)
+    p = plan()
+    units, w = p.units(), p.unit_weights()
+    prog = cmd._Progress(False, p, "t")
+    prog(2, len(units), units[2])  # units 0 and 1 went unseen
+    clock.t += 6
+    prog(3, len(units), units[3])
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.endswith(f"~{6.0 / w[2] * sum(w[3:]):.0f} s left)"), last

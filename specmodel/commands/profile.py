@@ -84,10 +84,14 @@ class _Progress:
 
     def left_s(self, unit: int, now: float) -> float | None:
         """Seconds left once ``unit`` starts: the rate of the units done so far (from the first
-        one's start, so the ranks' start-up is not counted as work) over the weight still to run."""
-        first = self.started.get(0)
-        done = sum(self.weights[:unit])
-        if first is None or done <= 0 or now <= first:
+        one seen to start, so the ranks' start-up is not counted as work; a unit shorter than a
+        poll may go unseen) over the weight still to run."""
+        if not self.started:
+            return None
+        u0 = min(self.started)
+        first = self.started[u0]
+        done = sum(self.weights[u0:unit])
+        if done <= 0 or now <= first:
             return None
         return (now - first) / done * sum(self.weights[unit:])
 
@@ -108,12 +112,13 @@ class _Progress:
         """``95 s: start-up 8 s, 26 cells 50 s, timing passes 25 s, 6 all-reduce sizes 5 s,
         writing 2 s``: the wall time by stage, each from its first unit's start to the next
         stage's (the last one until the ranks handed back their results)."""
-        first_of: dict[str, int] = {}
+        first_seen: dict[str, float] = {}  # (a unit shorter than a poll may go unseen: the stage's first seen)
         for i, u in enumerate(self.units):
             stage = ("cells" if i < self.n_points else "timing passes" if u == "interleaved timing passes"
                      else "all-reduce sizes" if u.startswith("all-reduce") else "spec loop")
-            first_of.setdefault(stage, i)
-        marks = sorted((self.started[i], stage) for stage, i in first_of.items() if i in self.started)
+            if i in self.started and stage not in first_seen:
+                first_seen[stage] = self.started[i]
+        marks = sorted((t, stage) for stage, t in first_seen.items())
         counts = {"cells": self.n_points, "all-reduce sizes": sum(u.startswith("all-reduce") for u in self.units)}
         parts = [("start-up", (marks[0][0] if marks else ranks_done) - self.t0)]
         for j, (t, stage) in enumerate(marks):
