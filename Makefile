@@ -11,11 +11,29 @@ NAME ?= cpu-demo
 
 .PHONY: demo test test-fast lint bench fuzz clean engine
 
-$(VENV)/.installed: pyproject.toml setup.py specmodel/trace/_cscan.c Makefile
+# Two stages: what the demo runs (torch + specmodel with its runtime deps), then what the tests
+# and the linters add (dev extras, the SGLang source). `make demo` waits only for the first.
+# torch (~1 GB unpacked) is most of the install: the first install on a machine keeps what it added
+# to site-packages in TORCH_CACHE, and a later venv (a fresh clone) hard-links it in instead of
+# unpacking the wheel again. A machine without that cache installs everything as above.
+TORCH_CACHE ?= $(HOME)/.cache/specmodel/$(subst =,-,$(TORCH_SPEC))-$(shell $(PYTHON) -c "import sys, platform; print(f'py{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}')" 2>/dev/null)
+$(VENV)/.installed-run: pyproject.toml setup.py specmodel/trace/_cscan.c Makefile
 	$(PYTHON) -m venv $(VENV)
-	@if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed"; \
-	  else $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	@site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
+	if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed"; \
+	elif [ -f "$(TORCH_CACHE)/.complete" ] && cp -al "$(TORCH_CACHE)/site/." "$$site/" 2>/dev/null \
+	     && $(PY) -c "import torch" 2>/dev/null; then echo "torch linked from $(TORCH_CACHE)"; \
+	else ls -A "$$site" > $(VENV)/.site-before; \
+	  $(PY) -m pip install -q "$(TORCH_SPEC)" || exit 1; \
+	  tmp="$(TORCH_CACHE).tmp.$$$$"; rm -rf "$$tmp"; mkdir -p "$$tmp/site"; \
+	  ls -A "$$site" | grep -vxFf $(VENV)/.site-before | grep -Ev '^(__pycache__|pip|setuptools|pkg_resources|_distutils_hack)([-.]|$$)' \
+	    | while read -r f; do cp -al "$$site/$$f" "$$tmp/site/" 2>/dev/null || cp -a "$$site/$$f" "$$tmp/site/"; done; \
+	  touch "$$tmp/.complete"; rm -rf "$(TORCH_CACHE)"; mv "$$tmp" "$(TORCH_CACHE)" 2>/dev/null || rm -rf "$$tmp"; fi
 	# compat: a path in a .pth, not setuptools' import finder (16 ms of every start; the C part builds in place)
+	$(PY) -m pip install -q -e '.[profile]' --config-settings editable_mode=compat
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-run
 	$(PY) -m pip install -q -e '.[profile,dev]' --config-settings editable_mode=compat
 	# the real SGLang source (pure-Python wheel, no deps): tests check the hook against its classes
 	$(PY) -m pip install -q --no-deps "$(SGLANG_SPEC)"
@@ -50,7 +68,7 @@ $(ENGINE_VENV)/.installed: Makefile scripts/vllm_requirements.py pyproject.toml 
 engine: $(ENGINE_VENV)/.installed
 
 # The main job, end to end on the embedded default: CPU, gloo, a scaled-down model.
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed-run
 	$(SPECMODEL) profile --tp $(TP) --name $(NAME)
 	$(SPECMODEL) predict --profile profiles/$(NAME) --accept-len 3.2
 	$(SPECMODEL) report --profile profiles/$(NAME) --accept-len 3.2 -o reports/$(NAME).pdf

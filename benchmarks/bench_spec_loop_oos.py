@@ -24,6 +24,22 @@ from pathlib import Path
 TARGET_REL = 0.05
 
 
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _intervals(profile_dir: Path) -> str:
+    """The batch-1 rows the loop is predicted from, each with its 95 % interval."""
+    doc = json.loads((profile_dir / "profile.json").read_text())
+    ndt = doc["spec"]["num_draft_tokens"]
+    used = [r for r in doc.get("costs", []) if r["batch"] == 1 and (r["kind"] != "verify" or r["tokens"] == ndt)]
+    return ", ".join(f"{r['kind']} {r['total_s'] * 1e3:.2f} ms"
+                     + (f" ±{r['ci95_rel']:.0%}" if r.get("ci95_rel") is not None else "") for r in used)
+
+
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     exe = Path(sys.executable).parent / "specmodel"
@@ -37,7 +53,8 @@ def main() -> int:
         if r.returncode != 0:
             print(f"specmodel profile --tp 2 failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
             return 1
-        print(f"profile --tp 2 --contexts 256 {' '.join(sys.argv[2:])}: {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"profile --tp 2 --contexts 256 {' '.join(sys.argv[2:])}: {time.perf_counter() - t0:.0f} s (load "
+              f"{_load()}); batch-1 rows: {_intervals(out / 'P')}", flush=True)
         errs, tps_errs = [], []
         for i in range(runs):
             r = subprocess.run([str(exe), "profile", "--spec-loop", "--profile", str(out / "P"), "--accept-len", "3",
@@ -47,6 +64,7 @@ def main() -> int:
                 return 1
             c = json.loads(r.stdout)["comparison"]
             meas, pred = c["measured"]["speedup"], c["predicted"]["speedup"]
+            rounds = c["measured"].get("speedup_by_round") or [meas]
             err = pred / meas - 1.0
             errs.append(err)
             tps_errs.append(c["predicted"]["rel_error"])
@@ -54,7 +72,8 @@ def main() -> int:
                   f"baseline {c['measured']['baseline_tokens_per_s']:.1f}), predicted {pred:.3f}x "
                   f"({c['predicted']['tokens_per_s']:.1f} tok/s, baseline {c['predicted']['baseline_tokens_per_s']:.1f})"
                   f": speedup error {err:+.1%}, tok/s error {c['predicted']['rel_error']:+.1%}, "
-                  f"baseline error {c['baseline_rel_error']:+.1%}", flush=True)
+                  f"baseline error {c['baseline_rel_error']:+.1%}; measured speedup by round "
+                  f"{min(rounds):.2f}-{max(rounds):.2f}x; load {_load()}", flush=True)
         med = statistics.median(abs(e) for e in errs)
         ok = med <= TARGET_REL
         print(f"out-of-sample median |speedup error| over {runs} runs: {med:.1%} (target <= {TARGET_REL:.0%}); "

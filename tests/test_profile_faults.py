@@ -40,22 +40,36 @@ def snapshot(d: Path) -> dict[Path, bytes]:
 
 
 def children(pid: int) -> dict[int, int]:
-    """{rank: pid} of the worker processes started by ``pid`` (Linux /proc)."""
-    out = {}
+    """{rank: pid} of the worker processes started by ``pid`` (Linux /proc): its descendants named
+    ``specmodel-rank<r>`` (ranks forked from one process), or carrying ``RANK=`` in their
+    environment (one interpreter per rank)."""
+    parent: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if ppid != pid:
-                continue
-            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
         except (OSError, ValueError):
+            continue
+    below, grew = {pid}, True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in below} - below
+        below |= more
+        grew = bool(more)
+    out = {}
+    for p in below - {pid}:
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if comm.startswith("specmodel-rank"):
+            out[int(comm[len("specmodel-rank"):])] = p
             continue
         for kv in env:
             if kv.startswith(b"RANK="):
-                out[int(kv[5:])] = int(entry)
+                out[int(kv[5:])] = p
     return out
 
 

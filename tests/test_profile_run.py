@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from tests.conftest import run_cli
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # the profiler itself needs torch; the rest of the suite does not
 
 KINDS = ("decode", "verify", "draft", "draft_extend")
-TINY = ["--batches", "1,2", "--verify-tokens", "2,4", "--warmup", "1", "--repeats", "3", "--layers", "2",
+TINY = ["--batches", "1,2", "--verify-tokens", "2,4", "--warmup", "1", "--repeats", "2", "--layers", "2",
         "--allreduce-sizes", "4,1K,64K", "--timeout", "120", "--time-budget", "3"]
 CONTEXTS = (0, 1024)
 
@@ -131,6 +132,11 @@ def test_json_output_and_text_summary(runs):
     assert "wrote" in runs["stdout2"] and "specmodel.decode" in runs["stderr2"]  # progress lines on stderr
     assert "specmodel.verify[bs=1,toks=4] ctx=1024" in runs["stderr2"]  # the progress line names the context
     assert "interleaved timing passes" in runs["stderr2"] and "95% of each point's median" in runs["stdout2"]
+    # the progress line estimates the time left; the last line says which stage took the time
+    assert re.search(r"^\[2/\d+\] specmodel\.\S+ ctx=\d+  \(\d+ s, ~\d+ s left\)$", runs["stderr2"], re.M), runs["stderr2"]
+    took = runs["stdout2"].strip().splitlines()[-1]
+    assert re.fullmatch(r"took +\d+ s: start-up \d+ s, \d+ cells \d+ s, timing passes \d+ s, 3 all-reduce sizes "
+                        r"\d+ s, spec loop \d+ s, writing \d+ s", took), took
 
 
 def test_spec_loop_in_the_profile_run(runs):

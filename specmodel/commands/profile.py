@@ -52,46 +52,94 @@ _MODELS = "the model's"
 
 
 class _Progress:
-    """A rich progress bar on a terminal; plain ``[i/n] label`` lines otherwise; nothing with --quiet."""
+    """A rich progress bar on a terminal; plain ``[i/n] label`` lines otherwise; nothing with --quiet.
 
-    def __init__(self, quiet: bool, total: int, title: str) -> None:
+    Every line says the units done out of the total and an estimate of the time left (the
+    elapsed time since the first unit scaled by the plan's unit weights still to run, so a
+    target forward counts more than a drafter one); :meth:`took` says where the time went."""
+
+    def __init__(self, quiet: bool, plan: RunPlan, title: str) -> None:
         self.quiet = quiet
         self.bar: Any = None
         self.task: Any = None
         self.t0 = time.monotonic()
+        self.units = plan.units()
+        self.weights = plan.unit_weights()
+        self.n_points = len(plan.points)
+        self.started: dict[int, float] = {}  # unit -> when it started (monotonic)
         if quiet:
             return
+        total = len(self.units)
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                                TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=Console(stderr=True),
+                                transient=True)
             self.bar.start()
-            self.task = self.bar.add_task(title + ": starting ranks", total=total)
+            self.task = self.bar.add_task(title + ": starting ranks", total=total, left="")
         else:
             click.echo(f"{title}: starting ranks", err=True)
 
+    def left_s(self, unit: int, now: float) -> float | None:
+        """Seconds left once ``unit`` starts: the rate of the units done so far (from the first
+        one seen to start, so the ranks' start-up is not counted as work; a unit shorter than a
+        poll may go unseen) over the weight still to run."""
+        if not self.started:
+            return None
+        u0 = min(self.started)
+        first = self.started[u0]
+        done = sum(self.weights[u0:unit])
+        if done <= 0 or now <= first:
+            return None
+        return (now - first) / done * sum(self.weights[unit:])
+
     def __call__(self, done: int, total: int, label: str) -> None:
+        now = time.monotonic()
+        if 0 <= done < len(self.units):
+            self.started.setdefault(done, now)
         if self.quiet:
             return
+        left = self.left_s(done, now)
+        eta = f", ~{left:.0f} s left" if left is not None else ""
         if self.bar is not None:
-            self.bar.update(self.task, completed=done, description=label)
+            self.bar.update(self.task, completed=done, description=label, left=eta.lstrip(", "))
         else:
-            click.echo(f"[{done + 1}/{total}] {label}  ({time.monotonic() - self.t0:.0f} s)", err=True)
+            click.echo(f"[{done + 1}/{total}] {label}  ({now - self.t0:.0f} s{eta})", err=True)
+
+    def took(self, ranks_done: float, end: float) -> str:
+        """``95 s: start-up 8 s, 26 cells 50 s, timing passes 25 s, 6 all-reduce sizes 5 s,
+        writing 2 s``: the wall time by stage, each from its first unit's start to the next
+        stage's (the last one until the ranks handed back their results)."""
+        first_seen: dict[str, float] = {}  # (a unit shorter than a poll may go unseen: the stage's first seen)
+        for i, u in enumerate(self.units):
+            stage = ("cells" if i < self.n_points else "timing passes" if u == "interleaved timing passes"
+                     else "all-reduce sizes" if u.startswith("all-reduce") else "spec loop")
+            if i in self.started and stage not in first_seen:
+                first_seen[stage] = self.started[i]
+        marks = sorted((t, stage) for stage, t in first_seen.items())
+        counts = {"cells": self.n_points, "all-reduce sizes": sum(u.startswith("all-reduce") for u in self.units)}
+        parts = [("start-up", (marks[0][0] if marks else ranks_done) - self.t0)]
+        for j, (t, stage) in enumerate(marks):
+            t_next = marks[j + 1][0] if j + 1 < len(marks) else ranks_done
+            parts.append((f"{counts[stage]} {stage}" if stage in counts else stage, t_next - t))
+        parts.append(("writing", end - ranks_done))
+        return f"{end - self.t0:.0f} s: " + ", ".join(f"{n} {max(s, 0.0):.0f} s" for n, s in parts)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
 
 
-def _run_local(plan: RunPlan, quiet: bool) -> Any:
+def _run_local(plan: RunPlan, quiet: bool) -> tuple[Any, _Progress]:
     from specmodel.profile import launcher
 
     title = f"specmodel profile {plan.name} (TP{plan.tp} {plan.backend})"
-    prog = _Progress(quiet, len(plan.units()), title)
+    prog = _Progress(quiet, plan, title)
     try:
-        return launcher.run(plan, timeout_s=plan.timeout_s, on_progress=prog)
+        return launcher.run(plan, timeout_s=plan.timeout_s, on_progress=prog), prog
     except launcher.RankFailed as exc:
         prog.close()
         logs = f" (every rank's output: {exc.log_dir})" if exc.log_dir else ""
@@ -105,7 +153,8 @@ def _run_local(plan: RunPlan, quiet: bool) -> Any:
 
 
 def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir: Path | None,
-            wall_s: float, as_json: bool) -> None:
+            wall_s: float, as_json: bool, took: Any = None) -> None:
+    """Write (or compare) and print; ``took()``: the final line's time by stage (local runs)."""
     from specmodel.profile.output import build_profile, compare_loop, format_comparison, format_summary, write_output
 
     loop = result.spec_loop
@@ -114,6 +163,8 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
         against = compare_loop(given, loop)
         click.echo(json.dumps({**PROFILE_RUN.header(), "comparison": against}, indent=2) if as_json
                    else format_comparison(against))
+        if took is not None and not as_json:
+            click.echo(f"took         {took()}")
         return
     overhead = loop.spec.overhead_s if loop else None
     extra: dict[str, Any] = {}
@@ -136,6 +187,8 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
     click.echo(format_summary(profile, result, dest, wall_s))
     if comp is not None:
         click.echo(format_comparison(comp))
+    if took is not None:
+        click.echo(f"took         {took()}")
 
 
 @click.command("profile")
@@ -203,9 +256,11 @@ def profile_cmd(**o: Any) -> None:
     if is_torchrun():
         _torchrun(plan, dest, given, o["as_json"])
         return
-    run = _run_local(plan, o["quiet"])
+    run, prog = _run_local(plan, o["quiet"])
+    ranks_done = time.monotonic()
     try:
-        _finish(plan, dest, given, run.result, run.trace_dir, run.wall_s, o["as_json"])
+        _finish(plan, dest, given, run.result, run.trace_dir, run.wall_s, o["as_json"],
+                took=lambda: prog.took(ranks_done, time.monotonic()))
     finally:
         shutil.rmtree(run.run_dir, ignore_errors=True)
 

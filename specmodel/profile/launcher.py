@@ -1,8 +1,11 @@
 """Start N ranks on this host and supervise them.
 
-One process per rank (``python -m specmodel.profile.worker``), each in its own session, with
-torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``,
-``MASTER_PORT`` = a free port). The parent polls exit codes and the status board:
+One process per rank, each in its own session, with torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``,
+``MASTER_PORT`` = a free port). By default one ``python -m specmodel.profile.worker --fork N``
+imports torch once and forks the N ranks (on 2 cores, 8 ranks importing torch and the profiler
+each cost ~20 s of wall time); it reaps them and reports each exit status in ``exit<r>``, read
+here as ``Popen.poll`` would. ``SPECMODEL_PROFILE_SPAWN=1``: one fresh interpreter per rank
+instead. The parent polls exit codes and the status board:
 
 * a rank exits non-zero → stop every rank, name it (a rank that merely lost its peer exits 3
   and is not blamed when another one failed first);
@@ -34,8 +37,10 @@ from specmodel.profile.result import RunResult
 
 EXIT_PEER = 3
 CHILD_ENV = "SPECMODEL_PROFILE_CHILD"  # set in every rank the command starts (not under torchrun)
+SPAWN_ENV = "SPECMODEL_PROFILE_SPAWN"  # "1": one interpreter per rank instead of forking them from one
 POLL_S = 0.05
-GRACE_S = 0.5  # after the first failure, how long to wait for the others' exit codes before judging
+GRACE_S = 0.5
+IMPORT_LIMIT_S = 120.0  # before the ranks exist: the one import of torch may take this long on a loaded box  # after the first failure, how long to wait for the others' exit codes before judging
 
 
 class RankFailed(Exception):
@@ -90,7 +95,36 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+class ForkedRank:
+    """A rank forked by ``worker --fork``: ``pid``/``poll()``/``returncode`` as a Popen has. Its
+    exit status comes from the forking process (its parent, which reaps it) via ``exit<r>``; if
+    that process is gone without writing it, the rank went down with it."""
+
+    def __init__(self, pid: int, exit_path: Path, parent: subprocess.Popen[bytes]) -> None:
+        self.pid, self.exit_path, self.parent = pid, exit_path, parent
+        self.returncode: int | None = None
+
+    def _read(self) -> int | None:
+        try:
+            return int(self.exit_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            gone = self.parent.poll() is not None  # (asked first: it writes every exit file before it exits)
+            code = self._read()
+            if code is None and gone:
+                code = self.parent.returncode or -int(signal.SIGKILL)
+            self.returncode = code
+        return self.returncode
+
+
+def forking() -> bool:
+    return hasattr(os, "fork") and os.environ.get(SPAWN_ENV) != "1"
+
+
+def _stop(procs: list[Any]) -> None:
     """SIGTERM every live rank's process group, then SIGKILL what is left after 3 s."""
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         live = [p for p in procs if p.poll() is None]
@@ -131,8 +165,10 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
     status.create(board, plan.tp)
     port = free_port()
     n_units = len(plan.units())
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Any] = []  # one per rank: Popen, or ForkedRank once the forking process says who
     logs = [run_dir / f"rank{r}.log" for r in range(plan.tp)]
+    launch_log = run_dir / "launch.log"
+    zygote: subprocess.Popen[bytes] | None = None
     t_start = time.monotonic()
     prev_term = signal.getsignal(signal.SIGTERM)
 
@@ -145,24 +181,45 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
     except ValueError:  # not the main thread
         pass
     try:
-        for r in range(plan.tp):
-            env = dict(os.environ)
-            env.update({"RANK": str(r), "WORLD_SIZE": str(plan.tp), "LOCAL_RANK": str(r),
-                        "LOCAL_WORLD_SIZE": str(plan.tp), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                        CHILD_ENV: "1", "PYTHONUNBUFFERED": "1", "TORCH_SHOW_CPP_STACKTRACES": "0"})
-            if plan.device == "cpu":
-                env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-            if env_extra:
-                env.update(env_extra)
-            with open(logs[r], "wb") as fh:
-                procs.append(subprocess.Popen([sys.executable, "-m", "specmodel.profile.worker", "--plan",
-                                               str(plan_path), "--run-dir", str(run_dir)],
-                                              stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                              env=env, start_new_session=True))
+        cmd = [sys.executable, "-m", "specmodel.profile.worker", "--plan", str(plan_path), "--run-dir", str(run_dir)]
+        common = dict(os.environ)
+        common.update({"WORLD_SIZE": str(plan.tp), "LOCAL_WORLD_SIZE": str(plan.tp), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), CHILD_ENV: "1", "PYTHONUNBUFFERED": "1",
+                       "TORCH_SHOW_CPP_STACKTRACES": "0"})
+        if plan.device == "cpu":
+            common.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        if env_extra:
+            common.update(env_extra)
+        if forking():
+            common.pop("RANK", None)
+            common.pop("LOCAL_RANK", None)
+            with open(launch_log, "wb") as fh:
+                zygote = subprocess.Popen([*cmd, "--fork", str(plan.tp)], stdin=subprocess.DEVNULL, stdout=fh,
+                                          stderr=subprocess.STDOUT, env=common, start_new_session=True)
+        else:
+            for r in range(plan.tp):
+                env = {**common, "RANK": str(r), "LOCAL_RANK": str(r)}
+                with open(logs[r], "wb") as fh:
+                    procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                                  env=env, start_new_session=True))
         last_key: tuple[Any, ...] = ()
         last_change = time.monotonic()
         last_unit = -2
         while True:
+            if zygote is not None and not procs:
+                pids = _read_pids(run_dir / "pids.json", plan.tp)
+                if pids is not None:
+                    procs = [ForkedRank(pid, run_dir / f"exit{r}", zygote) for r, pid in enumerate(pids)]
+                    last_change = time.monotonic()  # (importing is not a hang: the clock starts with the ranks)
+                elif zygote.poll() is not None:
+                    raise RankFailed(f"rank 0 {_describe_exit(zygote.returncode or 1)} during start-up: "
+                                     f"{_reason(launch_log)}", rank=0, log_dir=run_dir)
+                elif time.monotonic() - last_change > max(timeout_s, IMPORT_LIMIT_S):
+                    raise RankFailed(f"the ranks were not started within {max(timeout_s, IMPORT_LIMIT_S):g} s "
+                                     "(importing torch)", rank=None, log_dir=run_dir)
+                else:
+                    time.sleep(POLL_S)
+                    continue
             codes = [p.poll() for p in procs]
             if all(c == 0 for c in codes):
                 break
@@ -194,11 +251,19 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
         return RunOutput(result=result, trace_dir=run_dir / "traces", run_dir=run_dir,
                          wall_s=time.monotonic() - t_start)
     finally:
-        _stop(procs)
+        _stop(procs + ([zygote] if zygote is not None else []))
         try:
             signal.signal(signal.SIGTERM, prev_term)
         except (ValueError, TypeError):
             pass
+
+
+def _read_pids(path: Path, n: int) -> list[int] | None:
+    try:
+        d = json.loads(path.read_text())
+        return [int(d[str(r)]) for r in range(n)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _crash(plan: RunPlan, codes: list[int | None], slots: list[status.Slot], logs: list[Path],

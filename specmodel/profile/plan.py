@@ -19,7 +19,14 @@ from specmodel.io import atomic_write_text, check_output_dir, confined_name
 from specmodel.limits import MAX_BATCH, MAX_CONTEXTS, MAX_PROFILE_CONTEXT_TOKENS
 from specmodel.model.memory import kv_bytes_per_token, layers_that_fit_with_kv, per_rank_weight_bytes
 from specmodel.profile import configs as cfgs
-from specmodel.schema.phases import CYCLE_KINDS, KIND, default_num_draft_tokens, phase_label, tokens_per_request
+from specmodel.schema.phases import (
+    CYCLE_KINDS,
+    KIND,
+    collectives_per_forward,
+    default_num_draft_tokens,
+    phase_label,
+    tokens_per_request,
+)
 from specmodel.schema.profile import SpecConfig
 from specmodel.schema.shapes import DrafterShape, ModelShape
 from specmodel.units import gib
@@ -28,6 +35,7 @@ from specmodel.units import gib
 SWEEP_KINDS = CYCLE_KINDS
 
 VERIFY_TOKENS = (2, 4, 8)
+PROFILED_COST = 3.0  # a profiled forward ≈ this many bare ones on the CPU (progress estimate only)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +72,16 @@ class RunDefaults:
     loop_accept_len: float = 3.0  # capped at steps + 1
 
 
+# The CPU run is the demo's (`make demo`: about 90 s at TP 8 on 2 cores). Batches 1 and 8: every
+# lookup between them is interpolated linearly in tokens, and at TP 8 on gloo a forward is ~90 %
+# all-reduce, flat in batch within its noise, so batches 2 and 4 added ~40 % to the run and no
+# resolution. Two profiled repetitions per point (the all-reduce share, the trace): the share is
+# stable across them and every rank adds its own, where each one costs ~3 bare forwards.
+# All-reduce sizes x16: the α-β fit has 6 points over the same 4 B .. 4 MiB.
 CPU_DEFAULTS = RunDefaults(
-    device="CPU", batches=(1, 2, 4, 8), contexts=(256, 4096),
-    allreduce_sizes=tuple(4 * 4**i for i in range(11)),  # 4 B .. 4 MiB, x4 (nccl-tests style)
-    layers=cfgs.CPU_LAYERS, hidden=cfgs.CPU_HIDDEN, dtype="float32", warmup=1, repeats=4, time_budget_s=40.0,
+    device="CPU", batches=(1, 8), contexts=(256, 4096),
+    allreduce_sizes=tuple(4 * 16**i for i in range(6)),  # 4 B .. 4 MiB, x16 (nccl-tests style)
+    layers=cfgs.CPU_LAYERS, hidden=cfgs.CPU_HIDDEN, dtype="float32", warmup=1, repeats=2, time_budget_s=15.0,
     cycles=120, loop_warmup=3, allreduce_warmup=2, allreduce_repeats=8, allreduce_calls=4)
 GPU_DEFAULTS = RunDefaults(
     device="GPU", batches=(1, 2, 4, 8, 16, 32, 64), contexts=(1024, 8192, 32768),
@@ -195,6 +209,27 @@ class RunPlan:
         out += [f"all-reduce {n} B" for n in self.allreduce_sizes]
         if self.spec_loop is not None:
             out += ["spec loop: baseline", "spec loop: speculative"]
+        return out
+
+    def unit_weights(self) -> list[float]:
+        """Each unit's expected cost relative to the others, for the progress line's estimate of
+        the time left: on gloo a forward costs about its collectives (``2·layers + 1``
+        all-reduces + 1 all-gather), a profiled one about 3 bare ones (the profiler's bookkeeping
+        and reading its trace back); the timing passes ≈ ``min_passes`` bare forwards of every
+        point; an all-reduce size its back-to-back calls. Only ratios matter."""
+        def fwd(pt: Point) -> float:
+            return collectives_per_forward(pt.kind, self.target.num_layers) + 1.0
+
+        out = [fwd(pt) * (self.warmup + PROFILED_COST * self.repeats) for pt in self.points]
+        if self.points:
+            out.append(sum(fwd(pt) for pt in self.points) * self.min_passes * max(1, self.burst))
+        out += [float(self.allreduce_warmup + self.allreduce_repeats * self.allreduce_calls)
+                for _ in self.allreduce_sizes]
+        if self.spec_loop is not None:
+            n = self.spec_loop.cycles + self.spec_loop.warmup
+            out += [n * collectives_per_forward("decode", self.target.num_layers) + 1.0,
+                    n * (self.steps * collectives_per_forward("draft", self.target.num_layers)
+                         + collectives_per_forward("verify", self.target.num_layers)) + 1.0]
         return out
 
     def kv_need(self, model: str) -> tuple[int, int]:
