@@ -343,12 +343,17 @@ def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_pat
     base = _write(tmp_path / "base", _meta(), [_step() for _ in range(10)])
     spec = _ngram_run(tmp_path / "ng", miss_host=0.0038)
     prof = summarize([base, spec], name="p")
-    win = MetricsWindow(window_s=60)
-    for t, gen in ((0.0, 100.0), (10.0, 400.0)):
-        win.push(Scrape(t_s=t, sample=MetricsSample(engine="vllm", drafts=50.0, draft_tokens=150.0,
-                                                    accepted_tokens=90.0, accepted_per_pos=(40.0, 30.0, 20.0),
-                                                    running=1.0, gen_tokens=gen, engine_steps=gen)))
-    obs = observe_metrics(win, 3)
+    def window(window_s: float) -> MetricsWindow:
+        win = MetricsWindow(window_s=window_s)
+        for t, gen in ((0.0, 100.0), (10.0, 400.0)):
+            win.push(Scrape(t_s=t, sample=MetricsSample(engine="vllm", drafts=50.0, draft_tokens=150.0,
+                                                        accepted_tokens=90.0, accepted_per_pos=(40.0, 30.0, 20.0),
+                                                        running=1.0, gen_tokens=gen, engine_steps=gen)))
+        return win
+
+    # a window shorter than --window may hold only prefills' first tokens: not yet a reading
+    assert str(observe_metrics(window(60), 3)).startswith("busy, no drafts yet")
+    obs = observe_metrics(window(10), 3)
     assert not isinstance(obs, str) and obs.proposal_rate == 0.0 and obs.batch == pytest.approx(1.0)
     reading = assess(prof, obs, prof.spec)
     assert reading.speedup < 0.85 and reading.advice == "switch off"
