@@ -97,6 +97,9 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
             time.sleep(DRAFT_COMPUTE_S)
             return [[1, 2, 3]]
 
+        def shutdown(self) -> None:
+            return None
+
     gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
     saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE)}
     sys.modules[hook.PARALLEL_MODULE] = ps
@@ -126,7 +129,7 @@ def _steps(out: Path) -> list[dict[str, Any]]:
 
 
 def test_every_seam_is_patched(standin: Any) -> None:
-    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _ in hook.TARGETS)
+    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _, _ in hook.TARGETS)
 
 
 def test_a_verify_step_is_split_into_forward_draft_allreduce_and_host_work(standin: Any) -> None:
