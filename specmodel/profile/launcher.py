@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.profile import status
-from specmodel.profile.plan import RunPlan
+from specmodel.profile.plan import CHILD_ENV, RunPlan
 from specmodel.profile.result import RunResult
 
 EXIT_PEER = 3
-CHILD_ENV = "SPECMODEL_PROFILE_CHILD"  # set in every rank the command starts (not under torchrun)
 POLL_S = 0.05
 GRACE_S = 0.5  # after the first failure, how long to wait for the others' exit codes before judging
 
