@@ -524,7 +524,7 @@ def _open_span(role: str) -> bool:
     except Exception as exc:  # noqa: BLE001 - the hook must never break a step
         _STATE.where = None
         _STATE.span = None
-        if entered:
+        if entered and cm is not None:
             try:
                 cm.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
