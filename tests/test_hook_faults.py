@@ -280,11 +280,11 @@ def test_vllm_pending_records_are_bounded(gpu: Any) -> None:
     """A GPU that lags far behind: at most MAX_PENDING records wait; older ones are resolved."""
     FakeEvent.hold = True
     runner = gpu.gpu_runner(None)
-    n = hook.MAX_PENDING + 3
+    n = hook.MAX_PENDING_VLLM_STEPS + 3
     for b in range(1, n + 1):
         _step(runner, b)
-    assert len(hook._STATE.pending) == hook.MAX_PENDING and FakeEvent.syncs > 0
-    assert [s["batch"] for s in _steps(gpu.out)] == list(range(1, n - hook.MAX_PENDING + 1))
+    assert len(hook._STATE.pending) == hook.MAX_PENDING_VLLM_STEPS and FakeEvent.syncs > 0
+    assert [s["batch"] for s in _steps(gpu.out)] == list(range(1, n - hook.MAX_PENDING_VLLM_STEPS + 1))
 
 
 def test_vllm_the_runners_shutdown_writes_what_is_pending(gpu: Any) -> None:

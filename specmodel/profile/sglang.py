@@ -49,6 +49,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
@@ -68,8 +69,6 @@ CAPTURE_MODE_MODULES = ("sglang.srt.model_executor.runner_utils.capture_mode",
                         "sglang.srt.model_executor.cuda_graph_runner")
 DRAFT_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 DRAFT_EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
-#: GPU timings waiting for their events; beyond it the oldest is resolved (queued forwards ago)
-MAX_PENDING = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +255,7 @@ def flush(wait: bool = False) -> int:
     with _STATE.lock:
         while _STATE.pending:
             rec, sw = _STATE.pending[0]
-            if not wait and len(_STATE.pending) <= MAX_PENDING and not sw.ready():
+            if not wait and len(_STATE.pending) <= MAX_PENDING_SGLANG_FORWARDS and not sw.ready():
                 break  # FIFO on one stream: later ones are not done either
             _STATE.pending.popleft()
             try:

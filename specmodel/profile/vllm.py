@@ -45,8 +45,8 @@ output the host's step can end before the GPU's: ``overhead_s`` is then the host
 GPU records never wait for ``atexit`` (a forked worker leaves through ``os._exit``): each step's
 end and the next step's start write every record whose events have completed (``query()``, never
 a synchronise), a daemon thread does the same while the engine is idle, at most
-``MAX_PENDING`` records wait (the oldest is then resolved: its work was queued steps ago), and
-the runner's ``shutdown`` writes the rest. A process that dies loses at most the step in flight.
+``limits.MAX_PENDING_VLLM_STEPS`` records wait (the oldest is then resolved: its work was queued
+steps ago), and the runner's ``shutdown`` writes the rest. A process that dies loses at most the step in flight.
 
 Never harms the server: a missing class or method gives one warning naming the vLLM version and
 stays unpatched; any failure of the hook's own set-up or teardown around a wrapped call (the
@@ -68,6 +68,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.limits import MAX_PENDING_VLLM_STEPS
 from specmodel.profile.hardware import cpu_name
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import VLLM_STEP
@@ -122,9 +123,6 @@ V2_TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
     (V2_RUNNER_MODULE, "GPUModelRunner", "shutdown", "shutdown", "v2"),
 )
 ALL_TARGETS = TARGETS + V2_TARGETS
-#: GPU records waiting for their events; beyond it the oldest is resolved (its work was queued
-#: that many steps ago, so the wait is nil in practice) -- memory and loss stay bounded
-MAX_PENDING = 4
 #: the idle flusher's period (a non-blocking query per pending record)
 FLUSH_PERIOD_S = 0.25
 
@@ -388,7 +386,7 @@ def flush(wait: bool = False) -> int:
         while _STATE.pending:
             rec = _STATE.pending[0]
             try:
-                if not wait and len(_STATE.pending) <= MAX_PENDING and not _ready(rec):
+                if not wait and len(_STATE.pending) <= MAX_PENDING_VLLM_STEPS and not _ready(rec):
                     break
                 _STATE.pending.popleft()
                 _write(_resolve(rec))
