@@ -87,6 +87,12 @@ MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel 
 MAX_COMPILED_EVENT_CHARS = 4 << 20
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
+# ---- engine hooks (profile/vllm.py, profile/sglang.py): GPU records waiting for their CUDA events;
+# beyond the bound the oldest is resolved (its work was queued that many steps ago, so the wait is
+# nil in practice) -- memory and what a dying worker loses stay bounded
+MAX_PENDING_VLLM_STEPS = 4
+MAX_PENDING_SGLANG_FORWARDS = 64
+
 
 def bounded_int(minimum: int, maximum: int) -> click.IntRange:
     """A click int type that refuses values outside [minimum, maximum]; click prints the range in --help."""

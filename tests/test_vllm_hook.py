@@ -97,6 +97,9 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
             time.sleep(DRAFT_COMPUTE_S)
             return [[1, 2, 3]]
 
+        def shutdown(self) -> None:
+            return None
+
     gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
     saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE)}
     sys.modules[hook.PARALLEL_MODULE] = ps
@@ -126,7 +129,7 @@ def _steps(out: Path) -> list[dict[str, Any]]:
 
 
 def test_every_seam_is_patched(standin: Any) -> None:
-    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _ in hook.TARGETS)
+    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _, _ in hook.TARGETS)
 
 
 def test_a_verify_step_is_split_into_forward_draft_allreduce_and_host_work(standin: Any) -> None:
@@ -309,3 +312,25 @@ def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path)
     env["PYTHONPATH"] += f":{fake}"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert r.stdout.split() == ["True", "False"], r.stderr
+
+
+def test_the_draft_span_is_keyed_per_drafter_forward(standin: Any) -> None:
+    """The proposal's span holds k drafter forwards of one token per request: its label says
+    bs=B, toks=B, fwd=k (ingest divides by fwd and keys the row as the hook's summary does,
+    tokens = batch), not toks=B·k."""
+    import torch
+
+    from specmodel.schema.phases import parse_phase_label
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _run(standin.Runner("draft_model", k=3), _so(2, k=3))
+    names = {e.name for e in prof.events() if e.name.startswith("specmodel.")}
+    assert "specmodel.draft[bs=2,toks=2,fwd=3]" in names, names
+    assert "specmodel.verify[bs=2,toks=8]" in names
+    assert parse_phase_label("specmodel.draft[bs=2,toks=2,fwd=3]") == ("draft", 2, 2)
+    _run(standin.Runner(None), _so(2))  # the baseline step a summary needs
+    hook.flush(wait=True)
+    s = _steps(standin.out)[0]
+    assert s["batch"] == 2 and s["draft_k"] == 3
+    summary = summarize([standin.out], name="t", min_samples=1)
+    assert [(r.batch, r.tokens) for r in summary.rows("draft")] == [(2, 2)]  # the row the span names

@@ -90,12 +90,13 @@ def _stop_server(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
 def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> int:
     """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy."""
     url = health_url(command)
-    # vLLM 0.32 runs Model Runner V2 on GPUs with Triton; the hook's seams are V1's (profile/vllm.py)
-    v1 = {} if "VLLM_USE_V2_MODEL_RUNNER" in os.environ else {"VLLM_USE_V2_MODEL_RUNNER": "0"}
-    proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR, extra_env=v1)
-    if v1:
-        click.echo("specmodel vllm: VLLM_USE_V2_MODEL_RUNNER=0 (the hook times vLLM's V1 model runner; "
-                   "the CPU build runs it anyway)", err=True)
+    # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
+    from specmodel.profile.vllm import runner_env
+
+    extra, msg = runner_env(os.environ)
+    proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR, extra_env=extra)
+    if msg:
+        click.echo(msg, err=True)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         proc.send_signal(signum)

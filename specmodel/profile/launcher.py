@@ -32,15 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.profile import status
-from specmodel.profile.plan import RunPlan
+from specmodel.profile.plan import CHILD_ENV, RunPlan
 from specmodel.profile.result import RunResult
 
 EXIT_PEER = 3
-CHILD_ENV = "SPECMODEL_PROFILE_CHILD"  # set in every rank the command starts (not under torchrun)
 SPAWN_ENV = "SPECMODEL_PROFILE_SPAWN"  # "1": one interpreter per rank instead of forking them from one
 POLL_S = 0.05
-GRACE_S = 0.5
-IMPORT_LIMIT_S = 120.0  # before the ranks exist: the one import of torch may take this long on a loaded box  # after the first failure, how long to wait for the others' exit codes before judging
+GRACE_S = 0.5  # after the first failure, how long to wait for the others' exit codes before judging
+IMPORT_LIMIT_S = 120.0  # before the ranks exist: the one import of torch may take this long on a loaded box
 
 
 class RankFailed(Exception):

@@ -219,7 +219,7 @@ def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
         "predicted_with_loop_overhead": one(replace(profile, overhead_s=loop.spec.overhead_s)),
         "baseline_rel_error": main["baseline_tokens_per_s"] / base_meas - 1.0,
         # the go/no-go quantity: tok/s can be right while the speedup is not (a baseline error that
-        # cancels a cycle error); predicted speedup over the measured one (issue 18 item 18)
+        # cancels a cycle error); predicted speedup over the measured one
         "speedup_rel_error": main["speedup"] / (measured / base_meas) - 1.0,
         "profile": profile.path or profile.name,
     }

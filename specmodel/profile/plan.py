@@ -413,9 +413,12 @@ def default_name(tp: int, backend: str) -> str:
     return f"{host}-tp{tp}-{backend}"
 
 
-def is_torchrun() -> bool:
-    from specmodel.profile.launcher import CHILD_ENV
+#: set in every rank `specmodel profile` starts itself (not under torchrun); the launcher sets it,
+#: the worker and :func:`is_torchrun` read it -- here, below both, so neither imports the other
+CHILD_ENV = "SPECMODEL_PROFILE_CHILD"
 
+
+def is_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and CHILD_ENV not in os.environ
 
 

