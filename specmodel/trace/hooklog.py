@@ -66,3 +66,16 @@ def one_value(what: str, seen: dict[Any, str], hint: str) -> None:
     if len(seen) > 1:
         (a, fa), (b, fb) = list(seen.items())[:2]  # in the order the files were read
         raise SpecmodelError(f"{fa}: {what} {a} but {fb}: {what} {b}; {hint}")
+
+
+def check_one_server_kind(*, tp: int | None, tp_sizes: dict[int, str], models: dict[Any, str],
+                          versions: dict[Any, str], version_key: str, engine: str) -> None:
+    """Logs summarized into one profile come from one TP degree, one model and one engine version,
+    and a ``--tp`` given agrees with them (both hooks' ``--summarize``)."""
+    one_value("tp_size", {str(k): v for k, v in tp_sizes.items()},
+              "logs of different TP degrees make no one profile: summarize each TP alone")
+    one_value("model_path", models, "logs of different models make no one profile")
+    one_value(version_key, versions, f"logs of different {engine} versions make no one profile")
+    if tp is not None and tp_sizes and tp not in tp_sizes:
+        first = next(iter(tp_sizes))
+        raise SpecmodelError(f"--tp {tp}: contradicts {tp_sizes[first]}: tp_size {first} (leave --tp out: the logs say)")

@@ -114,7 +114,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     baseline run for ``decode`` rows and a speculative run for the rest).
     """
     from specmodel.schema.profile import CostRow, Profile, Source
-    from specmodel.trace.hooklog import one_value as _one_value
+    from specmodel.trace.hooklog import check_one_server_kind
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
@@ -158,13 +158,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 into = spec_decode if speculative and r["phase"] in ("decode", "extend") else groups
                 into.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
     where = ", ".join(str(d) for d in dirs)
-    _one_value("tp_size", {str(k): v for k, v in tp_sizes.items()},
-               "logs of different TP degrees make no one profile: summarize each TP alone")
-    _one_value("model_path", models, "logs of different models make no one profile")
-    _one_value("sglang_version", versions, "logs of different SGLang versions make no one profile")
-    if tp is not None and tp_sizes and tp not in tp_sizes:
-        raise SpecmodelError(f"--tp {tp}: contradicts {tp_sizes[next(iter(tp_sizes))]}: tp_size "
-                             f"{next(iter(tp_sizes))} (leave --tp out: the logs say)")
+    check_one_server_kind(tp=tp, tp_sizes=tp_sizes, models=models, versions=versions, version_key="sglang_version",
+                          engine="SGLang")
     baseline = any(k[0] == "decode" for k in groups)
     if not baseline:
         # no server without speculation was given: its decode forwards stand in (said in the notes)

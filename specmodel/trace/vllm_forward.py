@@ -227,8 +227,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     cells reaches the bound (a short run still yields a profile, with a note)."""
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
-    from specmodel.trace.hooklog import log_files
-    from specmodel.trace.hooklog import one_value as _one_value
+    from specmodel.trace.hooklog import check_one_server_kind, log_files
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
@@ -318,13 +317,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     d.fwd.append(float(r["draft_s"]) / k)
                     d.n_ar.append(float(r.get("draft_n_allreduce") or 0) / k)
                     d.ctx.append(ctx)
-    _one_value("tp_size", {str(k): v for k, v in tps.items()},
-               "logs of different TP degrees make no one profile: summarize each TP alone")
-    _one_value("model_path", models, "logs of different models make no one profile")
-    _one_value("vllm_version", versions, "logs of different vLLM versions make no one profile")
-    if tp is not None and tps and tp not in tps:
-        raise SpecmodelError(f"--tp {tp}: contradicts {tps[next(iter(tps))]}: tp_size {next(iter(tps))} "
-                             "(leave --tp out: the logs say)")
+    check_one_server_kind(tp=tp, tp_sizes=tps, models=models, versions=versions, version_key="vllm_version",
+                          engine="vLLM")
     if not (base_cells or spec_cells or nodraft_cells):
         raise SpecmodelError(f"{where}: no engine steps recorded (the logs hold only meta lines; did the server "
                              "serve a request under `specmodel vllm`?)")
