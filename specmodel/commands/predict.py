@@ -27,7 +27,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"accept len   {p.accept_mean_tokens:.2f} tokens/step incl. bonus "
                  f"(= {p.accept_mean_drafts:.2f} accepted drafts), std {p.accept_std_tokens:.2f}; "
                  f"source: {p.accept_source}")
-    # an all-reduce share nobody measured is printed as unknown, never as 0.00 ms (issue 18 item 15)
+    # an all-reduce share nobody measured is printed as unknown, never as 0.00 ms
     ar_unknown = not p.allreduce_known
 
     def ar(seconds: float) -> str:

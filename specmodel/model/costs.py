@@ -139,7 +139,7 @@ def context_axis(context_tokens: float) -> float:
     "Flash-Decoding for long-context inference"); the rest of the step does not depend on L.
     Checked by leaving one measured context out and interpolating between its neighbours
     (``scripts/context_loo.py``; docs/context.md): on published step times of another model
-    family (issue 18 item 3: 8 GPUs, PCIe, contexts 0–128K) linear in L misses by 0.3–0.4 %
+    family (8 GPUs, PCIe, contexts 0–128K) linear in L misses by 0.3–0.4 %
     median, ≤ 1.4 % max, where ln(1 + L) missed by 4–7 % median, up to 24 %; on GLM-5.1 TP8
     (tests/data/glm51_rtx6kpro_tp8_mtp, DCP8 / DCP1) linear misses by 0.47 % / 0.87 % median,
     3.4 % / 1.1 % max, ln(1 + L) by 0.16 % / 1.29 %, 1.1 % / 1.8 %. A log axis puts a 1K lookup

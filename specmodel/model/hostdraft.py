@@ -7,7 +7,7 @@ engine step: the target's verify forward over B·(k+1) tokens, the step's host w
 preparation, rejection sampling, bookkeeping, the scheduling gap) and the lookup itself.
 
 Why not the profile's verify *step*: a vLLM verify row measured with ``draft_model`` carries that
-proposer's host work (on the CPU engine here, 2026-12-01: scheduling gap 6.3 ms and step host
+proposer's host work (measured on the vLLM CPU engine: scheduling gap 6.3 ms and step host
 work 4.4 ms against 1.0 and 2.1 ms in an ngram run; README, "Check specmodel against a real
 engine"), so a verify step is not a property of the target alone. Only its forward is.
 

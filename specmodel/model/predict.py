@@ -388,7 +388,7 @@ class Prediction:
         for k in ("break_even_accept_tokens", "accept_for_plus20_tokens", "margin_tokens"):
             if not math.isfinite(d[k]):
                 d[k] = None  # proposal rate 0: no accept length breaks even
-        if not self.allreduce_known:  # unknown is not zero (issue 18 item 15)
+        if not self.allreduce_known:  # unknown is not zero
             for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
                       "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
                 d[k] = None
@@ -415,7 +415,7 @@ def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation],
 
 
 def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
-    """Refuse an acceptance the configuration cannot emit (issue 18 item 2).
+    """Refuse an acceptance the configuration cannot emit.
 
     A verify over ``num_draft_tokens`` tokens per request emits at most that many (every draft
     accepted, plus the bonus). At topk 1 SGLang resets ``speculative_num_draft_tokens`` to

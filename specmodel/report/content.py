@@ -472,7 +472,7 @@ def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Predictio
 
 
 def measurement_text(profile: Profile) -> str:
-    """Page 1: what the costs are and how noisy their measurement was (issue 18 item 13)."""
+    """Page 1: what the costs are and how noisy their measurement was."""
     cis = sorted(float(r.ci95_rel) for r in profile.costs if r.ci95_rel is not None)
     what = profile.label if profile.source_kind == "measured" else f"costs: {profile.label}"
     if not cis:
@@ -688,7 +688,7 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
 
 
 def _cost_part(u: float, only: bool = False) -> str:
-    """What the band says about the costs: it is widened by their measured 95 % interval (issue 18 item 19)."""
+    """What the band says about the costs: it is widened by their measured 95 % interval."""
     if u > 0:
         return f", plus the measured costs' 95 % interval (cycle ±{u:.1%})"
     return " only (costs taken as exact: no interval measured)" if only else "; costs taken as exact (no interval measured)"

@@ -692,7 +692,7 @@ class Profile:
     def has_allreduce_split(self) -> bool:
         """Whether any row records all-reduce time. Without it (a throughput sweep, plain numbers, a
         hook that times whole forwards) the all-reduce share is *unknown*, not zero: printers say
-        so and all-reduce what-ifs cannot apply (issue 18 item 15)."""
+        so and all-reduce what-ifs cannot apply."""
         return any(r.allreduce_s > 0 for r in self.costs)
 
     def has(self, kind: str) -> bool:

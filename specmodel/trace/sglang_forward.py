@@ -202,7 +202,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                  description=f"SGLang forward-pass hook (hook): {n_fwds} forwards from "
                                              f"{len(run_ranks)} server run(s), {len(files)} rank file(s), TP {tp_val}")
     # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
-    # printer from showing "all-reduce 0.00 ms = 0.0 %" (issue 18 item 15)
+    # printer from showing "all-reduce 0.00 ms = 0.0 %"
     source = source.with_origins({"allreduce": "unknown: the SGLang hook times whole forwards (no all-reduce split; "
                                                "ingest a Kineto trace of the same run for it)"})
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
