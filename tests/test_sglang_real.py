@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from specmodel.profile import sglang as hook
+from tests.source_ast import class_def as _class
+from tests.source_ast import methods as _methods
 
 INSTALL = "pip install --no-deps sglang==0.5.5"
 
@@ -35,15 +37,6 @@ def _module(name: str) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
-def _class(tree: ast.Module, name: str) -> ast.ClassDef:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    raise AssertionError(f"class {name} not found")
-
-
-def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
 
 
 def _self_attrs(fn: ast.FunctionDef) -> set[str]:

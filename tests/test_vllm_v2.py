@@ -24,6 +24,8 @@ import pytest
 
 from specmodel.errors import SpecmodelError
 from specmodel.profile import vllm as hook
+from tests.source_ast import class_def as _class
+from tests.source_ast import methods as _methods
 from tests.test_vllm_hook import AR_S, DRAFT_COMPUTE_S, FWD_COMPUTE_S, HOST_S, _so
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,15 +50,6 @@ def _tree(src: Path, module: str) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
-def _class(tree: ast.Module, name: str) -> ast.ClassDef:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    raise AssertionError(f"class {name} not found")
-
-
-def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
 
 
 def _calls(fn: ast.AST, attr: str) -> list[ast.Call]:
