@@ -21,7 +21,8 @@ Per TP degree, two phases:
   beside it, one at a time: the same two at batch 2; the losing drafter (an unrelated random
   model of the target's shape); the noisy drafter at k = 5; the **marginal** one, the noisy
   drafter at k = 1 (one drafter forward as costly as the target's for at most 2 tokens), and
-  ngram at temperature 0.2 (its lookup matches on part of the steps); and the **silent** one,
+  ngram at temperature 0.2 and 0.05 (its lookup matches on part of the steps), greedy ngram at
+  batch 8 (twice the profiled batch, where its gain runs out); and the **silent** one,
   ngram on sampled output (temperature 0.5, both servers of the pair), which on this engine
   proposes (almost) nothing. Which rows are marginal is decided by the measurement (0.85-1.15).
 
@@ -37,7 +38,7 @@ a band (predict's tok/s band over the baseline) that holds the measurement.
 
 Run (needs ``make engine``):
     .venv/bin/python benchmarks/bench_vllm_cli.py [--tp 1 --tp 2] [--tokens 128] [--reps 7] [--out DIR]
-Full run: 11 server starts and 21 measured rows per TP degree, about 30 min per degree on
+Full run: 13 server starts and 25 measured rows per TP degree, about 35 min per degree on
 an idle 2-core box (a start is 21-30 s idle, ~3 min on a loaded box). Smoke:
     .venv/bin/python benchmarks/bench_vllm_cli.py --tp 1 --reps 2 --tokens 32 --batches 1 \
         --only draft_noisy_k1 --only ngram_sampled
@@ -81,6 +82,7 @@ MARGINAL_BAND = (0.85, 1.15)
 TARGET_MEDIAN = 0.10
 SAMPLED_TEMPERATURE = 0.5
 LOW_TEMPERATURE = 0.2
+VERY_LOW_TEMPERATURE = 0.05
 REQUEST_TIMEOUT_S = 300.0
 PAIR_PAUSE_S = 1.2
 CLI_TIMEOUT_S = 600.0
@@ -241,6 +243,11 @@ def configs(models: Any) -> list[Config]:
         # marginal candidate too: at a low temperature the lookup matches on part of the steps only
         Config(name="ngram_t02", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=BATCHES,
                temperature=LOW_TEMPERATURE),
+        # marginal candidates where ngram's gain runs out: at a temperature low enough that the
+        # lookup matches on part of the steps only, and greedy at a batch twice the profiled one
+        Config(name="ngram_t005", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=BATCHES,
+               temperature=VERY_LOW_TEMPERATURE),
+        Config(name="ngram_b8", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=(8,)),
         # silent: sampled output leaves ngram's lookup without a match (nothing proposed)
         Config(name="ngram_sampled", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=BATCHES,
                temperature=SAMPLED_TEMPERATURE),

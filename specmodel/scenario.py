@@ -676,7 +676,9 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     rate, rate_source = args.proposal_rate, ""
     if rate is None and rates_out:
         # the log measured the rate (a server that proposed nothing): it is the observation to price
-        rate, rate_source = rates_out[0], "measured in the accept log: the server proposed nothing"
+        rate = rates_out[0]
+        rate_source = ("measured in the accept log: the server proposed nothing" if rate == 0.0 else
+                       "measured in the accept log: the server's drafts per request-step")
         notes.append(f"proposal rate {rate:.0%}: {rate_source} (--proposal-rate overrides)")
     bands = found[0] if found else None
     if bands is not None and context is not None:

@@ -66,10 +66,17 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``torch`` skip, with the reason, only where torch is missing (the profiler's
     extra); a module-level importorskip would hide that module's torch-free tests as well.
-    Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, saying why."""
+    Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, saying why.
+    Tests marked ``vllm`` share one xdist group: under ``make test`` (``-n auto --dist loadgroup``)
+    they run one after another on one worker, so two engines never compete for the cores (their
+    start-up and their bounded waits were sized for one) and the tiny models are built once."""
+    for item in items:
+        if "vllm" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("vllm-engine"))
     if importlib.util.find_spec("torch") is None:
         skip = pytest.mark.skip(reason="needs torch (the `profile` extra: pip install -e '.[profile]')")
         for item in items:

@@ -359,3 +359,20 @@ def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_pat
     assert reading.speedup < 0.85 and reading.advice == "switch off"
     json.dumps(reading.to_dict(), allow_nan=False)  # what `watch --json` prints
     assert "nothing proposed" in reading.line("t") and "inf" not in reading.line("t")
+
+
+def test_a_no_proposal_step_is_the_baseline_forward_plus_the_speculative_servers_host_work(tmp_path: Path) -> None:
+    """T_miss = the target's decode forward (the baseline's row: every step of that run) + the host
+    work of the speculative server's own decode-shaped steps. Those steps are few in a run that
+    proposes; a disturbed forward among them (9 ms here against the baseline's 4 ms) must not
+    become the price of every step that proposes nothing."""
+    from specmodel.model.hostdraft import no_proposal_step
+
+    base = _write(tmp_path / "base", _meta(), [_step(fwd=0.004, host=0.002) for _ in range(20)])
+    spec = _ngram_run(tmp_path / "ng", miss_fwd=0.009, miss_host=0.005)
+    prof = summarize([base, spec], name="p")
+    (own,) = prof.host_proposer.decode
+    assert own.other_s == pytest.approx(0.005 + 0.001, rel=1e-9)  # its overhead + the gap before it
+    miss, measured = no_proposal_step(prof, batch=1, spec=prof.spec)
+    assert measured and miss == pytest.approx(0.004 + 0.006, rel=1e-9)
+    assert miss < own.total_s  # not the disturbed step's 15 ms

@@ -111,3 +111,48 @@ def test_a_server_that_proposed_nothing_is_an_observation_not_a_missing_log(tmp_
     plain.write_text("".join(ln for ln in silent.read_text().splitlines(keepends=True) if "speculative" not in ln))
     r = cli("accept", str(plain))
     assert r.returncode == 2 and "without 'SpecDecoding metrics' lines" in r.stderr
+
+
+def test_a_host_proposers_own_log_gives_its_proposal_rate_not_the_profiles(tmp_path, cli):
+    """ngram on sampled output proposed 3 drafts in thousands of tokens: the log says so (its drafts
+    over its tokens generated: throughput lines x their intervals). Predict prices that rate, not the
+    72 % a greedy profile measured (which made a 0.73x server look like 0.51x)."""
+    import datetime as dt
+    import re
+
+    src = DATA / "vllm_cpu_032" / "tp1_ngram" / "server.log"
+    lines = [ln for ln in src.read_text().splitlines(keepends=True) if "SpecDecoding" not in ln]
+    last_tput = max(i for i, ln in enumerate(lines) if "Avg generation throughput" in ln)
+    spec = ("(APIServer pid=1) INFO 12-02 10:18:15 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.00, "
+            "Accepted throughput: 0.00 tokens/s, Drafted throughput: 0.06 tokens/s, Accepted: 0 tokens, Drafted: 3 "
+            "tokens, Per-position acceptance rate: 0.000, 0.000, 0.000, Avg Draft acceptance rate: 0.0%\n")
+    lines.insert(last_tput + 1, spec)
+    log = tmp_path / "nearly_silent.log"
+    log.write_text("".join(lines))
+    # the oracle: tok/s x seconds since the line before, the first line at the median interval
+    stamp = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[.*Avg generation throughput: ([\d.]+) tokens/s")
+    pts = [(dt.datetime.strptime("2000-" + m.group(1), "%Y-%m-%d %H:%M:%S"), float(m.group(2)))
+           for m in map(stamp.search, lines) if m]
+    gaps = [(b[0] - a[0]).total_seconds() for a, b in zip(pts, pts[1:], strict=False)]
+    assert len(pts) >= 3 and all(g > 0 for g in gaps)
+    generated = pts[0][1] * sorted(gaps)[len(gaps) // 2] + sum(p[1] * g for p, g in zip(pts[1:], gaps, strict=True))
+    s = summarize([str(log)])
+    assert s.proposal_rate == pytest.approx(1.0 / generated, rel=1e-6)  # 3 tokens drafted = 1 draft of k = 3
+    assert any("measured in the log: 1 drafts over" in n for n in s.notes)
+    base = DATA / "vllm_cpu_032" / "tp1_ngram" / "hook"
+    from tests.conftest import baseline_standin
+
+    prof = tmp_path / "p"
+    r = cli("vllm", "--summarize", str(baseline_standin(base, tmp_path / "base")), "--summarize", str(base),
+            "-o", str(prof))
+    assert r.returncode == 0, r.stderr
+    hook_rate = json.loads((prof / "profile.json").read_text())["host_proposer"]["proposal_rate"]
+    assert hook_rate > 0.3  # the greedy run the profile was made from proposed on most steps
+    r = cli("predict", "--profile", str(prof), "--accept-log", str(log), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["proposal_rate"] == pytest.approx(1.0 / generated, rel=1e-6)
+    assert "measured in the accept log" in d["proposal_rate_source"]
+    r0 = cli("predict", "--profile", str(prof), "--accept-log", str(log), "--json", "--proposal-rate", "0")
+    assert r0.returncode == 0, r0.stderr
+    assert d["speedup"] == pytest.approx(json.loads(r0.stdout)["speedup"], rel=0.01)  # priced as the silent server

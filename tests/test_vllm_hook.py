@@ -24,6 +24,7 @@ AR_S = 0.002
 FWD_COMPUTE_S = 0.003
 DRAFT_COMPUTE_S = 0.002
 HOST_S = 0.004
+DRAFT_STEP_S = 0.001  # each drafter forward after the first (one token per request)
 
 
 @dataclass
@@ -65,6 +66,28 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
     ps.get_tensor_model_parallel_rank = lambda: 1  # type: ignore[attr-defined]
     tp_group = GroupCoordinator()
     gmr = types.ModuleType(hook.RUNNER_MODULE)
+    lbp = types.ModuleType(hook.PROPOSER_MODULE)
+
+    class SpecDecodeBaseProposer:
+        """propose as in vllm/v1/spec_decode/llm_base_proposer.py: the first forward (over the
+        verified tokens, with the all-reduce), its sampling, then k - 1 single-token forwards."""
+
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def propose(self) -> list[int]:
+            tp_group._all_reduce_out_place(1)
+            time.sleep(DRAFT_COMPUTE_S)
+            out = [self._sample_draft_tokens()]
+            for _ in range(self.k - 1):
+                time.sleep(DRAFT_STEP_S)
+                out.append(self._sample_draft_tokens())
+            return out
+
+        def _sample_draft_tokens(self) -> int:
+            return 1
+
+    lbp.SpecDecodeBaseProposer = SpecDecodeBaseProposer  # type: ignore[attr-defined]
 
     class GPUModelRunner:
         device = "cpu"
@@ -74,6 +97,7 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
         def __init__(self, method: str | None, k: int = 3) -> None:
             self.speculative_config = (types.SimpleNamespace(method=method, num_speculative_tokens=k,
                                                              draft_model_config=None) if method else None)
+            self.drafter = SpecDecodeBaseProposer(k)
 
         def execute_model(self, scheduler_output: Any, intermediate_tensors: Any = None) -> Any:
             self._model_forward()
@@ -93,17 +117,18 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
 
         def propose_draft_token_ids(self, *a: Any) -> Any:
             if self.speculative_config.method == "draft_model":
-                tp_group._all_reduce_out_place(1)
-            time.sleep(DRAFT_COMPUTE_S)
+                return [self.drafter.propose()]
+            time.sleep(DRAFT_COMPUTE_S)  # a host lookup (ngram)
             return [[1, 2, 3]]
 
         def shutdown(self) -> None:
             return None
 
     gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
-    saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE)}
+    saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE, hook.PROPOSER_MODULE)}
     sys.modules[hook.PARALLEL_MODULE] = ps
     sys.modules[hook.RUNNER_MODULE] = gmr
+    sys.modules[hook.PROPOSER_MODULE] = lbp
     out = tmp_path / "hook"
     patched = hook.install(out)
     try:
@@ -194,7 +219,10 @@ def test_summarize_builds_rows_with_the_allreduce_split_and_host_time(standin: A
     assert (ver.batch, ver.tokens) == (1, 4) and dec.tokens == 1
     assert dec.n_allreduce == 3 and dec.allreduce_s >= 3 * AR_S
     assert dec.other_s >= HOST_S  # the host work is in the row, not lost
-    assert drf.total_s >= (AR_S + DRAFT_COMPUTE_S) / 3 and drf.n_allreduce == 0  # 1 all-reduce over k = 3 forwards
+    # the first forward (with the all-reduce) is the draft_extend row; the others one token each
+    ext = prof.rows("draft_extend")[0]
+    assert ext.total_s >= AR_S + DRAFT_COMPUTE_S and ext.n_allreduce == 1 and ext.tokens == 4
+    assert drf.total_s >= DRAFT_STEP_S and drf.n_allreduce == 0
     assert prof.tp == 2 and prof.source.engine == "vllm" and prof.overhead_s == 0
     assert prof.spec.steps == 3 and prof.spec.num_draft_tokens == 4
 
@@ -334,3 +362,53 @@ def test_the_draft_span_is_keyed_per_drafter_forward(standin: Any) -> None:
     assert s["batch"] == 2 and s["draft_k"] == 3
     summary = summarize([standin.out], name="t", min_samples=1)
     assert [(r.batch, r.tokens) for r in summary.rows("draft")] == [(2, 2)]  # the row the span names
+
+
+def test_the_first_drafter_forward_is_timed_apart_and_becomes_a_draft_extend_row(standin: Any) -> None:
+    """vLLM's proposal is one forward over the verified tokens and k - 1 over one token per request:
+    the hook marks the end of the first (its sampling) so the summary prices them apart; a proposal
+    priced as k mean forwards makes k = 1 look cheaper than it is (the first is the big one)."""
+    runner = standin.Runner("draft_model", k=3)
+    for _ in range(6):
+        _run(runner, _so(2, k=3))
+    for _ in range(6):
+        _run(standin.Runner(None), _so(2))
+    hook.flush(wait=True)
+    s = _steps(standin.out)[0]
+    assert s["draft_first_s"] >= AR_S + DRAFT_COMPUTE_S and s["draft_first_n_allreduce"] == 1
+    assert s["draft_first_allreduce_s"] >= AR_S and s["draft_first_allreduce_s"] <= s["draft_allreduce_s"]
+    rest = s["draft_s"] - s["draft_first_s"]
+    assert 2 * DRAFT_STEP_S <= rest < s["draft_first_s"]
+    p = summarize([standin.out], name="t", min_samples=1)
+    (ext,) = p.rows("draft_extend")
+    (step,) = p.rows("draft")
+    assert (ext.batch, ext.tokens, step.batch, step.tokens) == (2, 8, 2, 2)
+    assert ext.total_s >= AR_S + DRAFT_COMPUTE_S and ext.n_allreduce == 1
+    assert DRAFT_STEP_S <= step.total_s < ext.total_s and step.n_allreduce == 0
+
+
+def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(standin: Any) -> None:
+    """k = 1 pays the first drafter forward over 2 tokens per request: read between a single-token
+    drafter forward (draft, B tokens) and the measured first forward (draft_extend, B·4), not as
+    a mean forward of the k = 3 run."""
+    from specmodel.model.costs import forward_cost
+    from specmodel.model.predict import cycle_costs
+    from specmodel.schema.profile import SpecConfig
+
+    runner = standin.Runner("draft_model", k=3)
+    for _ in range(6):
+        _run(runner, _so(2, k=3))
+    for _ in range(6):
+        _run(standin.Runner(None), _so(2))
+    hook.flush(wait=True)
+    p = summarize([standin.out], name="t", min_samples=1)
+    (ext,) = p.rows("draft_extend")
+    (step,) = p.rows("draft")
+    fc = forward_cost(p, "draft_extend", 4)
+    assert not fc.extrapolations and "single-token drafter forward" in fc.note
+    assert step.total_s < fc.total_s < ext.total_s
+    k1 = SpecConfig(algorithm="DRAFT_MODEL", steps=1, topk=1, num_draft_tokens=2)
+    cc = cycle_costs(p, batch=2, spec=k1)
+    assert cc.draft_total_s == pytest.approx(fc.total_s, rel=1e-9)  # one forward: the first, nothing more
+    k3 = cycle_costs(p, batch=2, spec=p.spec)
+    assert k3.draft_total_s == pytest.approx(ext.total_s + 2 * step.total_s, rel=1e-9)

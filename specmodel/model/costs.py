@@ -310,23 +310,32 @@ def forward_cost(profile: Profile, kind: str, tokens: float, context_tokens: flo
 
 def _with_decode_anchor(profile: Profile, kind: str, use: str, rows: tuple[CostRow, ...],
                         tokens: float) -> tuple[tuple[CostRow, ...], str]:
-    """A verify over fewer tokens than any measured one (k = 2 from a k = 3 profile) lies between
-    two measured forwards: the decode step (one token per request is a verify of no draft) and the
-    smallest verify. Decode rows below the smallest verify, at contexts where verify was measured,
-    become the lower knots, so the lookup interpolates instead of extrapolating below the range."""
-    if kind != "verify" or use != "verify" or not profile.has("decode"):
+    """A forward over fewer tokens than any measured one lies between two measured forwards of the
+    same model: a verify at k = 2 from a k = 3 profile between the decode step (one token per
+    request is a verify of no draft) and the smallest verify; the drafter's first forward over the
+    verified tokens (``draft_extend``, B·(k+1)) at k = 1 between a single-token drafter forward
+    (``draft``, B tokens) and the smallest measured one. Those rows below the smallest measured
+    one, at contexts where it was measured, become the lower knots, so the lookup interpolates
+    instead of extrapolating below the range."""
+    anchor_kind = _ANCHORS.get(kind)
+    if anchor_kind is None or use != kind or not profile.has(anchor_kind):
         return rows, ""
     vmin = min(r.tokens for r in rows)
     if tokens >= vmin:
         return rows, ""
     ctxs = {r.context_tokens for r in rows}
-    anchors = tuple(replace(r, kind="verify") for r in profile.rows("decode")
+    anchors = tuple(replace(r, kind=kind) for r in profile.rows(anchor_kind)
                     if r.tokens < vmin and r.context_tokens in ctxs)
     if not anchors:
         return rows, ""
     lo = min(a.tokens for a in anchors)
-    return rows + anchors, (f"verify at {tokens:g} tokens read between the decode forward ({lo:g} tokens) and the "
-                            f"smallest measured verify ({vmin:g} tokens)")
+    what = {"verify": "the decode forward", "draft_extend": "a single-token drafter forward"}[kind]
+    return rows + anchors, (f"{kind} at {tokens:g} tokens read between {what} ({lo:g} tokens) and the "
+                            f"smallest measured {kind} ({vmin:g} tokens)")
+
+
+#: kind -> the measured forward of the same model over one token per request that anchors it below
+_ANCHORS = {"verify": "decode", "draft_extend": "draft"}
 
 
 def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_tokens: float) -> tuple[Override, ...]:

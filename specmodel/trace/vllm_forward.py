@@ -11,10 +11,12 @@ would make every drafter look better than it is):
   preparation, sampling / rejection, bookkeeping) + the gap before the step (the engine core's
   scheduling and output processing); ``allreduce_s`` = the all-reduces timed inside the forward,
   ``compute_s`` = the rest of the forward, ``other_s`` = the host part.
-* ``draft`` rows (drafters that run a forward: ``draft_model``, EAGLE, ...): one drafter forward
-  = the step's proposal time / k. vLLM's draft-model proposer runs its first forward over the
-  verified tokens and the other k − 1 over one token per request; the split is not timed
-  separately, so every forward is counted as the mean.
+* ``draft_extend`` / ``draft`` rows (drafters that run a forward: ``draft_model``, EAGLE, ...):
+  vLLM's proposer runs its first forward over the verified tokens (B·(k+1)) and the other k − 1
+  over one token per request. Where the hook split the proposal (``draft_first_s``, V1), the
+  first forward with the proposal's set-up is a ``draft_extend`` row at the step's tokens and each
+  later one a ``draft`` row at B tokens: (draft_s − draft_first_s)/(k − 1). Older logs (and V2)
+  carry only the whole proposal: one ``draft`` row = draft_s / k, every forward the mean.
 * host-side drafters (``ngram``): no draft row; the median lookup time over *every* step that ran
   the lookup (a miss costs one too) is the profile's ``overhead_s`` and ``host_proposer.lookup_s``;
   the share of request-steps that proposed is ``host_proposer.proposal_rate``; the speculative
@@ -44,8 +46,9 @@ STEP_KINDS = ("decode", "verify", "extend")
 COMMAND = "specmodel vllm"
 
 #: the seconds fields of a step record (null allowed where the part did not run)
-_SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s")
-_COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens")
+_SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s", "draft_first_s",
+            "draft_first_allreduce_s")
+_COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens", "draft_first_n_allreduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,6 +213,34 @@ def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_
     return rows, no_ar
 
 
+def _add_draft(r: dict[str, Any], k: int, ctx: float, drafts: dict[tuple[int, int], _Cell],
+               extends: dict[tuple[int, int, int], _Cell]) -> None:
+    """A verify step's proposal as drafter-forward samples: split at the first forward when the hook
+    timed it (``draft_first_s``), else k forwards of the mean (see the module docstring)."""
+    total, ar = float(r["draft_s"]), float(r.get("draft_allreduce_s") or 0.0)
+    n_ar = float(r.get("draft_n_allreduce") or 0)
+    first = r.get("draft_first_s")
+    band = context_band(ctx)
+    if first is not None:
+        f_ar = min(float(r.get("draft_first_allreduce_s") or 0.0), ar)
+        f_n = min(float(r.get("draft_first_n_allreduce") or 0), n_ar)
+        e = extends.setdefault((r["batch"], r["tokens"], band), _cell())
+        e.total.append(float(first))
+        e.ar.append(f_ar)
+        e.fwd.append(float(first))
+        e.n_ar.append(f_n)
+        e.ctx.append(ctx)
+        if k == 1:
+            return
+        total, ar, n_ar, k = max(total - float(first), 0.0), max(ar - f_ar, 0.0), max(n_ar - f_n, 0.0), k - 1
+    d = drafts.setdefault((r["batch"], band), _cell())
+    d.total.append(total / k)
+    d.ar.append(ar / k)
+    d.fwd.append(total / k)
+    d.n_ar.append(n_ar / k)
+    d.ctx.append(ctx)
+
+
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
               max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
@@ -236,6 +267,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     spec_cells: dict[tuple[str, int, int, int], _Cell] = {}
     nodraft_cells: dict[tuple[str, int, int, int], _Cell] = {}  # a host proposer's decode-shaped steps
     drafts: dict[tuple[int, int], _Cell] = {}
+    extends: dict[tuple[int, int, int], _Cell] = {}  # (batch, tokens, band): first drafter forwards
     lookups: list[float] = []
     request_steps = proposed = 0
     versions: dict[str, str] = {}
@@ -309,14 +341,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 g.ctx.append(ctx)
                 if r["kind"] == "verify" and r.get("draft_s") is not None and method in VLLM_FORWARD_DRAFTERS \
                         and k:
-                    # one row per drafter forward: B requests, one token each (the first forward's
-                    # verified tokens are not timed apart)
-                    d = drafts.setdefault((r["batch"], context_band(ctx)), _cell())
-                    d.total.append(float(r["draft_s"]) / k)
-                    d.ar.append(float(r.get("draft_allreduce_s") or 0.0) / k)
-                    d.fwd.append(float(r["draft_s"]) / k)
-                    d.n_ar.append(float(r.get("draft_n_allreduce") or 0) / k)
-                    d.ctx.append(ctx)
+                    _add_draft(r, int(k), ctx, drafts, extends)
     check_one_server_kind(tp=tp, tp_sizes=tps, models=models, versions=versions, version_key="vllm_version",
                           engine="vLLM")
     if not (base_cells or spec_cells or nodraft_cells):
@@ -335,6 +360,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     dropped: list[str] = []
     few_kinds: list[str] = []
     draft_cells = {("draft", b, b, band): d for (b, band), d in drafts.items()}
+    draft_cells.update({("draft_extend", b, t, band): d for (b, t, band), d in extends.items()})
     band_ctx = _band_contexts(base_cells, spec_cells, nodraft_cells)
     costs, no_ar_timed = _rows({**base_cells, **spec_cells}, min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
                                dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx)
@@ -358,7 +384,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     clock = "cuda_event" if clocks == {"cuda_event"} else "perf_counter"
     notes = ["vLLM rows are engine steps: forward (all-reduce split timed around vLLM's all-reduce) + the step's "
              "host work (sampling/rejection, bookkeeping, input prep, scheduling gap) in other_s; draft rows are "
-             "one drafter forward = proposal time / k. decode rows come from the server without speculation.",
+             "one drafter forward (draft_extend: the first, over the verified tokens, with the proposal's set-up, "
+             "where the hook split it; else proposal time / k). decode rows come from the server without "
+             "speculation.",
              "rows are split by context band (0, 1K, 2K, 4K, ... tokens of KV per request), each at its steps' "
              "median context."]
     if hp is not None:

@@ -194,6 +194,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
     device: str | None = None
     last = len(lines)
     undrafted_tokens_per_s = 0.0  # generation throughput of intervals with no drafts
+    intervals: list[tuple[float, float | None]] = []  # (generation tok/s, seconds since the previous line)
+    prev_ts: float | None = None
 
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -229,6 +231,10 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                     undrafted_tokens_per_s += pending_tput[1]  # that interval printed no SpecDecoding line
                 pending_tput = (i, num(tm.group(1), where, "Avg generation throughput"), running,
                                 pm.group(3) if pm else "", vctx)
+                at_s = _seconds_of(pm.group(3)) if pm else None
+                gap_s = at_s - prev_ts if at_s is not None and prev_ts is not None and at_s > prev_ts else None
+                intervals.append((pending_tput[1], gap_s))
+                prev_ts = at_s if at_s is not None else prev_ts
                 matched += 1
                 continue
             rec = _record(path, i, line)
@@ -267,7 +273,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                            warnings=(*warnings, f"{path}: the server ran {config.algorithm or 'speculation'} and "
                                      "generated tokens but logged no 'SpecDecoding metrics' line: it proposed no draft "
                                      "(vLLM prints the line only for intervals with drafts); proposal rate 0"),
-                           proposed_nothing=True)
+                           proposed_nothing=True, generated_tokens=_generated(intervals))
         if config is not None and config.speculative is False:
             raise SpecmodelError(f"{config.where}: the vLLM server ran without speculative decoding "
                                  "(speculative_config=None): no acceptance to read; start it with --speculative-config")
@@ -280,7 +286,45 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
         config = seen if config is None else config.merged(seen)
     return LogFile(path=path, engine=NAME, fmt="/".join(sorted(vfmt)) + " format", lines_read=len(lines),
                    lines_matched=matched, windows=tuple(windows), records=tuple(vrecs), skipped=skipped,
-                   config=config, warnings=tuple(warnings))
+                   config=config, warnings=tuple(warnings), generated_tokens=_generated(intervals))
+
+
+def _seconds_of(stamp: str) -> float | None:
+    """Seconds since the start of the year of vLLM's ``MM-DD HH:MM:SS`` prefix (None if it is not one)."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.strptime("2000-" + stamp, "%Y-%m-%d %H:%M:%S")  # a leap year: 02-29 parses
+    except ValueError:
+        return None
+    return (t - dt.datetime(2000, 1, 1)).total_seconds()
+
+
+def _generated(intervals: Sequence[tuple[float, float | None]]) -> float | None:
+    """Tokens generated over the log: each throughput line's tok/s x the seconds since the line
+    before it (vLLM's ``LoggingStatLogger`` averages over exactly that interval, v1/metrics/loggers.py);
+    the first line's interval is the median of the others. None without two stamped lines."""
+    known = sorted(d for _, d in intervals if d is not None)
+    if not known:
+        return None
+    typical = known[len(known) // 2]
+    return sum(tps * (d if d is not None else typical) for tps, d in intervals)
+
+
+def log_proposal_rate(files: Sequence[LogFile], k: int | None) -> tuple[float, float, float] | None:
+    """(r, drafts, request-steps) of a host proposer's server from its own log: drafts (the
+    ``SpecDecoding`` lines' :meth:`VllmSpecRecord.num_drafts`) per request-step, a request-step
+    being one emitted token that was not an accepted draft (generated − accepted; generated from
+    the throughput lines, :func:`_generated`). None when a file has no stamped throughput lines."""
+    gen = [f.generated_tokens for f in files]
+    if not files or any(g is None for g in gen):
+        return None
+    recs = [r for f in files for r in f.records]
+    drafts = sum(r.num_drafts(k) or 0.0 for r in recs)
+    steps = sum(g or 0.0 for g in gen) - sum(r.accepted for r in recs)
+    if steps <= 0:
+        return None
+    return min(max(drafts / steps, 0.0), 1.0), drafts, steps
 
 
 def _record(path: str, i: int, line: str) -> VllmSpecRecord | None:
@@ -350,8 +394,9 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
         if bands is not None:
             notes.append(f"acceptance by context: {len(bands.bands)} bands of KV cache usage x KV cache size / Running "
                          "(KV tokens per request), per-position rates pooled per band")
+        rate = _host_rate(files, k, notes)
         return AcceptSummary(dist=dist, rates=avg, files=tuple(files), windows_used=len(with_rates),
-                             windows=windows, notes=tuple(notes), by_context=bands)
+                             windows=windows, notes=tuple(notes), by_context=bands, proposal_rate=rate)
     # old format: rate only; the mean needs the number of drafts
     nst = inp.num_spec_tokens
     if nst is None:
@@ -367,6 +412,23 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     dist = acc.AcceptDist(probs=dist.probs, source=dist.source, samples=int(round(n_drafts)))
     return AcceptSummary(dist=dist, rates=None, files=tuple(files), windows_used=len(recs), windows=windows,
                          notes=(f"old vLLM format: mean = 1 + accepted / (drafted / {nst}); geometric shape assumed",))
+
+
+def _host_rate(files: Sequence[LogFile], k: int, notes: list[str]) -> float | None:
+    """A host proposer's (ngram, suffix) proposal rate measured in its own log, with a note; None for a
+    drafter forward (it proposes on every step) or a log without stamped throughput lines."""
+    from specmodel.schema.phases import is_host_proposer
+
+    algos = {f.config.algorithm for f in files if f.config is not None and f.config.algorithm}
+    if not algos or not all(is_host_proposer(a) for a in algos):
+        return None
+    got = log_proposal_rate(files, k)
+    if got is None:
+        return None
+    rate, drafts, steps = got
+    notes.append(f"proposal rate {rate:.1%} measured in the log: {drafts:.0f} drafts over {steps:.0f} request-steps "
+                 "(tokens generated, from the throughput lines x their intervals, less the accepted drafts)")
+    return rate
 
 
 def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | None:
