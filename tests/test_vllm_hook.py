@@ -364,16 +364,21 @@ def test_the_draft_span_is_keyed_per_drafter_forward(standin: Any) -> None:
     assert [(r.batch, r.tokens) for r in summary.rows("draft")] == [(2, 2)]  # the row the span names
 
 
-def test_the_first_drafter_forward_is_timed_apart_and_becomes_a_draft_extend_row(standin: Any) -> None:
-    """vLLM's proposal is one forward over the verified tokens and k - 1 over one token per request:
-    the hook marks the end of the first (its sampling) so the summary prices them apart; a proposal
-    priced as k mean forwards makes k = 1 look cheaper than it is (the first is the big one)."""
+def _record_k3_and_baseline(standin: Any) -> None:
+    """Six draft_model k = 3 verify steps at batch 2 and six baseline decode steps, written."""
     runner = standin.Runner("draft_model", k=3)
     for _ in range(6):
         _run(runner, _so(2, k=3))
     for _ in range(6):
         _run(standin.Runner(None), _so(2))
     hook.flush(wait=True)
+
+
+def test_the_first_drafter_forward_is_timed_apart_and_becomes_a_draft_extend_row(standin: Any) -> None:
+    """vLLM's proposal is one forward over the verified tokens and k - 1 over one token per request:
+    the hook marks the end of the first (its sampling) so the summary prices them apart; a proposal
+    priced as k mean forwards makes k = 1 look cheaper than it is (the first is the big one)."""
+    _record_k3_and_baseline(standin)
     s = _steps(standin.out)[0]
     assert s["draft_first_s"] >= AR_S + DRAFT_COMPUTE_S and s["draft_first_n_allreduce"] == 1
     assert s["draft_first_allreduce_s"] >= AR_S and s["draft_first_allreduce_s"] <= s["draft_allreduce_s"]
@@ -395,12 +400,7 @@ def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(sta
     from specmodel.model.predict import cycle_costs
     from specmodel.schema.profile import SpecConfig
 
-    runner = standin.Runner("draft_model", k=3)
-    for _ in range(6):
-        _run(runner, _so(2, k=3))
-    for _ in range(6):
-        _run(standin.Runner(None), _so(2))
-    hook.flush(wait=True)
+    _record_k3_and_baseline(standin)
     p = summarize([standin.out], name="t", min_samples=1)
     (ext,) = p.rows("draft_extend")
     (step,) = p.rows("draft")
