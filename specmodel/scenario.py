@@ -675,7 +675,7 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
                                    bands_out=found, rate_out=rates_out)
     rate, rate_source = args.proposal_rate, ""
     if rate is None and rates_out:
-        # the log measured the rate (a server that proposed nothing): it is the observation to price
+        # the server's own log measured its rate (drafts per request-step; 0: proposed nothing)
         rate = rates_out[0]
         rate_source = ("measured in the accept log: the server proposed nothing" if rate == 0.0 else
                        "measured in the accept log: the server's drafts per request-step")

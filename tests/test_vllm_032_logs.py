@@ -85,6 +85,18 @@ def test_the_vllm_branchs_recordings_tp1_and_tp2(name, tp, cli):
     assert none.returncode == 2 and "ran without speculative decoding" in none.stderr
 
 
+def _recorded_ngram_profile(tmp_path, cli):
+    """`specmodel vllm --summarize` of the recorded TP 1 ngram hook run (with its baseline stand-in)."""
+    from tests.conftest import baseline_standin
+
+    base = DATA / "vllm_cpu_032" / "tp1_ngram" / "hook"
+    prof = tmp_path / "p"
+    r = cli("vllm", "--summarize", str(baseline_standin(base, tmp_path / "base")), "--summarize", str(base),
+            "-o", str(prof))
+    assert r.returncode == 0, r.stderr
+    return prof
+
+
 def test_a_server_that_proposed_nothing_is_an_observation_not_a_missing_log(tmp_path, cli):
     # vLLM prints 'SpecDecoding metrics' only for intervals with drafts (v1/spec_decode/metrics.py): the
     # recorded ngram log without those lines is what an ngram server on sampled output writes
@@ -94,13 +106,7 @@ def test_a_server_that_proposed_nothing_is_an_observation_not_a_missing_log(tmp_
     s = summarize([str(silent)])
     assert s.proposal_rate == 0.0 and s.dist.mean_tokens == 1.0 and s.windows_used == 0
     assert any("proposed no draft" in n for n in s.notes)
-    base = DATA / "vllm_cpu_032" / "tp1_ngram" / "hook"
-    from tests.conftest import baseline_standin
-
-    prof = tmp_path / "p"
-    r = cli("vllm", "--summarize", str(baseline_standin(base, tmp_path / "base")), "--summarize", str(base),
-            "-o", str(prof))
-    assert r.returncode == 0, r.stderr
+    prof = _recorded_ngram_profile(tmp_path, cli)
     r = cli("predict", "--profile", str(prof), "--accept-log", str(silent), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -139,13 +145,7 @@ def test_a_host_proposers_own_log_gives_its_proposal_rate_not_the_profiles(tmp_p
     s = summarize([str(log)])
     assert s.proposal_rate == pytest.approx(1.0 / generated, rel=1e-6)  # 3 tokens drafted = 1 draft of k = 3
     assert any("measured in the log: 1 drafts over" in n for n in s.notes)
-    base = DATA / "vllm_cpu_032" / "tp1_ngram" / "hook"
-    from tests.conftest import baseline_standin
-
-    prof = tmp_path / "p"
-    r = cli("vllm", "--summarize", str(baseline_standin(base, tmp_path / "base")), "--summarize", str(base),
-            "-o", str(prof))
-    assert r.returncode == 0, r.stderr
+    prof = _recorded_ngram_profile(tmp_path, cli)
     hook_rate = json.loads((prof / "profile.json").read_text())["host_proposer"]["proposal_rate"]
     assert hook_rate > 0.3  # the greedy run the profile was made from proposed on most steps
     r = cli("predict", "--profile", str(prof), "--accept-log", str(log), "--json")

@@ -108,8 +108,7 @@ def no_proposal_step(profile: Profile, *, batch: int, spec: SpecConfig,
     run that proposes (a greedy ngram run on the vLLM CPU engine: 24 at batch 4, a few after each
     prefill, beside 1,515 baseline decode steps), so their forward medians rest on a handful of
     request waves and carry whatever else the box ran then; the host work is the part speculation
-    changes. Without such rows: the baseline
-    decode step T_base (stated by the caller)."""
+    changes. Without such rows: the baseline decode step T_base (stated by the caller)."""
     ctx = float(default_context(profile) if context_tokens is None else context_tokens)
     tokens = forward_tokens("decode", batch, spec)
     base = forward_cost(profile, "decode", tokens, ctx)
