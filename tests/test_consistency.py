@@ -202,4 +202,17 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
 
     # same forward (10 ms), the speculative step's host work 2 ms more: agrees; a 5 ms forward does not
     assert "decode_disagrees" not in _checks(predict(with_spec_decode(10.0), from_mean(3.0, 4), spec=SPEC))
-    assert "decode_disagrees" in _checks(predict(with_spec_decode(5.0), from_mean(3.0, 4), spec=SPEC))
+    cheap = predict(with_spec_decode(5.0), from_mean(3.0, 4), spec=SPEC)
+    (i,) = [i for i in cheap.inconsistencies if i.check == "decode_disagrees"]
+    assert i.refuses and not cheap.consistent  # the baseline dearer: a false GO in the making
+
+    # the speculative server dearer (14 ms against 10 ms; 20 steps each, no spread: 40 % > the 25 % bound):
+    # the verdict stands, qualified with both numbers, and P(speedup > 1) is withheld
+    dear = predict(with_spec_decode(14.0), from_mean(3.0, 4), spec=SPEC)
+    (q,) = [i for i in dear.inconsistencies if i.check == "decode_disagrees"]
+    assert not q.refuses and dear.consistent and dear.verdict in ("GO", "MARGINAL", "NO-GO")
+    assert "10.00 ms" in q.message and "14.00 ms" in q.message and "40%" in q.message
+    assert "speculative forwards dearer" in dear.verdict_label and "costs replaced" not in dear.verdict_label
+    assert dear.p_text.startswith("not given (the two servers' same forward disagrees")
+    # inside the bound (12 ms: 20 %) nothing is said
+    assert "decode_disagrees" not in _checks(predict(with_spec_decode(12.0), from_mean(3.0, 4), spec=SPEC))

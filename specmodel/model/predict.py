@@ -269,10 +269,11 @@ class Prediction:
         if not self.consistent:
             return self.verdict  # no verdict to qualify: the reason names the contradiction
         label = qualified_verdict(self.verdict, self.extrapolated, self.assumed)
-        quals = [i.message for i in self.inconsistencies if not i.refuses]
+        quals = [("costs replaced: " if i.check == "running_max" else "") + i.message
+                 for i in self.inconsistencies if not i.refuses]
         if quals:
             sep = "; " if label.endswith(")") else " ("
-            label = (label[:-1] if label.endswith(")") else label) + sep + "costs replaced: " + "; ".join(quals) + ")"
+            label = (label[:-1] if label.endswith(")") else label) + sep + "; ".join(quals) + ")"
         return label
 
     @property
@@ -566,8 +567,10 @@ def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumpt
     costs into a figure that rests on an assumed or contradicted one."""
     if any(i.refuses for i in issues):
         return "the costs contradict each other"
-    if issues:
+    if any(i.check == "running_max" for i in issues):
         return "a measured cost was replaced by the running max"
+    if issues:
+        return "the two servers' same forward disagrees"
     if assumed:
         return f"rests on an assumed {assumed[0].kind} cost"
     return ""
