@@ -121,9 +121,8 @@ def test_a_server_that_proposed_nothing_is_an_observation_not_a_missing_log(tmp_
 
 def test_a_host_proposers_own_log_gives_its_proposal_rate_not_the_profiles(tmp_path, cli):
     """ngram on sampled output proposed 3 drafts in thousands of tokens: the log says so (its drafts
-    over its tokens generated: throughput lines x their intervals). Predict prices that rate, not the
+    over its tokens generated: throughput lines x the logging period). Predict prices that rate, not the
     72 % a greedy profile measured (which made a 0.73x server look like 0.51x)."""
-    import datetime as dt
     import re
 
     src = DATA / "vllm_cpu_032" / "tp1_ngram" / "server.log"
@@ -135,13 +134,12 @@ def test_a_host_proposers_own_log_gives_its_proposal_rate_not_the_profiles(tmp_p
     lines.insert(last_tput + 1, spec)
     log = tmp_path / "nearly_silent.log"
     log.write_text("".join(lines))
-    # the oracle: tok/s x seconds since the line before, the first line at the median interval
-    stamp = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[.*Avg generation throughput: ([\d.]+) tokens/s")
-    pts = [(dt.datetime.strptime("2000-" + m.group(1), "%Y-%m-%d %H:%M:%S"), float(m.group(2)))
-           for m in map(stamp.search, lines) if m]
-    gaps = [(b[0] - a[0]).total_seconds() for a, b in zip(pts, pts[1:], strict=False)]
-    assert len(pts) >= 3 and all(g > 0 for g in gaps)
-    generated = pts[0][1] * sorted(gaps)[len(gaps) // 2] + sum(p[1] * g for p, g in zip(pts[1:], gaps, strict=True))
+    # the oracle: every printed line's tok/s x the server's logging period (its run.json: the recorder set
+    # VLLM_LOG_STATS_INTERVAL=2), whatever the gap to the line before (an idle call prints nothing)
+    period_s = float(json.loads((src.parent / "run.json").read_text())["env"]["VLLM_LOG_STATS_INTERVAL"])
+    tput = [float(m.group(1)) for m in map(re.compile(r"Avg generation throughput: ([\d.]+) tokens/s").search, lines) if m]
+    assert period_s == 2.0 and len(tput) >= 3
+    generated = sum(tput) * period_s
     s = summarize([str(log)])
     assert s.proposal_rate == pytest.approx(1.0 / generated, rel=1e-6)  # 3 tokens drafted = 1 draft of k = 3
     assert any("measured in the log: 1 drafts over" in n for n in s.notes)
@@ -156,3 +154,45 @@ def test_a_host_proposers_own_log_gives_its_proposal_rate_not_the_profiles(tmp_p
     r0 = cli("predict", "--profile", str(prof), "--accept-log", str(log), "--json", "--proposal-rate", "0")
     assert r0.returncode == 0, r0.stderr
     assert d["speedup"] == pytest.approx(json.loads(r0.stdout)["speedup"], rel=0.01)  # priced as the silent server
+
+
+def _tput_line(stamp: str, tokens_per_s: float) -> str:
+    return (f"(APIServer pid=1) INFO 12-02 {stamp} [loggers.py:257] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            f"Avg generation throughput: {tokens_per_s:.1f} tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+            "GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n")
+
+
+def test_tokens_generated_count_one_logging_period_per_line_across_idle_spells(tmp_path):
+    """A benchmark pauses between rounds: vLLM's idle stat calls print nothing, so the printed lines are
+    10 s apart while busy and 70 s apart across a pause. Each line still averages over one 10 s
+    period (the calls run every VLLM_LOG_STATS_INTERVAL s and reset): 4 lines x 50 tok/s x 10 s = 2000
+    tokens, not the 5000 that the gaps would give. 20 drafts per line (10 accepted at 1.50 tokens per
+    draft, 60 drafted at k = 3): 80 drafts over 2000 - 40 request-steps."""
+    spec = ("(APIServer pid=1) INFO 12-02 {} [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.50, "
+            "Accepted throughput: 1.00 tokens/s, Drafted throughput: 6.00 tokens/s, Accepted: 10 tokens, Drafted: "
+            "60 tokens, Per-position acceptance rate: 0.500, 0.000, 0.000, Avg Draft acceptance rate: 33.3%\n")
+    cfg = ("(APIServer pid=1) INFO 12-02 10:00:00 [core.py:77] Initializing a V1 LLM engine (v0.32.0) with config: "
+           "model='tiny', speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), "
+           "tensor_parallel_size=1\n")
+    body = cfg
+    for stamp in ("10:00:10", "10:00:20", "10:01:30", "10:01:40"):  # a 60 s pause after the second
+        body += _tput_line(stamp, 50.0) + spec.format(stamp)
+    log = tmp_path / "rounds.log"
+    log.write_text(body)
+    from specmodel.trace.engines.vllm_log import log_period_s
+
+    assert log_period_s([10.0, 70.0, 10.0]) == 10.0 and log_period_s([10, 11, 10, 30, 11]) == 10.5
+    assert log_period_s([1.0, 2.0, 1.0, 0.0]) == 1.0 and log_period_s([]) is None
+    s = summarize([str(log)])
+    assert s.proposal_rate == pytest.approx(80 / (2000 - 40), rel=1e-6), s.notes
+
+
+def test_tokens_generated_from_a_recorded_log_match_the_engines_counter():
+    """tests/data/vllm_cpu_032_watch/tp1_ngram: the server's own generation_tokens_total (680 at the end of the
+    log, metrics_1.txt) against the log's throughput lines x its 1 s logging period: within 3 %."""
+    d = DATA / "vllm_cpu_032_watch" / "tp1_ngram"
+    f = parse_log(d / "server.log")
+    truth = next(float(ln.split()[-1]) for ln in (d / "metrics_1.txt").read_text().splitlines()
+                 if ln.startswith("vllm:generation_tokens_total"))
+    assert truth == 680.0
+    assert f.generated_tokens == pytest.approx(truth, rel=0.03)
