@@ -73,11 +73,15 @@ demo: $(VENV)/.installed-run
 	$(SPECMODEL) predict --profile profiles/$(NAME) --accept-len 3.2
 	$(SPECMODEL) report --profile profiles/$(NAME) --accept-len 3.2 -o reports/$(NAME).pdf
 
-# the README's test command (CI): everything, including the tests against a live vLLM server; the 25
-# slowest tests are listed at the end. (`-n auto --dist loadgroup` keeps the live-engine tests on one
-# worker, tests/conftest.py; not yet the default: not run in full on 2 cores.)
+# the README's test command (CI): everything, including the tests against a live vLLM server, on two
+# workers; `--dist loadgroup` keeps the live-engine tests on one of them, one server at a time, and
+# xdist schedules that group first (the largest), so the other worker runs the rest beside it
+# (tests/conftest.py). Two, not one per core: the engine tests' bounded waits were sized for one
+# competing worker. The 25 slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(ENGINE_VENV)/.installed
-	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider --durations=25
+	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+	  --dist loadgroup --durations=25
 
 # everything but the tests marked slow (real TP ranks, the end-to-end report, live vLLM servers): for the edit-test loop
 test-fast: $(VENV)/.installed

@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``torch`` skip, with the reason, only where torch is missing (the profiler's
     extra); a module-level importorskip would hide that module's torch-free tests as well.
     Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, saying why.
-    Tests marked ``vllm`` share one xdist group: under ``make test`` (``-n auto --dist loadgroup``)
+    Tests marked ``vllm`` share one xdist group: under ``make test`` (``-n 2 --dist loadgroup``)
     they run one after another on one worker, so two engines never compete for the cores (their
     start-up and their bounded waits were sized for one) and the tiny models are built once."""
     for item in items:

