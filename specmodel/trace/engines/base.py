@@ -153,7 +153,7 @@ class LogFile:
     #: a speculative server that generated tokens without a single draft (vLLM prints its
     #: ``SpecDecoding`` line only for intervals with drafts, v1/spec_decode/metrics.py)
     proposed_nothing: bool = False
-    #: tokens the server generated over the log (vLLM: its throughput lines x their intervals), or None
+    #: tokens the server generated over the log (vLLM: its throughput lines x the logging period), or None
     generated_tokens: float | None = None
 
     @property
