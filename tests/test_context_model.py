@@ -155,8 +155,11 @@ def test_verdict_from_extrapolated_costs_is_qualified() -> None:
     d = p.to_dict()
     batch_entry = next(e for e in d["extrapolated"] if e["axis"] == "batch")
     assert {"axis": "batch", "requested": 32.0, "measured_min": 1.0, "measured_max": 16.0}.items() <= batch_entry.items()
+    # no interval was measured out there: P(speedup > 1) is not given beside it
+    assert p.p_text.startswith("not given (rests on a cost extrapolated beyond the measured range: batch 32 > measured")
+    assert d["p_speedup_gt_1"] is None and d["p_withheld"].startswith("rests on a cost extrapolated")
     inside = predict(PROF, from_mean(3.0, 4), batch=4, context_tokens=4096)
-    assert inside.extrapolated == () and inside.verdict_label == inside.verdict
+    assert inside.extrapolated == () and inside.verdict_label == inside.verdict and not inside.p_withheld
 
 
 def test_calibration_four_fields_is_modelled_at_its_own_context() -> None:
@@ -229,3 +232,24 @@ def test_any_noisy_table_gives_a_surface_monotone_in_both_axes(rows: list[tuple[
     measured_ctx = {r[1] for r in rows}
     flagged = any(e.axis == "context" for e in lo.extrapolations)
     assert flagged == (la < min(measured_ctx) or la > max(measured_ctx))
+
+
+def test_beyond_the_last_knot_the_slope_spans_the_top_half_of_the_measured_range() -> None:
+    """The vLLM CPU engine's verify rows at batch 1-4 (bench_vllm_cli, 2026-12-02 16:39; steps per row in
+    brackets): 4 tokens 14.91 ms [216], 8 tokens 19.81 ms [20], 15 tokens 24.99 ms [6], 16 tokens 29.55 ms
+    [181]. At 64 tokens, along the last segment (15 -> 16): 29.55 + 48 x 4.56 = 248.43 ms; through the
+    knot at half the last one's tokens (8 -> 16): 29.55 + 48 x (29.55 - 19.81) / 8 = 88.0 ms. The engine's
+    speculative step at batch 16 (~64 verify tokens) took ~90 ms (507 tok/s at 2.91 tokens per request-step)."""
+    from specmodel.model.costs import interpolate
+
+    toks = [4.0, 8.0, 15.0, 16.0]
+    comps = [(0.0, t / 1e3, 0.0) for t in (14.91, 19.81, 24.99, 29.55)]
+    got, outside = interpolate(toks, comps, 64.0)
+    assert outside and got[1] * 1e3 == pytest.approx(29.55 + 48 * (29.55 - 19.81) / 8, abs=1e-9)
+    assert got[1] * 1e3 == pytest.approx(87.99, abs=0.01)
+    # no knot at or below half the last: the first knot; two knots: the one segment there is
+    assert interpolate([10.0, 16.0], [(0.0, 1.0, 0.0), (0.0, 1.6, 0.0)], 32.0)[0][1] == pytest.approx(1.6 + 16 * 0.1)
+    assert interpolate([12.0, 14.0, 16.0], [(0.0, 1.0, 0.0), (0.0, 1.1, 0.0), (0.0, 1.6, 0.0)],
+                       20.0)[0][1] == pytest.approx(1.6 + 4 * 0.6 / 4)
+    # the running max first: a dip below never makes the slope negative
+    assert interpolate([4.0, 8.0], [(0.0, 2.0, 0.0), (0.0, 1.0, 0.0)], 16.0)[0][1] == pytest.approx(2.0)

@@ -500,7 +500,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     provenance = cost_provenance(profile, cc, cal)
     issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step, break_even_tokens=be_step,
                          provenance=dict(provenance))
-    withheld = p_withheld_reason(issues, assumed)
+    withheld = p_withheld_reason(issues, assumed, cc.extrapolations + (cal.extrapolated if cal else ()))
     if withheld:
         reason = _P_IN_REASON.sub(f"P(speedup>1) not given ({withheld})", reason)
     refusals = [i.message for i in issues if i.refuses]
@@ -562,9 +562,12 @@ def require_consistent(p: Prediction) -> Prediction:
 _P_IN_REASON = re.compile(r"P\(speedup>1\) = (?:[0-9.]+|needs counts)")
 
 
-def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumption]) -> str:
+def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumption],
+                      extrapolated: Sequence[Extrapolation] = ()) -> str:
     """Why P(speedup > 1) is not printed ("" = it is): it would carry the confidence of measured
-    costs into a figure that rests on an assumed or contradicted one."""
+    costs into a figure that rests on an assumed, contradicted or extrapolated one (beyond the
+    measured range no interval was measured: a ngram profile of batches 1-4 gave P = 1.00 for a
+    GO at batch 8 from a verify cost it had extrapolated to 219 ms where the engine took ~90)."""
     if any(i.refuses for i in issues):
         return "the costs contradict each other"
     if any(i.check == "running_max" for i in issues):
@@ -573,6 +576,8 @@ def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumpt
         return "the two servers' same forward disagrees"
     if assumed:
         return f"rests on an assumed {assumed[0].kind} cost"
+    if extrapolated:
+        return f"rests on a cost extrapolated beyond the measured range: {extrapolated[0].label}"
     return ""
 
 
