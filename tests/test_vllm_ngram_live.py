@@ -56,18 +56,19 @@ def ngram_server(vllm_python: Path, tiny_models, tmp_path_factory: pytest.TempPa
 def test_tp1_baseline_and_ngram_hooked_summarize_to_a_profile_predict_reads(vllm_python: Path, tiny_models: Any,
                                                                            ngram_server, tmp_path: Path) -> None:
     srv, log_path, spec = ngram_server
-    for _ in range(2):
-        srv.complete(max_tokens=TOKENS)
-    log = log_path.read_text(errors="replace")
     base = tmp_path / "base"
     with hooked(vllm_python, tiny_models.target, base) as bsrv:
-        for _ in range(2):
+        # requests alternate between the two servers (as the benchmarks interleave them): a box whose load
+        # moves (make test's other worker) then lands on both recordings alike, not on whichever ran during it
+        for _ in range(3):
             assert bsrv.complete(max_tokens=TOKENS)["usage"]["completion_tokens"] == TOKENS
+            srv.complete(max_tokens=TOKENS)
+    log = log_path.read_text(errors="replace")
     (bsteps,) = hook_steps(base).values()
     (ssteps,) = hook_steps(spec).values()
     kinds = {s["kind"] for s in bsteps}
     assert {"extend", "decode"} <= kinds and "verify" not in kinds
-    assert sum(s["kind"] == "decode" for s in bsteps) >= 2 * (TOKENS - 2)
+    assert sum(s["kind"] == "decode" for s in bsteps) >= 3 * (TOKENS - 2)
     verify = [s for s in ssteps if s["kind"] == "verify"]
     assert verify and all(s["draft_method"] == "ngram" and s["draft_k"] == 3 for s in verify)
     assert all(s["forward_n_allreduce"] == 0 for s in bsteps + ssteps)  # TP 1: vLLM skips the all-reduce
@@ -81,12 +82,10 @@ def test_tp1_baseline_and_ngram_hooked_summarize_to_a_profile_predict_reads(vllm
     dec = prof.rows("decode")[0]
     assert dec.batch == 1 and dec.other_s > 0 and dec.allreduce_s == 0
     assert prof.rows("verify") and not prof.has("draft") and prof.overhead_s > 0
-    # the verdict may be qualified (the two servers' decode forwards measured on a busy box), never refused here:
-    # the baseline runs after the speculative server, so a loaded box inflates the baseline only by chance
+    # interleaved, the two recordings agree: a verdict (qualified at most), not a refusal
     r = run_cli("predict", "--profile", str(out), "--accept-len", "2.0", "--steps", "3", "--num-draft-tokens", "4")
-    assert r.returncode == 0 or "dearer in the baseline" in r.stderr, r.stderr
-    if r.returncode == 0:
-        assert re.search(r"speedup \d+\.\d+x", r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"speedup \d+\.\d+x", r.stdout)
 
 
 def test_watch_acceptance_matches_the_engines_spec_decoding_lines(ngram_server) -> None:
