@@ -74,7 +74,7 @@ demo: $(VENV)/.installed-run
 	$(SPECMODEL) report --profile profiles/$(NAME) --accept-len 3.2 -o reports/$(NAME).pdf
 
 # the README's test command (CI): everything, including the tests against a live vLLM server, on two
-# workers; `--dist loadgroup` keeps the live-engine tests on one of them, one server at a time, and
+# workers; `--dist loadgroup` (our scheduler, tests/conftest.py) keeps the tests/*_live.py tests on one of them, one server at a time, and
 # xdist schedules that group first (the largest), so the other worker runs the rest beside it
 # (tests/conftest.py). Two, not one per core: the engine tests' bounded waits were sized for one
 # competing worker. The 25 slowest tests are listed at the end.
