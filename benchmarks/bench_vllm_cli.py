@@ -21,8 +21,9 @@ Per TP degree, two phases:
   beside it, one at a time: the same two at batch 2; the losing drafter (an unrelated random
   model of the target's shape); the noisy drafter at k = 5; the **marginal** one, the noisy
   drafter at k = 1 (one drafter forward as costly as the target's for at most 2 tokens), and
-  ngram at temperature 0.2 and 0.05 (its lookup matches on part of the steps), greedy ngram at
-  batch 8 (twice the profiled batch, where its gain runs out); and the **silent** one,
+  ngram at temperature 0.2, 0.05, 0.02 and 0.01 (its lookup matches on part of the steps;
+  greedy ngram runs 1.3-1.9x, at 0.05 0.65-0.85x, so the crossing lies between), greedy ngram at
+  batch 8 and 16 (beyond the profiled batches, where its gain runs out); and the **silent** one,
   ngram on sampled output (temperature 0.5, both servers of the pair), which on this engine
   proposes (almost) nothing. Which rows are marginal is decided by the measurement (0.85-1.15).
 
@@ -83,6 +84,8 @@ TARGET_MEDIAN = 0.10
 SAMPLED_TEMPERATURE = 0.5
 LOW_TEMPERATURE = 0.2
 VERY_LOW_TEMPERATURE = 0.05
+# between greedy (ngram 1.3-1.9x) and 0.05 (0.65-0.85x, 2026-12-02): where the gain should cross 1
+MARGINAL_TEMPERATURES = (0.02, 0.01)
 REQUEST_TIMEOUT_S = 300.0
 PAIR_PAUSE_S = 1.2
 CLI_TIMEOUT_S = 600.0
@@ -247,6 +250,11 @@ def configs(models: Any) -> list[Config]:
         # lookup matches on part of the steps only, and greedy at a batch twice the profiled one
         Config(name="ngram_t005", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=BATCHES,
                temperature=VERY_LOW_TEMPERATURE),
+        # greedy ngram measured 1.3-1.9x, at 0.05 0.65-0.85x: the crossing lies between (marginal rows)
+        Config(name="ngram_t002", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=BATCHES,
+               temperature=MARGINAL_TEMPERATURES[0]),
+        Config(name="ngram_t001", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=(1, 2),
+               temperature=MARGINAL_TEMPERATURES[1]),
         Config(name="ngram_b8", spec=ngram_spec(K), k=K, profile="ngram", profiled=False, batches=(8,)),
         # greedy ngram measured 1.69x, 1.45x, 1.50x, 1.16x at batch 1, 2, 4, 8 (2026-12-02): batch 16 is
         # where its gain should run out (a marginal row: measured 0.85-1.15)

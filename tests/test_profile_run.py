@@ -162,3 +162,18 @@ def test_spec_loop_against_a_given_profile(runs):
     assert c["measured"]["tokens_per_s"] > 0 and c["measured"]["baseline_tokens_per_s"] > 0
     assert abs(c["predicted"]["rel_error"]) < 10  # a number, not a crash; accuracy is reported, not gated
     assert sorted(p.name for p in runs["dir"].iterdir()) == before  # compare mode writes nothing
+
+
+def test_the_profile_measures_the_host_work_between_a_cycles_forwards(runs):
+    """A profile without --spec-loop still runs a few real cycles (the overhead pass): the host
+    work between their forwards is its overhead_s, so predict no longer calls tok/s an upper bound.
+    Before, every such profile carried overhead_s 0 and the spec loop ran slower than predicted."""
+    prof = load_profile(runs[4])
+    assert prof.overhead_s > 0
+    note = next(n for n in prof.notes if n.startswith("overhead_s ="))
+    assert "24 real cycles at batch 1" in note and "3 chunks" in note
+    r = run_cli("predict", "--profile", str(runs[4]), "--accept-len", "3.2", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["overhead_s"] == pytest.approx(prof.overhead_s)
+    assert not any("no per-cycle overhead" in w for w in d["warnings"]), d["warnings"]

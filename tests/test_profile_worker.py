@@ -185,3 +185,24 @@ def test_burst_times_back_to_back_forwards_per_forward():
     assert passes == 6 and calls[0] == 18 and len(samples[0]) == 6
     # one forward's time, not three (>= 6 ms): never below one sleep, the median well under two
     assert min(samples[0]) > 0.0019 and sorted(samples[0])[3] < 0.004, samples
+
+
+def test_the_timing_passes_visit_points_in_the_order_an_engine_runs_them():
+    """Per (context, batch): draft-extend, draft, verify, decode — each forward after the one a
+    serving loop runs before it; the sweep's own order (decode first) is not the timing order."""
+    from specmodel.profile.plan import sweep_points
+    from specmodel.profile.worker import timing_order
+
+    pts = sweep_points(kinds=("decode", "verify", "draft", "draft_extend"), batches=(1, 8), verify_tokens=(2, 4),
+                       topk=1, num_draft_tokens=4, contexts=(0, 1024))
+    order = [pts[i] for i in timing_order(pts)]
+    assert sorted(timing_order(pts)) == list(range(len(pts)))  # every point once
+    got = [(p.context, p.batch, p.kind, p.per_request) for p in order]
+    assert got[:6] == [(0, 1, "draft_extend", 4), (0, 1, "draft", 1), (0, 1, "verify", 2), (0, 1, "verify", 4),
+                       (0, 1, "decode", 1), (0, 8, "draft_extend", 4)]
+    assert [p.kind for p in pts[:2]] == ["decode", "decode"]  # the sweep's order differs
+    for a, b in zip(order, order[1:], strict=False):
+        if b.kind == "verify" and (a.context, a.batch) == (b.context, b.batch):
+            assert a.kind in ("draft", "verify")
+        if b.kind == "decode":
+            assert a.kind == "verify"  # a target forward before decode, never the drafter

@@ -109,12 +109,13 @@ class _Progress:
             click.echo(f"[{done + 1}/{total}] {label}  ({now - self.t0:.0f} s{eta})", err=True)
 
     def took(self, ranks_done: float, end: float) -> str:
-        """``95 s: start-up 8 s, 26 cells 50 s, timing passes 25 s, 6 all-reduce sizes 5 s,
-        writing 2 s``: the wall time by stage, each from its first unit's start to the next
+        """``95 s: start-up 8 s, 26 cells 50 s, timing passes 25 s, cycle overhead 2 s, 6 all-reduce
+        sizes 5 s, writing 2 s``: the wall time by stage, each from its first unit's start to the next
         stage's (the last one until the ranks handed back their results)."""
         first_seen: dict[str, float] = {}  # (a unit shorter than a poll may go unseen: the stage's first seen)
         for i, u in enumerate(self.units):
             stage = ("cells" if i < self.n_points else "timing passes" if u == "interleaved timing passes"
+                     else "cycle overhead" if u == "cycle overhead"
                      else "all-reduce sizes" if u.startswith("all-reduce") else "spec loop")
             if i in self.started and stage not in first_seen:
                 first_seen[stage] = self.started[i]

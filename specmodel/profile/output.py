@@ -104,7 +104,13 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
     if sc.get("scaled"):
         notes.append(f"scaled model ({sc.get('reason')}): {size}; times are for the scaled model, not extrapolated")
     loop = result.spec_loop
-    if overhead_s is None:
+    co = result.cycle_overhead
+    if overhead_s is None and co is not None:
+        overhead_s = co.overhead_s
+        notes.append(f"overhead_s = {fmt_ms(co.overhead_s, 3)} per cycle (spread {fmt_ms(co.spread_s, 3)} over "
+                     f"{co.chunks} chunks): the host work between the forwards of {co.cycles} real cycles at batch "
+                     f"{co.batch} (cycle {fmt_ms(co.cycle_s, 2)}), taken for every batch")
+    elif overhead_s is None:
         overhead_s = 0.0
     elif loop:
         notes.append(f"overhead_s = {fmt_ms(overhead_s, 3)} per cycle, measured outside the forwards in "

@@ -198,6 +198,9 @@ class RunPlan:
     timeout_s: float = 300.0
     trace: bool = True
     spec_loop: SpecLoopPlan | None = None
+    # real cycles timed after the timing passes for the per-cycle host work no forward shows
+    # (profile/specloop.py:measure_overhead); 0: none. Not run beside a spec loop (it measures its own).
+    overhead_cycles: int = 24
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # ------------------------------------------------------------ units (progress bar)
@@ -206,6 +209,8 @@ class RunPlan:
         out = [p.unit for p in self.points]
         if self.points:
             out.append("interleaved timing passes")
+        if self.measures_overhead():
+            out.append("cycle overhead")
         out += [f"all-reduce {n} B" for n in self.allreduce_sizes]
         if self.spec_loop is not None:
             out += ["spec loop: baseline", "spec loop: speculative"]
@@ -223,6 +228,10 @@ class RunPlan:
         out = [fwd(pt) * (self.warmup + PROFILED_COST * self.repeats) for pt in self.points]
         if self.points:
             out.append(sum(fwd(pt) for pt in self.points) * self.min_passes * max(1, self.burst))
+        if self.measures_overhead():
+            out.append((self.overhead_cycles + max(1, self.warmup))
+                       * (self.steps * collectives_per_forward("draft", self.target.num_layers)
+                          + collectives_per_forward("verify", self.target.num_layers) + 1.0))
         out += [float(self.allreduce_warmup + self.allreduce_repeats * self.allreduce_calls)
                 for _ in self.allreduce_sizes]
         if self.spec_loop is not None:
@@ -232,11 +241,20 @@ class RunPlan:
                          + collectives_per_forward("verify", self.target.num_layers)) + 1.0]
         return out
 
+    def overhead_batch(self) -> int:
+        """The batch the overhead pass runs at: the smallest swept one (the spec loop's default)."""
+        return min((pt.batch for pt in self.points), default=1)
+
+    def measures_overhead(self) -> bool:
+        return self.overhead_cycles > 0 and bool(self.points) and self.spec_loop is None
+
     def kv_need(self, model: str) -> tuple[int, int]:
         """(KV pool token slots, largest position) any forward of ``model`` needs."""
         loop = None
         if self.spec_loop is not None:
             loop = (self.spec_loop.batch, self.context_len, max(self.num_draft_tokens, self.topk, 1))
+        elif self.measures_overhead():
+            loop = (self.overhead_batch(), self.context_len, max(self.num_draft_tokens, self.topk, 1))
         return kv_need(self.points, model, loop)
 
     # ------------------------------------------------------------ JSON

@@ -132,6 +132,20 @@ class SpecLoopResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CycleOverhead:
+    """The profile's overhead pass (``profile/specloop.py:measure_overhead``): ``cycles`` real
+    speculative cycles at ``batch`` in ``chunks``; ``overhead_s`` the median over chunks of the
+    cycle wall minus its forwards, ``spread_s`` max − min over chunks, ``cycle_s`` the median wall."""
+
+    batch: int
+    cycles: int
+    chunks: int
+    overhead_s: float
+    spread_s: float
+    cycle_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankResult:
     """What one rank measured, gathered to rank 0: its per-point records (worker-internal), the
     all-reduce sweep samples, the spec loop's record (rank 0's is used) and, on each node's local
@@ -142,6 +156,7 @@ class RankResult:
     points: tuple[dict[str, Any], ...]
     allreduce: tuple[dict[str, Any], ...]
     spec_loop: SpecLoopResult | None = None
+    cycle_overhead: CycleOverhead | None = None
     hardware: dict[str, Any] | None = None
 
 
@@ -154,6 +169,7 @@ class RunResult:
     rows: tuple[RowResult, ...]
     allreduce_points: tuple[AllReduceResult, ...] = ()
     spec_loop: SpecLoopResult | None = None
+    cycle_overhead: CycleOverhead | None = None
     hardware: dict[str, Any] | None = None
     finished_utc: str = ""
 
@@ -162,6 +178,7 @@ class RunResult:
         return {"plan": self.plan.to_dict(), "rows": [r.to_dict() for r in self.rows],
                 "allreduce_points": [asdict(a) for a in self.allreduce_points],
                 "spec_loop": self.spec_loop.to_dict() if self.spec_loop is not None else None,
+                "cycle_overhead": asdict(self.cycle_overhead) if self.cycle_overhead is not None else None,
                 "hardware": self.hardware or {}, "finished_utc": self.finished_utc}
 
     @classmethod
@@ -169,5 +186,6 @@ class RunResult:
         return cls(plan=RunPlan.from_dict(d["plan"]), rows=tuple(RowResult.from_dict(r) for r in d["rows"]),
                    allreduce_points=tuple(AllReduceResult(**a) for a in d.get("allreduce_points") or ()),
                    spec_loop=SpecLoopResult.from_dict(d["spec_loop"]) if d.get("spec_loop") else None,
+                   cycle_overhead=CycleOverhead(**d["cycle_overhead"]) if d.get("cycle_overhead") else None,
                    hardware=d.get("hardware") or {},
                    finished_utc=d.get("finished_utc") or "")

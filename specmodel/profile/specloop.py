@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from specmodel.profile.annotate import Stopwatch, phase, timed_phase
-from specmodel.profile.result import LoopBaseline, LoopSpec, SpecLoopResult
+from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult
 from specmodel.schema.phases import forward_tokens, phase_label
 
 if TYPE_CHECKING:
@@ -34,13 +34,120 @@ def _mean(watches: list[Stopwatch]) -> float:
     return sum(w.elapsed_s for w in watches) / len(watches) if watches else 0.0
 
 
+
+def cycle_overhead_s(cycle_s: float, draft_extend_s: float, draft_step_s: float, verify_s: float,
+                     steps: int) -> float:
+    """The part of a cycle no forward shows: cycle − (draft-extend + (steps − 1) × draft + verify),
+    floored at 0 (the one definition the loop and the profile's overhead pass share)."""
+    return max(cycle_s - (draft_extend_s + (steps - 1) * draft_step_s + verify_s), 0.0)
+
+
+class _Cycle:
+    """One speculative cycle at ``batch`` requests, as a loop runs it, forwards timed one by one."""
+
+    def __init__(self, r: Rank, batch: int, probs: np.ndarray, rng: np.random.Generator,
+                 g: torch.Generator) -> None:
+        p = r.plan
+        assert r.target is not None and r.drafter is not None
+        self.r, self.b, self.probs, self.rng = r, batch, probs, rng
+        self.labels = {k: phase_label(k, batch, forward_tokens(k, batch, p)) for k in ("draft_extend", "draft", "verify")}
+        self.ver_ids = torch.randint(0, p.target.vocab_size, (batch, p.num_draft_tokens), generator=g).to(r.device)
+        _, self.aux = r.target(self.ver_ids)
+        self.watches: dict[str, list[Stopwatch]] = {"draft_extend": [], "draft": [], "verify": []}
+        self.hist = np.zeros(p.steps + 1, dtype=np.int64)
+
+    def __call__(self, record: bool) -> None:
+        r, p, b = self.r, self.r.plan, self.b
+        target, drafter, dev = r.target, r.drafter, r.device
+        assert target is not None and drafter is not None
+        steps, topk, ndt = p.steps, p.topk, p.num_draft_tokens
+        V, H = p.target.vocab_size, p.drafter.hidden_size
+        with timed_phase(self.labels["draft_extend"], dev) as sw:
+            logits, h = drafter(self.ver_ids, self.aux, "causal", last_only=True)
+        tok = logits[:, -1].topk(topk, dim=-1).indices % V  # (b, topk)
+        hidden = h[:, -1:].expand(b, topk, H).contiguous()
+        drafted = [tok]
+        ws = [("draft_extend", sw)]
+        for _ in range(steps - 1):
+            with timed_phase(self.labels["draft"], dev) as sw:
+                logits, hidden = drafter(tok, hidden, "diag" if topk > 1 else "causal")
+            ws.append(("draft", sw))
+            tok = logits.argmax(dim=-1) % V
+            drafted.append(tok)
+        tree = torch.cat([self.ver_ids[:, -1:], *drafted], dim=1)[:, :ndt]
+        with timed_phase(self.labels["verify"], dev) as sw:
+            logits_v, self.aux = target(tree, "causal")
+        ws.append(("verify", sw))
+        pred = logits_v.argmax(dim=-1)
+        _ = int((pred[:, :-1] == tree[:, 1:]).sum())  # the greedy check a real verify does
+        emitted = self.rng.choice(np.arange(1, steps + 2), size=b, p=self.probs)
+        self.ver_ids = tree
+        if record:
+            for k, w in ws:
+                self.watches[k].append(w)
+            np.add.at(self.hist, emitted - 1, 1)
+
+    def forward_means(self) -> tuple[float, float, float]:
+        """(draft-extend, one draft, verify) seconds: means over the recorded cycles and the ranks."""
+        r = self.r
+        parts = torch.tensor([_mean(self.watches["draft_extend"]), _mean(self.watches["draft"]),
+                              _mean(self.watches["verify"])], dtype=torch.float64, device=r.device if r.cuda else "cpu")
+        r.comm.all_reduce(parts)
+        de, dr, ve = (float(x) / r.world for x in parts.cpu())
+        return de, dr, ve
+
+    def reset(self) -> None:
+        for w in self.watches.values():
+            w.clear()
+
+
+def _timed(r: Rank, fn: Any, n: int) -> float:
+    """``n`` calls of ``fn`` from a barrier to the slowest rank's finish (every rank gets the max)."""
+    r.comm.barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    r.sync()
+    t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=r.device if r.cuda else "cpu")
+    r.comm.all_reduce(t, op="max")
+    return float(t.item())
+
+
+def measure_overhead(r: Rank, *, batch: int, cycles: int, chunks: int = 3) -> CycleOverhead:
+    """The host work between a cycle's forwards (top-k of the draft logits, the tree, the verify
+    argmax and greedy check, the acceptance bookkeeping): ``cycles`` real cycles at ``batch``
+    after the timing passes, in ``chunks`` timed like the spec loop's, each chunk's cycle wall
+    minus its forwards. The profile's rows time forwards only; without this a profile's tok/s is
+    the forwards' upper bound (``overhead_s`` 0) and the spec loop out of sample came out faster
+    than it ran. Acceptance does not matter to the host work: draws are uniform."""
+    p = r.plan
+    r.next_unit("cycle overhead")
+    g = torch.Generator(device="cpu").manual_seed(p.seed + 11)
+    probs = np.full(p.steps + 1, 1.0 / (p.steps + 1))
+    cyc = _Cycle(r, batch, probs, np.random.default_rng(p.seed), g)
+    for _ in range(max(1, p.warmup)):
+        cyc(False)
+    chunks = max(1, min(chunks, cycles))
+    per = [cycles // chunks + (1 if i < cycles % chunks else 0) for i in range(chunks)]
+    over, walls = [], []
+    for n in per:
+        cyc.reset()
+        wall = _timed(r, lambda: cyc(True), n) / n
+        de, dr, ve = cyc.forward_means()
+        walls.append(wall)
+        over.append(cycle_overhead_s(wall, de, dr, ve, p.steps))
+    over_sorted = sorted(over)
+    return CycleOverhead(batch=batch, cycles=sum(per), chunks=chunks, overhead_s=float(np.median(over)),
+                         spread_s=over_sorted[-1] - over_sorted[0], cycle_s=float(np.median(walls)))
+
+
 def run_loop(r: Rank) -> SpecLoopResult:
     p = r.plan
     sl = p.spec_loop
     assert sl is not None and r.target is not None and r.drafter is not None
-    target, drafter, comm = r.target, r.drafter, r.comm
+    target = r.target
     b, steps, topk, ndt = sl.batch, p.steps, p.topk, p.num_draft_tokens
-    V, H = p.target.vocab_size, p.drafter.hidden_size
+    V = p.target.vocab_size
     g = torch.Generator(device="cpu").manual_seed(p.seed + 7)
     rng = np.random.default_rng(sl.seed)  # the same draws on every rank
     probs = np.asarray(sl.accept_probs, dtype=float)
@@ -61,56 +168,12 @@ def run_loop(r: Rank) -> SpecLoopResult:
 
     # ---------------------------------------------------------------- speculative loop
     r.next_unit("spec loop: speculative")
-    de_label = phase_label("draft_extend", b, forward_tokens("draft_extend", b, p))
-    dr_label = phase_label("draft", b, forward_tokens("draft", b, p))
-    ve_label = phase_label("verify", b, forward_tokens("verify", b, p))
-    ver_ids = torch.randint(0, V, (b, ndt), generator=g).to(dev)
-    _, aux = target(ver_ids)
-    watches: dict[str, list[Stopwatch]] = {"draft_extend": [], "draft": [], "verify": []}
-    hist = np.zeros(steps + 1, dtype=np.int64)
-
-    def cycle(record: bool) -> None:
-        nonlocal ver_ids, aux
-        with timed_phase(de_label, dev) as sw:
-            logits, h = drafter(ver_ids, aux, "causal", last_only=True)
-        tok = logits[:, -1].topk(topk, dim=-1).indices % V  # (b, topk)
-        hidden = h[:, -1:].expand(b, topk, H).contiguous()
-        drafted = [tok]
-        ws = [("draft_extend", sw)]
-        for _ in range(steps - 1):
-            with timed_phase(dr_label, dev) as sw:
-                logits, hidden = drafter(tok, hidden, "diag" if topk > 1 else "causal")
-            ws.append(("draft", sw))
-            tok = logits.argmax(dim=-1) % V
-            drafted.append(tok)
-        tree = torch.cat([ver_ids[:, -1:], *drafted], dim=1)[:, :ndt]
-        with timed_phase(ve_label, dev) as sw:
-            logits_v, aux = target(tree, "causal")
-        ws.append(("verify", sw))
-        pred = logits_v.argmax(dim=-1)
-        _ = int((pred[:, :-1] == tree[:, 1:]).sum())  # the greedy check a real verify does
-        emitted = rng.choice(np.arange(1, steps + 2), size=b, p=probs)
-        ver_ids = tree
-        if record:
-            for k, w in ws:
-                watches[k].append(w)
-            np.add.at(hist, emitted - 1, 1)
-
+    cycle = _Cycle(r, b, probs, rng, g)
     for _ in range(sl.warmup):
         cycle(False)
 
     # interleaved, as pyperf compares two things: baseline and speculative chunks alternate, so
     # drift on the box lands on both; each chunk starts after a barrier and ends on the slowest rank
-    def timed(fn: Any, n: int) -> float:
-        comm.barrier()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        r.sync()
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev if r.cuda else "cpu")
-        comm.all_reduce(t, op="max")
-        return float(t.item())
-
     def base_step() -> None:
         nonlocal ids
         with phase(dec_label):
@@ -120,14 +183,12 @@ def run_loop(r: Rank) -> SpecLoopResult:
     per = [sl.cycles // rounds + (1 if i < sl.cycles % rounds else 0) for i in range(rounds)]
     base_t, spec_t = [], []
     for n in per:
-        base_t.append(timed(base_step, n))
-        spec_t.append(timed(lambda: cycle(True), n))
+        base_t.append(_timed(r, base_step, n))
+        spec_t.append(_timed(r, lambda: cycle(True), n))
     base_elapsed, spec_elapsed = sum(base_t), sum(spec_t)
-    parts = torch.tensor([_mean(watches["draft_extend"]), _mean(watches["draft"]), _mean(watches["verify"])],
-                         dtype=torch.float64, device=dev if r.cuda else "cpu")
-    comm.all_reduce(parts)
-    de, dr, ve = (float(x) / r.world for x in parts.cpu())
+    de, dr, ve = cycle.forward_means()
     cycle_s = spec_elapsed / sl.cycles
+    hist = cycle.hist
     tokens = int(sum((j + 1) * int(c) for j, c in enumerate(hist)))
     return SpecLoopResult(
         batch=b, cycles=sl.cycles, steps=steps, topk=topk, num_draft_tokens=ndt, accept_len_requested=sl.accept_len,
@@ -138,7 +199,7 @@ def run_loop(r: Rank) -> SpecLoopResult:
                               step_s=base_elapsed / sl.cycles),
         spec=LoopSpec(elapsed_s=spec_elapsed, tokens=tokens, tokens_per_s=tokens / spec_elapsed, cycle_s=cycle_s,
                       draft_extend_s=de, draft_step_s=dr, verify_s=ve,
-                      overhead_s=max(cycle_s - (de + (steps - 1) * dr + ve), 0.0),
+                      overhead_s=cycle_overhead_s(cycle_s, de, dr, ve, steps),
                       accept_hist={str(j + 1): int(c) for j, c in enumerate(hist)},
                       accept_mean=tokens / (b * sl.cycles)),
     )
