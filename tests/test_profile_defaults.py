@@ -51,3 +51,24 @@ def test_default_help_names_both_devices_or_one_figure() -> None:
     assert default_help("min_passes") == "default 6"
     assert default_help("layers", none="as many as fit") == f"default {CPU_DEFAULTS.layers} CPU, as many as fit GPU"
     assert default_help("contexts") == "default 256,4K CPU, 1K,8K,32K GPU"
+
+
+def test_the_overhead_pass_runs_with_a_whole_cycle_and_not_beside_a_spec_loop(help_text: str, tmp_path) -> None:
+    """--overhead-cycles: the default (stated in --help) runs the pass after the timing passes
+    (its own progress unit); 0, a spec loop (which measures its own overhead) or a sweep without
+    every phase of a cycle (--phases) skips it."""
+    from specmodel.commands.profile import profile_cmd
+
+    def plan_for(*args: str):
+        ctx = profile_cmd.make_context("profile", ["--tp", "2", "--backend", "gloo", "--out-dir", str(tmp_path), *args])
+        return build_plan(dict(ctx.params))[0]
+
+    p = plan_for()
+    assert re.search(rf"--overhead-cycles .*?default {p.overhead_cycles};", help_text)
+    assert p.measures_overhead() and p.units().index("cycle overhead") == p.units().index("interleaved timing passes") + 1
+    assert len(p.unit_weights()) == len(p.units())
+    assert not plan_for("--overhead-cycles", "0").measures_overhead()
+    assert "cycle overhead" not in plan_for("--overhead-cycles", "0").units()
+    assert not plan_for("--spec-loop").measures_overhead()
+    assert not plan_for("--phases", "decode,verify").measures_overhead()
+    assert plan_for("--overhead-cycles", "6").overhead_cycles == 6

@@ -5,6 +5,7 @@ Runs without the engine (fast); the live checks are in test_vllm_live.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,3 +62,18 @@ def test_a_speculative_run_alone_is_refused_with_the_fix(tmp_path: Path) -> None
     r = run_cli("vllm", "--summarize", str(REC / "tp2_draft_model" / "hook"), "-o", str(tmp_path / "p"))
     assert r.returncode == 2 and "without --speculative-config" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_a_vllm_hook_profile_does_not_call_its_host_work_unmeasured() -> None:
+    """The vLLM hook's rows are whole engine steps (host work and the gap before each step in
+    them): predict must not warn "no per-cycle overhead measured" beside such a profile, and says
+    where that work is. A profile of forwards only (an ingest of traces) still gets the warning."""
+    from specmodel.model.predict import cost_provenance, cycle_costs
+
+    prof = summarize([REC / "tp1_none" / "hook", REC / "tp1_draft_model" / "hook"], name="rec")
+    assert prof.overhead_s == 0.0 and prof.source.host_work_in_rows
+    cc = cycle_costs(prof, batch=1, spec=prof.spec)
+    assert not any("no per-cycle overhead" in w for w in cc.warnings), cc.warnings
+    assert dict(cost_provenance(prof, cc, None))["overhead"].startswith("in the rows: ")
+    assert not dataclasses.replace(prof, source=dataclasses.replace(prof.source, tool="specmodel ingest")
+                                   ).source.host_work_in_rows

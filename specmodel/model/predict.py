@@ -68,7 +68,7 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
     oh = profile.overhead_s if overhead_s is None else overhead_s
-    if oh == 0.0 and "overhead" not in cost_origins(profile):
+    if oh == 0.0 and "overhead" not in cost_origins(profile) and not profile.source.host_work_in_rows:
         # same caveat as a missing draft: an unmeasured cost is not a free one
         warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
                         "(pass --overhead-ms or --calibrate)")
@@ -146,7 +146,10 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
     else:
         draft = "none: assumed free (pass --draft-ms or --calibrate)"
     own_overhead_s = profile.overhead_s - (cal.added_overhead_s if cal is not None else 0.0)
-    overhead = given.get("overhead", own if own_overhead_s > 0 else "none: 0 assumed (pass --overhead-ms or --calibrate)")
+    overhead = given.get("overhead", own if own_overhead_s > 0
+                         else f"in the rows: {own}'s step times include each step's host work"
+                         if profile.source.host_work_in_rows
+                         else "none: 0 assumed (pass --overhead-ms or --calibrate)")
     if is_host_proposer(cc.spec.algorithm) and "overhead" not in given:
         overhead = ("assumed 0 (no run of this proposer profiled)" if any(a.kind == "proposal" for a in cc.assumptions)
                     else f"{own}: measured {cc.spec.algorithm.lower()} proposal time per step")

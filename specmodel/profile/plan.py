@@ -150,6 +150,10 @@ class Point:
         return self.batch * (self.context + self.per_request)
 
 
+#: the overhead pass's cycles (``--overhead-cycles``): three chunks of 8, ~1-3 s on the CPU demo
+OVERHEAD_CYCLES = 24
+
+
 @dataclass(frozen=True, kw_only=True)
 class SpecLoopPlan:
     """The end-to-end speculative loop: ``cycles`` measured cycles at ``batch`` requests, accepted
@@ -200,7 +204,7 @@ class RunPlan:
     spec_loop: SpecLoopPlan | None = None
     # real cycles timed after the timing passes for the per-cycle host work no forward shows
     # (profile/specloop.py:measure_overhead); 0: none. Not run beside a spec loop (it measures its own).
-    overhead_cycles: int = 24
+    overhead_cycles: int = OVERHEAD_CYCLES
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # ------------------------------------------------------------ units (progress bar)
@@ -246,7 +250,10 @@ class RunPlan:
         return min((pt.batch for pt in self.points), default=1)
 
     def measures_overhead(self) -> bool:
-        return self.overhead_cycles > 0 and bool(self.points) and self.spec_loop is None
+        """The overhead pass runs a whole cycle: only when every phase of one is swept (``--phases``)."""
+        kinds = {pt.kind for pt in self.points}
+        return (self.overhead_cycles > 0 and self.spec_loop is None
+                and {"draft_extend", "draft", "verify", "decode"} <= kinds)
 
     def kv_need(self, model: str) -> tuple[int, int]:
         """(KV pool token slots, largest position) any forward of ``model`` needs."""
@@ -586,6 +593,7 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         allreduce_warmup=d.allreduce_warmup, allreduce_repeats=d.allreduce_repeats,
         allreduce_calls=d.allreduce_calls, context_len=context, contexts=contexts,
         seed=o["seed"], timeout_s=float(o["timeout"]), spec_loop=spec_loop,
+        overhead_cycles=o["overhead_cycles"] if o.get("overhead_cycles") is not None else OVERHEAD_CYCLES,
     )
     return plan, dest, given
 

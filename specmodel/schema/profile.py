@@ -547,6 +547,13 @@ class Source:
         return self.kind == "ingested" and self.tool in HOOK_TOOLS
 
     @property
+    def host_work_in_rows(self) -> bool:
+        """The vLLM hook's rows are whole engine steps: forward + the step's host work + the gap
+        before it (``trace/vllm_forward.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
+        left out. The SGLang hook times forwards only."""
+        return self.from_hook and self.tool == "specmodel vllm"
+
+    @property
     def origins(self) -> dict[str, str]:
         """``cost_origin`` as a dict: cost -> who replaced it; a cost not in it came from the profile."""
         return dict(self.cost_origin)
