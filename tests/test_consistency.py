@@ -216,3 +216,24 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
     assert dear.p_text.startswith("not given (the two servers' same forward disagrees")
     # inside the bound (12 ms: 20 %) nothing is said
     assert "decode_disagrees" not in _checks(predict(with_spec_decode(12.0), from_mean(3.0, 4), spec=SPEC))
+
+
+def test_extrapolated_curves_that_cross_qualify_instead_of_refusing() -> None:
+    """Measured at batches 1 and 4 only: decode 4 -> 6 ms (1 -> 4 tokens), verify 7 -> 7.5 ms
+    (4 -> 16 tokens). At batch 16 both are lines beyond the last row: decode 6 + 12 x 0.667 =
+    14 ms, verify 7.5 + 48 x (0.5 / 12) = 9.5 ms -- they cross, which no recording says (at
+    batch 4 verify is dearer). The live run (ngram at batch 16, 2026-12-02) was refused as
+    "inconsistent inputs" here; it is the extrapolation that fails: qualified, P withheld."""
+    rows = (_row("decode", 1, 1, 4.0), _row("decode", 4, 4, 6.0), _row("verify", 1, 4, 7.0),
+            _row("verify", 4, 16, 7.5), _row("draft", 1, 1, 0.2), _row("draft", 4, 4, 0.3))
+    prof = Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC,
+                   overhead_s=1e-4)
+    p = predict(prof, from_mean(3.0, 4), batch=16, spec=SPEC)
+    sev = {i.check: i.severity for i in p.inconsistencies}
+    assert sev.get("verify_below_decode") == "qualify", p.inconsistencies
+    assert p.verdict != "INCONSISTENT" and p.consistent
+    msg = next(i.message for i in p.inconsistencies if i.check == "verify_below_decode")
+    assert msg.startswith("extrapolated costs cross: verify 9.50 ms over 64 tokens") and "decode step 14.00 ms" in msg
+    assert p.to_dict()["p_speedup_gt_1"] is None
+    # inside the measured range the same kind of contradiction still refuses
+    assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC).verdict == "INCONSISTENT"

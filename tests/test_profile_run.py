@@ -171,7 +171,7 @@ def test_the_profile_measures_the_host_work_between_a_cycles_forwards(runs):
     prof = load_profile(runs[4])
     assert prof.overhead_s > 0
     note = next(n for n in prof.notes if n.startswith("overhead_s ="))
-    assert "24 real cycles at batch 1" in note and "3 chunks" in note
+    assert "12 real cycles at batch 1" in note and "3 chunks" in note
     r = run_cli("predict", "--profile", str(runs[4]), "--accept-len", "3.2", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

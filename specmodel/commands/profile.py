@@ -241,7 +241,7 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
 @click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help=f"Spec loop: measured cycles ({default_help('cycles')}), in 10 rounds alternating with the baseline.")
 @click.option("--overhead-cycles", type=click.IntRange(min=0, max=MAX_CYCLES), default=None,
               help="Real speculative cycles timed after the sweep for the host work between a cycle's forwards "
-                   "(the profile's overhead_s; default 24; 0: none, overhead_s 0).")
+                   "(the profile's overhead_s; default 12; 0: none, overhead_s 0).")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Spec loop: compare with this existing profile instead of measuring a new one.")
 @click.option("--quiet", is_flag=True, help="No progress output.")

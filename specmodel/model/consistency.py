@@ -127,12 +127,25 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
     base_from = provenance.get("baseline", "the profile")
     verify_from = provenance.get("verify", "the profile")
     ctx = f", context {L:g}" if L else ""
+    # beyond the measured range the curves are lines through the last rows: two of them crossing
+    # is the extrapolation failing, not two recordings contradicting each other -- qualified, and
+    # the remedy is a row where the prediction is asked for
+    beyond = [e.label for fc in (cc.verify, cc.base) for e in fc.extrapolations]
     if not cc.verify.from_kind:  # a fallback verify is the decode curve itself: nothing to compare
         v_fwd = cc.verify.total_s
         base_from = f"{base_from}; {_rows_text(profile, 'decode', cc.base.tokens, L)}"
         verify_from = f"{verify_from}; {_rows_text(profile, 'verify', cc.verify.tokens, L)}"
         if _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
-                     noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
+                     noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL) and beyond:
+            out.append(Inconsistency(
+                check="verify_below_decode", severity="qualify",
+                message=(f"extrapolated costs cross: verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} "
+                         f"({verify_from}) below the decode step {ms(base_s)} over {_tokens(cc.base.tokens)} "
+                         f"({base_from}) at batch {b}{ctx}, both beyond the measured range ({'; '.join(beyond)}): "
+                         "the speedup there is a guess"),
+                to_measure=f"profile both servers at batch {b}{ctx} (the extrapolation, not the recordings, fails)"))
+        elif _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
+                       noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
             out.append(Inconsistency(
                 check="verify_below_decode", severity="refuse",
                 message=(f"verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} ({verify_from}) is cheaper than the "
@@ -141,7 +154,14 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
                          "(a loaded box, a profiler left on)"),
                 to_measure=(f"re-record the baseline (speculation off) and the speculative server on the same idle box, "
                             f"at batch {b}{ctx}, and summarize both again")))
-    if break_even_tokens < 1.0 - 1e-9:
+    if break_even_tokens < 1.0 - 1e-9 and beyond:
+        out.append(Inconsistency(
+            check="break_even_below_one", severity="qualify",
+            message=(f"break-even {break_even_tokens:.2f} tokens/step < 1 from extrapolated costs (a speculative "
+                     f"step of {ms(mean_step_s)}, the baseline step {ms(base_s)}; {'; '.join(beyond)}): beyond the "
+                     "measured range the cycle is priced below one baseline step"),
+            to_measure=f"profile both servers at batch {b}{ctx}"))
+    elif break_even_tokens < 1.0 - 1e-9:
         out.append(Inconsistency(
             check="break_even_below_one", severity="refuse",
             message=(f"break-even {break_even_tokens:.2f} tokens/step < 1: a speculative step of {ms(mean_step_s)} "

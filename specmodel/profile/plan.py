@@ -150,8 +150,8 @@ class Point:
         return self.batch * (self.context + self.per_request)
 
 
-#: the overhead pass's cycles (``--overhead-cycles``): three chunks of 8, ~1-3 s on the CPU demo
-OVERHEAD_CYCLES = 24
+#: the overhead pass's cycles (``--overhead-cycles``): three chunks of 4; ~5 s of the CPU demo's TP 8 profile
+OVERHEAD_CYCLES = 12
 
 
 @dataclass(frozen=True, kw_only=True)
