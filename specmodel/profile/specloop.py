@@ -136,9 +136,8 @@ def measure_overhead(r: Rank, *, batch: int, cycles: int, chunks: int = 3) -> Cy
         de, dr, ve = cyc.forward_means()
         walls.append(wall)
         over.append(cycle_overhead_s(wall, de, dr, ve, p.steps))
-    over_sorted = sorted(over)
     return CycleOverhead(batch=batch, cycles=sum(per), chunks=chunks, overhead_s=float(np.median(over)),
-                         spread_s=over_sorted[-1] - over_sorted[0], cycle_s=float(np.median(walls)))
+                         spread_s=max(over) - min(over), cycle_s=float(np.median(walls)))
 
 
 def run_loop(r: Rank) -> SpecLoopResult:
