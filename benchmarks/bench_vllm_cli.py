@@ -35,7 +35,7 @@ medians of ``--reps`` rounds, with the rounds' spread.
 
 Targets (issue 28 item 11): median |speedup error| <= 10 % out of sample; go/no-go right wherever
 the measured speedup is outside 0.9-1.1; rows measured within 0.85-1.15 reported MARGINAL or with
-a band (predict's tok/s band over the baseline) that holds the measurement.
+a band (predict's speedup band, ``speedup_low`` / ``speedup_high``) that holds the measurement.
 
 Run (needs ``make engine``):
     .venv/bin/python benchmarks/bench_vllm_cli.py [--tp 1 --tp 2] [--tokens 128] [--reps 7] [--out DIR]
@@ -220,11 +220,14 @@ def predict(d: Path, row: dict[str, Any], rate: float | None = None) -> dict[str
     p = json.loads(r.stdout)
     sp, tps = float(p["speedup"]), float(p["tokens_per_s"])
     lo, hi = p.get("tokens_per_s_low"), p.get("tokens_per_s_high")
+    # predict's own speedup band (prediction v3: the baseline's cost interval in it); older: the tok/s band
+    band = ([float(p["speedup_low"]), float(p["speedup_high"])] if p.get("speedup_high") else
+            [sp * lo / tps, sp * hi / tps] if lo is not None and hi is not None and tps > 0 else None)
     out.update({"predicted_speedup": sp, "verdict": p.get("verdict"), "consistent": p.get("consistent"),
                 "inconsistencies": p.get("inconsistencies"), "p_speedup_gt_1": p.get("p_speedup_gt_1"),
                 "p_withheld": p.get("p_withheld"), "accept_tokens": p.get("accept_mean_tokens"),
                 "proposal_rate": p.get("proposal_rate"),
-                "band": [sp * lo / tps, sp * hi / tps] if lo is not None and hi is not None and tps > 0 else None,
+                "band": band,
                 "assumed": p.get("assumed"), "extrapolated": p.get("extrapolated"), "warnings": p.get("warnings")})
     return out
 

@@ -39,8 +39,10 @@ def median_ci95(xs: Sequence[float]) -> tuple[float, float] | None:
     so a gloo wake-up outlier widens nothing). None for fewer than 6 values (no such k)."""
     n = len(xs)
     k, cdf = 0, 0.0
+    ln_half_n = n * math.log(2.0)
     for j in range(n + 1):
-        cdf += math.comb(n, j) / 2.0**n
+        # in logs: 2.0**n overflows a float beyond n = 1023 (a hook log holds thousands of steps)
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) - ln_half_n)
         if cdf > 0.025:
             break
         k = j + 1
@@ -58,6 +60,32 @@ def median_ci95_rel(xs: Sequence[float]) -> float | None:
     if ci is None or m <= 0:
         return None
     return max(m - ci[0], ci[1] - m) / m
+
+
+#: two-sided 95 % Student t quantiles by degrees of freedom (1..9); 1.96 beyond
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def series_median_ci95_rel(xs: Sequence[float], *, min_block: int = 5, max_blocks: int = 10) -> float | None:
+    """Relative 95 % half-width of the median of a *time-ordered* series whose neighbours are
+    correlated (an engine's step times: the box's load drifts over seconds, so a thousand steps
+    are far fewer independent ones). The larger of :func:`median_ci95_rel` (independent samples)
+    and the batch-means interval (Law & Kelton, *Simulation Modeling and Analysis*, §9.5.3):
+    the series cut into m ≤ ``max_blocks`` consecutive blocks of ≥ ``min_block`` values, the
+    blocks' medians taken as m independent estimates, t_{m−1}·sd/√m. With fewer than three
+    blocks only the first; None as :func:`median_ci95_rel`."""
+    iid = median_ci95_rel(xs)
+    n = len(xs)
+    m = min(max_blocks, n // max(min_block, 1))
+    med = median(xs)
+    if iid is None or m < 3 or med <= 0:
+        return iid
+    size = n / m
+    blocks = [median(xs[round(i * size):round((i + 1) * size)]) for i in range(m)]
+    mean = sum(blocks) / m
+    sd = math.sqrt(sum((b - mean) ** 2 for b in blocks) / (m - 1))
+    t = _T95[m - 2] if m - 2 < len(_T95) else 1.96
+    return max(iid, t * sd / math.sqrt(m) / med)
 
 
 def median_se(iqr_value: float, samples: int) -> float:

@@ -526,8 +526,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
         advice = d.advice()
         if limit is not None and limit < max(batches):
             advice += f" (switch off above batch {limit})"
-    return Reading(observed=obs, spec=spec, speedup=p.speedup, speedup_low=p.tokens_per_s_low / base,
-                   speedup_high=p.tokens_per_s_high / base, break_even_tokens=p.break_even_accept_tokens,
+    return Reading(observed=obs, spec=spec, speedup=p.speedup, speedup_low=p.speedup_low,
+                   speedup_high=p.speedup_high, break_even_tokens=p.break_even_accept_tokens,
                    margin_tokens=p.margin_tokens, predicted_tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base,
                    advice=advice, switch_off_above_batch=limit, best_steps=run.steps if run is not None else None,
                    extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated)), notes=tuple(notes),

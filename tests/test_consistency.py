@@ -81,16 +81,24 @@ def test_break_even_below_one_from_plain_numbers_is_refused(tmp_path: Path) -> N
 
 
 def test_running_max_override_is_shown_and_qualifies() -> None:
-    # verify at 8 tokens measured 5 ms, cheaper than the 4-token verify's 8 ms: the surface uses 8 ms at 8 tokens
+    # verify at 8 tokens measured 5 ms, cheaper than the 4-token verify's 8 ms, one step each: the
+    # monotone fit pools the two into their mean, 6.5 ms at both (a forward over more tokens never costs less)
     extra = (_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 5.0), _row("draft", 2, 2, 0.3))
     prof = _profile(4.0, 8.0, extra=extra)
-    assert forward_cost(prof, "verify", 8).total_s == pytest.approx(8e-3)
+    assert forward_cost(prof, "verify", 8).total_s == pytest.approx(6.5e-3)
+    assert forward_cost(prof, "verify", 4).total_s == pytest.approx(6.5e-3)
     p = predict(prof, from_mean(3.0, 4), batch=2, spec=SPEC)
     assert p.consistent and _checks(p) == ["running_max"]
-    assert p.verify_s == pytest.approx(8e-3)
-    assert "verify at 8 tokens: measured 5.00 ms, used 8.00 ms (running max: 4 tokens measured 8.00 ms" \
+    assert p.verify_s == pytest.approx(6.5e-3)
+    assert "verify at 8 tokens: measured 5.00 ms, used 6.50 ms (monotone fit: 4 tokens measured 8.00 ms" \
         in p.verdict_label
     assert p.p_withheld and any("re-measure verify at 8 and 4 tokens" in m for m in p.to_measure)
+    # weighted by the steps behind each: 10 steps at 8 ms against 200 at 5 ms pool to
+    # (10·8 + 200·5) / 210 = 5.143 ms; the running max carried the 10-step row's 8 ms to the 200-step one
+    heavy = dataclasses.replace(prof, costs=(_row("decode", 1, 1, 4.0, n=200), _row("verify", 1, 4, 8.0, n=10),
+                                             _row("draft", 1, 1, 0.2), _row("decode", 2, 2, 4.2, n=200),
+                                             _row("verify", 2, 8, 5.0, n=200), _row("draft", 2, 2, 0.3)))
+    assert forward_cost(heavy, "verify", 8).total_s == pytest.approx((10 * 8.0 + 200 * 5.0) / 210 * 1e-3, rel=1e-9)
     # a dip inside the tolerance is the surface's business, not a finding
     small = _profile(4.0, 8.0, extra=(_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 7.5), _row("draft", 2, 2, 0.3)))
     assert predict(small, from_mean(3.0, 4), batch=2, spec=SPEC).inconsistencies == ()
@@ -134,7 +142,9 @@ def test_the_loaded_box_recording_is_refused_by_predict(messy: Path, tmp_path: P
     assert r.returncode == 2, r.stdout
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specmodel: error: inconsistent inputs:")
-    assert "decode step 44.03 ms" in err[0] and "verify 7.45 ms" in err[0]  # the loaded baseline's step, named
+    # the loaded baseline's step, named; the verify is its 13 steps at 4 tokens pooled with the 6 dearer
+    # ones at 2 tokens by the monotone fit: (6 x 7.45 + 13 x 6.12) / 19 = 6.54 ms
+    assert "decode step 44.03 ms" in err[0] and "verify 6.54 ms" in err[0]
     j = run_cli("predict", "--json", "--profile", str(messy), "--accept-len", "2.97", cwd=tmp_path)
     assert j.returncode == 2 and j.stdout == ""
 

@@ -56,7 +56,7 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
                      f"{ms(p.mean_step_s)}")
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
                  f"(95% band {p.band_label}: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
-                 f"total)  speedup {p.speedup:.2f}x")
+                 f"total)  speedup {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}]")
     be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
     p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
     if math.isfinite(p.break_even_accept_tokens):

@@ -57,10 +57,11 @@ class Extrapolation:
 
 @dataclass(frozen=True, kw_only=True)
 class Override:
-    """A measured row the running-max surface lifted: a forward over fewer tokens (or less context)
-    measured dearer than this one, so the model used that cost here instead (a forward over more
-    tokens never costs less). Shown beside the verdict with the value measured: either row may be
-    the noisy one, and only a re-measurement tells which."""
+    """A measured row the monotone cost surface lifted: a forward over fewer tokens (or less
+    context) measured dearer than this one, so the model used a dearer cost here (the weighted
+    isotonic fit along tokens, the running max along context: a forward over more tokens never
+    costs less). Shown beside the verdict with the value measured: either row may be the noisy
+    one, and only a re-measurement tells which."""
 
     kind: str
     tokens: float
@@ -69,17 +70,20 @@ class Override:
     used_s: float
     by_tokens: float
     by_context_tokens: float
+    #: what the knot that lifted it measured (None: ``used_s``, as a running max carries it)
+    by_measured_s: float | None = None
 
     @property
     def label(self) -> str:
-        """``verify at 8 tokens: measured 5.10 ms, used 6.20 ms (running max: 4 tokens measured 6.20 ms)``."""
+        """``verify at 8 tokens: measured 5.10 ms, used 6.20 ms (monotone fit: 4 tokens measured 6.40 ms)``."""
         from specmodel.units import ms
 
         at = f"{self.tokens:g} tokens" + (f", context {self.context_tokens:g}" if self.context_tokens else "")
         by = (f"{self.by_tokens:g} tokens" + (f", context {self.by_context_tokens:g}"
                                               if self.by_context_tokens != self.context_tokens else ""))
-        return (f"{self.kind} at {at}: measured {ms(self.measured_s)}, used {ms(self.used_s)} (running max: "
-                f"{by} measured {ms(self.used_s)}; a forward over more tokens or context never costs less)")
+        by_s = self.used_s if self.by_measured_s is None else self.by_measured_s
+        return (f"{self.kind} at {at}: measured {ms(self.measured_s)}, used {ms(self.used_s)} (monotone fit: "
+                f"{by} measured {ms(by_s)}; a forward over more tokens or context never costs less)")
 
     @property
     def to_measure(self) -> str:
@@ -89,7 +93,7 @@ class Override:
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "tokens": self.tokens, "context_tokens": self.context_tokens,
                 "measured_s": self.measured_s, "used_s": self.used_s, "by_tokens": self.by_tokens,
-                "by_context_tokens": self.by_context_tokens}
+                "by_context_tokens": self.by_context_tokens, "by_measured_s": self.by_measured_s}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +109,7 @@ class ForwardCost:
     context_tokens: float = 0.0
     extrapolations: tuple[Extrapolation, ...] = ()
     from_kind: str = ""  # kind whose measurements were used (fallback), "" = same kind
-    #: measured rows at the knots this cost was read from that the running max replaced
+    #: measured rows at the knots this cost was read from that the monotone fit lifted
     overrides: tuple[Override, ...] = ()
     #: how the cost was read when it is neither a plain lookup nor a fallback (e.g. a verify below
     #: the measured verify tokens, between the decode forward and the verify rows)
@@ -148,18 +152,21 @@ def context_axis(context_tokens: float) -> float:
     return max(float(context_tokens), 0.0)
 
 
-def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components]]:
-    """Collapse rows to one point per token count (mean over batch splits)."""
+def _aggregate(rows: tuple[CostRow, ...]) -> tuple[list[float], list[Components], list[float]]:
+    """Collapse rows to one point per token count (mean over batch splits), with its weight: the
+    steps measured there (the rows' ``samples`` summed)."""
     by_tok: dict[int, list[CostRow]] = {}
     for r in rows:
         by_tok.setdefault(r.tokens, []).append(r)
     toks = sorted(by_tok)
     comps: list[Components] = []
+    weights: list[float] = []
     for t in toks:
         rs = by_tok[t]
         comps.append((sum(r.allreduce_s for r in rs) / len(rs), sum(r.compute_s for r in rs) / len(rs),
                       sum(r.other_s for r in rs) / len(rs)))
-    return [float(t) for t in toks], comps
+        weights.append(float(sum(max(r.samples, 1) for r in rs)))
+    return [float(t) for t in toks], comps, weights
 
 
 def _cummax(values: list[Components]) -> list[Components]:
@@ -169,14 +176,38 @@ def _cummax(values: list[Components]) -> list[Components]:
     return out
 
 
-def _monotone(values: list[Components]) -> list[Components]:
-    """Running maximum down the token axis, per component: a forward over more tokens never
-    costs less. Measured medians can dip from noise; the model must not reward verifying more.
-    """
-    return _cummax(values)
+def _pava(ys: list[float], ws: list[float]) -> list[float]:
+    """Weighted isotonic (non-decreasing) least-squares fit, pool-adjacent-violators (Barlow et al.
+    1972, *Statistical Inference under Order Restrictions*): adjacent values that fall are pooled
+    into their weighted mean until none does."""
+    blocks: list[list[float]] = []  # [Σ w·y, Σ w, count]
+    for y, w in zip(ys, ws, strict=True):
+        blocks.append([y * w, w, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            b = blocks.pop()
+            blocks[-1] = [blocks[-1][0] + b[0], blocks[-1][1] + b[1], blocks[-1][2] + b[2]]
+    out: list[float] = []
+    for sw, w, c in blocks:
+        out += [sw / w] * int(c)
+    return out
 
 
-def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[Components, bool]:
+def _monotone(values: list[Components], weights: list[float] | None = None) -> list[Components]:
+    """Non-decreasing down the token axis, per component: a forward over more tokens never costs
+    less, and the model must not reward verifying more. Measured medians dip from noise; which
+    of two knots is the noisy one the steps measured at each tell: the weighted isotonic fit
+    (:func:`_pava`, weights = steps measured) pools a fall into the weighted mean, so a ramp cell
+    of 15 steps (batch 3 between waves of 4: 3.63 ms) no longer lifts the 2,017-step batch-4 row
+    (3.19 ms) to its own cost, as the running max did (measured on the vLLM CPU engine). Without
+    weights: the running max."""
+    if weights is None:
+        return _cummax(values)
+    cols = [_pava([v[i] for v in values], weights) for i in range(3)]
+    return [(cols[0][j], cols[1][j], cols[2][j]) for j in range(len(values))]
+
+
+def interpolate(toks: list[float], comps: list[Components], n: float,
+                weights: list[float] | None = None) -> tuple[Components, bool]:
     """Piecewise-linear interpolation of each component at ``n`` tokens.
 
     Below the first point: the first point (a forward has a fixed floor: kernel launches,
@@ -191,7 +222,7 @@ def interpolate(toks: list[float], comps: list[Components], n: float) -> tuple[C
     after), and the top half is the regime being extended. The flag is True outside
     [first, last] on either side.
     """
-    comps = _monotone(comps)
+    comps = _monotone(comps, weights)
     outside = n < toks[0] or n > toks[-1]
     if len(toks) == 1 or n <= toks[0]:
         return comps[0], outside
@@ -248,8 +279,8 @@ def surface(rows: tuple[CostRow, ...], kind: str, tokens: float,
     vals: list[Components] = []
     extrap: list[Extrapolation] = []
     for c in upto:
-        toks, comps = curves[c]
-        v, out = interpolate(toks, comps, float(tokens))
+        toks, comps, weights = curves[c]
+        v, out = interpolate(toks, comps, float(tokens), weights)
         vals.append(v)
         if out and c in used and not any(e.axis == axis for e in extrap):
             extrap.append(Extrapolation(kind=kind, axis=axis, requested=float(tokens),
@@ -276,14 +307,14 @@ def surface(rows: tuple[CostRow, ...], kind: str, tokens: float,
     return res, tuple(extrap)
 
 
-def _rise_upto(curves: dict[int, tuple[list[float], list[Components]]], upto: list[int],
+def _rise_upto(curves: dict[int, tuple[list[float], list[Components], list[float]]], upto: list[int],
                tokens: float) -> Components:
     """max over n' ∈ {token knots ≤ n} ∪ {n} of T(n', L_last) − T(n', L_prev), per component, with T
     made non-decreasing in L exactly as :func:`surface` does (running max over the contexts)."""
     knots = sorted({t for c in upto for t in curves[c][0] if t <= tokens} | {tokens})
     best = (0.0, 0.0, 0.0)
     for n in knots:
-        vals = _cummax([interpolate(*curves[c], n)[0] for c in upto])
+        vals = _cummax([interpolate(curves[c][0], curves[c][1], n, curves[c][2])[0] for c in upto])
         a, b = vals[-2], vals[-1]
         best = (max(best[0], b[0] - a[0]), max(best[1], b[1] - a[1]), max(best[2], b[2] - a[2]))
     return best
@@ -333,8 +364,15 @@ def _with_decode_anchor(profile: Profile, kind: str, use: str, rows: tuple[CostR
     if tokens >= vmin:
         return rows, ""
     ctxs = {r.context_tokens for r in rows}
-    anchors = tuple(replace(r, kind=kind) for r in profile.rows(anchor_kind)
-                    if r.tokens < vmin and r.context_tokens in ctxs)
+    # The forward interpolates; the step's other time does not: a speculative step's host work
+    # (rejection sampling, the proposer's bookkeeping) is the smallest measured verify's at that
+    # context, not the baseline's decode step's. On the vLLM CPU engine (bench_vllm_cli) a
+    # verify step's other time was 2.20 ms at 4 tokens against 1.28 ms for a
+    # decode step, so k = 1 (2 tokens) read half-way between the two steps priced the verify
+    # 0.5 ms cheap and predicted 1.02x where the engine ran 0.79x.
+    smallest = {c: min((r for r in rows if r.context_tokens == c), key=lambda r: r.tokens) for c in ctxs}
+    anchors = tuple(_anchor(r, kind, smallest[r.context_tokens].other_s if kind == "verify" else r.other_s)
+                    for r in profile.rows(anchor_kind) if r.tokens < vmin and r.context_tokens in ctxs)
     if not anchors:
         return rows, ""
     lo = min(a.tokens for a in anchors)
@@ -347,9 +385,14 @@ def _with_decode_anchor(profile: Profile, kind: str, use: str, rows: tuple[CostR
 _ANCHORS = {"verify": "decode", "draft_extend": "draft"}
 
 
+def _anchor(row: CostRow, kind: str, other_s: float) -> CostRow:
+    """``row`` as a knot of ``kind``: its forward (all-reduce + compute) with ``other_s`` beside it."""
+    return replace(row, kind=kind, other_s=other_s, total_s=row.allreduce_s + row.compute_s + other_s)
+
+
 def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_tokens: float) -> tuple[Override, ...]:
-    """The measured knots a lookup at (``tokens``, ``context_tokens``) reads that the running max
-    (:func:`_monotone` along tokens, then along context) lifted by more than noise -- two standard
+    """The measured knots a lookup at (``tokens``, ``context_tokens``) reads that the monotone fit
+    (:func:`_monotone` along tokens, the running max along context) lifted by more than noise -- two standard
     errors of the two medians' difference (:func:`specmodel.stats.median_se`) plus
     :data:`~specmodel.limits.OVERRIDE_REL_TOL` of the value used: each with the value measured, the value used and
     the knot whose cost replaced it."""
@@ -363,25 +406,25 @@ def overrides(rows: tuple[CostRow, ...], kind: str, tokens: float, context_token
     out: list[Override] = []
     best_by_ctx: list[tuple[float, float, float]] = []  # (total, tokens, context) running max over contexts
     for c in ctxs[:ctxs.index(used_ctx[-1]) + 1]:
-        toks, comps = _aggregate(tuple(by_ctx[c]))
+        toks, comps, weights = _aggregate(tuple(by_ctx[c]))
         raw = [sum(v) for v in comps]
-        lifted = [sum(v) for v in _monotone(comps)]  # what the surface uses at each knot (per component)
+        lifted = [sum(v) for v in _monotone(comps, weights)]  # what the surface uses at each knot (per component)
         se = [max(median_se(r.spread_s, r.samples) for r in by_ctx[c] if r.tokens == t) for t in toks]
         lo_t = [i for i, t in enumerate(toks) if t <= tokens]
         hi_t = [i for i, t in enumerate(toks) if t >= tokens]
         knots = sorted({*(lo_t[-1:] or [0]), *(hi_t[:1] or [len(toks) - 1])})
         for i in knots:
-            j = max(range(i + 1), key=lambda m: raw[m])  # the knot whose cost the running max carries to i
+            j = max(range(i + 1), key=lambda m: raw[m])  # the dearest knot at or below i: what lifted it
             used = lifted[i]
             prev = max((b for b in best_by_ctx if b[1] == toks[i]), default=None, key=lambda b: b[0])
-            by_t, by_c = toks[j], float(c)
+            by_t, by_c, by_s = toks[j], float(c), raw[j]
             if prev is not None and prev[0] > used:
-                used, by_t, by_c = prev[0], prev[1], prev[2]
+                used, by_t, by_c, by_s = prev[0], prev[1], prev[2], prev[0]
             # lifted beyond noise: two standard errors of the two medians' difference + the tolerance
             noise = 2.0 * (se[i] ** 2 + se[j] ** 2) ** 0.5 + OVERRIDE_REL_TOL * used
             if c in used_ctx and used - raw[i] > noise:
                 out.append(Override(kind=kind, tokens=toks[i], context_tokens=float(c), measured_s=raw[i],
-                                    used_s=used, by_tokens=by_t, by_context_tokens=by_c))
+                                    used_s=used, by_tokens=by_t, by_context_tokens=by_c, by_measured_s=by_s))
         best_by_ctx.extend((raw[i], toks[i], float(c)) for i in range(len(toks)))
     return tuple(dict.fromkeys(out))
 

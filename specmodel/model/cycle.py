@@ -135,6 +135,23 @@ def band_with_cost_uncertainty(tokens_per_s: float, lo: float, hi: float, cycle_
             tokens_per_s + math.sqrt((hi - tokens_per_s) ** 2 + c * c))
 
 
+def speedup_band(speedup: float, tokens_per_s: float, lo: float, hi: float,
+                 baseline_ci95_rel: float) -> tuple[float, float]:
+    """Band on the speedup S = tok/s / baseline tok/s from the tok/s band [lo, hi] and the
+    baseline decode cost's own relative 95 % half-width u_b: the ratio of two independently
+    measured figures, so relative half-widths add in quadrature on each side,
+    S·(1 − √(h_lo² + u_b²)) .. S·(1 + √(h_hi² + u_b²)), h the tok/s band's relative half-widths.
+    The tok/s band alone leaves the baseline out: it holds P(speedup > 1)'s two cost terms only
+    half (P already uses √(u_cycle² + u_base²))."""
+    if tokens_per_s <= 0:
+        return speedup, speedup
+    h_lo = (tokens_per_s - lo) / tokens_per_s
+    h_hi = (hi - tokens_per_s) / tokens_per_s
+    u = baseline_ci95_rel
+    return (max(speedup * (1.0 - math.sqrt(h_lo * h_lo + u * u)), 0.0),
+            speedup * (1.0 + math.sqrt(h_hi * h_hi + u * u)))
+
+
 def p_speedup_gt_1_with_costs(accept_tokens: float, break_even_tokens: float, accept_std_tokens: float, n: float,
                               break_even_ci95_rel: float, z: float = 1.96) -> float:
     """P(speedup > 1) when the break-even E[A]* = T_cycle/T_base is itself measured:

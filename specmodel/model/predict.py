@@ -359,6 +359,10 @@ class Prediction:
 
     #: where r came from: "--proposal-rate", the profile's hook measurement, or "" (every step)
     proposal_rate_source: str = ""
+    #: the speedup's 95 % band (:func:`specmodel.model.cycle.speedup_band`): the tok/s band over the
+    #: baseline, widened by the baseline cost's own interval (0.0: not computed)
+    speedup_low: float = 0.0
+    speedup_high: float = 0.0
 
     @property
     def host_proposer(self) -> bool:
@@ -499,6 +503,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1_with_costs(
         e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
     sp = eq.speedup(e_step, t_base, t_step)
+    sp_lo, sp_hi = eq.speedup_band(sp, tps, lo, hi, u_base)
     verdict, reason = verdict_for(sp, p_gt_1)
     provenance = cost_provenance(profile, cc, cal)
     issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step, break_even_tokens=be_step,
@@ -527,7 +532,8 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         verify_other_s=cc.verify.other_s, draft_step_s=cc.draft_step.total_s, draft_s=cc.draft_total_s,
         draft_allreduce_s=cc.draft_allreduce_s, overhead_s=cc.overhead_s, cycle_s=t_cyc,
         cycle_allreduce_s=cc.cycle_allreduce_s, cycle_allreduce_frac=cc.cycle_allreduce_s / t_cyc,
-        tokens_per_s=tps, tokens_per_s_low=lo, tokens_per_s_high=hi, speedup=sp,
+        tokens_per_s=tps, tokens_per_s_low=lo, tokens_per_s_high=hi, speedup=sp, speedup_low=sp_lo,
+        speedup_high=sp_hi,
         break_even_accept_tokens=be, accept_for_plus20_tokens=p20,
         break_even_reachable=be <= spec.max_accept_tokens, plus20_reachable=p20 <= spec.max_accept_tokens,
         margin_tokens=e - be, p_speedup_gt_1=p_gt_1, verdict=verdict, verdict_reason=reason,
@@ -574,7 +580,9 @@ def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumpt
     if any(i.refuses for i in issues):
         return "the costs contradict each other"
     if any(i.check == "running_max" for i in issues):
-        return "a measured cost was replaced by the running max"
+        return "a measured cost was lifted by the monotone cost surface"
+    if any(i.check == "break_even_below_one" for i in issues):
+        return "a speculative step priced below a baseline step"
     if issues:
         return "the two servers' same forward disagrees"
     if assumed:

@@ -82,8 +82,9 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict); v2: verdict may be INCONSISTENT,
-#: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld
-PREDICTION = Format(name="specmodel.prediction", version=2, what="specmodel predict")
+#: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld; v3:
+#: `speedup_low` / `speedup_high` (the speedup's band, the baseline's cost interval in it)
+PREDICTION = Format(name="specmodel.prediction", version=3, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
 PLAN = Format(name="specmodel.plan", version=2, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)

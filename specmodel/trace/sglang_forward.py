@@ -17,7 +17,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
-from specmodel.stats import iqr, median
+from specmodel.stats import iqr, median, series_median_ci95_rel
 
 log = logging.getLogger("specmodel.sglang")
 
@@ -179,7 +179,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         if med <= 0:
             continue
         rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=med, allreduce_s=0.0, compute_s=0.0, other_s=med,
-                            spread_s=iqr(xs), samples=len(xs)))
+                            spread_s=iqr(xs), samples=len(xs), ci95_rel=series_median_ci95_rel(xs)))
     ranks_per_run = max(len(v) for v in run_ranks.values()) if run_ranks else 1
     tp_val = tp if tp is not None else (next(iter(tp_sizes)) if tp_sizes else ranks_per_run)
     spec = _spec_from(spec_meta, groups, draft_fwds)

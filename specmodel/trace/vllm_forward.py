@@ -39,7 +39,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
-from specmodel.stats import iqr, median
+from specmodel.stats import iqr, median, series_median_ci95_rel
 from specmodel.units import ms
 
 STEP_KINDS = ("decode", "verify", "extend")
@@ -209,6 +209,8 @@ def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_
         rows.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
                             other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g.n_ar)),
                             spread_s=iqr(g.total), samples=len(g.total),
+                            # steps in log order: the interval allows for the box's drift between them
+                            ci95_rel=series_median_ci95_rel(g.total),
                             context_tokens=band_ctx.get((kind == "extend", _band), 0)))
     return rows, no_ar
 

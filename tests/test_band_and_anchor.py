@@ -1,0 +1,91 @@
+"""The speedup's own band, cost intervals that allow for a drifting box, and k below the profiled k.
+
+Numbers are worked out by hand from rows built here; each test fails on the code before the change
+it guards (named in its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from specmodel.model.accept import from_mean
+from specmodel.model.costs import forward_cost
+from specmodel.model.cycle import speedup_band
+from specmodel.model.predict import predict
+from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.stats import median_ci95, median_ci95_rel, series_median_ci95_rel
+
+SPEC = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
+
+
+def _row(kind: str, t: int, compute_ms: float, other_ms: float, *, ci: float | None = None) -> CostRow:
+    c, o = compute_ms / 1e3, other_ms / 1e3
+    return CostRow(kind=kind, batch=1, tokens=t, total_s=c + o, allreduce_s=0.0, compute_s=c, other_s=o,
+                   samples=100, ci95_rel=ci)
+
+
+def _profile(*, decode_ci: float | None = None, verify_ci: float | None = None) -> Profile:
+    rows = (_row("decode", 1, 1.0, 0.5, ci=decode_ci), _row("verify", 4, 2.0, 2.0, ci=verify_ci),
+            _row("draft", 1, 0.6, 0.0), _row("draft_extend", 4, 0.9, 0.0))
+    return Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC,
+                   overhead_s=0.0)
+
+
+def test_a_verify_below_the_profiled_k_keeps_the_speculative_steps_host_work() -> None:
+    """k = 1 from a k = 3 profile: the forward between decode (1 token, 1.0 ms) and verify (4 tokens,
+    2.0 ms) at 2 tokens = 1.0 + (2.0 - 1.0)/3 = 1.333 ms; the other time is the verify step's 2.0 ms,
+    not half-way to the decode step's 0.5 ms (before: 0.5 + 1.5/3 = 1.0 ms, total 2.333 ms)."""
+    fc = forward_cost(_profile(), "verify", 2)
+    assert fc.compute_s == pytest.approx(1.0e-3 + 1.0e-3 / 3, rel=1e-9)
+    assert fc.other_s == pytest.approx(2.0e-3, rel=1e-9)
+    assert fc.total_s == pytest.approx(3.3333e-3, rel=1e-4)
+    assert "read between the decode forward" in fc.note
+
+
+def test_the_speedup_band_carries_the_baseline_costs_interval() -> None:
+    """speedup 2.0 with a tok/s band of +-10 % and a baseline interval of +-7.5 %: the speedup's
+    half-widths are sqrt(0.10^2 + 0.075^2) = 12.5 % each side (before: the tok/s band alone, 10 %)."""
+    lo, hi = speedup_band(2.0, 100.0, 90.0, 110.0, 0.075)
+    assert lo == pytest.approx(2.0 * (1 - 0.125), rel=1e-9)
+    assert hi == pytest.approx(2.0 * (1 + 0.125), rel=1e-9)
+    assert speedup_band(2.0, 100.0, 90.0, 110.0, 0.0) == pytest.approx((1.8, 2.2), rel=1e-9)
+
+
+def test_predict_gives_a_speedup_band_that_holds_both_cost_intervals() -> None:
+    """A baseline measured to +-20 % widens the speedup's band and leaves the tok/s band alone."""
+    tight = predict(_profile(), from_mean(2.5, 4), spec=SPEC)
+    loose = predict(_profile(decode_ci=0.20), from_mean(2.5, 4), spec=SPEC)
+    assert tight.speedup_low <= tight.speedup <= tight.speedup_high
+    assert (loose.tokens_per_s_low, loose.tokens_per_s_high) == (tight.tokens_per_s_low, tight.tokens_per_s_high)
+    sp, tps = loose.speedup, loose.tokens_per_s
+    h_hi = (loose.tokens_per_s_high - tps) / tps
+    assert loose.speedup_high == pytest.approx(sp * (1 + math.sqrt(h_hi**2 + 0.20**2)), rel=1e-9)
+    assert tight.speedup_high == pytest.approx(sp * (1 + h_hi), rel=1e-9)
+    d = loose.to_dict()
+    assert d["speedup_low"] == loose.speedup_low and d["speedup_high"] == loose.speedup_high
+
+
+def test_a_drifting_series_gets_a_wider_interval_than_independent_samples() -> None:
+    """3000 steps, the box 30 % slower for the second half: the median's order-statistic interval
+    (independent samples) is a few percent; the batch-means interval sees the two halves."""
+    rng = random.Random(7)
+    steady = [rng.gauss(10.0, 1.0) for _ in range(3000)]
+    drift = [x + (3.0 if i >= 1500 else 0.0) for i, x in enumerate(steady)]
+    iid, series = median_ci95_rel(drift), series_median_ci95_rel(drift)
+    assert iid is not None and series is not None
+    assert iid < 0.03 and series > 0.06
+    # a steady series: both agree to within a factor of two (no drift, nothing to add)
+    a, b = median_ci95_rel(steady), series_median_ci95_rel(steady)
+    assert a is not None and b is not None and a <= b < 2 * a
+    assert series_median_ci95_rel([1.0, 2.0]) is None
+
+
+def test_the_median_interval_holds_for_thousands_of_samples() -> None:
+    """2.0**n overflowed a float beyond n = 1023: a cell of 2000 steps raised OverflowError. For
+    n = 2000 the exact order statistics are k = 957 (normal approximation n/2 - 1.96 sqrt(n)/2 = 956.2)."""
+    xs = [float(i) for i in range(2000)]
+    lo, hi = median_ci95(xs) or (math.nan, math.nan)
+    assert 950 <= lo <= 960 and 1039 <= hi <= 1049
