@@ -79,13 +79,16 @@ class Scenario:
     proposal_rate: float | None = None  # --proposal-rate (host proposers); None = every step proposes
     #: where a proposal rate not given as --proposal-rate came from (the accept log), "" otherwise
     proposal_rate_source: str = ""
+    #: the accept log's drift of tokens per request-step between windows (relative); 0: not measured
+    window_drift_rel: float = 0.0
 
 
 def run_prediction(sc: Scenario) -> Prediction:
     """The one prediction behind ``specmodel predict``, ``report`` and :func:`specmodel.predict`
     (the scenario's warnings about its inputs first, then the model's)."""
     pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
-                   observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate)
+                   observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate,
+                   window_drift_rel=sc.window_drift_rel)
     if sc.proposal_rate_source:
         pred = replace(pred, proposal_rate_source=sc.proposal_rate_source)
     return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
@@ -671,8 +674,9 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     warnings: list[str] = []
     found: list[acc.AcceptByContext] = []
     rates_out: list[float] = []
+    drift_out: list[float] = []
     dist, per_pos = resolve_accept(args, spec=spec, require=require_accept, notes=notes, warnings=warnings,
-                                   bands_out=found, rate_out=rates_out)
+                                   bands_out=found, rate_out=rates_out, drift_out=drift_out)
     rate, rate_source = args.proposal_rate, ""
     if rate is None and rates_out:
         # the server's own log measured its rate (drafts per request-step; 0: proposed nothing)
@@ -699,7 +703,7 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
                     warnings=tuple(warnings), by_context=bands, proposal_rate=rate,
-                    proposal_rate_source=rate_source)
+                    proposal_rate_source=rate_source, window_drift_rel=drift_out[0] if drift_out else 0.0)
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
@@ -769,7 +773,8 @@ def fractions_warning(hist: Mapping[int, float]) -> str | None:
 def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True,
                    notes: list[str] | None = None, warnings: list[str] | None = None,
                    bands_out: list[acc.AcceptByContext] | None = None,
-                   rate_out: list[float] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
+                   rate_out: list[float] | None = None,
+                   drift_out: list[float] | None = None) -> tuple[acc.AcceptDist, tuple[float, ...] | None]:
     """Exactly one accept-length source → AcceptDist on 1..steps+1 (assumptions appended to ``notes``;
     an accept log's acceptance per context band, when it measured one, appended to ``bands_out``)."""
     given = args.accept_sources()
@@ -819,4 +824,13 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True
         bands_out.append(s.by_context)
     if rate_out is not None and s.proposal_rate is not None:
         rate_out.append(s.proposal_rate)
+    if drift_out is not None and len(s.window_steps) >= 3:
+        from specmodel.model.hostdraft import mixed_std
+
+        r = 1.0 if s.proposal_rate is None else s.proposal_rate
+        drift = acc.window_drift_rel(s.window_steps, mixed_std(s.dist.mean_tokens, s.dist.std_tokens, r))
+        drift_out.append(drift)
+        if notes is not None:
+            notes.append(f"tokens per request-step moved {drift:.1%} (relative, beyond sampling) between the log's "
+                         f"{len(s.window_steps)} windows: the prediction's band and P(speedup > 1) carry it")
     return s.dist, s.rates

@@ -6,8 +6,10 @@ it guards (named in its docstring).
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,9 @@ from specmodel.model.cycle import speedup_band
 from specmodel.model.predict import predict
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.stats import median_ci95, median_ci95_rel, series_median_ci95_rel
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parent / "data"
 
 SPEC = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
 
@@ -89,3 +94,36 @@ def test_the_median_interval_holds_for_thousands_of_samples() -> None:
     xs = [float(i) for i in range(2000)]
     lo, hi = median_ci95(xs) or (math.nan, math.nan)
     assert 950 <= lo <= 960 and 1039 <= hi <= 1049
+
+
+def test_window_drift_is_the_between_window_spread_beyond_sampling() -> None:
+    """Three windows of 100 request-steps at 1.2 / 1.4 / 1.6 tokens per step, one step's sigma 0.5:
+    mean 1.4, weighted variance (0.04 + 0 + 0.04) / 3 = 0.02667, sampling 3 x 0.25 / 300 = 0.0025,
+    between 0.024167 -> sqrt / 1.4 = 0.1110. Windows that agree up to sampling drift by 0."""
+    from specmodel.model.accept import window_drift_rel
+
+    d = window_drift_rel([(1.2, 100), (1.4, 100), (1.6, 100)], 0.5)
+    assert d == pytest.approx(math.sqrt((0.08 / 3) - 3 * 0.25 / 300) / 1.4, rel=1e-9)
+    assert d == pytest.approx(0.1110, abs=1e-4)
+    assert window_drift_rel([(1.40, 100), (1.41, 100), (1.39, 100)], 0.5) == 0.0
+    assert window_drift_rel([(1.2, 100), (1.6, 100)], 0.5) == 0.0  # two windows: nothing to tell
+
+
+def test_an_accept_log_whose_acceptance_moved_widens_the_band_and_says_so(tmp_path: Path) -> None:
+    """tests/data/vllm_cpu_032_watch/tp1_ngram: 8 windows whose tokens per request-step moved ~11 %
+    between them (batches and prompts changed mid-log). predict --json carries the drift into the
+    band and P, and names it; the same acceptance as one number (no windows) has none."""
+    log = DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "server.log"
+    prof = str(DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "profile")
+    r = run_cli("predict", "--json", "--profile", prof, "--accept-log", str(log), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert 0.05 < d["accept_drift_rel"] < 0.2
+    assert "acceptance drift between windows" in d["band_label"]
+    same = run_cli("predict", "--json", "--profile", prof, "--accept-len", f"{d['accept_mean_tokens']:.6f}",
+                   "--proposal-rate", f"{d['proposal_rate']:.6f}", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    e = json.loads(same.stdout)
+    assert e["accept_drift_rel"] == 0.0
+    width = (d["speedup_high"] - d["speedup_low"]) / d["speedup"]
+    assert width > (e["speedup_high"] - e["speedup_low"]) / e["speedup"] + 2 * 1.96 * 0.05 * 0.8

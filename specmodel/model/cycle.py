@@ -153,15 +153,18 @@ def speedup_band(speedup: float, tokens_per_s: float, lo: float, hi: float,
 
 
 def p_speedup_gt_1_with_costs(accept_tokens: float, break_even_tokens: float, accept_std_tokens: float, n: float,
-                              break_even_ci95_rel: float, z: float = 1.96) -> float:
+                              break_even_ci95_rel: float, z: float = 1.96, drift_rel: float = 0.0) -> float:
     """P(speedup > 1) when the break-even E[A]* = T_cycle/T_base is itself measured:
-    Φ((E[A] − E[A]*) / √((σ_A/√n)² + (E[A]*·u/z)²)), u the relative 95 % half-width of
-    T_cycle/T_base (√(u_cycle² + u_base²)), z = 1.96. Reduces to :func:`p_speedup_gt_1` at u = 0."""
-    if break_even_ci95_rel <= 0:
+    Φ((E[A] − E[A]*) / √((σ_A/√n)² + (E[A]*·u/z)² + (E[A]·d)²)), u the relative 95 % half-width of
+    T_cycle/T_base (√(u_cycle² + u_base²)), z = 1.96, d the acceptance's drift between a log's
+    windows (relative standard deviation, :func:`specmodel.model.accept.window_drift_rel`).
+    Reduces to :func:`p_speedup_gt_1` at u = d = 0."""
+    if break_even_ci95_rel <= 0 and drift_rel <= 0:
         return p_speedup_gt_1(accept_tokens, break_even_tokens, accept_std_tokens, n)
     if n <= 0:
         raise SpecmodelError("p_speedup_gt_1: n must be > 0")
-    se = math.sqrt((accept_std_tokens / math.sqrt(n)) ** 2 + (break_even_tokens * break_even_ci95_rel / z) ** 2)
+    se = math.sqrt((accept_std_tokens / math.sqrt(n)) ** 2 + (break_even_tokens * break_even_ci95_rel / z) ** 2
+                   + (accept_tokens * drift_rel) ** 2)
     return normal_cdf((accept_tokens - break_even_tokens) / se)
 
 

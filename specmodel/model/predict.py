@@ -323,6 +323,8 @@ class Prediction:
             label = f"over {self.generation_tokens} tokens"
         if self.cycle_cost_ci95_rel > 0:
             label += f", cost interval ±{self.cycle_cost_ci95_rel:.1%}"
+        if self.accept_drift_rel > 0:
+            label += f", acceptance drift between windows ±{1.96 * self.accept_drift_rel:.1%}"
         return label
 
     @property
@@ -363,6 +365,9 @@ class Prediction:
     #: baseline, widened by the baseline cost's own interval (0.0: not computed)
     speedup_low: float = 0.0
     speedup_high: float = 0.0
+    #: the accept log's drift of tokens per request-step between windows (relative standard
+    #: deviation), in the band and P; 0: none measured
+    accept_drift_rel: float = 0.0
 
     @property
     def host_proposer(self) -> bool:
@@ -443,7 +448,8 @@ def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
 
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
             generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
-            context_tokens: float | None = None, proposal_rate: float | None = None) -> Prediction:
+            context_tokens: float | None = None, proposal_rate: float | None = None,
+            window_drift_rel: float = 0.0) -> Prediction:
     """Predict tok/s, speedup and the break-even accept length for one operating point
     (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
     smallest measured context).
@@ -452,7 +458,13 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     the lookup proposed. The engines' accept length counts only those steps (vLLM: 1 + accepted /
     drafts), so at r < 1 a request-step emits r·E[A] + 1 − r tokens and the mean engine step is
     :func:`specmodel.model.hostdraft.host_mean_step_s`; break-even and "for +20 %" stay in E[A] of
-    the proposing steps. None: every step proposes (r = 1)."""
+    the proposing steps. None: every step proposes (r = 1).
+
+    ``window_drift_rel``: how far the tokens per request-step moved between the accept log's
+    windows beyond sampling (relative standard deviation; :func:`specmodel.model.accept.window_drift_rel`):
+    a run of new traffic lands anywhere in that spread, so the band (±1.96·d) and P carry it."""
+    if not math.isfinite(window_drift_rel) or window_drift_rel < 0:
+        raise FieldError("window_drift_rel", f"must be a finite number >= 0, got {window_drift_rel!r}")
     spec = spec or profile.spec
     check_verified_tokens(spec, dist.mean_tokens)
     r = hd.proposal_rate_of(proposal_rate, spec.algorithm, profile)
@@ -499,9 +511,9 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
                               (cc.draft_total_s, max(row_ci95_rel(profile, "draft", cc.draft_step.tokens, L),
                                                      row_ci95_rel(profile, "draft_extend",
                                                                   forward_tokens("draft_extend", batch, spec), L)))])
-    lo, hi = eq.band_with_cost_uncertainty(tps, lo, hi, u_cyc)
+    lo, hi = eq.band_with_cost_uncertainty(tps, lo, hi, (u_cyc**2 + (1.96 * window_drift_rel) ** 2) ** 0.5)
     p_gt_1: float | None = None if dist.samples_unknown else eq.p_speedup_gt_1_with_costs(
-        e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5)
+        e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5, drift_rel=window_drift_rel)
     sp = eq.speedup(e_step, t_base, t_step)
     sp_lo, sp_hi = eq.speedup_band(sp, tps, lo, hi, u_base)
     verdict, reason = verdict_for(sp, p_gt_1)
@@ -552,6 +564,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
         proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
         proposal_rate_source=hd.proposal_rate_note(proposal_rate, spec.algorithm, profile),
+        accept_drift_rel=window_drift_rel,
     )
 
 

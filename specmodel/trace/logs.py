@@ -173,7 +173,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
     s = fmt.summarize(files, inp)
     return AcceptSummary(dist=s.dist, rates=s.rates, files=s.files, windows_used=s.windows_used, windows=s.windows,
                          notes=tuple(notes) + s.notes, config=cfg, by_context=s.by_context,
-                         proposal_rate=s.proposal_rate)
+                         proposal_rate=s.proposal_rate, window_steps=s.window_steps)
 
 
 def accept_dist_from_logs(paths: list[str], max_tokens: int, *,

@@ -155,6 +155,8 @@ class LogFile:
     proposed_nothing: bool = False
     #: tokens the server generated over the log (vLLM: its throughput lines x the logging period), or None
     generated_tokens: float | None = None
+    #: the server's logging period (vLLM: :func:`~specmodel.trace.engines.vllm_log.log_period_s`), or None
+    period_s: float | None = None
 
     @property
     def vllm(self) -> tuple[Any, ...]:
@@ -185,6 +187,9 @@ class AcceptSummary:
     #: the share of request-steps that proposed, when the log measures it (0.0: a speculative server
     #: that generated tokens and proposed none); None: the log does not say
     proposal_rate: float | None = None
+    #: (tokens per request-step, request-steps) of each window, where the log gives both
+    #: (:func:`specmodel.model.accept.window_drift_rel` reads how far they moved); () elsewhere
+    window_steps: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -273,7 +273,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                            warnings=(*warnings, f"{path}: the server ran {config.algorithm or 'speculation'} and "
                                      "generated tokens but logged no 'SpecDecoding metrics' line: it proposed no draft "
                                      "(vLLM prints the line only for intervals with drafts); proposal rate 0"),
-                           proposed_nothing=True, generated_tokens=_generated(intervals))
+                           proposed_nothing=True, generated_tokens=_generated(intervals),
+                           period_s=log_period_s([d for _, d in intervals if d is not None]))
         if config is not None and config.speculative is False:
             raise SpecmodelError(f"{config.where}: the vLLM server ran without speculative decoding "
                                  "(speculative_config=None): no acceptance to read; start it with --speculative-config")
@@ -286,7 +287,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
         config = seen if config is None else config.merged(seen)
     return LogFile(path=path, engine=NAME, fmt="/".join(sorted(vfmt)) + " format", lines_read=len(lines),
                    lines_matched=matched, windows=tuple(windows), records=tuple(vrecs), skipped=skipped,
-                   config=config, warnings=tuple(warnings), generated_tokens=_generated(intervals))
+                   config=config, warnings=tuple(warnings), generated_tokens=_generated(intervals),
+                   period_s=log_period_s([d for _, d in intervals if d is not None]))
 
 
 def _seconds_of(stamp: str) -> float | None:
@@ -417,7 +419,8 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
                          "(KV tokens per request), per-position rates pooled per band")
         rate = _host_rate(files, k, notes)
         return AcceptSummary(dist=dist, rates=avg, files=tuple(files), windows_used=len(with_rates),
-                             windows=windows, notes=tuple(notes), by_context=bands, proposal_rate=rate)
+                             windows=windows, notes=tuple(notes), by_context=bands, proposal_rate=rate,
+                             window_steps=_window_steps(files))
     # old format: rate only; the mean needs the number of drafts
     nst = inp.num_spec_tokens
     if nst is None:
@@ -450,6 +453,28 @@ def _host_rate(files: Sequence[LogFile], k: int, notes: list[str]) -> float | No
     notes.append(f"proposal rate {rate:.1%} measured in the log: {drafts:.0f} drafts over {steps:.0f} request-steps "
                  "(tokens generated, from the throughput lines x vLLM's logging period, less the accepted drafts)")
     return rate
+
+
+def _window_steps(files: Sequence[LogFile]) -> tuple[tuple[float, float], ...]:
+    """(E'_w, S_w) per window: tokens per request-step and the request-steps behind them, for
+    :func:`specmodel.model.accept.window_drift_rel`; () without a logging period.
+
+    A window is one stats call: its throughput line x the period is the tokens it generated (G),
+    its SpecDecoding line the drafts and accepted tokens (A); G − A request-steps emitted G tokens.
+    Intervals without a draft print no SpecDecoding line and are not windows here, so a server
+    that proposed in bursts reads steadier than it ran."""
+    pairs: list[tuple[float, float]] = []
+    for f in files:
+        if f.period_s is None:
+            return ()
+        for w in f.windows:
+            if w.accept_len is None or not w.drafts:
+                continue
+            gen = w.tokens_per_s * f.period_s
+            steps = gen - (w.accept_len - 1.0) * w.drafts
+            if steps > 0:
+                pairs.append((gen / steps, steps))
+    return tuple(pairs)
 
 
 def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | None:
