@@ -127,3 +127,16 @@ def test_an_accept_log_whose_acceptance_moved_widens_the_band_and_says_so(tmp_pa
     assert e["accept_drift_rel"] == 0.0
     width = (d["speedup_high"] - d["speedup_low"]) / d["speedup"]
     assert width > (e["speedup_high"] - e["speedup_low"]) / e["speedup"] + 2 * 1.96 * 0.05 * 0.8
+
+
+def test_an_interpolated_costs_interval_blends_its_two_knots() -> None:
+    """Verify at 6.9 tokens between a knot at 6 tokens (+-40 %) and one at 7 (+-12 %): w = 0.9, so
+    0.1 x 0.40 + 0.9 x 0.12 = 0.148 (before: the larger, 0.40, for a cost that is 90 % the second)."""
+    from specmodel.model.predict import row_ci95_rel
+
+    rows = (_row("decode", 1, 1.0, 0.5, ci=0.05), _row("verify", 6, 2.0, 2.0, ci=0.40),
+            _row("verify", 7, 2.1, 2.0, ci=0.12))
+    p = Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC)
+    assert row_ci95_rel(p, "verify", 6.9) == pytest.approx(0.1 * 0.40 + 0.9 * 0.12, rel=1e-9)
+    assert row_ci95_rel(p, "verify", 6) == pytest.approx(0.40)
+    assert row_ci95_rel(p, "verify", 9) == pytest.approx(0.12)  # beyond the last knot: that knot's

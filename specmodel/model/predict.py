@@ -25,7 +25,7 @@ from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
 from specmodel.model.decision import verdict_for as verdict_for
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.units import ms
 
 if TYPE_CHECKING:
@@ -614,19 +614,35 @@ def _unique(extrap: Sequence[Extrapolation]) -> tuple[Extrapolation, ...]:
 
 
 def row_ci95_rel(profile: Profile, kind: str, tokens: float, context_tokens: float | None = None) -> float:
-    """The measured 95 % half-width (relative) of the ``kind`` rows that bracket (``tokens``,
-    ``context_tokens``): the largest of the neighbours (an interpolated cost is as uncertain as
-    its least certain end); 0 when the rows carry none (reference profiles, v1 files)."""
+    """The measured 95 % half-width (relative) of a ``kind`` cost read at (``tokens``,
+    ``context_tokens``): along tokens the half-widths of the two knots that bracket it blended with
+    the interpolation's own weights, (1 − w)·u₀ + w·u₁ -- an upper bound on the half-width of
+    (1 − w)·T₀ + w·T₁ whatever the two errors' correlation (√(a² + b²) ≤ a + b); the larger over
+    the bracketing contexts. Not the larger knot's: a verify read at 6.9 tokens, between an
+    8-step cell at 6 (±40 %, all the order statistics 8 steps give) and a 16-step one at 7 (±12 %),
+    is mostly the second. 0 when the rows carry none (reference profiles, v1 files)."""
     rows = [r for r in profile.costs if r.kind == kind and r.ci95_rel is not None]
     if not rows:
         return 0.0
+    ctxs = sorted({r.context_tokens for r in rows})
     if context_tokens is not None:
-        ctxs = sorted({r.context_tokens for r in rows})
         lo = [c for c in ctxs if c <= context_tokens]
         hi = [c for c in ctxs if c >= context_tokens]
-        keep = {*(lo[-1:]), *(hi[:1])}
-        rows = [r for r in rows if r.context_tokens in keep]
-    below = [r for r in rows if r.tokens <= tokens]
-    above = [r for r in rows if r.tokens >= tokens]
-    near = ([max(below, key=lambda r: r.tokens)] if below else []) + ([min(above, key=lambda r: r.tokens)] if above else [])
-    return max(float(r.ci95_rel or 0.0) for r in near)
+        ctxs = sorted({*(lo[-1:]), *(hi[:1])})
+    return max(_blended_ci(tuple(r for r in rows if r.context_tokens == c), tokens) for c in ctxs)
+
+
+def _blended_ci(rows: tuple[CostRow, ...], tokens: float) -> float:
+    """:func:`row_ci95_rel` along tokens within one context (several rows at one token count: the largest)."""
+    def at(t: int) -> float:
+        return max(float(r.ci95_rel or 0.0) for r in rows if r.tokens == t)
+
+    below = [r.tokens for r in rows if r.tokens <= tokens]
+    above = [r.tokens for r in rows if r.tokens >= tokens]
+    if not below or not above:
+        return at(min(above) if above else max(below))
+    t0, t1 = max(below), min(above)
+    if t0 == t1:
+        return at(t0)
+    w = (tokens - t0) / (t1 - t0)
+    return (1.0 - w) * at(t0) + w * at(t1)
