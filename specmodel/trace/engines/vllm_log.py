@@ -263,6 +263,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
             pending_tput = None
     if pending_tput is not None:
         undrafted_tokens_per_s += pending_tput[1]
+    period = log_period_s([d for _, d in intervals if d is not None])
     if not vfmt:
         if config is not None and config.speculative and undrafted_tokens_per_s > 0 \
                 and not any("SpecDecoding" in ln for ln in lines):
@@ -273,8 +274,7 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
                            warnings=(*warnings, f"{path}: the server ran {config.algorithm or 'speculation'} and "
                                      "generated tokens but logged no 'SpecDecoding metrics' line: it proposed no draft "
                                      "(vLLM prints the line only for intervals with drafts); proposal rate 0"),
-                           proposed_nothing=True, generated_tokens=_generated(intervals),
-                           period_s=log_period_s([d for _, d in intervals if d is not None]))
+                           proposed_nothing=True, generated_tokens=_generated(intervals, period), period_s=period)
         if config is not None and config.speculative is False:
             raise SpecmodelError(f"{config.where}: the vLLM server ran without speculative decoding "
                                  "(speculative_config=None): no acceptance to read; start it with --speculative-config")
@@ -287,8 +287,8 @@ def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:
         config = seen if config is None else config.merged(seen)
     return LogFile(path=path, engine=NAME, fmt="/".join(sorted(vfmt)) + " format", lines_read=len(lines),
                    lines_matched=matched, windows=tuple(windows), records=tuple(vrecs), skipped=skipped,
-                   config=config, warnings=tuple(warnings), generated_tokens=_generated(intervals),
-                   period_s=log_period_s([d for _, d in intervals if d is not None]))
+                   config=config, warnings=tuple(warnings), generated_tokens=_generated(intervals, period),
+                   period_s=period)
 
 
 def _seconds_of(stamp: str) -> float | None:
@@ -316,7 +316,7 @@ def log_period_s(gaps_s: Sequence[float]) -> float | None:
     return sum(near) / len(near)
 
 
-def _generated(intervals: Sequence[tuple[float, float | None]]) -> float | None:
+def _generated(intervals: Sequence[tuple[float, float | None]], period: float | None) -> float | None:
     """Tokens generated over the log: each throughput line's tok/s x vLLM's logging period.
 
     The API server calls ``LoggingStatLogger.log()`` every ``VLLM_LOG_STATS_INTERVAL`` seconds
@@ -326,9 +326,8 @@ def _generated(intervals: Sequence[tuple[float, float | None]]) -> float | None:
     therefore covers one period, not the gap since the printed line before it: after an idle spell
     (a benchmark's pause between rounds) that gap is several periods, and multiplying by it counted
     tokens that were never generated (a greedy ngram server's 77 % proposal rate read as 36 %).
-    Against the engine's own counter: 670 tokens for 680 (tests/data/vllm_cpu_032_watch). None without
-    two stamped lines."""
-    period = log_period_s([d for _, d in intervals if d is not None])
+    Against the engine's own counter: 670 tokens for 680 (tests/data/vllm_cpu_032_watch). ``period``:
+    :func:`log_period_s` of the lines' gaps; None (fewer than two stamped lines) gives None."""
     if period is None:
         return None
     return sum(tps * period for tps, _ in intervals)
