@@ -45,7 +45,12 @@ an idle 2-core box (a start is 21-30 s idle, ~3 min on a loaded box). Smoke:
         --only draft_noisy_k1 --only ngram_sampled
 Table of a finished run: ``bench_vllm_cli.py --table benchmarks/results/vllm_cli_<stamp>.json``;
 the commands again on its recorded logs (after ``--summarize`` / ``predict`` changed), nothing
-re-measured: ``bench_vllm_cli.py --rescore RESULTS.json [--proposal-rate-from-metrics]``.
+re-measured: ``bench_vllm_cli.py --rescore RESULTS.json [--proposal-rate-from-metrics] [--decode-phase]``.
+
+Scored: the client times whole requests, so each row is predicted per request (``predict
+--request-tokens <--tokens>``: each server's prefill and time outside the engine's steps beside the
+decode phase); ``--decode-phase`` scores the decode phase's speedup instead (runs before
+2026-12-03 15:30 UTC did), the other figure is kept in the row either way.
 """
 
 from __future__ import annotations
@@ -203,14 +208,18 @@ def summarize(d: Path, name: str, hook_dirs: list[str]) -> dict[str, Any]:
             "output": (r.stdout + r.stderr).strip().splitlines()}
 
 
-def predict(d: Path, row: dict[str, Any], rate: float | None = None) -> dict[str, Any]:
+def predict(d: Path, row: dict[str, Any], rate: float | None = None, request_tokens: int | None = None) -> dict[str, Any]:
     """``predict --json`` for a measured row, from its server's log. ``rate``: pass
     ``--proposal-rate`` (the server's own drafts per request-step, as `specmodel watch` prints it);
-    None: predict's default."""
+    None: predict's default. ``request_tokens``: ``--request-tokens`` (the client times whole
+    requests of that many tokens: prefill and the time outside the engine are in what it measures);
+    the request's speedup is then the one scored, the decode phase's kept beside it."""
     args = ["predict", "--json", "--profile", f"profiles/{row['profile']}", "--accept-log", f"{row['drafter']}.log",
             "--batch", str(row["batch"]), "--steps", str(row["k"])]
     if rate is not None:
         args += ["--proposal-rate", f"{rate:.4f}"]
+    if request_tokens is not None:
+        args += ["--request-tokens", str(request_tokens)]
     r = cli(args, d)
     out: dict[str, Any] = {"command": "specmodel " + " ".join(args), "rc": r.returncode}
     if r.returncode != 0:
@@ -223,6 +232,11 @@ def predict(d: Path, row: dict[str, Any], rate: float | None = None) -> dict[str
     # predict's own speedup band (prediction v3: the baseline's cost interval in it); older: the tok/s band
     band = ([float(p["speedup_low"]), float(p["speedup_high"])] if p.get("speedup_high") else
             [sp * lo / tps, sp * hi / tps] if lo is not None and hi is not None and tps > 0 else None)
+    rq = p.get("request")
+    out["predicted_decode_speedup"] = sp
+    if rq:  # prediction v4: the request priced end to end, its own band
+        sp, band = float(rq["speedup"]), [float(rq["speedup_low"]), float(rq["speedup_high"])]
+        out["request"] = rq
     out.update({"predicted_speedup": sp, "verdict": p.get("verdict"), "consistent": p.get("consistent"),
                 "inconsistencies": p.get("inconsistencies"), "p_speedup_gt_1": p.get("p_speedup_gt_1"),
                 "p_withheld": p.get("p_withheld"), "accept_tokens": p.get("accept_mean_tokens"),
@@ -369,7 +383,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"{res['date']}, {res['box']}, load average {res['load_avg_1m'][0]:.1f}-{res['load_avg_1m'][1]:.1f} "
             f"(1 min), --tokens {res['tokens']} --reps {res['reps']}, {res['wall_s']:.0f} s; ngram proposal rate: "
             f"{res.get('proposal_rate', 'predict' + chr(39) + 's default')}"
-            + (f"; re-predicted {res['rescored']} from the run's logs" if res.get("rescored") else "") + "."]
+            + (f"; re-predicted {res['rescored']} from the run's logs" if res.get("rescored") else "")
+            + (f"; scored: {res['scored']}" if res.get("scored") else "") + "."]
     return "\n".join(out)
 
 
@@ -378,7 +393,8 @@ def main() -> int:
         print(markdown(json.loads(Path(sys.argv[2]).read_text())))
         return 0
     if len(sys.argv) >= 3 and sys.argv[1] == "--rescore":
-        return rescore(Path(sys.argv[2]), rate_from_metrics="--proposal-rate-from-metrics" in sys.argv[3:])
+        return rescore(Path(sys.argv[2]), rate_from_metrics="--proposal-rate-from-metrics" in sys.argv[3:],
+                       decode_phase="--decode-phase" in sys.argv[3:])
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--tp", type=int, action="append", default=None)
     ap.add_argument("--tokens", type=int, default=128)
@@ -390,6 +406,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="working directory (logs, hook logs, profiles)")
     ap.add_argument("--models", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--decode-phase", action="store_true",
+                    help="score predict's decode-phase speedup (no --request-tokens) against the client's "
+                         "whole-request measurement, as runs before predict priced requests did")
     ap.add_argument("--proposal-rate-from-metrics", action="store_true",
                     help="ngram rows: pass predict --proposal-rate from the server's own counters (what `specmodel "
                          "watch` prints) instead of predict's default")
@@ -425,7 +444,8 @@ def main() -> int:
             print(f"  tp{tp} {s['command']}: exit {s['rc']}; " + (s["output"][0] if s["output"] else ""), flush=True)
         rows_tp += run_phase(py, models.target, d, oos_cfgs, tp=tp, hooked=False, tokens=a.tokens, reps=a.reps,
                              batches=a.batches, load=load)
-        predict_rows(d, rows_tp, rate_from_metrics=a.proposal_rate_from_metrics)
+        predict_rows(d, rows_tp, rate_from_metrics=a.proposal_rate_from_metrics,
+                     request_tokens=None if a.decode_phase else a.tokens)
         rows += rows_tp
     stamp = dt.datetime.now(dt.timezone.utc)
     res = {"benchmark": "bench_vllm_cli", "date": stamp.isoformat(timespec="minutes"), "rows": rows,
@@ -433,7 +453,8 @@ def main() -> int:
            "box": f"{platform.machine()} {os.cpu_count()} cores", "tokens": a.tokens, "reps": a.reps,
            "batches": a.batches, "only": a.only, "tp": a.tp or [1], "wall_s": time.monotonic() - t_start,
            "argv": sys.argv[1:], "work_dir": str(out),
-           "proposal_rate": "from /metrics" if a.proposal_rate_from_metrics else "predict's default"}
+           "proposal_rate": "from /metrics" if a.proposal_rate_from_metrics else "predict's default",
+           "scored": "decode phase" if a.decode_phase else f"per request (predict --request-tokens {a.tokens})"}
     write_results(res, a.results / f"vllm_cli_{stamp:%Y-%m-%d_%H%M}")
     return targets_exit(res["summary"])
 
@@ -447,12 +468,13 @@ def targets_exit(s: dict[str, Any]) -> int:
     return 1 if missed else 0
 
 
-def predict_rows(d: Path, rows: list[dict[str, Any]], *, rate_from_metrics: bool) -> None:
+def predict_rows(d: Path, rows: list[dict[str, Any]], *, rate_from_metrics: bool,
+                 request_tokens: int | None) -> None:
     for r in rows:
         for k in [k for k in r if k not in MEASURED_KEYS]:
             del r[k]
         rate = r["proposal_rate_metrics"] if rate_from_metrics and r["profile"] == "ngram" else None
-        p = predict(d, r, rate)
+        p = predict(d, r, rate, request_tokens)
         r.update(p)
         r.update(score(r))
         print(f"  tp{r['tp']} {r['drafter']:<15} b{r['batch']} measured {r['measured_speedup']:.2f}x  "
@@ -470,7 +492,7 @@ def write_results(res: dict[str, Any], base: Path) -> None:
     print(f"results: {base}.json, {base}.md")
 
 
-def rescore(path: Path, *, rate_from_metrics: bool) -> int:
+def rescore(path: Path, *, rate_from_metrics: bool, decode_phase: bool = False) -> int:
     """The commands again on a finished run's recorded logs (its work_dir): ``--summarize`` into
     fresh profiles and ``predict`` per row, the measurements kept as they were. For when the
     commands change; writes ``<results>_rescored_<stamp>.json/.md`` beside the run's."""
@@ -485,9 +507,11 @@ def rescore(path: Path, *, rate_from_metrics: bool) -> int:
         for prof, name in (("draft", "draft_noisy"), ("ngram", "ngram")):
             if (d / f"hook_{name}").is_dir():
                 commands.append({"tp": tp, **summarize(d, prof, ["hook_base", f"hook_{name}"])})
-        predict_rows(d, [r for r in res["rows"] if r["tp"] == tp], rate_from_metrics=rate_from_metrics)
+        predict_rows(d, [r for r in res["rows"] if r["tp"] == tp], rate_from_metrics=rate_from_metrics,
+                     request_tokens=None if decode_phase else int(res["tokens"]))
     res.update({"summary": summary(res["rows"]), "commands": commands, "rescored": stamp.isoformat(timespec="minutes"),
-                "proposal_rate": "from /metrics" if rate_from_metrics else "predict's default"})
+                "proposal_rate": "from /metrics" if rate_from_metrics else "predict's default",
+                "scored": "decode phase" if decode_phase else f"per request (predict --request-tokens {res['tokens']})"})
     write_results(res, path.with_name(f"{path.stem}_rescored_{stamp:%H%M}"))
     return targets_exit(res["summary"])
 

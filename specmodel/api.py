@@ -69,6 +69,7 @@ def predict(profile: Profile | str | Path | None = None, *,
             num_draft_tokens: int | None = None, convention: str = "tokens", shape: str = "geometric",
             calibrate: Observation | str | tuple[float, ...] | None = None,
             generation_tokens: int = 256, proposal_rate: float | None = None, method: str | None = None,
+            request_tokens: int | None = None, prompt_tokens: int | None = None,
             strict: bool = True) -> Prediction:
     """Predict tok/s, speedup, break-even accept length and a verdict at one operating point.
 
@@ -81,6 +82,9 @@ def predict(profile: Profile | str | Path | None = None, *,
     as ``--calibrate`` takes it.
     ``proposal_rate``: ngram/suffix only, the share of request-steps that proposed (``--proposal-rate``).
     ``method``: price another drafter kind from the same profile (``--method``).
+    ``request_tokens`` / ``prompt_tokens``: price a request of that many output tokens end to end
+    (``--request-tokens`` / ``--prompt-tokens``: prefill and time outside the engine included; the
+    verdict rests on it; the figures in ``Prediction.request``).
     ``strict``: raise :class:`specmodel.errors.SpecmodelError` when the inputs contradict each other
     (as ``specmodel predict`` exits 2); False returns the prediction with verdict ``INCONSISTENT``
     and its ``inconsistencies``, to inspect.
@@ -90,7 +94,8 @@ def predict(profile: Profile | str | Path | None = None, *,
     try:
         sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
                       num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                      generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method)
+                      generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method,
+                      request_tokens=request_tokens, prompt_tokens=prompt_tokens)
         pred = run_prediction(sc)
         return require_consistent(pred) if strict else pred
     except FieldError as exc:

@@ -81,6 +81,9 @@ class Scenario:
     proposal_rate_source: str = ""
     #: the accept log's drift of tokens per request-step between windows (relative); 0: not measured
     window_drift_rel: float = 0.0
+    #: --request-tokens / --prompt-tokens: price a request end to end (None: the decode phase only)
+    request_tokens: int | None = None
+    prompt_tokens: int | None = None
 
 
 def run_prediction(sc: Scenario) -> Prediction:
@@ -88,7 +91,8 @@ def run_prediction(sc: Scenario) -> Prediction:
     (the scenario's warnings about its inputs first, then the model's)."""
     pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
                    observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate,
-                   window_drift_rel=sc.window_drift_rel)
+                   window_drift_rel=sc.window_drift_rel, request_tokens=sc.request_tokens,
+                   prompt_tokens=sc.prompt_tokens)
     if sc.proposal_rate_source:
         pred = replace(pred, proposal_rate_source=sc.proposal_rate_source)
     return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
@@ -115,8 +119,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "allreduce_frac": (0.0, 1.0),
     # (0: the lookup ran on every step and never matched, a measured slowdown)
     "proposal_rate": (0.0, 1.0),
+    "request_tokens": (1, MAX_GEN_TOKENS),
+    "prompt_tokens": (1, MAX_CONTEXT_TOKENS),
 }
-INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens")
+INT_FIELDS = ("batch", "context", "steps", "topk", "num_draft_tokens", "tp", "generation_tokens", "request_tokens",
+              "prompt_tokens")
 #: the accept-length sources: exactly one per prediction
 ACCEPT_SOURCES = ("accept_len", "accept_hist", "accept_dist", "per_position", "alpha", "accept_logs")
 CONVENTIONS = ("tokens", "drafts")
@@ -162,8 +169,15 @@ class ScenarioArgs:
     proposal_rate: float | None = None
     #: the drafter kind to price (``--method``), when it is not the one the profile measured
     method: str | None = None
+    #: output tokens per request: price each request end to end (prefill + time outside the engine)
+    request_tokens: int | None = None
+    #: prompt tokens per request for that price (default: the profiled prompt length)
+    prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.prompt_tokens is not None and self.request_tokens is None:
+            raise FieldError("prompt_tokens", "prices a request end to end: give its output length "
+                                              "({request_tokens}) too")
         if self.method is not None:
             m = canonical_method(self.method)
             if m is None:
@@ -291,7 +305,8 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
              convention: str = "tokens", shape: str = "geometric",
              calibrate: Observation | str | tuple[float, ...] | None = None,
              generation_tokens: int = 256, notes: tuple[str, ...] = (),
-             proposal_rate: float | None = None, method: str | None = None) -> Scenario:
+             proposal_rate: float | None = None, method: str | None = None,
+             request_tokens: int | None = None, prompt_tokens: int | None = None) -> Scenario:
     """A :class:`Scenario` from plain arguments (what :func:`specmodel.predict` takes): the same
     :class:`ScenarioArgs` and :func:`resolve_scenario` as the command line."""
     if isinstance(accept, acc.AcceptDist):
@@ -305,7 +320,8 @@ def scenario(profile: Profile, accept: Any, *, batch: int = 1, context: int | st
         source = {"accept_len": accept}
     args = ScenarioArgs(profile=profile, batch=batch, context=context, steps=steps, topk=topk,
                         num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                        generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method, **source)
+                        generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method,
+                        request_tokens=request_tokens, prompt_tokens=prompt_tokens, **source)
     sc = resolve_scenario(args)
     return replace(sc, notes=tuple(notes) + sc.notes) if notes else sc
 
@@ -703,7 +719,8 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     return Scenario(profile=profile, dist=dist, spec=spec, batch=args.batch, generation_tokens=args.generation_tokens,
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
                     warnings=tuple(warnings), by_context=bands, proposal_rate=rate,
-                    proposal_rate_source=rate_source, window_drift_rel=drift_out[0] if drift_out else 0.0)
+                    proposal_rate_source=rate_source, window_drift_rel=drift_out[0] if drift_out else 0.0,
+                    request_tokens=args.request_tokens, prompt_tokens=args.prompt_tokens)
 
 
 def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:

@@ -63,9 +63,20 @@ def _profile(p: Path) -> object:
     from specmodel.schema.profile import load_profile
 
     prof = load_profile(p)
-    pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec)
-    format_prediction(pred)  # what `predict` prints,
-    return json.dumps(pred.to_dict(), allow_nan=False)  # and what `predict --json` prints
+    out = ""
+    for request in (None, 64):  # the decode phase, and a request priced end to end (prefill rows or not)
+        try:
+            pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec,
+                           request_tokens=request)
+        except Exception as exc:  # a profile without prefill rows cannot price a request: refused in one line
+            from specmodel.errors import SpecmodelError
+
+            if request is None or not isinstance(exc, SpecmodelError):
+                raise
+            continue
+        format_prediction(pred)  # what `predict` prints,
+        out = json.dumps(pred.to_dict(), allow_nan=False)  # and what `predict --json` prints
+    return out
 
 
 def _accept_hist(p: Path) -> object:
@@ -105,9 +116,10 @@ def _hook_profile(prof: object) -> object:
 
     assert isinstance(prof, Profile)
     profile_from_dict(json.loads(json.dumps(profile_to_dict(prof), allow_nan=False)))
-    for rate in (None, 0.0):
+    for rate, request in ((None, None), (0.0, None), (None, 128)):
         pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec,
-                       proposal_rate=rate if prof.host_proposer is not None else None)
+                       proposal_rate=rate if prof.host_proposer is not None else None,
+                       request_tokens=request if prof.requests is not None or prof.has("extend") else None)
         format_prediction(pred)
         json.dumps(pred.to_dict(), allow_nan=False)
     return prof
@@ -201,7 +213,8 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
         return [DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt", DATA / "nccl_tests_per_iter" / "all_reduce_perf.txt",
                 DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"], _nccl
     if target == "profile":
-        return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json"], _profile
+        return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json",
+                DATA / "profile_v4_requests" / "profile.json"], _profile
     if target == "vllm_hook":
         rec = DATA / "vllm_cpu_032"
         return [rec / "tp1_ngram" / "hook" / "rank0.jsonl", rec / "tp1_draft_model" / "hook" / "rank0.jsonl",

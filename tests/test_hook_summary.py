@@ -5,6 +5,7 @@ CPU); synthetic logs where a case needs a value the recordings do not have."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -78,7 +79,8 @@ def test_decode_rows_come_from_the_baseline_and_the_ngram_runs_decode_steps_are_
     assert own[0].total_s < 0.5 * dec[0].total_s  # the contradiction the consistency check reads
     # the profile on disk says so too
     doc = profile_to_dict(prof)
-    assert doc["schema_version"] == 3 and doc["host_proposer"]["decode"][0]["kind"] == "decode"
+    # (v4: the logs' prefill steps give it a requests block too)
+    assert doc["schema_version"] == 4 and doc["host_proposer"]["decode"][0]["kind"] == "decode"
 
 
 def test_the_lookup_is_timed_on_every_step_that_ran_it_and_the_rate_counted_per_request_step() -> None:
@@ -265,8 +267,8 @@ def test_host_proposer_is_validated_and_versioned(tmp_path: Path) -> None:
     bad["host_proposer"]["proposal_rate"] = 0.9
     with pytest.raises(SpecmodelError, match="host_proposer: proposal_rate 0.9 is not"):
         profile_from_dict(bad)
-    # a profile without one is still a v2 file (what older readers read), and v2 files still load
-    plain = profile_to_dict(summarize([BASE], name="x"))
+    # a profile with neither is still a v2 file (what older readers read), and v2 files still load
+    plain = profile_to_dict(dataclasses.replace(summarize([BASE], name="x"), requests=None))
     assert plain["schema_version"] == 2 and "host_proposer" not in plain
     ref = DATA / "vllm_oos_tp1_1023" / "profile_base_ngram.json"
     assert json.loads(ref.read_text())["schema_version"] == 2 and load_profile(ref).host_proposer is None

@@ -37,6 +37,8 @@ FLAGS: dict[str, str] = {
     "allreduce_fit": "--allreduce-fit",
     "proposal_rate": "--proposal-rate",
     "method": "--method",
+    "request_tokens": "--request-tokens",
+    "prompt_tokens": "--prompt-tokens",
     # plan's grid
     "batches": "--batches",
     "contexts": "--contexts",

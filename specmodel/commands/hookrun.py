@@ -40,7 +40,9 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_
     """Check ``--out`` and the command, then start the server with the hook."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
-    old = sorted(out_dir.glob("rank*.jsonl")) if out_dir.is_dir() else []
+    from specmodel.trace.hooklog import METRICS_FILE
+
+    old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE)]) if out_dir.is_dir() else []
     if old:
         raise SpecmodelError(f"--out {out_dir}: already holds {old[0].name} from an earlier run; "
                              "choose an empty directory (runs must not mix)")

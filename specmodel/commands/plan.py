@@ -118,6 +118,10 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
     With --engine NAME: the engine's native per-batch schedule per measured context
     (--json prints that document; --export FILE writes it).
     """
+    if scenario.request_tokens is not None or scenario.prompt_tokens is not None:
+        # the plan's cells are decode-phase figures (its optimizer ranks by them)
+        raise SpecmodelError("--request-tokens/--prompt-tokens: plan prices the decode phase; price a request "
+                             "end to end with `specmodel predict` or `specmodel report`")
     if engine is not None:
         doc = plan_schedule.engine_schedule(scenario, engine=engine, contexts=contexts,
                                             **{k: kw[k] for k in plan_schedule.SCHEDULE_KWARGS})

@@ -57,12 +57,31 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     lines.append(f"predicted    {p.tokens_per_s:.1f} tok/s total, {p.tokens_per_s_per_request:.1f} tok/s per request  "
                  f"(95% band {p.band_label}: {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f} "
                  f"total)  speedup {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}]")
+    rq = p.request
+    if rq is not None:
+        lines.append(f"request      {rq.prompt_tokens} prompt ({rq.prompt_source}) + {rq.request_tokens} output tokens, "
+                     f"batch {p.batch}: prefill, then time outside the engine's steps, then decode")
+        lines.append(f"  baseline   {ms(rq.base_s):>10}  = {ms(rq.base_prefill_s)} + {ms(rq.base_outside_s)} + "
+                     f"{ms(rq.base_decode_s)}  -> {rq.baseline_tokens_per_s:.1f} tok/s total")
+        spec_total = ms(rq.spec_s) if math.isfinite(rq.spec_s) else "never done"
+        spec_dec = ms(rq.spec_decode_s) if math.isfinite(rq.spec_decode_s) else "inf"
+        lines.append(f"  spec       {spec_total:>10}  = {ms(rq.spec_prefill_s)} + {ms(rq.spec_outside_s)} + {spec_dec}  "
+                     f"-> {rq.tokens_per_s:.1f} tok/s total")
+        need = (f"the decode phase must run {rq.decode_speedup_needed:.2f}x faster"
+                if math.isfinite(rq.decode_speedup_needed) else "no decode speedup makes up its fixed cost")
+        lines.append(f"  speedup    {rq.speedup:.2f}x [{rq.speedup_low:.2f}-{rq.speedup_high:.2f}] per request "
+                     f"(decode phase {p.speedup:.2f}x); to break even {need}")
     be_note = "" if p.break_even_reachable else f"  (unreachable: max {p.steps + 1})"
     p20_note = "" if p.plus20_reachable else f"  (unreachable: max {p.steps + 1})"
     if math.isfinite(p.break_even_accept_tokens):
         lines.append(f"break-even   {p.break_even_accept_tokens:.2f} tokens/step "
                      f"({p.break_even_accept_tokens - 1:.2f} drafts){be_note}")
         lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
+        if rq is not None:
+            be_r = p.request_break_even_accept_tokens
+            lines.append("break-even   " + (f"{be_r:.2f} tokens/step per request (prefill and outside time included)"
+                                          if math.isfinite(be_r) else "none per request: the fixed cost alone "
+                                          "exceeds the baseline's request"))
         lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1, {p.band_label}) = {p.p_text}")
     else:  # proposal rate 0: the accept length of steps that never happen changes nothing
         lines.append("break-even   none: nothing is proposed, no accept length breaks even")

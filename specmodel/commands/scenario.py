@@ -79,6 +79,14 @@ OPTIONS: dict[str, dict[str, Any]] = {
                         "(a log of another method is refused without it)."),
     "generation_tokens": dict(type=_bounded("generation_tokens"), default=256, show_default=True,
                               help="Generation length per request for the tok/s band and P(speedup > 1)."),
+    "request_tokens": dict(type=_bounded("request_tokens"), default=None,
+                           help="Output tokens per request: also price each request end to end -- its prefill and "
+                                "the time the server spends outside the engine's steps, as a client timing whole "
+                                "requests sees them -- and give the verdict on that speedup. Default: the decode "
+                                "phase only."),
+    "prompt_tokens": dict(type=_bounded("prompt_tokens"), default=None,
+                          help="With --request-tokens: prompt tokens per request (default: the profiled requests' "
+                               "prompt length)."),
 }
 #: ScenarioArgs fields the command line does not set (a distribution built in Python)
 API_ONLY = ("accept_dist",)

@@ -7,6 +7,8 @@
 The mirror of ``specmodel sglang`` (same shim, same ``--out`` rule, same exit status), plus a
 bounded health wait: a server that does not answer ``/health`` within ``--health-timeout`` is
 stopped (the server and every process it started, each by its id) and the command exits 2 with one line.
+Once healthy, the server's ``/metrics`` page is kept as ``DIR/metrics.prom`` (the last one scraped):
+``--summarize`` reads from it what a request costs outside the engine's steps.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import click
 
 from specmodel.commands.hookrun import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_TP
+from specmodel.limits import MAX_METRICS_PAGE_BYTES, MAX_TP
+from specmodel.trace.hooklog import METRICS_FILE
 
 ENV_VAR = "SPECMODEL_VLLM_DIR"
+#: seconds between two scrapes of ``/metrics`` while the server runs
+SCRAPE_PERIOD_S = 5.0
 
 
 def health_url(command: tuple[str, ...]) -> str:
@@ -53,6 +58,37 @@ def _healthy(url: str) -> bool:
             return bool(r.status == 200)
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
         return False
+
+
+class _MetricsKeeper:
+    """Keeps the server's last ``/metrics`` page in ``out_dir/metrics.prom`` (written atomically).
+    Best effort: a page that does not come (a busy or stopping server), is too large or cannot be
+    written leaves the previous file as it was, silently."""
+
+    def __init__(self, url: str, out_dir: Path) -> None:
+        self.url = url
+        self.path = out_dir / METRICS_FILE
+        self.busy = False
+
+    def scrape(self) -> None:
+        if self.busy:
+            return  # a SIGTERM arrived during a scrape: the one in progress finishes it
+        self.busy = True
+        try:
+            req = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
+            with urllib.request.urlopen(req, timeout=2) as r:  # noqa: S310 - the server this command started
+                if r.status != 200:
+                    return
+                body = r.read(MAX_METRICS_PAGE_BYTES + 1)
+            if len(body) > MAX_METRICS_PAGE_BYTES:
+                return
+            from specmodel.io import atomic_write_bytes
+
+            atomic_write_bytes(self.path, body)
+        except Exception:  # noqa: BLE001 - a page not kept never stops the run (http.client's errors included)
+            pass
+        finally:
+            self.busy = False
 
 
 def _descendants(pid: int) -> list[int]:
@@ -98,13 +134,18 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
     if msg:
         click.echo(msg, err=True)
 
+    metrics = _MetricsKeeper(url.rsplit("/", 1)[0] + "/metrics", out_dir)
+    healthy = False
+
     def forward(signum: int, frame: FrameType | None) -> None:
+        if healthy and proc.poll() is None:
+            metrics.scrape()  # the last page before the server stops serving it
         proc.send_signal(signum)
 
     prev = signal.signal(signal.SIGTERM, forward)
     try:
         deadline = time.monotonic() + health_timeout_s
-        healthy = False
+        next_scrape = 0.0
         while True:
             try:
                 if not healthy:
@@ -115,6 +156,7 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
                     if _healthy(url):
                         healthy = True
                         click.echo(f"specmodel vllm: server healthy at {url.rsplit('/', 1)[0]}", err=True)
+                        next_scrape = time.monotonic()
                         continue
                     if time.monotonic() > deadline:
                         _stop_server(proc)
@@ -122,8 +164,14 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
                                              "(--health-timeout); the server was stopped")
                     time.sleep(0.5)
                     continue
-                rc = proc.wait()
-                break
+                if time.monotonic() >= next_scrape:
+                    metrics.scrape()
+                    next_scrape = time.monotonic() + SCRAPE_PERIOD_S
+                try:
+                    rc = proc.wait(timeout=max(next_scrape - time.monotonic(), 0.01))
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
             except KeyboardInterrupt:
                 # the terminal sent SIGINT to the whole group; let the server shut down cleanly
                 continue
@@ -161,7 +209,9 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     Per engine step, one JSON line in DIR/rank<k>.jsonl: kind (prefill / decode / verify), batch,
     tokens, context, the target forward and the all-reduces inside it, the draft proposal (with
     its all-reduces), and the rest of the step (sampling, rejection, bookkeeping, scheduling gap)
-    measured as overhead. The server's exit status is passed through.
+    measured as overhead. The server's last /metrics page (scraped every 5 s once healthy) is kept
+    in DIR/metrics.prom: the time a request spends outside the engine's steps. The server's exit
+    status is passed through.
     """
     if summarize_dirs:
         if command:

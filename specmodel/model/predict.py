@@ -24,6 +24,7 @@ from specmodel.model.decision import GO_MIN_P as GO_MIN_P
 from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
 from specmodel.model.decision import verdict_for as verdict_for
 from specmodel.model.hostdraft import host_cycle_costs
+from specmodel.model.request import RequestPrice, price_request
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.units import ms
@@ -368,6 +369,13 @@ class Prediction:
     #: the accept log's drift of tokens per request-step between windows (relative standard
     #: deviation), in the band and P; 0: none measured
     accept_drift_rel: float = 0.0
+    #: a request priced end to end (``--request-tokens``): its prefill and the time outside the
+    #: engine's steps beside the decode phase; the verdict then rests on its speedup. None: the
+    #: figures above are the decode phase's only
+    request: RequestPrice | None = None
+    #: the accept length (tokens/step incl. bonus) at which the request breaks even (= the decode
+    #: phase's break-even when no request is priced)
+    request_break_even_accept_tokens: float = math.nan
 
     @property
     def host_proposer(self) -> bool:
@@ -401,6 +409,8 @@ class Prediction:
         for k in ("break_even_accept_tokens", "accept_for_plus20_tokens", "margin_tokens"):
             if not math.isfinite(d[k]):
                 d[k] = None  # proposal rate 0: no accept length breaks even
+        d["request"] = _request_dict(self)
+        d.pop("request_break_even_accept_tokens", None)
         if not self.allreduce_known:  # unknown is not zero
             for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
                       "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
@@ -414,6 +424,27 @@ class Prediction:
         import pandas as pd  # only here: pandas stays off predict's cold path
 
         return pd.DataFrame([self.to_dict()])
+
+
+def _request_dict(p: Prediction) -> dict[str, Any] | None:
+    """The request priced end to end (SI, totals over the batch), JSON-safe (None for infinities)."""
+    rq = p.request
+    if rq is None:
+        return None
+
+    def fin(v: float) -> float | None:
+        return v if math.isfinite(v) else None
+
+    return {"request_tokens": rq.request_tokens, "prompt_tokens": rq.prompt_tokens, "prompt_source": rq.prompt_source,
+            "baseline_s": rq.base_s, "spec_s": fin(rq.spec_s),
+            "baseline_prefill_s": rq.base_prefill_s, "spec_prefill_s": rq.spec_prefill_s,
+            "baseline_outside_s": rq.base_outside_s, "spec_outside_s": rq.spec_outside_s,
+            "baseline_decode_s": rq.base_decode_s, "spec_decode_s": fin(rq.spec_decode_s),
+            "baseline_tokens_per_s": rq.baseline_tokens_per_s, "tokens_per_s": rq.tokens_per_s,
+            "speedup": rq.speedup, "speedup_low": rq.speedup_low, "speedup_high": rq.speedup_high,
+            "decode_speedup_needed": fin(rq.decode_speedup_needed),
+            "break_even_accept_tokens": fin(p.request_break_even_accept_tokens),
+            "assumed": [a.to_dict() for a in rq.assumed], "extrapolated": [e.to_dict() for e in rq.extrapolated]}
 
 
 def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation],
@@ -449,7 +480,8 @@ def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
 def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecConfig | None = None,
             generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
             context_tokens: float | None = None, proposal_rate: float | None = None,
-            window_drift_rel: float = 0.0) -> Prediction:
+            window_drift_rel: float = 0.0, request_tokens: int | None = None,
+            prompt_tokens: int | None = None) -> Prediction:
     """Predict tok/s, speedup and the break-even accept length for one operating point
     (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
     smallest measured context).
@@ -462,7 +494,12 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
 
     ``window_drift_rel``: how far the tokens per request-step moved between the accept log's
     windows beyond sampling (relative standard deviation; :func:`specmodel.model.accept.window_drift_rel`):
-    a run of new traffic lands anywhere in that spread, so the band (±1.96·d) and P carry it."""
+    a run of new traffic lands anywhere in that spread, so the band (±1.96·d) and P carry it.
+
+    ``request_tokens`` N (with ``prompt_tokens``, default the profiled prompt): price a request of
+    N output tokens end to end (:mod:`specmodel.model.request`): each server's prefill and time
+    outside the engine's steps are added to its decode phase, and the verdict, P(speedup > 1) and
+    the request's break-even rest on the request's speedup."""
     if not math.isfinite(window_drift_rel) or window_drift_rel < 0:
         raise FieldError("window_drift_rel", f"must be a finite number >= 0, got {window_drift_rel!r}")
     spec = spec or profile.spec
@@ -516,16 +553,34 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         e_step, be_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5, drift_rel=window_drift_rel)
     sp = eq.speedup(e_step, t_base, t_step)
     sp_lo, sp_hi = eq.speedup_band(sp, tps, lo, hi, u_base)
-    verdict, reason = verdict_for(sp, p_gt_1)
+    rq: RequestPrice | None = None
+    be_req = be
+    if request_tokens is not None:
+        rq = price_request(profile, algorithm=spec.algorithm, batch=batch, request_tokens=request_tokens,
+                           prompt_tokens=prompt_tokens,
+                           baseline_tokens_per_s=eq.baseline_tokens_per_s(batch, t_base), decode_speedup=sp,
+                           decode_speedup_low=sp_lo, decode_speedup_high=sp_hi)
+        # the request pays iff the decode phase runs s* times faster: E' > s*·E'* (module request)
+        be_req_step = rq.decode_speedup_needed * be_step
+        be_req = hd.accept_for_mixed(be_req_step, r) if math.isfinite(be_req_step) else math.inf
+        if p_gt_1 is not None:
+            p_gt_1 = (eq.p_speedup_gt_1_with_costs(e_step, be_req_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5,
+                                                   drift_rel=window_drift_rel) if math.isfinite(be_req_step) else 0.0)
+        assumed = assumed + rq.assumed
+    verdict, reason = verdict_for(rq.speedup if rq is not None else sp, p_gt_1)
+    if rq is not None:
+        reason = (f"per request ({rq.prompt_tokens} prompt + {rq.request_tokens} output tokens, prefill and time "
+                  f"outside the engine included): {reason}")
     provenance = cost_provenance(profile, cc, cal)
     issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step, break_even_tokens=be_step,
                          provenance=dict(provenance))
-    withheld = p_withheld_reason(issues, assumed, cc.extrapolations + (cal.extrapolated if cal else ()))
+    withheld = p_withheld_reason(issues, assumed, cc.extrapolations + (cal.extrapolated if cal else ())
+                                 + (rq.extrapolated if rq is not None else ()))
     if withheld:
         reason = _P_IN_REASON.sub(f"P(speedup>1) not given ({withheld})", reason)
     refusals = [i.message for i in issues if i.refuses]
     if refusals:
-        verdict, reason = verdict_for(sp, p_gt_1, refusals)
+        verdict, reason = verdict_for(rq.speedup if rq is not None else sp, p_gt_1, refusals)
     if r == 0.0:
         reason += "; nothing proposed (proposal rate 0): every step pays the lookup and speculation's host work"
     elif be > spec.max_accept_tokens:
@@ -553,7 +608,8 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         context_tokens=cc.context_tokens,
         context_source="requested" if context_tokens is not None else "the profile's smallest measured context",
         # a calibration modelled off measured costs carries that into every prediction made with it
-        extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())),
+        extrapolated=_unique(cc.extrapolations + (cal.extrapolated if cal else ())
+                             + (rq.extrapolated if rq is not None else ())),
         # (a calibration's own assumption is absorbed at its point: the observed cycle pins the total there)
         assumed=assumed,
         tp_known=profile.source.tp_known,
@@ -564,7 +620,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
         proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
         proposal_rate_source=hd.proposal_rate_note(proposal_rate, spec.algorithm, profile),
-        accept_drift_rel=window_drift_rel,
+        accept_drift_rel=window_drift_rel, request=rq, request_break_even_accept_tokens=be_req,
     )
 
 

@@ -372,6 +372,16 @@ def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
                        ceiling_tokens=ceiling_tokens)
 
 
+def speedup_text(p: Prediction) -> str:
+    """The speedup as the report prints it: the decode phase's, and a request's end to end when one
+    was priced (the verdict then rests on that one)."""
+    rq = p.request
+    if rq is None:
+        return f"{p.speedup:.2f}x"
+    return (f"{rq.speedup:.2f}x per request ({rq.prompt_tokens} prompt + {rq.request_tokens} output tokens); "
+            f"decode phase {p.speedup:.2f}x")
+
+
 def cycle_allreduce_text(p: Prediction) -> str:
     """The cycle with its all-reduce share as the report prints it (one wording for PDF and Markdown)."""
     if p.no_allreduce:

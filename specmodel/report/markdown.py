@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import math
 
-from specmodel.report.content import ReportContent, cycle_allreduce_text, short_tokens, tokens_per_step_text
+from specmodel.report.content import (
+    ReportContent,
+    cycle_allreduce_text,
+    short_tokens,
+    speedup_text,
+    tokens_per_step_text,
+)
 from specmodel.units import alpha_beta, ms, us
 
 
@@ -23,7 +29,7 @@ def render_markdown(c: ReportContent) -> str:
         ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.band_label}: {p.tokens_per_s_low:.1f}-"
                       f"{p.tokens_per_s_high:.1f})"],
         ["baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"],
-        ["speedup", f"{p.speedup:.2f}x"],
+        ["speedup", speedup_text(p)],
         ["break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)],
         ["drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"],
         ["margin", (f"{p.margin_tokens:+.2f} tokens/step" if math.isfinite(p.margin_tokens) else "none")],

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.io import atomic_write_bytes
-from specmodel.report.content import ReportContent, cycle_allreduce_text, short_tokens, tokens_per_step_text
+from specmodel.report.content import (
+    ReportContent,
+    cycle_allreduce_text,
+    short_tokens,
+    speedup_text,
+    tokens_per_step_text,
+)
 from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
@@ -179,7 +185,7 @@ def page_verdict(c: ReportContent) -> Any:
         ("Baseline (total)", f"{p.baseline_tokens_per_s:.1f} tok/s ({p.baseline_tokens_per_s_per_request:.1f}/req)"),
         ("Context", f"{p.context_tokens:.0f} KV tokens/request" + ("" if p.context_source == "requested"
                                                                     else " (smallest measured)")),
-        ("Speedup", f"{p.speedup:.2f}x"),
+        ("Speedup", speedup_text(p)),
         ("Break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)
          + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
         ("Drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"),

@@ -65,9 +65,9 @@ class Format:
 
 
 # on disk, read back ------------------------------------------------------------------------------
-#: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer`` (a
-#: profile without it is still written as v2)
-PROFILE = Format(name="specmodel.profile", version=3, readable=(1, 2, 3), what="specmodel profile")
+#: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer``, v4
+#: ``requests`` (a profile is written at the lowest version that holds what it has)
+PROFILE = Format(name="specmodel.profile", version=4, readable=(1, 2, 3, 4), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
@@ -83,8 +83,9 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict); v2: verdict may be INCONSISTENT,
 #: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld; v3:
-#: `speedup_low` / `speedup_high` (the speedup's band, the baseline's cost interval in it)
-PREDICTION = Format(name="specmodel.prediction", version=3, what="specmodel predict")
+#: `speedup_low` / `speedup_high` (the speedup's band, the baseline's cost interval in it); v4:
+#: `request` (a request priced end to end; null without --request-tokens)
+PREDICTION = Format(name="specmodel.prediction", version=4, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
 PLAN = Format(name="specmodel.plan", version=2, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)

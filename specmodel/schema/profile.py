@@ -433,6 +433,86 @@ class HostProposer:
                 "lookup_steps": self.lookup_steps, "decode": [r.to_dict() for r in self.decode]}
 
 
+REQUESTS_VERSION = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestCosts:
+    """What a request costs beside its decode steps (profile v4, ``requests``; written by
+    ``specmodel vllm --summarize``), so a prediction for a request of N output tokens can price the
+    request end to end (:mod:`specmodel.model.request`):
+
+    * ``prompt_tokens``: the median prompt length per request of the prefill steps recorded (the
+      request shape profiled; a prediction at another prompt length scales the prefill rows);
+    * the baseline server's prefill steps are its ``extend`` rows in ``costs``; ``spec_prefill``
+      holds the speculative server's own (the target's prefill plus the drafter's over the prompt),
+      empty when that server recorded none;
+    * ``baseline_outside_s`` / ``spec_outside_s``: per request, the time the server spent outside
+      the engine's steps -- its front end before the request reached the engine and after the last
+      token left it -- from the server's own ``/metrics`` (end-to-end latency less queue and
+      inference time, over ``*_requests`` finished requests); None when no ``/metrics`` was kept.
+    """
+
+    prompt_tokens: int
+    spec_prefill: tuple[CostRow, ...] = ()
+    baseline_outside_s: float | None = None
+    spec_outside_s: float | None = None
+    baseline_requests: int = 0
+    spec_requests: int = 0
+
+    def __post_init__(self) -> None:
+        w = "profile: requests"
+        for name in ("prompt_tokens", "baseline_requests", "spec_requests"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecmodelError(f"{w}: {name}: expected an integer >= 0, got {v!r}")
+        if not 1 <= self.prompt_tokens <= MAX_CONTEXT_TOKENS:
+            raise SpecmodelError(f"{w}: prompt_tokens: expected 1..{MAX_CONTEXT_TOKENS}, got {self.prompt_tokens}")
+        for name, n in (("baseline_outside_s", "baseline_requests"), ("spec_outside_s", "spec_requests")):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= 1e3:
+                raise SpecmodelError(f"{w}: {name}: expected seconds in 0..1000 or null, got {v!r}")
+            if getattr(self, n) < 1:
+                raise SpecmodelError(f"{w}: {name} is given but {n} is {getattr(self, n)}: a time per request "
+                                     "needs at least one finished request")
+        seen: set[tuple[str, int, int, int]] = set()
+        for row in self.spec_prefill:
+            if row.kind != "extend":
+                raise SpecmodelError(f"{w}: spec_prefill: {row.where}: only extend (prefill) rows")
+            if row.key in seen:
+                raise SpecmodelError(f"{w}: spec_prefill: duplicate {row.where}")
+            seen.add(row.key)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> RequestCosts:
+        if not isinstance(d, Mapping):
+            raise SpecmodelError(f"{where}: expected an object")
+        rows = d.get("spec_prefill", [])
+        if not isinstance(rows, list):
+            raise SpecmodelError(f"{where}: spec_prefill: expected a list")
+
+        def opt(key: str) -> float | None:
+            return None if d.get(key) is None else _num(d, key, where)
+
+        try:
+            return cls(prompt_tokens=_int(d, "prompt_tokens", where, minimum=1),
+                       spec_prefill=tuple(CostRow.from_dict(r, f"{where}: spec_prefill[{i}]")
+                                          for i, r in enumerate(rows)),
+                       baseline_outside_s=opt("baseline_outside_s"), spec_outside_s=opt("spec_outside_s"),
+                       baseline_requests=_int(d, "baseline_requests", where, optional=True),
+                       spec_requests=_int(d, "spec_requests", where, optional=True))
+        except SpecmodelError as exc:
+            msg = str(exc)
+            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: requests: ', '')}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "spec_prefill": [r.to_dict() for r in self.spec_prefill],
+                "baseline_outside_s": self.baseline_outside_s, "spec_outside_s": self.spec_outside_s,
+                "baseline_requests": self.baseline_requests, "spec_requests": self.spec_requests}
+
+
 #: Where a profile's costs came from (``source.kind``): measured by ``specmodel profile``, ingested
 #: from traces or hook logs, derived (a profile re-costed with a measured all-reduce fit), the shipped
 #: reference, a baseline sweep CSV, plain numbers on the command line.
@@ -658,6 +738,9 @@ class Profile:
     notes: tuple[str, ...] = ()
     #: a host proposer's measured proposal rate, lookup time and no-proposal steps (v3); None otherwise
     host_proposer: HostProposer | None = None
+    #: what a request costs beside its decode steps (v4): the speculative server's prefill and the
+    #: time both servers spent outside the engine's steps; None when not recorded
+    requests: RequestCosts | None = None
     path: str = ""  # where it was loaded from; not serialised
 
     def __post_init__(self) -> None:
@@ -708,9 +791,11 @@ class Profile:
     def with_costs(self, costs: tuple[CostRow, ...] | list[CostRow]) -> Profile:
         """The profile re-costed (a what-if, a fit, a flag). A host proposer's measured no-proposal
         steps were measured beside the old costs, not the new: they are dropped (its rate and
-        lookup are kept), so a re-costed profile prices such a step from its own decode rows."""
-        hp = self.host_proposer
-        return replace(self, costs=tuple(costs), host_proposer=None if hp is None else replace(hp, decode=()))
+        lookup are kept), so a re-costed profile prices such a step from its own decode rows; so are
+        the speculative server's prefill rows (its prefill is then priced from the new extend rows)."""
+        hp, rq = self.host_proposer, self.requests
+        return replace(self, costs=tuple(costs), host_proposer=None if hp is None else replace(hp, decode=()),
+                       requests=None if rq is None else replace(rq, spec_prefill=()))
 
     def costs_frame(self) -> pd.DataFrame:
         """The cost table as a pandas DataFrame: one row per :class:`CostRow` (its serialised
@@ -723,7 +808,9 @@ class Profile:
 
 
 def profile_to_dict(p: Profile) -> dict[str, Any]:
-    extra = {"host_proposer": p.host_proposer.to_dict()} if p.host_proposer is not None else {}
+    extra: dict[str, Any] = {"host_proposer": p.host_proposer.to_dict()} if p.host_proposer is not None else {}
+    if p.requests is not None:
+        extra["requests"] = p.requests.to_dict()
     d = PROFILE.stamp({
         "name": p.name,
         "source": p.source.to_dict(),
@@ -739,8 +826,9 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         "notes": list(p.notes),
         **extra,
     })
-    if p.host_proposer is None:
-        d["schema_version"] = 2  # nothing of v3 in it: a file every v2 reader still reads
+    if p.requests is None:
+        # written at the lowest version that holds it: a file every older reader still reads
+        d["schema_version"] = 2 if p.host_proposer is None else HOST_PROPOSER_VERSION
     return d
 
 
@@ -780,6 +868,10 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     if hp_raw is not None and ver < HOST_PROPOSER_VERSION:
         raise SpecmodelError(f"{where}: host_proposer: needs schema_version {HOST_PROPOSER_VERSION}, file has {ver}")
     host_proposer = HostProposer.from_dict(hp_raw, f"{where}: host_proposer") if hp_raw is not None else None
+    rq_raw = d.get("requests")
+    if rq_raw is not None and ver < REQUESTS_VERSION:
+        raise SpecmodelError(f"{where}: requests: needs schema_version {REQUESTS_VERSION}, file has {ver}")
+    requests = RequestCosts.from_dict(rq_raw, f"{where}: requests") if rq_raw is not None else None
     backend = d.get("backend", "")
     if not isinstance(backend, str):
         raise SpecmodelError(f"{where}: backend: expected a string")
@@ -798,6 +890,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
             allreduce_fit=fit,
             notes=tuple(notes),
             host_proposer=host_proposer,
+            requests=requests,
             path=where,
         )
     except SpecmodelError as exc:

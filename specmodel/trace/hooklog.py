@@ -18,6 +18,9 @@ from specmodel.schema.formats import Format
 
 log = logging.getLogger("specmodel.hooklog")
 
+#: the server's last ``/metrics`` page, kept by ``specmodel vllm`` beside the rank logs of ``--out``
+METRICS_FILE = "metrics.prom"
+
 
 def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
     """(``[(where, record), ...]``, truncated) of one rank file; records carry ``fmt``'s header."""

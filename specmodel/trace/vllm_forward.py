@@ -26,6 +26,11 @@ Each server's steps stay apart: ``decode`` / ``extend`` rows come from steps wit
 (``draft_method`` null) only, ``verify`` and ``draft`` rows from the speculative server. Rows are
 split by the steps' ``context_tokens`` into the context bands of
 :data:`specmodel.model.accept.BAND_EDGES` (each row at its steps' median context).
+
+What a request costs beside its decode steps (the profile's ``requests``): the prompt length
+profiled, the speculative server's own prefill rows (its ``extend`` steps, the drafter's proposal
+included) and, from each server's ``metrics.prom`` (its last ``/metrics`` page, kept by ``specmodel
+vllm``), the time per finished request spent outside the engine's steps.
 """
 
 from __future__ import annotations
@@ -36,14 +41,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
+from specmodel.limits import (
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_HOOK_STEP_S,
+    MAX_METRICS_PAGE_BYTES,
+    MAX_STEP_TOKENS,
+    MAX_TP,
+)
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median, series_median_ci95_rel
+from specmodel.trace.hooklog import METRICS_FILE
 from specmodel.units import ms
 
 STEP_KINDS = ("decode", "verify", "extend")
 COMMAND = "specmodel vllm"
+#: vLLM's per-request histograms (seconds): arrival to finish, waiting for the scheduler, running
+_E2E, _QUEUE, _INFER = ("vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                        "vllm:request_inference_time_seconds")
 
 #: the seconds fields of a step record (null allowed where the part did not run)
 _SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s", "draft_first_s",
@@ -243,6 +260,75 @@ def _add_draft(r: dict[str, Any], k: int, ctx: float, drafts: dict[tuple[int, in
     d.ctx.append(ctx)
 
 
+def _request_costs(base_prompts: list[float], spec_prompts: list[float],
+                   spec_prefill_cells: dict[tuple[str, int, int, int], _Cell], spec_dirs: dict[str, bool], *,
+                   min_samples: int, n_ranks: int, tp: int) -> tuple[Any, str]:
+    """The profile's ``requests`` (None when no prefill step was recorded) and its note."""
+    from specmodel.schema.profile import RequestCosts
+
+    prompts = base_prompts or spec_prompts
+    if not prompts:
+        return None, "requests: not recorded (no prefill step in the logs)"
+    prompt = min(max(1, round(median(prompts))), MAX_CONTEXT_TOKENS)
+    # its own context per band: the baseline's rows keep theirs, whatever this server recorded
+    rows, _ = _rows(spec_prefill_cells, min_samples=min_samples, n_ranks=n_ranks, tp=tp, dropped=[],
+                    few_kinds=[], band_ctx=_band_contexts(spec_prefill_cells))
+    outside: dict[bool, tuple[float | None, int]] = {}
+    kept = False
+    for spec in (False, True):
+        sums: list[tuple[float, int]] = []
+        for d in sorted(x for x, s in spec_dirs.items() if s == spec):
+            page = os.path.join(d, METRICS_FILE)
+            if not os.path.exists(page):
+                continue
+            kept = True
+            sec, n = outside_per_request(page)
+            if sec is not None:
+                sums.append((sec * n, n))
+        n_all = sum(n for _, n in sums)
+        outside[spec] = (sum(t for t, _ in sums) / n_all, n_all) if n_all else (None, 0)
+    (b_s, b_n), (s_s, s_n) = outside[False], outside[True]
+    req = RequestCosts(prompt_tokens=prompt, spec_prefill=tuple(rows), baseline_outside_s=b_s, spec_outside_s=s_s,
+                       baseline_requests=b_n, spec_requests=s_n)
+    head = f"requests: prompt {prompt} tokens; {len(rows)} prefill row(s) of the speculative server"
+    if not kept:
+        return req, (f"{head}; time outside the engine's steps not recorded (no {METRICS_FILE}: rerun under this "
+                     "specmodel's `vllm`)")
+
+    def per(sec: float | None, n: int) -> str:
+        return f"{ms(sec, 1)} over {n} request(s)" if sec is not None else "not recorded"
+
+    return req, (f"{head}; outside the engine's steps per request: baseline {per(b_s, b_n)}, speculative "
+                 f"{per(s_s, s_n)} (from /metrics)")
+
+
+def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int]:
+    """(seconds per finished request the server spent outside the engine's steps, finished
+    requests) from a kept ``/metrics`` page: end-to-end latency less queue and inference time,
+    summed over every label set (engines); (None, 0) when no request finished or a series is
+    missing. A page that does not parse is one line naming the file."""
+    from specmodel.trace.engines.prom import parse_page, total
+
+    where = str(path)
+    try:
+        with open(path, "rb") as fh:
+            body = fh.read(MAX_METRICS_PAGE_BYTES + 1)
+    except OSError as exc:
+        raise SpecmodelError(f"{where}: cannot read: {exc.strerror}") from None
+    page = parse_page(body.decode("utf-8", errors="replace"), where)
+    count = total(page, f"{_E2E}_count")
+    parts = [total(page, f"{name}_sum") for name in (_E2E, _QUEUE, _INFER)]
+    if count is None or count < 1 or any(v is None for v in parts):
+        return None, 0
+    e2e, queue, infer = (float(v or 0.0) for v in parts)
+    n = round(count)
+    outside = max(e2e - queue - infer, 0.0) / n
+    if outside > 1e3:
+        raise SpecmodelError(f"{where}: {outside:.3g} s per request outside the engine's steps "
+                             f"({_E2E} less queue and inference time): not a page of one run")
+    return outside, n
+
+
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
               max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
@@ -270,6 +356,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     nodraft_cells: dict[tuple[str, int, int, int], _Cell] = {}  # a host proposer's decode-shaped steps
     drafts: dict[tuple[int, int], _Cell] = {}
     extends: dict[tuple[int, int, int], _Cell] = {}  # (batch, tokens, band): first drafter forwards
+    spec_prefill_cells: dict[tuple[str, int, int, int], _Cell] = {}  # the speculative server's extend steps
+    base_prompts: list[float] = []  # tokens per request of the extend steps, each server apart
+    spec_prompts: list[float] = []
+    spec_dirs: dict[str, bool] = {}  # --summarize directory -> whether its server speculates
     lookups: list[float] = []
     request_steps = proposed = 0
     versions: dict[str, str] = {}
@@ -286,6 +376,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
     for lg in logs:
         run_dir = str(os.path.dirname(lg.path))
+        spec_dirs.setdefault(run_dir, False)
         for seg, (m, steps) in enumerate(lg.runs):
             if m:
                 versions.setdefault(str(m.get("vllm_version")), lg.path)
@@ -311,12 +402,17 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             for r in steps:
                 method, k = r.get("draft_method"), r.get("draft_k")
                 speculative = method is not None
+                if speculative:
+                    spec_dirs[run_dir] = True
                 if speculative and k is not None:
                     step_spec.add((str(method), int(k)))
                 if r.get("forward_s") is None:
                     continue  # the forward was not seen (a step that ran no model)
                 gap = r.get("gap_s")
-                host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s else 0.0)
+                # the gap before a prefill is mostly the engine waiting for the request (queue time on
+                # /metrics), not scheduling: a prefill step's cost is its own time
+                host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s
+                                                 and r["kind"] != "extend" else 0.0)
                 ctx = float(r.get("context_tokens") or 0.0)
                 host_prop = speculative and is_host_proposer(str(method))
                 spec_tokens = int(r.get("spec_tokens") or 0)
@@ -333,8 +429,23 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     cells = spec_cells
                 elif r["kind"] == "decode" and host_prop:
                     cells = nodraft_cells
+                elif r["kind"] == "extend":
+                    # the speculative server's prefill: requests.spec_prefill, never the baseline's rows.
+                    # The proposal after it (draft_s) is the drafter over the prompt -- a forward drafter's
+                    # prefill and first k drafts, an ngram's lookup -- so it is part of this step's cost
+                    spec_prompts.append(r["tokens"] / r["batch"])
+                    d_s = float(r.get("draft_s") or 0.0)
+                    g = spec_prefill_cells.setdefault(("extend", r["batch"], r["tokens"], context_band(ctx)), _cell())
+                    g.total.append(float(r["forward_s"]) + d_s + host)
+                    g.ar.append(float(r.get("forward_allreduce_s") or 0.0) + float(r.get("draft_allreduce_s") or 0.0))
+                    g.fwd.append(float(r["forward_s"]) + d_s)
+                    g.n_ar.append(float(r.get("forward_n_allreduce") or 0) + float(r.get("draft_n_allreduce") or 0))
+                    g.ctx.append(ctx)
+                    continue
                 else:
-                    continue  # a speculative server's prefill / post-prefill step: not the baseline's
+                    continue  # a speculative server's post-prefill step: not the baseline's
+                if not speculative and r["kind"] == "extend":
+                    base_prompts.append(r["tokens"] / r["batch"])
                 g = cells.setdefault((r["kind"], r["batch"], r["tokens"], context_band(ctx)), _cell())
                 g.total.append(float(r["forward_s"]) + host)
                 g.ar.append(float(r.get("forward_allreduce_s") or 0.0))
@@ -371,6 +482,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     draft_rows, _ = _rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
                           few_kinds=few_kinds, band_ctx=band_ctx)
     costs += draft_rows
+    requests, requests_note = _request_costs(base_prompts, spec_prompts, spec_prefill_cells, spec_dirs,
+                                             min_samples=min_samples, n_ranks=n_ranks, tp=tp_val)
     method, k = next(iter(step_spec)) if step_spec else (spec_meta.get("method"), spec_meta.get("num_speculative_tokens"))
     method = method if isinstance(method, str) else None
     k = k if isinstance(k, int) else None
@@ -397,6 +510,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      f"median lookup {ms(overhead, 3)} over {hp.lookup_steps} steps (every lookup, hit or miss) "
                      f"is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
                      "speculative server in host_proposer.decode.")
+    notes.append(requests_note)
     if runners:
         notes.append(f"vLLM model runner: {', '.join(sorted(runners))}")
     if clock == "perf_counter":
@@ -431,4 +545,4 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         if served:
             model["served_name"] = ", ".join(sorted(served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
-                   hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp)
+                   hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests)
