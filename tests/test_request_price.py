@@ -27,7 +27,14 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_histogram
 from specmodel.model.predict import predict
 from specmodel.model.request import decode_speedup_needed, prefill_s, request_speedup
-from specmodel.schema.profile import CostRow, RequestCosts, load_profile, profile_from_dict, profile_to_dict
+from specmodel.schema.profile import (
+    CostRow,
+    RequestCosts,
+    load_profile,
+    profile_from_dict,
+    profile_to_dict,
+    prompt_tokens_of,
+)
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -190,3 +197,14 @@ def test_another_drafter_kind_does_not_borrow_the_profiled_servers_prefill() -> 
     assert own is not None and other is not None
     assert own.spec_prefill_s == pytest.approx(40e-3)
     assert other.spec_prefill_s == pytest.approx(other.base_prefill_s)
+
+
+def test_the_prompt_is_read_off_single_request_prefills() -> None:
+    # the 14:45 run's baseline hook: 28 prefills of one 60-token prompt, 12 steps of 4 requests at
+    # 181 tokens (three prompts + one decode), 4 at 240
+    assert prompt_tokens_of([(1, 60, 28), (4, 181, 12), (4, 240, 4)]) == 60
+    # no single-request step: tokens per request, weighted by the steps (the mixed step reads low)
+    assert prompt_tokens_of([(4, 181, 12), (4, 240, 4)]) == 45
+    # a v2 profile's extend rows (the draft server's run): its batch-1 row, not the rows' median (46)
+    p = predict(load_profile(DRAFT), DIST, batch=1, request_tokens=64)
+    assert p.request is not None and p.request.prompt_tokens == 60

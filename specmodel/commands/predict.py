@@ -79,9 +79,9 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
         lines.append(f"for +20%     {p.accept_for_plus20_tokens:.2f} tokens/step{p20_note}")
         if rq is not None:
             be_r = p.request_break_even_accept_tokens
-            lines.append("break-even   " + (f"{be_r:.2f} tokens/step per request (prefill and outside time included)"
-                                          if math.isfinite(be_r) else "none per request: the fixed cost alone "
-                                          "exceeds the baseline's request"))
+            lines.append("  per request " + (f"{be_r:.2f} tokens/step (prefill and outside time included)"
+                                           if math.isfinite(be_r) else "none: the speculative side's fixed cost "
+                                           "alone exceeds the baseline's request"))
         lines.append(f"margin       {p.margin_tokens:+.2f} tokens/step   P(speedup > 1, {p.band_label}) = {p.p_text}")
     else:  # proposal rate 0: the accept length of steps that never happen changes nothing
         lines.append("break-even   none: nothing is proposed, no accept length breaks even")

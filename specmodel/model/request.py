@@ -31,13 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
 
 from specmodel.errors import FieldError
 from specmodel.model.costs import Extrapolation
 from specmodel.model.cycle import Assumption
 from specmodel.schema.phases import canonical_method, is_host_proposer
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.profile import CostRow, Profile, prompt_tokens_of
 
 #: what a user runs to measure what the request price assumed
 _MEASURE_REQUESTS = ("run both servers under `specmodel vllm` (it keeps each server's /metrics beside the hook "
@@ -139,7 +138,7 @@ def price_request(profile: Profile, *, algorithm: str, batch: int, request_token
     elif rq is not None:
         p_tokens, p_source = rq.prompt_tokens, "the profiled requests' median prompt"
     elif base_rows:
-        p_tokens = max(1, round(median(r.tokens / r.batch for r in base_rows)))
+        p_tokens = prompt_tokens_of([(r.batch, r.tokens, r.samples) for r in base_rows])
         p_source = "the profiled prefill steps' median prompt"
     else:
         raise FieldError("prompt_tokens", "the profile recorded no prefill step: give the prompt length "

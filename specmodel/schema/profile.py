@@ -17,7 +17,7 @@ problem raises :class:`~specmodel.errors.SpecmodelError` naming the file and fie
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -434,6 +434,25 @@ class HostProposer:
 
 
 REQUESTS_VERSION = 4
+
+
+def prompt_tokens_of(steps: Sequence[tuple[int, int, int]]) -> int:
+    """The prompt length per request of prefill steps ``(batch, tokens, count)``: the median tokens of
+    the single-request ones (a batch-1 prefill is one whole prompt), else the median tokens per
+    request -- a batched prefill step also carries the other requests' decode tokens (4 requests,
+    181 tokens: three 60-token prompts and one decode), so it reads low. Shared by ``--summarize``
+    (steps) and predict (a profile's extend rows, weighted by their steps)."""
+    ones = [(float(t), n) for b, t, n in steps if b == 1 and n > 0]
+    pts = ones or [(t / b, n) for b, t, n in steps if b >= 1 and n > 0]
+    if not pts:
+        raise ValueError("prompt_tokens_of: no prefill step")
+    pts.sort()
+    half, acc = sum(n for _, n in pts) / 2.0, 0
+    for v, n in pts:
+        acc += n
+        if acc >= half:
+            return max(1, round(v))
+    return max(1, round(pts[-1][0]))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -260,16 +260,16 @@ def _add_draft(r: dict[str, Any], k: int, ctx: float, drafts: dict[tuple[int, in
     d.ctx.append(ctx)
 
 
-def _request_costs(base_prompts: list[float], spec_prompts: list[float],
+def _request_costs(base_prompts: list[tuple[int, int, int]], spec_prompts: list[tuple[int, int, int]],
                    spec_prefill_cells: dict[tuple[str, int, int, int], _Cell], spec_dirs: dict[str, bool], *,
                    min_samples: int, n_ranks: int, tp: int) -> tuple[Any, str]:
     """The profile's ``requests`` (None when no prefill step was recorded) and its note."""
-    from specmodel.schema.profile import RequestCosts
+    from specmodel.schema.profile import RequestCosts, prompt_tokens_of
 
     prompts = base_prompts or spec_prompts
     if not prompts:
         return None, "requests: not recorded (no prefill step in the logs)"
-    prompt = min(max(1, round(median(prompts))), MAX_CONTEXT_TOKENS)
+    prompt = min(prompt_tokens_of(prompts), MAX_CONTEXT_TOKENS)
     # its own context per band: the baseline's rows keep theirs, whatever this server recorded
     rows, _ = _rows(spec_prefill_cells, min_samples=min_samples, n_ranks=n_ranks, tp=tp, dropped=[],
                     few_kinds=[], band_ctx=_band_contexts(spec_prefill_cells))
@@ -357,8 +357,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     drafts: dict[tuple[int, int], _Cell] = {}
     extends: dict[tuple[int, int, int], _Cell] = {}  # (batch, tokens, band): first drafter forwards
     spec_prefill_cells: dict[tuple[str, int, int, int], _Cell] = {}  # the speculative server's extend steps
-    base_prompts: list[float] = []  # tokens per request of the extend steps, each server apart
-    spec_prompts: list[float] = []
+    base_prompts: list[tuple[int, int, int]] = []  # (batch, tokens, 1) of the extend steps, each server apart
+    spec_prompts: list[tuple[int, int, int]] = []
     spec_dirs: dict[str, bool] = {}  # --summarize directory -> whether its server speculates
     lookups: list[float] = []
     request_steps = proposed = 0
@@ -433,7 +433,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     # the speculative server's prefill: requests.spec_prefill, never the baseline's rows.
                     # The proposal after it (draft_s) is the drafter over the prompt -- a forward drafter's
                     # prefill and first k drafts, an ngram's lookup -- so it is part of this step's cost
-                    spec_prompts.append(r["tokens"] / r["batch"])
+                    spec_prompts.append((r["batch"], r["tokens"], 1))
                     d_s = float(r.get("draft_s") or 0.0)
                     g = spec_prefill_cells.setdefault(("extend", r["batch"], r["tokens"], context_band(ctx)), _cell())
                     g.total.append(float(r["forward_s"]) + d_s + host)
@@ -445,7 +445,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 else:
                     continue  # a speculative server's post-prefill step: not the baseline's
                 if not speculative and r["kind"] == "extend":
-                    base_prompts.append(r["tokens"] / r["batch"])
+                    base_prompts.append((r["batch"], r["tokens"], 1))
                 g = cells.setdefault((r["kind"], r["batch"], r["tokens"], context_band(ctx)), _cell())
                 g.total.append(float(r["forward_s"]) + host)
                 g.ar.append(float(r.get("forward_allreduce_s") or 0.0))
