@@ -14,7 +14,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,34 +21,10 @@ from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import load_profile, profile_from_dict, profile_to_dict
 from specmodel.trace.vllm_forward import summarize
 from tests.conftest import DATA, run_cli, specmodel_exe
+from tests.test_hook_summary import NG, _meta, _step, _write
 
-HDR = {"schema": "specmodel.vllm_step", "schema_version": 1}
-GAP_S = 0.001  # every synthetic step's gap (under max_gap_s: host time, except before a prefill)
-
-
-def _meta(rank: int = 0, tp: int = 1, spec: dict[str, Any] | None = None, model: str = "/m/tiny",
-          version: str = "0.32.0", **more: Any) -> dict[str, Any]:
-    return {**HDR, "type": "meta", "vllm_version": version, "rank": str(rank), "tp_size": tp, "device": "cpu",
-            "model_path": model, "spec": spec, "clock": "perf_counter", **more}
-
-
-def _step(kind: str = "decode", batch: int = 1, tokens: int = 1, ctx: float = 100.0, fwd: float = 0.004,
-          host: float = 0.002, method: str | None = None, k: int | None = None, draft: float | None = None,
-          spec_tokens: int = 0) -> dict[str, Any]:
-    return {**HDR, "type": "step", "kind": kind, "batch": batch, "tokens": tokens, "spec_tokens": spec_tokens,
-            "context_tokens": ctx, "draft_method": method, "draft_k": k, "gap_s": GAP_S,
-            "step_s": fwd + host + (draft or 0.0), "forward_s": fwd, "forward_allreduce_s": 0.0,
-            "forward_n_allreduce": 0, "draft_s": draft, "draft_allreduce_s": 0.0 if draft is not None else None,
-            "draft_n_allreduce": 0 if draft is not None else None, "overhead_s": host}
-
-
-def _write(d: Path, meta: dict[str, Any], steps: list[dict[str, Any]], name: str = "rank0.jsonl") -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    (d / name).write_text("".join(json.dumps(x) + "\n" for x in [meta, *steps]))
-    return d
-
-
-NG = {"method": "ngram", "num_speculative_tokens": 3}
+# (the synthetic-log helpers are the hook summary tests': every step's gap 1 ms, under max_gap_s --
+# host time, except before a prefill)
 DM = {"method": "draft_model", "num_speculative_tokens": 3}
 
 

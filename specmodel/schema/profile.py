@@ -356,6 +356,17 @@ class SpecConfig:
 HOST_PROPOSER_VERSION = 3
 
 
+def _check_rows(rows: Sequence[CostRow], kind: str, where: str) -> None:
+    """A block's own cost rows: all of ``kind``, no two with one key."""
+    seen: set[tuple[str, int, int, int]] = set()
+    for row in rows:
+        if row.kind != kind:
+            raise SpecmodelError(f"{where}: {row.where}: only {kind} rows")
+        if row.key in seen:
+            raise SpecmodelError(f"{where}: duplicate {row.where}")
+        seen.add(row.key)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostProposer:
     """What the speculative server of a host proposer (vLLM ``ngram`` / ``suffix``) measured beside
@@ -399,13 +410,7 @@ class HostProposer:
         v = self.lookup_s
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= 1e3:
             raise SpecmodelError(f"{w}: lookup_s: expected seconds in 0..1000, got {v!r}")
-        seen: set[tuple[str, int, int, int]] = set()
-        for row in self.decode:
-            if row.kind != "decode":
-                raise SpecmodelError(f"{w}: decode: {row.where}: only decode rows")
-            if row.key in seen:
-                raise SpecmodelError(f"{w}: decode: duplicate {row.where}")
-            seen.add(row.key)
+        _check_rows(self.decode, "decode", f"{w}: decode")
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HostProposer:
@@ -496,13 +501,7 @@ class RequestCosts:
             if getattr(self, n) < 1:
                 raise SpecmodelError(f"{w}: {name} is given but {n} is {getattr(self, n)}: a time per request "
                                      "needs at least one finished request")
-        seen: set[tuple[str, int, int, int]] = set()
-        for row in self.spec_prefill:
-            if row.kind != "extend":
-                raise SpecmodelError(f"{w}: spec_prefill: {row.where}: only extend (prefill) rows")
-            if row.key in seen:
-                raise SpecmodelError(f"{w}: spec_prefill: duplicate {row.where}")
-            seen.add(row.key)
+        _check_rows(self.spec_prefill, "extend", f"{w}: spec_prefill")
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> RequestCosts:
