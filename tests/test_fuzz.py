@@ -214,7 +214,7 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
                 DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"], _nccl
     if target == "profile":
         return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json",
-                DATA / "profile_v4_requests" / "profile.json"], _profile
+                DATA / "profile_v4_requests" / "profile.json", DATA / "vllm_cli_1620_tp1" / "profile_ngram.json"], _profile
     if target == "vllm_hook":
         rec = DATA / "vllm_cpu_032"
         return [rec / "tp1_ngram" / "hook" / "rank0.jsonl", rec / "tp1_draft_model" / "hook" / "rank0.jsonl",

@@ -91,3 +91,22 @@ def test_hook_profile_of_a_proposer_that_proposes_nothing(tmp_path: Path) -> Non
     assert pred["proposal_rate"] == 0.0 and pred["break_even_accept_tokens"] is None and pred["verdict"] == "NO-GO"
     assert "none (no accept length breaks even)" in text and "inf" not in (tmp_path / "rate0.md").read_text()
     assert "no drafter forward: ngram proposes on the host" in text
+
+
+def test_a_request_priced_end_to_end(tmp_path: Path) -> None:
+    """--request-tokens: the verdict rests on the request's speedup; page 1 prints both speedups,
+    the JSON beside the PDF carries the request, and nothing on the page overlaps."""
+    from tests.pdf_layout import layout_problems
+
+    run = Path(__file__).parent / "data" / "vllm_cli_1620_tp1"
+    text, doc = _report(tmp_path, "req", "--profile", str(run / "profile_draft.json"), "--accept-log",
+                        str(run / "draft_noisy.log"), "--request-tokens", "64")
+    req = doc["prediction"]["request"]
+    assert req["request_tokens"] == 64 and req["prompt_tokens"] == 60
+    assert req["baseline_outside_s"] == pytest.approx(0.00838, abs=5e-5)  # the recording's /metrics
+    assert req["spec_prefill_s"] > req["baseline_prefill_s"]  # the draft model's own prefill
+    page1 = " ".join(text.split())
+    assert f"{req['speedup']:.2f}x per request, {doc['prediction']['speedup']:.2f}x decode" in page1
+    assert "per request (60 prompt + 64 output tokens" in page1
+    assert doc["prediction"]["verdict_reason"].startswith("per request")
+    assert layout_problems(tmp_path / "req.pdf") == []

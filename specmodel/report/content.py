@@ -378,8 +378,7 @@ def speedup_text(p: Prediction) -> str:
     rq = p.request
     if rq is None:
         return f"{p.speedup:.2f}x"
-    return (f"{rq.speedup:.2f}x per request ({rq.prompt_tokens} prompt + {rq.request_tokens} output tokens); "
-            f"decode phase {p.speedup:.2f}x")
+    return f"{rq.speedup:.2f}x per request, {p.speedup:.2f}x decode"
 
 
 def cycle_allreduce_text(p: Prediction) -> str:

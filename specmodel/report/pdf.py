@@ -202,8 +202,12 @@ def page_verdict(c: ReportContent) -> Any:
         y -= row_h
         fig.text(0.05, y, label, fontsize=10, va="top", color="#333333")
         fig.text(0.25, y, value, fontsize=10, va="top", weight="bold")
-    fig.text(0.05, y - row_h * 1.0, f"band and P: {p.band_label}", fontsize=8, va="top", color="#555555")
-    y -= row_h * 2.3
+    # the label grows with what the band holds (an accept log's drift, the cost interval): wrapped to
+    # the left column, which ends where the assumptions begin (x = 0.56)
+    band_lines = _fit_lines(f"band and P: {p.band_label}", fig.get_size_inches()[0] * 0.49, 8)
+    fig.text(0.05, y - row_h * 1.0, "\n".join(band_lines), fontsize=8, va="top", color="#555555",
+             linespacing=_LINE_SPACING)
+    y -= row_h * 2.3 + _line_h(8) * _LINE_SPACING * (len(band_lines) - 1)
 
     opt = c.optimizer
     fig.text(0.04, y, "Recommendation (model, page 6)", fontsize=12, weight="bold", va="top")
