@@ -184,8 +184,8 @@ def price_request(profile: Profile, *, algorithm: str, batch: int, request_token
         # one front end serves both servers' requests the same way: a side that lacks it takes the other's
         base_out = outside[0] if outside[0] is not None else float(outside[1] or 0.0)
         spec_out = outside[1] if outside[1] is not None else base_out
-    # every request of the round waits for its own front end; concurrent requests overlap theirs
     d_base = (request_tokens - 1) * batch / baseline_tokens_per_s
+    # every request of the round waits for its own front end; concurrent requests overlap theirs
     f_base, f_spec = base_pf + base_out, spec_pf + spec_out
 
     def g(s: float) -> float:

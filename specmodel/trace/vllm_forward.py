@@ -307,14 +307,11 @@ def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int
     requests) from a kept ``/metrics`` page: end-to-end latency less queue and inference time,
     summed over every label set (engines); (None, 0) when no request finished or a series is
     missing. A page that does not parse is one line naming the file."""
+    from specmodel.io import read_bytes
     from specmodel.trace.engines.prom import parse_page, total
 
     where = str(path)
-    try:
-        with open(path, "rb") as fh:
-            body = fh.read(MAX_METRICS_PAGE_BYTES + 1)
-    except OSError as exc:
-        raise SpecmodelError(f"{where}: cannot read: {exc.strerror}") from None
+    body = read_bytes(path, "a /metrics page", max_bytes=MAX_METRICS_PAGE_BYTES, decompress=False)
     page = parse_page(body.decode("utf-8", errors="replace"), where)
     count = total(page, f"{_E2E}_count")
     parts = [total(page, f"{name}_sum") for name in (_E2E, _QUEUE, _INFER)]
