@@ -15,6 +15,7 @@ is one :class:`SpecmodelError`.
 from __future__ import annotations
 
 import datetime as _dt
+import http.client
 import math
 import re
 import statistics
@@ -70,6 +71,10 @@ class MetricsSource:
             text = (self.opener or _http_get)(self.url, self.timeout_s)
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             raise SourceGone(f"{self.url}: {getattr(exc, 'reason', exc)}") from None
+        except http.client.HTTPException as exc:
+            # a server dying mid-answer (a body cut short, a garbled status line): like no answer,
+            # retried next interval; the exception's text may carry the raw line, so one line, bounded
+            raise SourceGone(f"{self.url}: broken HTTP answer ({type(exc).__name__}: {_one_line(str(exc))})") from None
         fmt = metrics_format_of(text)
         if fmt is None:
             raise SpecmodelError(f"{self.url}: not a {engines_help()} Prometheus metrics page "
@@ -77,10 +82,20 @@ class MetricsSource:
         return fmt.parse(text, self.url)
 
 
+def _one_line(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
 def _http_get(url: str, timeout_s: float) -> str:
     req = urllib.request.Request(url, headers={"Accept": "text/plain"})
     with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - the user's own server
         body = r.read(MAX_PAGE_BYTES + 1)
+        declared = (r.headers.get("Content-Length") or "").strip()
+    # a bounded read returns what arrived before the connection closed, short of Content-Length
+    # without a word: half a page would parse as a page with counters missing
+    if declared.isdigit() and len(body) < int(declared) and len(body) <= MAX_PAGE_BYTES:
+        raise http.client.IncompleteRead(body, int(declared) - len(body))
     if len(body) > MAX_PAGE_BYTES:
         raise SpecmodelError(f"{url}: metrics page larger than {MAX_PAGE_BYTES} bytes")
     return body.decode("utf-8", errors="replace")
