@@ -59,6 +59,9 @@ OVERRIDE_REL_TOL = 0.10
 #: two measurements of the same decode step (a baseline server and a speculative server's own
 #: decode-shaped steps) may differ by this share, on top of their spreads, before they disagree
 SAME_STEP_REL_TOL = 0.25
+#: how far beyond the largest measured tokens per forward (or batch) a cost may be extrapolated:
+#: one doubling (model/consistency.py ``check_range`` says why); further is refused
+MAX_EXTRAPOLATION_FACTOR = 2.0
 #: a log window whose tok/s is below this share of the busiest window at the same #running-req (same
 #: file, same configuration) spent most of its interval idle: `validate` leaves it out
 MIN_BUSY_FRACTION = 0.5

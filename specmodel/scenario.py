@@ -84,6 +84,8 @@ class Scenario:
     #: --request-tokens / --prompt-tokens: price a request end to end (None: the decode phase only)
     request_tokens: int | None = None
     prompt_tokens: int | None = None
+    #: why the profile's costs are another box's than the server the inputs name ("" = nothing says so)
+    foreign_costs: str = ""
 
 
 def run_prediction(sc: Scenario) -> Prediction:
@@ -92,7 +94,7 @@ def run_prediction(sc: Scenario) -> Prediction:
     pred = predict(sc.profile, sc.dist, batch=sc.batch, spec=sc.spec, generation_tokens=sc.generation_tokens,
                    observation=sc.observation, context_tokens=sc.context_tokens, proposal_rate=sc.proposal_rate,
                    window_drift_rel=sc.window_drift_rel, request_tokens=sc.request_tokens,
-                   prompt_tokens=sc.prompt_tokens)
+                   prompt_tokens=sc.prompt_tokens, foreign_costs=sc.foreign_costs)
     if sc.proposal_rate_source:
         pred = replace(pred, proposal_rate_source=sc.proposal_rate_source)
     return replace(pred, warnings=sc.warnings + pred.warnings) if sc.warnings else pred
@@ -664,8 +666,9 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
     if profile is not None and args.tp is not None and args.tp != profile.tp:
         raise FieldError("tp", f"profile {profile.name} was measured at TP {profile.tp}; "
                                "predicting another TP degree is a what-if (see `specmodel report`)")
+    foreign = ""
     if args.accept_logs:
-        args = _steps_from_logs(args, profile, notes)
+        args, foreign = _steps_from_logs(args, profile, notes)
     base_spec = profile.spec if profile is not None else SpecConfig()
     spec = resolve_spec(base_spec, args.steps, args.topk, args.num_draft_tokens)
     if args.method is not None:
@@ -720,17 +723,20 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
                     observation=obs, notes=tuple(notes), per_position=per_pos, context_tokens=context,
                     warnings=tuple(warnings), by_context=bands, proposal_rate=rate,
                     proposal_rate_source=rate_source, window_drift_rel=drift_out[0] if drift_out else 0.0,
-                    request_tokens=args.request_tokens, prompt_tokens=args.prompt_tokens)
+                    request_tokens=args.request_tokens, prompt_tokens=args.prompt_tokens, foreign_costs=foreign)
 
 
-def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> ScenarioArgs:
+def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[str]) -> tuple[ScenarioArgs, str]:
     """``args`` with steps/topk/num_draft_tokens from the server's logged configuration (a value
-    that contradicts the log is an error showing both); says where they came from."""
+    that contradicts the log is an error showing both); says where they came from. Second: why the
+    profile's costs are another box's than the logged server's ("" = nothing says so): another TP
+    degree or another device than the profile measured."""
     from specmodel.trace.logs import check_flag_against_log, config_of_logs
+    from specmodel.validation import profile_device
 
     cfg = config_of_logs(list(args.accept_logs))
     if cfg is None:
-        return args
+        return args, ""
     got: dict[str, int | None] = {}
     for key in ("steps", "topk", "num_draft_tokens"):
         try:  # its message names what it is given: a {field} reference, spelled by whoever prints it
@@ -744,10 +750,18 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
 
         check_log_model_matches_profile(cfg, profile, use="its acceptance says nothing about this profile's model "
                                         "(give that model's log, or --accept-len to use the figure anyway)")
+    foreign = ""
     if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "
                      "its acceptance is used with this profile's costs")
-    return replace(args, steps=got["steps"], topk=got["topk"], num_draft_tokens=got["num_draft_tokens"])
+        foreign = f"profile {profile.name} is TP {profile.tp}, the logged server ran TP {cfg.tp}"
+    pdev = profile_device(profile) if profile is not None else None
+    if profile is not None and cfg.device is not None and pdev is not None and cfg.device != pdev:
+        names = {"cuda": "GPU", "cpu": "CPU"}
+        foreign = "; ".join(x for x in (foreign, f"profile {profile.name} was measured on "
+                                        f"{names.get(pdev, pdev)}, the logged server ran on "
+                                        f"{names.get(cfg.device, cfg.device)}") if x)
+    return replace(args, steps=got["steps"], topk=got["topk"], num_draft_tokens=got["num_draft_tokens"]), foreign
 
 
 def _check_method_against_log(args: ScenarioArgs, profile: Profile | None, cfg: Any) -> None:

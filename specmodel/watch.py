@@ -29,7 +29,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_LINE_BYTES, SILENT_WINDOW_SHARE, WATCH_HEAD_LINES, WATCH_TAIL_BYTES
 from specmodel.model import accept as acc
-from specmodel.model.decision import INCONSISTENT, decide
+from specmodel.model.decision import INCONSISTENT
 from specmodel.schema.formats import WATCH
 from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
@@ -529,8 +529,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     run = opt.to_run
     # the one decision rule (model/decision.py) on the current configuration; a different k is
     # advised only when it is GO itself and beats the current one beyond the noise band
-    # (inputs that contradict each other give no verdict: model/consistency.py, through the prediction)
-    d = decide(p.speedup, p.p_speedup_gt_1, contradictions=[i.message for i in p.inconsistencies if i.refuses])
+    # (the prediction's own decision: inputs that contradict each other give none, a withheld P decides nothing)
+    d = p.decision
     better = d.verdict != INCONSISTENT and run is not None and run.steps != spec.steps and run.tokens_per_s > p.tokens_per_s_high
     if better and run is not None:
         advice = f"use k = {run.steps} (predicted {run.speedup:.2f}x)"

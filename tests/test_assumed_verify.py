@@ -18,11 +18,14 @@ from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.report.content import build_report
 from specmodel.report.markdown import render_markdown
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.profile import Source, SpecConfig, load_profile
 from specmodel.trace.sweep import sweep_profile
 from tests.conftest import REFERENCE, run_cli
 
 REF = load_profile(REFERENCE)
+#: the reference's costs as if measured on the user's own box (a plain verdict needs the user's own costs)
+OWN = dataclasses.replace(REF, source=Source.measured(tool="test", description="the reference's costs, as if measured "
+                                                      "here", created_utc="", method="EAGLE3"))
 SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)
 #: decode barely moves with context (104 -> 96 tok/s at batch 1), as in the issue's published case
 SWEEP = ("batch,context,tokens_per_s\n"
@@ -77,7 +80,7 @@ def test_the_api_carries_the_same_qualification(tmp_path: Path) -> None:
 
 
 def test_verify_measured_at_the_context_gives_a_plain_verdict() -> None:
-    p = predict(REF, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)
+    p = predict(OWN, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)
     assert p.assumed == () and p.extrapolated == () and p.measured
     assert p.verdict_label == p.verdict
 
@@ -89,7 +92,7 @@ def _ref_with_verify_at(contexts: tuple[int, ...]) -> object:
         f = 1.0 + 0.1 * i
         rows += [dataclasses.replace(r, context_tokens=c, total_s=r.total_s * f, allreduce_s=r.allreduce_s * f,
                                      compute_s=r.compute_s * f, other_s=r.other_s * f) for r in REF.costs]
-    return dataclasses.replace(REF, costs=tuple(rows))
+    return dataclasses.replace(OWN, costs=tuple(rows))
 
 
 def test_between_measured_verify_contexts_interpolated_beyond_extrapolated() -> None:

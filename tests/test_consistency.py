@@ -19,7 +19,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.consistency import Inconsistency, median_se_s
 from specmodel.model.costs import forward_cost
-from specmodel.model.predict import predict
+from specmodel.model.predict import predict, require_consistent
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from tests.conftest import run_cli
 
@@ -228,22 +228,28 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
     assert "decode_disagrees" not in _checks(predict(with_spec_decode(12.0), from_mean(3.0, 4), spec=SPEC))
 
 
-def test_extrapolated_curves_that_cross_qualify_instead_of_refusing() -> None:
-    """Measured at batches 1 and 4 only: decode 4 -> 6 ms (1 -> 4 tokens), verify 7 -> 7.5 ms
-    (4 -> 16 tokens). At batch 16 both are lines beyond the last row: decode 6 + 12 x 0.667 =
-    14 ms, verify 7.5 + 48 x (0.5 / 12) = 9.5 ms -- they cross, which no recording says (at
-    batch 4 verify is dearer). The live run (ngram at batch 16, 2026-12-02) was refused as
-    "inconsistent inputs" here; it is the extrapolation that fails: qualified, P withheld."""
+def test_extrapolated_curves_that_cross_are_refused_as_a_failed_extrapolation() -> None:
+    """Measured at batches 1 and 4 only: decode 4 -> 6 ms (1 -> 4 tokens), verify 7 -> 7.2 ms
+    (4 -> 16 tokens). At batch 8 (one doubling: allowed) both are lines through the top half of the
+    measured range: decode 6 + 4 x (2 / 3) = 8.67 ms, verify at 32 tokens 7.2 + 16 x (0.2 / 12) =
+    7.47 ms -- they cross by 1.2 ms, beyond 10 % of 8.67 (0.87), which no recording says (at batch 4
+    verify is dearer). A forward over more tokens cannot cost less: the extrapolation failed, so no
+    figure is given there (refused, named as beyond the measured range, not as two recordings that
+    contradict each other). At batch 16 (4x the largest measured batch) nothing is extrapolated at all."""
     rows = (_row("decode", 1, 1, 4.0), _row("decode", 4, 4, 6.0), _row("verify", 1, 4, 7.0),
-            _row("verify", 4, 16, 7.5), _row("draft", 1, 1, 0.2), _row("draft", 4, 4, 0.3))
+            _row("verify", 4, 16, 7.2), _row("draft", 1, 1, 0.2), _row("draft", 4, 4, 0.3))
     prof = Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC,
                    overhead_s=1e-4)
-    p = predict(prof, from_mean(3.0, 4), batch=16, spec=SPEC)
-    sev = {i.check: i.severity for i in p.inconsistencies}
-    assert sev.get("verify_below_decode") == "qualify", p.inconsistencies
-    assert p.verdict != "INCONSISTENT" and p.consistent
-    msg = next(i.message for i in p.inconsistencies if i.check == "verify_below_decode")
-    assert msg.startswith("extrapolated costs cross: verify 9.50 ms over 64 tokens") and "decode step 14.00 ms" in msg
-    assert p.to_dict()["p_speedup_gt_1"] is None
+    p = predict(prof, from_mean(3.0, 4), batch=8, spec=SPEC)
+    cross = next(i for i in p.inconsistencies if i.check == "verify_below_decode")
+    assert cross.severity == "refuse" and cross.beyond_range
+    assert cross.message.startswith("extrapolated costs cross: verify 7.47 ms over 32 tokens"), cross.message
+    assert "decode step 8.67 ms" in cross.message
+    assert p.verdict == "INCONSISTENT" and not p.consistent
+    with pytest.raises(SpecmodelError, match=r"^beyond the measured range: extrapolated costs cross"):
+        require_consistent(p)
+    far = predict(prof, from_mean(3.0, 4), batch=16, spec=SPEC)
+    assert far.verdict == "INCONSISTENT" and far.inconsistencies[0].check == "beyond_range"
+    assert far.inconsistencies[0].message.startswith("batch 16 is 4x the largest measured (4)")
     # inside the measured range the same kind of contradiction still refuses
     assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC).verdict == "INCONSISTENT"

@@ -135,7 +135,7 @@ def test_plan_command_text_and_json(tmp_path: Path) -> None:
     j = run_cli("plan", "--json", *args, cwd=tmp_path)
     assert j.returncode == 0, j.stderr
     doc = json.loads(j.stdout)
-    assert doc["schema"] == "specmodel.plan" and doc["schema_version"] == 2
+    assert doc["schema"] == "specmodel.plan" and doc["schema_version"] == 3
     assert doc["batches"] == [1, 16, 64] and doc["contexts"] == [0, 32768, 131072]
     for c in doc["cells"]:
         assert c["recommended"] is None and c["action"] == "unmeasured" and c["region"] == "ASSUMED"

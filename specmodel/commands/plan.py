@@ -46,7 +46,9 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
         if r is not None and run is None:
             extra = (f"best measured: steps {r.steps} topk {r.topk} ndt {r.num_draft_tokens}: "
                      f"{r.tokens_per_s:.1f} tok/s, {r.speedup:.2f}x ({c.action}); ")
-        if r is None or a.key != r.key:
+        if c.beyond_range:
+            extra += f"not priced: {c.beyond_range[0]}"
+        elif r is None or a.key != r.key:
             why = ", ".join(x for x, on in (("cost assumed", a.cost_assumed), ("cost extrapolated", a.cost_extrapolated),
                                             ("acceptance extrapolated", a.accept_extrapolated)) if on)
             extra += (f"steps {a.steps} topk {a.topk} ndt {a.num_draft_tokens}: {a.tokens_per_s:.1f} tok/s, "

@@ -25,6 +25,13 @@ that physics orders and names both, with where each came from:
   every forward -- measured on an idle 2-core box, vLLM 0.32's ngram server ran its 1-token
   forward +24 % over the baseline server's, on CI +78 % (10 steps) -- and its own rows price the
   speculative steps, so the prediction leans low, not high: the verdict stands, qualified.
+* ``beyond_range`` (refuse): a cost read more than
+  :data:`~specmodel.limits.MAX_EXTRAPOLATION_FACTOR` times beyond the largest measured tokens per
+  forward or batch (:func:`check_range` says why one doubling). Within that range, extrapolated
+  costs that cross (a verify below the decode step, a cycle below a baseline step) are refused as
+  well: the extrapolation failed there, and the remedy is a row where the prediction is asked for.
+  Measured costs that cross within their noise only qualify; predict then caps the speedup at the
+  tokens a step emits (a step holding a verify forward is never cheaper than a baseline step).
 * ``running_max`` (qualify): a measured row the monotone cost surface lifted beyond its noise
   (:class:`specmodel.model.costs.Override`): the prediction used a dearer cost; the
   measured value is shown and the two rows are named for re-measurement.
@@ -39,14 +46,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specmodel.limits import COST_ORDER_REL_TOL, SAME_STEP_REL_TOL
+from specmodel.limits import COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
 from specmodel.schema.profile import CostRow, Profile
 from specmodel.stats import median_se
 from specmodel.units import ms
 
 SEVERITIES = ("refuse", "qualify")
-CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max")
+CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max", "beyond_range")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +64,8 @@ class Inconsistency:
     severity: str
     message: str
     to_measure: str
+    #: the contradiction is an extrapolation's (beyond the measured range), not two recordings'
+    beyond_range: bool = False
 
     def __post_init__(self) -> None:
         if self.check not in CHECKS:
@@ -70,7 +79,7 @@ class Inconsistency:
 
     def to_dict(self) -> dict[str, str]:
         return {"check": self.check, "severity": self.severity, "message": self.message,
-                "to_measure": self.to_measure}
+                "to_measure": self.to_measure, "beyond_range": self.beyond_range}
 
 
 def _near(rows: tuple[CostRow, ...], tokens: float, context_tokens: float) -> list[CostRow]:
@@ -132,6 +141,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
     # is the extrapolation failing, not two recordings contradicting each other -- qualified, and
     # the remedy is a row where the prediction is asked for
     beyond = [e.label for fc in (cc.verify, cc.base) for e in fc.extrapolations]
+    out.extend(check_range(cc))
     if not cc.verify.from_kind:  # a fallback verify is the decode curve itself: nothing to compare
         v_fwd = cc.verify.total_s
         base_from = f"{base_from}; {_rows_text(profile, 'decode', cc.base.tokens, L)}"
@@ -139,11 +149,12 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
         if _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
                      noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL) and beyond:
             out.append(Inconsistency(
-                check="verify_below_decode", severity="qualify",
+                check="verify_below_decode", severity="refuse",
                 message=(f"extrapolated costs cross: verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} "
                          f"({verify_from}) below the decode step {ms(base_s)} over {_tokens(cc.base.tokens)} "
-                         f"({base_from}) at batch {b}{ctx}, both beyond the measured range ({'; '.join(beyond)}): "
-                         "the speedup there is a guess"),
+                         f"({base_from}) at batch {b}{ctx}, beyond the measured range ({'; '.join(beyond)}): "
+                         "a forward over more tokens cannot cost less, so the extrapolation has failed there"),
+                beyond_range=True,
                 to_measure=f"profile both servers at batch {b}{ctx} (the extrapolation, not the recordings, fails)"))
         elif _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
                        noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
@@ -157,10 +168,12 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
                             f"at batch {b}{ctx}, and summarize both again")))
     if break_even_tokens < 1.0 - 1e-9 and beyond:
         out.append(Inconsistency(
-            check="break_even_below_one", severity="qualify",
+            check="break_even_below_one", severity="refuse",
             message=(f"break-even {break_even_tokens:.2f} tokens/step < 1 from extrapolated costs (a speculative "
                      f"step of {ms(mean_step_s)}, the baseline step {ms(base_s)}; {'; '.join(beyond)}): beyond the "
-                     "measured range the cycle is priced below one baseline step"),
+                     "measured range the cycle is priced below one baseline step, a speedup above the tokens a "
+                     "step emits, which no cycle holding a verify forward can give"),
+            beyond_range=True,
             to_measure=f"profile both servers at batch {b}{ctx}"))
     elif break_even_tokens < 1.0 - 1e-9 and not _disagree(
             mean_step_s, base_s, noise_s(profile, "decode", cc.base.tokens, L),
@@ -184,6 +197,44 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
         out.append(Inconsistency(check="running_max", severity="qualify", message=o.label, to_measure=o.to_measure))
     out.extend(check_same_step(profile, batch=b, context_tokens=L))
     return tuple(dict.fromkeys(out))
+
+
+def check_range(cc: CycleCosts) -> tuple[Inconsistency, ...]:
+    """A cost read further beyond the measured tokens (or batch) than
+    :data:`~specmodel.limits.MAX_EXTRAPOLATION_FACTOR` times the largest measured: refuse.
+
+    Why a bound at all, and why there: beyond its last row a forward's cost is a line through the
+    top half of the measured range (:func:`specmodel.model.costs.interpolate`). A forward changes
+    regime as its tokens grow -- latency-bound (kernel launches, small all-reduces), then
+    weight-bandwidth-bound, then compute-bound, and the all-reduce from latency- to
+    bandwidth-bound -- and each change bends the curve within a few doublings; a line through
+    rows of one regime cannot see the next bend. One doubling past the last row is the furthest a
+    line through two measured rows at most a doubling apart vouches for; a profile of batches 1-4
+    asked about batch 1024 priced its verify below its decode step (a 17x "speedup" at
+    E[A] = 2.5). Context is not bounded here: attention's KV reads grow linearly in L whatever the
+    regime, which is what the context axis extrapolates (and a crossing it causes is refused by
+    the checks above)."""
+    out: list[Inconsistency] = []
+    seen: set[tuple[str, float]] = set()
+    # a fallback curve (verify read off decode) is an assumption already named and qualifying
+    for fc in (f for f in cc.forwards if not f.from_kind):
+        for e in fc.extrapolations:
+            if e.axis == "context" or e.requested <= MAX_EXTRAPOLATION_FACTOR * e.measured_max:
+                continue
+            name = "batch" if e.axis == "batch" else f"{e.kind} tokens per forward"
+            if (name, e.requested) in seen:
+                continue
+            seen.add((name, e.requested))
+            ctx = f", context {cc.context_tokens:g}" if cc.context_tokens else ""
+            out.append(Inconsistency(
+                check="beyond_range", severity="refuse",
+                message=(f"{name} {e.requested:g} is {e.requested / e.measured_max:.3g}x the largest measured "
+                         f"({e.measured_max:g}); a prediction goes at most {MAX_EXTRAPOLATION_FACTOR:g}x beyond the "
+                         "measured range (a forward changes regime -- latency-, bandwidth-, compute-bound -- within "
+                         "a few doublings, and a line through the measured rows cannot see where)"),
+                to_measure=f"profile at batch {cc.batch}{ctx} (the rows there, not an extrapolation)",
+                beyond_range=True))
+    return tuple(out)
 
 
 def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> tuple[Inconsistency, ...]:

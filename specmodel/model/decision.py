@@ -17,10 +17,18 @@ The thresholds are compared with the figures as displayed (two decimals), so the
 contradicts the number printed next to it. ``p_gt_1`` None means the sample size is unknown: the
 P rule cannot be checked, so it is not GO. Callers that have no P at all (the optimizer ranks
 configurations, not samples) pass ``certain=True``: only the speedup thresholds apply.
+
+A P that is *withheld* (``withheld``: why it is not shown -- it would rest on an assumed,
+extrapolated, contradicted or another box's cost) decides nothing: the rule then reads only what
+is shown, the speedup and its band. GO needs the band's lower end at or above 1 (the shown
+interval excludes a loss) besides the speedup threshold; anything short of that is MARGINAL, and
+the reason says P was not given and why. A speedup that is not a finite number gives no verdict
+(INCONSISTENT): no comparison with a threshold means anything then.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,18 +76,25 @@ class Decision:
 
 
 def decide(speedup: float, p_gt_1: float | None = None, *, certain: bool = False,
-           blocked_by: Sequence[str] = (), contradictions: Sequence[str] = ()) -> Decision:
+           blocked_by: Sequence[str] = (), contradictions: Sequence[str] = (), withheld: str = "",
+           speedup_low: float | None = None) -> Decision:
     """The verdict for a predicted ``speedup`` (see the module docstring); ``contradictions``: the
-    messages of the consistency checks that refuse (the first is the reason)."""
+    messages of the consistency checks that refuse (the first is the reason); ``withheld``: why P is
+    not shown ("" = it is), with ``speedup_low`` the lower end of the speedup's shown band."""
     if blocked_by:
         return Decision(verdict=BLOCKED, reason="check-drafter: " + "; ".join(blocked_by))
     if contradictions:
         return Decision(verdict=INCONSISTENT, reason=f"no verdict: {contradictions[0]}")
+    if not math.isfinite(speedup):
+        return Decision(verdict=INCONSISTENT, reason=f"no verdict: the predicted speedup is {speedup!r}, not a number "
+                                                     "any threshold can be compared with")
     sp = round(speedup, 2)
+    if withheld and not certain:
+        return _decide_withheld(sp, withheld, speedup_low)
     if certain:
         p: float | None = 1.0
     else:
-        p = None if p_gt_1 is None else round(p_gt_1, 2)
+        p = None if p_gt_1 is None or not math.isfinite(p_gt_1) else round(p_gt_1, 2)
     p_txt = "" if certain else f"; P(speedup>1) = {'needs counts' if p is None else f'{p:.2f}'}"
     if sp < 1.0:
         return Decision(verdict=NO_GO, reason=f"predicted speedup {sp:.2f}x < 1: speculation is slower than the baseline")
@@ -97,9 +112,30 @@ def decide(speedup: float, p_gt_1: float | None = None, *, certain: bool = False
                     reason=f"predicted speedup {sp:.2f}x but uncertain: P(speedup>1) = {p:.2f} < {GO_MIN_P:.2f}")
 
 
-def verdict_for(speedup: float, p_gt_1: float | None, contradictions: Sequence[str] = ()) -> tuple[str, str]:
+def _decide_withheld(sp: float, withheld: str, speedup_low: float | None) -> Decision:
+    """GO / MARGINAL / NO-GO from the speedup and its shown band alone (P withheld: module docstring)."""
+    p_txt = f"P(speedup>1) not given ({withheld})"
+    if sp < 1.0:
+        return Decision(verdict=NO_GO, reason=f"predicted speedup {sp:.2f}x < 1: speculation is slower than the "
+                                              f"baseline; {p_txt}")
+    if sp < GO_MIN_SPEEDUP:
+        return Decision(verdict=MARGINAL, reason=f"predicted speedup {sp:.2f}x is below {GO_MIN_SPEEDUP:.2f}x (within "
+                                                 f"{GO_MIN_SPEEDUP - 1:.0%} of break-even); {p_txt}")
+    lo = None if speedup_low is None or not math.isfinite(speedup_low) else round(speedup_low, 2)
+    if lo is None:
+        return Decision(verdict=MARGINAL, reason=f"predicted speedup {sp:.2f}x but {p_txt} and no band to read instead: "
+                                                 "nothing shown vouches for a gain")
+    if lo < 1.0:
+        return Decision(verdict=MARGINAL, reason=f"predicted speedup {sp:.2f}x but its band reaches {lo:.2f}x, below 1, "
+                                                 f"and {p_txt}")
+    return Decision(verdict=GO, reason=f"predicted speedup {sp:.2f}x >= {GO_MIN_SPEEDUP:.2f}x and its band stays above "
+                                       f"1 (low end {lo:.2f}x); {p_txt}")
+
+
+def verdict_for(speedup: float, p_gt_1: float | None, contradictions: Sequence[str] = (), *, withheld: str = "",
+                speedup_low: float | None = None) -> tuple[str, str]:
     """(verdict, reason) of :func:`decide`, as predict stores them."""
-    d = decide(speedup, p_gt_1, contradictions=contradictions)
+    d = decide(speedup, p_gt_1, contradictions=contradictions, withheld=withheld, speedup_low=speedup_low)
     return d.verdict, d.reason
 
 

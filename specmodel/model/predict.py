@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from specmodel.model.cycle import Assumption, CycleCosts
 # the one decision rule lives in model/decision.py; re-exported for predict's callers
 from specmodel.model.decision import GO_MIN_P as GO_MIN_P
 from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
+from specmodel.model.decision import Decision
 from specmodel.model.decision import verdict_for as verdict_for
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.model.request import RequestPrice, price_request
@@ -275,6 +275,8 @@ class Prediction:
         label = qualified_verdict(self.verdict, self.extrapolated, self.assumed)
         quals = [("costs replaced: " if i.check == "running_max" else "") + i.message
                  for i in self.inconsistencies if not i.refuses]
+        if self.foreign_costs:
+            quals.insert(0, f"on another box's costs: {self.foreign_costs}")
         if quals:
             sep = "; " if label.endswith(")") else " ("
             label = (label[:-1] if label.endswith(")") else label) + sep + "; ".join(quals) + ")"
@@ -376,6 +378,14 @@ class Prediction:
     #: the accept length (tokens/step incl. bonus) at which the request breaks even (= the decode
     #: phase's break-even when no request is priced)
     request_break_even_accept_tokens: float = math.nan
+    #: why the costs are another box's than the one the user named ("" = the user's own profile):
+    #: the verdict label is qualified with it
+    foreign_costs: str = ""
+
+    @property
+    def decision(self) -> Decision:
+        """The verdict and its reason as one :class:`Decision` (watch and the schedules act on it)."""
+        return Decision(verdict=self.verdict, reason=self.verdict_reason)
 
     @property
     def host_proposer(self) -> bool:
@@ -481,7 +491,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
             generation_tokens: int = DEFAULT_GENERATION_TOKENS, observation: Observation | None = None,
             context_tokens: float | None = None, proposal_rate: float | None = None,
             window_drift_rel: float = 0.0, request_tokens: int | None = None,
-            prompt_tokens: int | None = None) -> Prediction:
+            prompt_tokens: int | None = None, foreign_costs: str = "") -> Prediction:
     """Predict tok/s, speedup and the break-even accept length for one operating point
     (B = ``batch`` requests, each over ``context_tokens`` of KV; default: the profile's
     smallest measured context).
@@ -499,7 +509,18 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     ``request_tokens`` N (with ``prompt_tokens``, default the profiled prompt): price a request of
     N output tokens end to end (:mod:`specmodel.model.request`): each server's prefill and time
     outside the engine's steps are added to its decode phase, and the verdict, P(speedup > 1) and
-    the request's break-even rest on the request's speedup."""
+    the request's break-even rest on the request's speedup; the band and P are then over the request's
+    N tokens (one request's acceptance is what varies), not ``generation_tokens``.
+
+    ``foreign_costs``: why the profile's costs are another box's than the one the user named (e.g. an
+    accept log of a server at another TP); the shipped reference profile is always another box's.
+    The verdict is then qualified in its label (CLI, JSON, PDF): the figures are the other box's.
+
+    Physical bounds (the one place for every path that prices a cycle through here): a speculative
+    step holds a verify forward over at least the baseline step's tokens, so its cost is floored at
+    the baseline step's and the speedup never exceeds the tokens a step emits (E[A]); when the costs
+    priced it lower, :mod:`specmodel.model.consistency` says so (refusing beyond noise) and the
+    reason says the speedup was capped."""
     if not math.isfinite(window_drift_rel) or window_drift_rel < 0:
         raise FieldError("window_drift_rel", f"must be a finite number >= 0, got {window_drift_rel!r}")
     spec = spec or profile.spec
@@ -532,8 +553,16 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
     # per request-step: E' tokens in a mean step T' (both = E[A], T_cycle when every step proposes)
     e_step = hd.mixed_tokens(e, r)
     std_step = hd.mixed_std(e, dist.std_tokens, r)
-    t_step = (hd.host_mean_step_s(profile, batch=batch, spec=spec, proposal_rate=r, context_tokens=context_tokens)
-              if r < 1.0 else t_cyc)
+    t_step_priced = (hd.host_mean_step_s(profile, batch=batch, spec=spec, proposal_rate=r,
+                                         context_tokens=context_tokens) if r < 1.0 else t_cyc)
+    provenance = cost_provenance(profile, cc, cal)
+    # the costs as priced are checked; the figures use the physical floor (see the docstring)
+    issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step_priced,
+                         break_even_tokens=eq.break_even_accept(t_base, t_step_priced), provenance=dict(provenance))
+    capped = t_step_priced < t_base and not any(i.refuses for i in issues)
+    t_step = max(t_step_priced, t_base)
+    if request_tokens is not None:
+        generation_tokens = request_tokens  # the band and P over the request's own tokens
     tps = eq.spec_tokens_per_s(batch, e_step, t_step)
     # band and P share one standard error (generation variability + estimation, when counted)
     lo, hi = eq.tokens_per_s_band(batch, e_step, std_step, t_step, generation_tokens, samples=dist.samples)
@@ -567,20 +596,21 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
             p_gt_1 = (eq.p_speedup_gt_1_with_costs(e_step, be_req_step, std_step, n_eff, (u_cyc**2 + u_base**2) ** 0.5,
                                                    drift_rel=window_drift_rel) if math.isfinite(be_req_step) else 0.0)
         assumed = assumed + rq.assumed
-    verdict, reason = verdict_for(rq.speedup if rq is not None else sp, p_gt_1)
+    if not foreign_costs and profile.source_kind == "reference":
+        foreign_costs = f"the shipped reference profile {profile.name}, not measured on your box"
+    withheld = p_withheld_reason(issues, assumed, cc.extrapolations + (cal.extrapolated if cal else ())
+                                 + (rq.extrapolated if rq is not None else ()))
+    # a withheld P decides nothing: the rule reads the speedup and its shown band (model/decision.py)
+    verdict, reason = verdict_for(rq.speedup if rq is not None else sp, p_gt_1,
+                                  [i.message for i in issues if i.refuses], withheld=withheld,
+                                  speedup_low=rq.speedup_low if rq is not None else sp_lo)
     if rq is not None:
         reason = (f"per request ({rq.prompt_tokens} prompt + {rq.request_tokens} output tokens, prefill and time "
                   f"outside the engine included): {reason}")
-    provenance = cost_provenance(profile, cc, cal)
-    issues = check_cycle(profile, cc, base_s=t_base, mean_step_s=t_step, break_even_tokens=be_step,
-                         provenance=dict(provenance))
-    withheld = p_withheld_reason(issues, assumed, cc.extrapolations + (cal.extrapolated if cal else ())
-                                 + (rq.extrapolated if rq is not None else ()))
-    if withheld:
-        reason = _P_IN_REASON.sub(f"P(speedup>1) not given ({withheld})", reason)
-    refusals = [i.message for i in issues if i.refuses]
-    if refusals:
-        verdict, reason = verdict_for(rq.speedup if rq is not None else sp, p_gt_1, refusals)
+    if capped:
+        reason += (f"; speedup capped at {e_step:.2f}x, the tokens a step emits: the costs priced a speculative step "
+                   f"({ms(t_step_priced)}) below the baseline step ({ms(t_base)}), which no step holding a verify "
+                   "forward can be")
     if r == 0.0:
         reason += "; nothing proposed (proposal rate 0): every step pays the lookup and speculation's host work"
     elif be > spec.max_accept_tokens:
@@ -621,6 +651,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
         proposal_rate_source=hd.proposal_rate_note(proposal_rate, spec.algorithm, profile),
         accept_drift_rel=window_drift_rel, request=rq, request_break_even_accept_tokens=be_req,
+        foreign_costs=foreign_costs,
     )
 
 
@@ -633,11 +664,9 @@ def require_consistent(p: Prediction) -> Prediction:
         from specmodel.errors import SpecmodelError
 
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise SpecmodelError(f"inconsistent inputs: {bad[0].message}{more}; {bad[0].to_measure}")
+        what = "beyond the measured range" if bad[0].beyond_range else "inconsistent inputs"
+        raise SpecmodelError(f"{what}: {bad[0].message}{more}; {bad[0].to_measure}")
     return p
-
-
-_P_IN_REASON = re.compile(r"P\(speedup>1\) = (?:[0-9.]+|needs counts)")
 
 
 def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumption],
@@ -652,6 +681,8 @@ def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumpt
         return "a measured cost was lifted by the monotone cost surface"
     if any(i.check == "break_even_below_one" for i in issues):
         return "a speculative step priced below a baseline step"
+    if any(i.check == "box_condition" for i in issues):
+        return "the speculative server was recorded on a slower box"
     if issues:
         return "the two servers' same forward disagrees"
     if assumed:

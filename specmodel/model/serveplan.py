@@ -50,6 +50,9 @@ class PlanCell:
     assumed: tuple[Assumption, ...] = ()
     #: contradictions among this cell's costs (model/consistency.py, "refuse"): never recommended
     inconsistent: tuple[str, ...] = ()
+    #: why no figure is given here: costs read beyond the measured range further than a prediction may go,
+    #: or extrapolated curves that cross (model/consistency.py ``check_range``); nothing is listed
+    beyond_range: tuple[str, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -83,10 +86,11 @@ class PlanCell:
         return {"batch": self.batch, "context_tokens": self.context_tokens, "measured": self.measured,
                 "region": self.region, "action": self.action,
                 "assumed": [a.to_dict() for a in self.assumed], "inconsistent": list(self.inconsistent),
+                "beyond_range": list(self.beyond_range),
                 "recommended": self.recommended.to_dict() if self.recommended is not None else None,
                 "best_extrapolated": (self.best_any.to_dict()
                                       if self.best_any.key != (self.recommended.key if self.recommended else None)
-                                      else None),
+                                      and not self.beyond_range else None),
                 "default": self.default.to_dict()}
 
 
@@ -143,11 +147,13 @@ are its record's ``paste`` (:class:`specmodel.trace.engines.base.EngineSpec`); n
                            max_steps=max(max_steps, default.steps), topks=topks, proposal_rate=proposal_rate)
             assert opt.best_any is not None
             cc = cycle_costs(profile, batch=b, spec=default, context_tokens=L)
-            bad = tuple(i.message for i in check_cycle(profile, cc, base_s=cc.base.total_s, mean_step_s=cc.cycle_s,
-                                                        break_even_tokens=cc.break_even_tokens,
-                                                        provenance=dict(cost_provenance(profile, cc, None)))
-                        if i.refuses)
+            refused = [i for i in check_cycle(profile, cc, base_s=cc.base.total_s, mean_step_s=cc.cycle_s,
+                                              break_even_tokens=cc.break_even_tokens,
+                                              provenance=dict(cost_provenance(profile, cc, None))) if i.refuses]
+            # an extrapolation that fails is no contradiction between recordings: the cell is unmeasured, unpriced
+            beyond = tuple(i.message for i in refused if i.beyond_range)
+            bad = tuple(i.message for i in refused if not i.beyond_range)
             cells.append(PlanCell(batch=b, context_tokens=L, recommended=opt.recommended, best_any=opt.best_any,
-                                  default=opt.default, assumed=cc.assumptions, inconsistent=bad))
+                                  default=opt.default, assumed=cc.assumptions, inconsistent=bad, beyond_range=beyond))
     return ServePlan(batches=tuple(sorted(set(batches))), contexts=tuple(sorted(set(contexts))), cells=tuple(cells),
                      algorithm=default.algorithm, accept_bands=tuple(bands))

@@ -84,10 +84,12 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict); v2: verdict may be INCONSISTENT,
 #: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld; v3:
 #: `speedup_low` / `speedup_high` (the speedup's band, the baseline's cost interval in it); v4:
-#: `request` (a request priced end to end; null without --request-tokens)
-PREDICTION = Format(name="specmodel.prediction", version=4, what="specmodel predict")
-#: `specmodel plan --json` and the report's serve plan (model/serveplan.py)
-PLAN = Format(name="specmodel.plan", version=2, what="specmodel plan")
+#: `request` (a request priced end to end; null without --request-tokens); v5: `foreign_costs` (why the
+#: costs are another box's, "" when the user's own), each inconsistency's `beyond_range`, check `beyond_range`
+PREDICTION = Format(name="specmodel.prediction", version=5, what="specmodel predict")
+#: `specmodel plan --json` and the report's serve plan (model/serveplan.py); v3: each cell's `beyond_range`
+#: (why it is not priced; `best_extrapolated` null there)
+PLAN = Format(name="specmodel.plan", version=3, what="specmodel plan")
 #: the report's JSON beside the PDF (report/content.py)
 REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 #: `specmodel validate --json`
