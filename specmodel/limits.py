@@ -103,3 +103,20 @@ def bounded_int(minimum: int, maximum: int) -> click.IntRange:
 
     return click.IntRange(min=minimum, max=maximum)
 
+
+# ---- what a profile may record (schema/profile.py): every float that feeds the model's arithmetic
+# is finite and inside a physical range, so its squares and sums stay finite (a cost row's spread
+# of 1e308 s overflowed the noise term of model/costs.py)
+#: any one duration a profile records (a forward's spread, an all-reduce's latency or fixed cost):
+#: an hour is beyond every one of them; a larger value is a unit error or a corrupt file
+MAX_PROFILE_DURATION_S = 3600.0
+#: a cost row's shortest forward (``total_s``): 1 ns, below any kernel launch
+MIN_FORWARD_S = 1e-9
+#: a cost row's 95 % half-width relative to its median: the interval's end is itself a forward's
+#: duration and the median at least MIN_FORWARD_S, so no measured row exceeds their ratio
+MAX_CI95_REL = MAX_PROFILE_DURATION_S / MIN_FORWARD_S
+#: forwards behind one cost row: a trillion is three decades of steps at 1 ms
+MAX_ROW_SAMPLES = 10**12
+#: an all-reduce fit's bandwidth: below 1 byte/s no link carries activations (a unit error); the
+#: upper side is left open -- it divides, and a flat fit's beta is large by construction
+MIN_LINK_BYTES_PER_S = 1.0

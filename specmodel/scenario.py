@@ -491,6 +491,8 @@ def parse_histogram(text: str) -> dict[int, float]:
         out[key] = out.get(key, 0.0) + val
     if not out:
         raise _hist_error(where, "empty histogram")
+    if not math.isfinite(sum(out.values())):  # each count finite, their sum past the largest float
+        raise _hist_error(where, "the counts add up past the largest float: not step counts")
     return out
 
 

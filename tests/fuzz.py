@@ -21,9 +21,13 @@ from pathlib import Path
 from specmodel.errors import SpecmodelError
 
 INTERESTING = [b"9" * 5000, b"9" * 400, b"1e400", b"-1e400", b"NaN", b"Infinity", b"-1", b"0", b"1e9",
-               b"4294967297", b"[" * 3000, b"{" * 100, b"[]", b"{}", b'"x"', b"null", b"true", b"[1,2]",
+               b"4294967297", b"1e308", b"-1e308", b"1e-308",
+               b"[" * 3000, b"{" * 100, b"[]", b"{}", b'"x"', b"null", b"true", b"[1,2]",
                b'{"a":1}', b"\x00", b"\xff\xfe", b"\n", b",", b":", b"\"", b"0" * 60, b"1" * 40000,
                b".", b"e", b"-", b"#", b"  ", b"nan", b"inf"]
+#: INTERESTING's first entries: numbers and the containers that may stand where a number was (a
+#: number replaced by one keeps the document parseable); 1e308 is finite but its square is not
+NUMBERS = 17
 _NUM = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -47,7 +51,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
             nums = list(_NUM.finditer(bytes(out[:200_000])))
             if nums:
                 m = rng.choice(nums)
-                out[m.start():m.end()] = rng.choice(INTERESTING[:14])
+                out[m.start():m.end()] = rng.choice(INTERESTING[:NUMBERS])
         elif op == 6:  # truncate
             del out[pos:]
         elif op == 7:  # gzip, sometimes broken
@@ -59,6 +63,44 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
                 m = rng.choice(nums)
                 out[m.start():m.end()] = rng.choice([b"[1,2]", b'{"a":1}', b'"s"', b"null", b"[]"])
     return bytes(out)
+
+
+#: profile fields at extremes a corrupt or mutated file carries (the JSON token as written: the reader
+#: takes Infinity / NaN tokens and must refuse them in one line), each written by
+#: :func:`mutated_profile_text` from the shipped reference as tests/data/profile_mutated/<name>.json
+PROFILE_MUTATIONS: tuple[tuple[str, tuple[str | int, ...], str], ...] = (
+    ("spread_s_1e308", ("costs", 0, "spread_s"), "1e+308"),
+    ("spread_s_-1e308", ("costs", 0, "spread_s"), "-1e+308"),
+    ("spread_s_Infinity", ("costs", 0, "spread_s"), "Infinity"),
+    ("spread_s_NaN", ("costs", 0, "spread_s"), "NaN"),
+    ("skew_s_-Infinity", ("costs", 0, "skew_s"), "-Infinity"),
+    ("total_s_1e308", ("costs", 0, "total_s"), "1e+308"),
+    ("compute_s_1e308", ("costs", 2, "compute_s"), "1e+308"),
+    ("ci95_rel_1e308", ("costs", 1, "ci95_rel"), "1e+308"),
+    ("samples_1e308", ("costs", 0, "samples"), "1e+308"),
+    ("alpha_s_1e308", ("allreduce_fit", "alpha_s"), "1e+308"),
+    ("beta_bytes_per_s_1e-308", ("allreduce_fit", "beta_bytes_per_s"), "1e-308"),
+    ("overhead_s_1e308", ("overhead_s",), "1e+308"),
+)
+
+
+def mutated_profile_text(reference_text: str, path: tuple[str | int, ...], token: str) -> str:
+    """The reference profile with the field at ``path`` written as the JSON token ``token``."""
+    import json
+
+    d = json.loads(reference_text)
+    obj = d
+    for k in path[:-1]:
+        obj = obj[k]
+    obj[path[-1]] = "@@token@@"
+    return json.dumps(d, indent=2).replace('"@@token@@"', token) + "\n"
+
+
+def write_profile_seeds(reference: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    text = reference.read_text()
+    for name, path, token in PROFILE_MUTATIONS:
+        (out / f"{name}.json").write_text(mutated_profile_text(text, path, token))
 
 
 @dataclass
@@ -110,3 +152,9 @@ def fuzz(name: str, seeds: list[Path], reader: Callable[[Path], object], *, seco
         res.examples += 1
     res.seconds = time.monotonic() - t0
     return res
+
+
+if __name__ == "__main__":  # python -m tests.fuzz: rewrite the mutated-profile seeds from the reference
+    _root = Path(__file__).resolve().parent
+    write_profile_seeds(_root.parent / "specmodel" / "reference" / "kimi-k2.5-int4-tp8-pcie" / "profile.json",
+                        _root / "data" / "profile_mutated")

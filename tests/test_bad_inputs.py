@@ -24,6 +24,8 @@ NCCL = str(DATA / "nccl_tests_pcie8" / "all_reduce_perf.txt")
 TRACE = str(DATA / "kineto_cpu_gloo_tp2" / "cpu-gloo-rank0.trace.json.gz")
 LONG_NAME = "x" * 300
 B = str(BAD)
+#: the reference profile with one field at an extreme (tests/fuzz.py PROFILE_MUTATIONS)
+MUT = str(DATA / "profile_mutated")
 
 #: (id, argv). {W} is a per-session workspace holding drafters, a file and a read-only path.
 CASES: list[tuple[str, list[str]]] = [
@@ -79,6 +81,12 @@ CASES: list[tuple[str, list[str]]] = [
     ("file-bench-steps-predict", ["predict", "--accept-log", B + "/bench_steps_1e9.jsonl"]),
     ("file-bench-batch", ["validate", "--profile", REF, B + "/bench_batch_huge.jsonl"]),
     ("file-accept-probs", ["predict", "--accept-log", B + "/accept_probs_huge.json"]),
+    ("file-profile-spread-1e308", ["predict", "--profile", MUT + "/spread_s_1e308.json", "--accept-len", "2"]),
+    ("file-profile-ci95-1e308", ["predict", "--profile", MUT + "/ci95_rel_1e308.json", "--accept-len", "2",
+                                 "--request-tokens", "64"]),
+    ("file-profile-alpha-1e308", ["report", "--profile", MUT + "/alpha_s_1e308.json", "--accept-len", "2",
+                                  "-o", "{W}/r.pdf"]),
+    ("file-profile-beta-tiny", ["plan", "--profile", MUT + "/beta_bytes_per_s_1e-308.json", "--accept-len", "2"]),
     ("file-vllm-per-position", ["accept", B + "/vllm_per_position_many.log"]),
     # ---- 2. JSON / gzip / text readers
     ("json-deep", ["predict", "--profile", B + "/deep.json", "--accept-len", "2"]),
@@ -139,6 +147,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("drafter-config-deep", ["check-drafter", "--drafter", "{W}/drafter_deep_config", "--target", "{W}/target"]),
     # ---- 6. accepted nonsense
     ("calibrate-inf", ["predict", "--accept-len", "2", "--calibrate", "1,2,inf"]),
+    ("accept-hist-sum-overflow", ["predict", "--accept-hist", "1:1e308,2:1e308"]),
     ("calibrate-accept-above-steps", ["predict", "--accept-len", "2", "--calibrate", "1,100,60"]),
     ("calibrate-accept-5-steps-3", ["predict", "--accept-len", "2", "--calibrate", "1,5,60"]),
     ("calibrate-implausible", ["predict", "--accept-len", "2", "--calibrate", "1,2.0,1e9"]),
@@ -279,6 +288,15 @@ def test_one_real_subprocess_per_command(tmp_path: Path, results: dict[str, dict
     assert r.stderr == results[cid]["stderr"], "in-process and subprocess runs differ"
 
 
+def test_a_profile_spread_of_1e308_is_one_line_naming_file_and_field(tmp_path: Path) -> None:
+    # found by mutation fuzzing of `predict --profile`: finite, but its square overflowed model/costs.py
+    seed = DATA / "profile_mutated" / "spread_s_1e308.json"
+    r = run_cli("predict", "--profile", str(seed), "--accept-len", "2", cwd=tmp_path, timeout=120)
+    check_one_line(r.returncode, r.stderr, "spread_s 1e308")
+    assert f"{seed}: costs[0]: " in r.stderr and "spread_s must be <= 3600 s, got 1e+308" in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_help_is_still_normal_help() -> None:
     r = run_cli("predict", "--help")
     assert r.returncode == 0 and r.stderr == ""
@@ -333,6 +351,10 @@ def test_messages_name_the_flag_or_file(results: dict[str, dict[str, object]]) -
         "name-ingest-dotdot": "--name", "out-accept-readonly": "/proc/specmodel-x.json",
         "log-vllm-bigint": "Accepted", "trace-ext-dict": "External id",
         "vllm-summarize-deep": "rank0.jsonl: line 1", "out-vllm-out-file": "--out",
+        "file-profile-spread-1e308": "spread_s_1e308.json: costs[0]: cost row decode(batch=1, tokens=1): spread_s",
+        "file-profile-ci95-1e308": "ci95_rel_1e308.json: costs[1]: ", "file-profile-alpha-1e308": "allreduce_fit: alpha_s",
+        "file-profile-beta-tiny": "allreduce_fit: beta_bytes_per_s",
+        "accept-hist-sum-overflow": "--accept-hist: the counts add up past the largest float",
     }
     for cid, frag in expect.items():
         assert frag in str(results[cid]["stderr"]), (cid, results[cid]["stderr"])

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from specmodel.errors import SpecmodelError
 from tests.conftest import DATA, REFERENCE
-from tests.fuzz import FuzzResult, fuzz
+from tests.fuzz import PROFILE_MUTATIONS, FuzzResult, fuzz, mutated_profile_text
 
 TOTAL_S = float(os.environ.get("SPECMODEL_FUZZ_SECONDS", "30"))
 TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors", "vllm_hook", "sglang_hook",
            "metrics", "watch_log")
 PER_TARGET_S = TOTAL_S / len(TARGETS)
+#: the reference profile with one field at an extreme (tests/fuzz.py PROFILE_MUTATIONS)
+MUTATED = DATA / "profile_mutated"
 #: one input may take this long at most (bounded work; generous for a loaded CI box)
 MAX_EXAMPLE_S = 20.0
 
@@ -214,7 +217,8 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
                 DATA / "nccl_tests_old_error" / "all_reduce_perf.txt"], _nccl
     if target == "profile":
         return [REFERENCE / "profile.json", DATA / "profile_v1" / "profile.json",
-                DATA / "profile_v4_requests" / "profile.json", DATA / "vllm_cli_1620_tp1" / "profile_ngram.json"], _profile
+                DATA / "profile_v4_requests" / "profile.json", DATA / "vllm_cli_1620_tp1" / "profile_ngram.json",
+                *(MUTATED / f"{name}.json" for name, _, _ in PROFILE_MUTATIONS)], _profile
     if target == "vllm_hook":
         rec = DATA / "vllm_cpu_032"
         return [rec / "tp1_ngram" / "hook" / "rank0.jsonl", rec / "tp1_draft_model" / "hook" / "rank0.jsonl",
@@ -266,3 +270,19 @@ def test_fuzz_reader_raises_only_specmodel_error(tmp_path: Path, target: str) ->
     assert not res.crashes, "\n\n".join(f"{c.target} example {c.example} (seed {c.seed_file}, input kept at "
                                         f"{c.input_path}):\n{c.error[-3000:]}" for c in res.crashes)
     assert res.slowest_s < MAX_EXAMPLE_S, f"{target}: one input took {res.slowest_s:.1f} s"
+
+
+@pytest.mark.parametrize(("name", "path", "token"), PROFILE_MUTATIONS, ids=[m[0] for m in PROFILE_MUTATIONS])
+def test_a_profile_field_at_an_extreme_is_refused_naming_file_and_field(name: str, path: tuple[str | int, ...],
+                                                                      token: str) -> None:
+    seed = MUTATED / f"{name}.json"
+    # the seed is what its name says: the shipped reference with that one field changed (rewrite
+    # the seeds with `python -m tests.fuzz` when the reference changes)
+    assert seed.read_text() == mutated_profile_text((REFERENCE / "profile.json").read_text(), path, token)
+    # every step `predict` takes (decode phase, a priced request, the printed and --json output):
+    # before the field bounds, a spread_s of 1e+308 escaped as OverflowError from model/costs.py
+    with pytest.raises(SpecmodelError) as e:
+        _profile(seed)
+    msg = str(e.value)
+    where = f"costs[{path[1]}]" if path[0] == "costs" else str(path[0])
+    assert "\n" not in msg and msg.startswith(str(seed)) and where in msg and str(path[-1]) in msg, msg

@@ -201,6 +201,8 @@ def from_histogram(counts: Mapping[int, float], *, convention: str = "tokens",
     total = sum(shifted.values())
     if total <= 0:
         raise FieldError("accept_hist", "all counts are zero")
+    if not math.isfinite(total):  # each count finite, their sum past the largest float (1e308 + 1e308)
+        raise FieldError("accept_hist", "the counts add up past the largest float: not step counts")
     probs = tuple(shifted.get(j, 0.0) / total for j in range(1, k + 1))
     if not histogram_has_counts(counts.values()):
         return AcceptDist(probs=probs, source=f"{source} (fractions: sample size unknown)", convention=convention,

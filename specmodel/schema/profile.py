@@ -25,7 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import PREVIOUS, atomic_write_json, read_json, refuse_shipped, replace_dir
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, MAX_TP
+from specmodel.limits import (
+    MAX_BATCH,
+    MAX_CI95_REL,
+    MAX_CONTEXT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_PROFILE_DURATION_S,
+    MAX_ROW_SAMPLES,
+    MAX_STEPS,
+    MAX_TOPK,
+    MAX_TP,
+    MIN_FORWARD_S,
+    MIN_LINK_BYTES_PER_S,
+)
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import FORWARD_KINDS
 
@@ -145,9 +157,11 @@ class CostRow:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or math.isnan(v) or math.isinf(v) or v < 0:
                 raise SpecmodelError(f"{where}: {name} must be a finite number >= 0, got {v!r}")
+            if v > MAX_PROFILE_DURATION_S:
+                raise SpecmodelError(f"{where}: {name} must be <= {MAX_PROFILE_DURATION_S:g} s, got {v:g}")
         if self.total_s <= 0:
             raise SpecmodelError(f"{where}: total_s must be > 0")
-        if not 1e-9 <= self.total_s <= 1e3:  # 1 ns .. 1000 s: outside is a unit error, and NaN plots
+        if not MIN_FORWARD_S <= self.total_s <= 1e3:  # 1 ns .. 1000 s: outside is a unit error, and NaN plots
             raise SpecmodelError(f"{where}: total_s must be within 1e-9..1e3 s (one forward pass), got {self.total_s:g}")
         parts = self.allreduce_s + self.compute_s + self.other_s
         if abs(parts - self.total_s) > _SUM_TOLERANCE * self.total_s + 1e-12:
@@ -162,9 +176,11 @@ class CostRow:
             raise SpecmodelError(f"{where}: context_tokens must be <= {MAX_CONTEXT_TOKENS}, got {self.context_tokens}")
         if self.n_allreduce < 0 or self.allreduce_msg_bytes < 0 or self.samples < 1:
             raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
+        if self.samples > MAX_ROW_SAMPLES:
+            raise SpecmodelError(f"{where}: samples must be <= {MAX_ROW_SAMPLES}, got {self.samples}")
         if self.ci95_rel is not None and (isinstance(self.ci95_rel, bool) or not isinstance(self.ci95_rel, (int, float))
-                                          or not math.isfinite(self.ci95_rel) or self.ci95_rel < 0):
-            raise SpecmodelError(f"{where}: ci95_rel must be a finite number >= 0 or null, got {self.ci95_rel!r}")
+                                          or not math.isfinite(self.ci95_rel) or not 0 <= self.ci95_rel <= MAX_CI95_REL):
+            raise SpecmodelError(f"{where}: ci95_rel must be a number in 0..{MAX_CI95_REL:g} or null, got {self.ci95_rel!r}")
 
     @property
     def allreduce_frac(self) -> float:
@@ -238,19 +254,27 @@ class AllReducePoint:
     def __post_init__(self) -> None:
         if self.msg_bytes < 0 or self.tp < 1:
             raise SpecmodelError("allreduce point: msg_bytes must be >= 0 and tp >= 1")
-        if not math.isfinite(self.latency_s) or self.latency_s <= 0:
-            raise SpecmodelError(f"allreduce point ({self.msg_bytes} B): latency_s must be finite and > 0")
+        if not math.isfinite(self.latency_s) or not 0 < self.latency_s <= MAX_PROFILE_DURATION_S:
+            raise SpecmodelError(f"allreduce point ({self.msg_bytes} B): latency_s must be finite, > 0 and "
+                                 f"<= {MAX_PROFILE_DURATION_S:g} s, got {self.latency_s!r}")
+        if not math.isfinite(self.spread_s) or not 0 <= self.spread_s <= MAX_PROFILE_DURATION_S:
+            raise SpecmodelError(f"allreduce point ({self.msg_bytes} B): spread_s must be finite and in "
+                                 f"0..{MAX_PROFILE_DURATION_S:g} s, got {self.spread_s!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> AllReducePoint:
         if not isinstance(d, Mapping):
             raise SpecmodelError(f"{where}: expected an object")
-        return cls(
-            msg_bytes=_int(d, "msg_bytes", where),
-            tp=_int(d, "tp", where, minimum=1),
-            latency_s=_num(d, "latency_s", where, strict=True),
-            spread_s=_num(d, "spread_s", where, optional=True),
-        )
+        try:
+            return cls(
+                msg_bytes=_int(d, "msg_bytes", where),
+                tp=_int(d, "tp", where, minimum=1),
+                latency_s=_num(d, "latency_s", where, strict=True),
+                spread_s=_num(d, "spread_s", where, optional=True),
+            )
+        except SpecmodelError as exc:
+            msg = str(exc)
+            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"msg_bytes": self.msg_bytes, "tp": self.tp, "latency_s": self.latency_s, "spread_s": self.spread_s}
@@ -266,10 +290,12 @@ class AllReduceFit:
     algorithm: str = "ring"
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.alpha_s) or self.alpha_s < 0:
-            raise SpecmodelError("allreduce_fit: alpha_s must be finite and >= 0")
-        if not math.isfinite(self.beta_bytes_per_s) or self.beta_bytes_per_s <= 0:
-            raise SpecmodelError("allreduce_fit: beta_bytes_per_s must be finite and > 0")
+        if not math.isfinite(self.alpha_s) or not 0 <= self.alpha_s <= MAX_PROFILE_DURATION_S:
+            raise SpecmodelError(f"allreduce_fit: alpha_s must be finite and in 0..{MAX_PROFILE_DURATION_S:g} s, "
+                                 f"got {self.alpha_s!r}")
+        if not math.isfinite(self.beta_bytes_per_s) or self.beta_bytes_per_s < MIN_LINK_BYTES_PER_S:
+            raise SpecmodelError(f"allreduce_fit: beta_bytes_per_s must be finite and >= {MIN_LINK_BYTES_PER_S:g}, "
+                                 f"got {self.beta_bytes_per_s!r}")
         if self.tp < 1:
             raise SpecmodelError("allreduce_fit: tp must be >= 1")
         if self.algorithm not in ("ring", "oneshot", "twoshot"):
@@ -282,12 +308,16 @@ class AllReduceFit:
         algo = d.get("algorithm", "ring")
         if not isinstance(algo, str):
             raise SpecmodelError(f"{where}: algorithm: expected a string")
-        return cls(
-            alpha_s=_num(d, "alpha_s", where),
-            beta_bytes_per_s=_num(d, "beta_bytes_per_s", where, strict=True),
-            tp=_int(d, "tp", where, minimum=1),
-            algorithm=algo,
-        )
+        try:
+            return cls(
+                alpha_s=_num(d, "alpha_s", where),
+                beta_bytes_per_s=_num(d, "beta_bytes_per_s", where, strict=True),
+                tp=_int(d, "tp", where, minimum=1),
+                algorithm=algo,
+            )
+        except SpecmodelError as exc:
+            msg = str(exc)
+            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('allreduce_fit: ', '')}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"alpha_s": self.alpha_s, "beta_bytes_per_s": self.beta_bytes_per_s, "tp": self.tp,
