@@ -36,6 +36,7 @@ def test_help_states_the_cpu_defaults_the_plan_uses(help_text: str, tmp_path) ->
     assert int(_cpu_default(help_text, "--repeats")) == plan.repeats
     assert float(_cpu_default(help_text, "--time-budget")) == plan.time_budget_s
     assert int(_cpu_default(help_text, "--cycles")) == plan.spec_loop.cycles
+    assert float(_cpu_default(help_text, "--loop-budget")) == plan.spec_loop.budget_s
     assert int(_cpu_default(help_text, "--layers")) == plan.target.num_layers
     assert int(_cpu_default(help_text, "--hidden")) == plan.target.hidden_size
     assert tuple(int(b) for b in _cpu_default(help_text, "--batches").split(",")) == \

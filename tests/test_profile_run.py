@@ -28,7 +28,7 @@ CONTEXTS = (0, 1024)
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("profiles")
     r2 = run_cli("profile", "--tp", "2", "--name", "tp2", "--out-dir", str(out), *TINY, "--contexts", "0,1K", "--spec-loop",
-                 "--accept-len", "3.0", "--cycles", "6", cwd=out)
+                 "--accept-len", "3.0", "--cycles", "6", "--loop-budget", "1", cwd=out)
     assert r2.returncode == 0, r2.stderr
     r4 = run_cli("profile", "--tp", "4", "--name", "tp4", "--out-dir", str(out), *TINY, "--json", "--quiet",
                  "--model-config", str(Path(__file__).parent / "data" / "profile_configs" / "llama3_8b.json"),
@@ -156,7 +156,7 @@ def test_spec_loop_in_the_profile_run(runs):
 
 def test_spec_loop_against_a_given_profile(runs):
     before = sorted(p.name for p in runs["dir"].iterdir())
-    r = run_cli("profile", "--spec-loop", "--profile", str(runs[4]), "--accept-len", "2.5", "--cycles", "4",
+    r = run_cli("profile", "--spec-loop", "--profile", str(runs[4]), "--accept-len", "2.5", "--cycles", "4", "--loop-budget", "1",
                 "--quiet", "--json", "--timeout", "120", cwd=runs["dir"])
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

@@ -238,7 +238,11 @@ def _finish(plan: RunPlan, dest: Path, given: Any, result: RunResult, trace_dir:
 @click.option("--spec-loop", is_flag=True, help="Also run a real speculative loop and compare its tok/s with the prediction.")
 @click.option("--accept-len", type=float, default=None, help=f"Spec loop: mean tokens per verify step drawn ({default_help('loop_accept_len', fmt=lambda v: f'{v:.1f}')}, at most steps + 1).")
 @click.option("--batch", type=click.IntRange(max=MAX_BATCH), default=None, help=f"Spec loop: concurrent requests ({default_help('loop_batch')}).")
-@click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help=f"Spec loop: measured cycles ({default_help('cycles')}), in 10 rounds alternating with the baseline.")
+@click.option("--cycles", type=click.IntRange(max=MAX_CYCLES), default=None, help=f"Spec loop: cycles measured before its interval is judged ({default_help('cycles')}), in chunks "
+                   f"alternating with as many baseline steps (cycles per chunk: {default_help('loop_cycles_per_round')}).")
+@click.option("--loop-budget", type=float, default=None,
+              help=f"Spec loop: seconds it may add rounds after --cycles until its speedup's 95% interval is within "
+                   f"--ci-target ({default_help('loop_budget_s')}; 0: exactly --cycles).")
 @click.option("--overhead-cycles", type=click.IntRange(min=0, max=MAX_CYCLES), default=None,
               help="Real speculative cycles timed after the sweep for the host work between a cycle's forwards "
                    "(the profile's overhead_s; default 12; 0: none, overhead_s 0).")

@@ -219,7 +219,10 @@ def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
                      "baseline_tokens_per_s": base_meas, "speedup": measured / base_meas,
                      # per interleaved round, at the loop's mean acceptance: the speedup's spread
                      "speedup_by_round": [loop.spec.accept_mean / x for x in loop.round_cycle_over_step
-                                          if x > 0]},
+                                          if x > 0],
+                     # the 95 % interval of the median over rounds the speedup is read from, and why
+                     # the rounds stopped (profile/specloop.measure_rounds)
+                     "speedup_ci95_rel": loop.ci95_rel, "rounds": loop.rounds, "stopped": loop.stopped},
         "predicted": main,
         "predicted_forwards_only": one(replace(profile, overhead_s=0.0)),
         "predicted_with_loop_overhead": one(replace(profile, overhead_s=loop.spec.overhead_s)),
@@ -242,7 +245,9 @@ def format_comparison(c: dict[str, Any]) -> str:
         f"{fmt_ms(m['verify_s'], unit=False)} + overhead {fmt_ms(m['overhead_s'])}",
         f"             baseline {m['baseline_tokens_per_s']:.2f} tok/s, speedup {m['speedup']:.2f}x"
         + (f" (rounds {min(m['speedup_by_round']):.2f}-{max(m['speedup_by_round']):.2f}x, baseline and "
-           f"speculative interleaved)" if m.get("speedup_by_round") else ""),
+           f"speculative interleaved)" if m.get("speedup_by_round") else "")
+        + (f"; median of {m['rounds']} rounds ±{m['speedup_ci95_rel']:.1%} (95%, stopped: {m['stopped']})"
+           if m.get("speedup_ci95_rel") is not None else ""),
         f"predicted    speedup {p['speedup']:.2f}x  speedup error {c['speedup_rel_error']:+.1%} (the go/no-go "
         f"quantity)",
         f"             {p['tokens_per_s']:.2f} tok/s  cycle {fmt_ms(p['cycle_s'])} (overhead "

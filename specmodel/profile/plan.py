@@ -70,6 +70,14 @@ class RunDefaults:
     topk: int = 1
     loop_batch: int = 1
     loop_accept_len: float = 3.0  # capped at steps + 1
+    #: spec loop: seconds it may add interleaved rounds after ``cycles`` until the 95 % interval of
+    #: its median speedup is within ``ci_target_rel`` (a 120-cycle loop on 2 loaded cores read
+    #: speedups 1.07-1.51x from run to run against one profile; its rounds 0.5-2x)
+    loop_budget_s: float = 30.0
+    #: spec loop: cycles (and baseline steps) per interleaved chunk. Short chunks, many rounds: on
+    #: the loaded 2-core box 12-cycle chunks left the median's interval at ±14 % after 30 s (42
+    #: rounds), 2-cycle chunks at ±5-7 % (about 200 rounds)
+    loop_cycles_per_round: int = 2
 
 
 # The CPU run is the demo's (`make demo`: about 90 s at TP 8 on 2 cores). Batches 1 and 8: every
@@ -87,7 +95,8 @@ GPU_DEFAULTS = RunDefaults(
     device="GPU", batches=(1, 2, 4, 8, 16, 32, 64), contexts=(1024, 8192, 32768),
     allreduce_sizes=tuple(8 * 2**i for i in range(25)),  # 8 B .. 128 MiB, x2
     layers=None, hidden=None, dtype="bfloat16", warmup=5, repeats=10, time_budget_s=120.0,
-    cycles=200, loop_warmup=10, allreduce_warmup=5, allreduce_repeats=20, allreduce_calls=20)
+    cycles=200, loop_warmup=10, allreduce_warmup=5, allreduce_repeats=20, allreduce_calls=20, loop_budget_s=60.0,
+    loop_cycles_per_round=10)
 
 
 def defaults_for(cpu: bool) -> RunDefaults:
@@ -162,7 +171,12 @@ class SpecLoopPlan:
     batch: int = 1
     cycles: int = 40
     warmup: int = 3
-    rounds: int = 10  # baseline and speculative chunks alternate this many times
+    rounds: int = 10  # baseline and speculative chunks alternate at least this many times (``cycles`` over them)
+    cycles_per_round: int = 0  # cycles (and baseline steps) per chunk; 0: ``cycles`` // ``rounds``
+    #: then more rounds of the same size until the 95 % interval of the median per-round speedup is
+    #: within ``ci_target_rel`` or ``budget_s`` has passed since the first measured round (0: none)
+    ci_target_rel: float = CPU_DEFAULTS.ci_target_rel
+    budget_s: float = 0.0
     accept_probs: tuple[float, ...] = ()
     accept_len: float = 0.0
     seed: int = 0
@@ -477,6 +491,12 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
     if o["profile_path"] and contexts_given is not None:
         raise SpecmodelError("--contexts: not with --profile (the loop runs at that profile's context)")
     ci_target = _percent(o["ci_target"], "--ci-target", CPU_DEFAULTS.ci_target_rel)
+    if o.get("loop_budget") is not None:
+        require_finite("--loop-budget", o["loop_budget"], minimum=0.0)
+        if o["loop_budget"] > 86400:
+            raise SpecmodelError(f"--loop-budget: at most 86400 s (a day), got {o['loop_budget']:g}")
+        if not o["spec_loop"]:
+            raise SpecmodelError("--loop-budget: only with --spec-loop")
     if o["time_budget"] is not None:
         require_finite("--time-budget", o["time_budget"], minimum=0.0, strict_min=True)
         if o["time_budget"] > 86400:
@@ -575,7 +595,9 @@ def build_plan(o: dict[str, Any]) -> tuple[RunPlan, Path, Any]:
         acc, dist = accept
         spec_loop = SpecLoopPlan(batch=o["batch"] or d.loop_batch, cycles=o["cycles"] or d.cycles,
                                  warmup=d.loop_warmup, accept_probs=tuple(dist.probs), accept_len=acc,
-                                 seed=o["seed"])
+                                 seed=o["seed"], ci_target_rel=ci_target, cycles_per_round=d.loop_cycles_per_round,
+                                 budget_s=float(o["loop_budget"]) if o.get("loop_budget") is not None
+                                 else d.loop_budget_s)
     sizes = () if given is not None else (sizes_given if sizes_given is not None else d.allreduce_sizes)
 
     name = o["name"] or (given.name + "-specloop" if given else default_name(tp, placement.backend))

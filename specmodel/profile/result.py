@@ -106,8 +106,12 @@ class LoopSpec:
 @dataclass(frozen=True, kw_only=True)
 class SpecLoopResult:
     """What ``profile/specloop.py`` measured (``result.json``'s ``spec_loop``): baseline and
-    speculative chunks interleaved ``rounds`` times; ``round_cycle_over_step`` per round is the
-    cycle over the baseline step (the speedup at one token per cycle)."""
+    speculative chunks of ``cycles_per_round`` interleaved ``rounds`` times; ``round_cycle_over_step``
+    per round is the cycle over the baseline step (the speedup at one token per cycle, inverted).
+    ``baseline.step_s`` is the median step over rounds, ``spec.cycle_s`` that times the median
+    ratio, so the speedup they give is the mean acceptance over the median ratio; ``ci95_rel``
+    that median's 95 % half-width relative to it (None: too few rounds), ``stopped`` why the
+    rounds ended (``interval`` within ``ci_target_rel``, ``budget``, ``cycles``, ``max``)."""
 
     batch: int
     cycles: int
@@ -119,15 +123,28 @@ class SpecLoopResult:
     round_cycle_over_step: tuple[float, ...]
     baseline: LoopBaseline
     spec: LoopSpec
+    cycles_per_round: int = 0
+    stopped: str = ""
+    ci95_rel: float | None = None
+    ci_target_rel: float | None = None
+    round_step_s: tuple[float, ...] = ()  # per round: one baseline step, seconds
+
+    def __post_init__(self) -> None:
+        if self.stopped not in ("", "interval", "budget", "cycles", "max"):
+            raise ValueError(f"spec_loop.stopped: unknown reason {self.stopped!r}")
+        if self.ci95_rel is not None and not self.ci95_rel >= 0:
+            raise ValueError(f"spec_loop.ci95_rel: must be >= 0, got {self.ci95_rel!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["round_cycle_over_step"] = list(self.round_cycle_over_step)
+        d["round_step_s"] = list(self.round_step_s)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpecLoopResult:
         return cls(**{**d, "round_cycle_over_step": tuple(d.get("round_cycle_over_step") or ()),
+                      "round_step_s": tuple(d.get("round_step_s") or ()),
                       "baseline": LoopBaseline(**d["baseline"]), "spec": LoopSpec(**d["spec"])})
 
 

@@ -8,23 +8,31 @@ Weights are random, so acceptance is injected: each request's emitted tokens per
 (bonus included) are drawn from the given distribution with one seed on every rank.
 
 The baseline is the same stack decoding one token per request per step. The two are measured in
-alternating chunks (``rounds`` of each, interleaved like pyperf compares two things, so drift on
-the box lands on both), each chunk timed wall-clock from a barrier to the slowest rank's finish;
-each forward is also timed (annotation seam) so the cycle splits into forwards and the overhead
+rounds of one chunk each (:func:`measure_rounds`), as pyperf compares two things: the chunks
+alternate, the one that goes first swapping every round, so drift on the box lands on both
+sides alike; each round gives one paired ratio (a cycle over a step), the speedup is read off
+their median (a burst of other work on the box stretches a chunk or two, not the median), and
+rounds are added until the 95 % interval of that median is within the target or the time budget
+is spent. Each chunk is timed wall-clock from a barrier to the slowest rank's finish; each
+forward is also timed (annotation seam) so the cycle splits into forwards and the overhead
 outside them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from specmodel.limits import MAX_CYCLES
 from specmodel.profile.annotate import Stopwatch, phase, timed_phase
 from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult
 from specmodel.schema.phases import forward_tokens, phase_label
+from specmodel.stats import median, median_ci95_rel
 
 if TYPE_CHECKING:
     from specmodel.profile.worker import Rank
@@ -33,6 +41,69 @@ if TYPE_CHECKING:
 def _mean(watches: list[Stopwatch]) -> float:
     return sum(w.elapsed_s for w in watches) / len(watches) if watches else 0.0
 
+
+@dataclass(frozen=True, kw_only=True)
+class Rounds:
+    """What :func:`measure_rounds` measured: per round one baseline step's and one cycle's
+    seconds (each its chunk over its length), ``per_round`` of each per chunk, and why it stopped
+    (``interval``: within the target; ``budget``: time spent; ``cycles``: no budget to extend;
+    ``max``: the cycle cap)."""
+
+    step_s: tuple[float, ...]
+    cycle_s: tuple[float, ...]
+    per_round: int
+    stopped: str
+
+    def __post_init__(self) -> None:
+        if not self.step_s or len(self.step_s) != len(self.cycle_s):
+            raise ValueError(f"rounds: {len(self.step_s)} baseline and {len(self.cycle_s)} speculative chunks")
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """Per round: the cycle over the step (the speedup at one token per cycle, inverted)."""
+        return tuple(c / s for s, c in zip(self.step_s, self.cycle_s, strict=True))
+
+    @property
+    def cycle_over_step(self) -> float:
+        return median(self.ratios)
+
+    @property
+    def ci95_rel(self) -> float | None:
+        return median_ci95_rel(self.ratios)
+
+
+def measure_rounds(time_chunk: Callable[[str, int], float], *, per_round: int, min_rounds: int,
+                   ci_target_rel: float, out_of_time: Callable[[], bool], extend: bool,
+                   max_rounds: int) -> Rounds:
+    """Rounds of a ``"baseline"`` chunk and a ``"spec"`` chunk, ``per_round`` steps / cycles each
+    (``time_chunk(which, n)``: seconds for ``n``), the one that goes first alternating (ABBA:
+    a slowdown growing through a round lands on the second chunk, each side's every other round).
+    After ``min_rounds``, with ``extend``, rounds are added until the 95 % interval of the median
+    per-round ratio is within ``ci_target_rel`` or ``out_of_time()`` (asked once per added round;
+    on a TP stack a collective, so every rank stops at the same round), at most ``max_rounds``."""
+    steps: list[float] = []
+    cycles: list[float] = []
+    stopped = "cycles"
+    while True:
+        order = ("baseline", "spec") if len(steps) % 2 == 0 else ("spec", "baseline")
+        got = {which: time_chunk(which, per_round) / per_round for which in order}
+        steps.append(got["baseline"])
+        cycles.append(got["spec"])
+        if len(steps) < min_rounds:
+            continue
+        if not extend:
+            break
+        rel = median_ci95_rel([c / s for s, c in zip(steps, cycles, strict=True)])
+        if rel is not None and rel <= ci_target_rel:
+            stopped = "interval"
+            break
+        if len(steps) >= max_rounds:
+            stopped = "max"
+            break
+        if out_of_time():
+            stopped = "budget"
+            break
+    return Rounds(step_s=tuple(steps), cycle_s=tuple(cycles), per_round=per_round, stopped=stopped)
 
 
 def cycle_overhead_s(cycle_s: float, draft_extend_s: float, draft_step_s: float, verify_s: float,
@@ -171,34 +242,53 @@ def run_loop(r: Rank) -> SpecLoopResult:
     for _ in range(sl.warmup):
         cycle(False)
 
-    # interleaved, as pyperf compares two things: baseline and speculative chunks alternate, so
-    # drift on the box lands on both; each chunk starts after a barrier and ends on the slowest rank
+    # interleaved, as pyperf compares two things (measure_rounds): drift on the box lands on
+    # both; each chunk starts after a barrier and ends on the slowest rank
     def base_step() -> None:
         nonlocal ids
         with phase(dec_label):
             ids = decode_step(ids)
 
-    rounds = max(1, min(sl.rounds, sl.cycles))
-    per = [sl.cycles // rounds + (1 if i < sl.cycles % rounds else 0) for i in range(rounds)]
-    base_t, spec_t = [], []
-    for n in per:
-        base_t.append(_timed(r, base_step, n))
-        spec_t.append(_timed(r, lambda: cycle(True), n))
-    base_elapsed, spec_elapsed = sum(base_t), sum(spec_t)
+    def time_chunk(which: str, n: int) -> float:
+        return _timed(r, base_step, n) if which == "baseline" else _timed(r, lambda: cycle(True), n)
+
+    t_start = time.perf_counter()
+
+    def out_of_time() -> bool:
+        # rank 0's clock decides for every rank (their clocks may straddle the budget)
+        flag = torch.tensor([float(r.rank == 0 and time.perf_counter() - t_start > sl.budget_s)],
+                            dtype=torch.float64, device=dev if r.cuda else "cpu")
+        r.comm.all_reduce(flag, op="max")
+        return float(flag.item()) > 0
+
+    if sl.cycles_per_round > 0:
+        per = min(sl.cycles_per_round, sl.cycles)
+        rounds = max(1, sl.cycles // per)
+    else:
+        rounds = max(1, min(sl.rounds, sl.cycles))
+        per = max(1, sl.cycles // rounds)
+    got = measure_rounds(time_chunk, per_round=per, min_rounds=rounds, ci_target_rel=sl.ci_target_rel,
+                         out_of_time=out_of_time, extend=sl.budget_s > 0, max_rounds=max(rounds, MAX_CYCLES // per))
+    n_cycles = per * len(got.step_s)
+    base_elapsed, spec_elapsed = sum(got.step_s) * per, sum(got.cycle_s) * per
     de, dr, ve = cycle.forward_means()
-    cycle_s = spec_elapsed / sl.cycles
     hist = cycle.hist
     tokens = int(sum((j + 1) * int(c) for j, c in enumerate(hist)))
+    accept_mean = tokens / (b * n_cycles)
+    # the rates from the medians over rounds (a stall in one chunk moves neither); the speedup
+    # from the median paired ratio; the overhead from means, as the forwards' are
+    step_s = median(got.step_s)
+    cycle_s = step_s * got.cycle_over_step
     return SpecLoopResult(
-        batch=b, cycles=sl.cycles, steps=steps, topk=topk, num_draft_tokens=ndt, accept_len_requested=sl.accept_len,
-        rounds=rounds,
+        batch=b, cycles=n_cycles, steps=steps, topk=topk, num_draft_tokens=ndt, accept_len_requested=sl.accept_len,
+        rounds=len(got.step_s), cycles_per_round=per, round_step_s=got.step_s, stopped=got.stopped, ci95_rel=got.ci95_rel,
+        ci_target_rel=sl.ci_target_rel,
         # per round: speculative cycles per baseline step time, i.e. speedup at 1 token per cycle
-        round_cycle_over_step=tuple((st / n) / (bt / n) for bt, st, n in zip(base_t, spec_t, per, strict=True)),
-        baseline=LoopBaseline(elapsed_s=base_elapsed, tokens=b * sl.cycles, tokens_per_s=b * sl.cycles / base_elapsed,
-                              step_s=base_elapsed / sl.cycles),
-        spec=LoopSpec(elapsed_s=spec_elapsed, tokens=tokens, tokens_per_s=tokens / spec_elapsed, cycle_s=cycle_s,
+        round_cycle_over_step=got.ratios,
+        baseline=LoopBaseline(elapsed_s=base_elapsed, tokens=b * n_cycles, tokens_per_s=b / step_s, step_s=step_s),
+        spec=LoopSpec(elapsed_s=spec_elapsed, tokens=tokens, tokens_per_s=b * accept_mean / cycle_s, cycle_s=cycle_s,
                       draft_extend_s=de, draft_step_s=dr, verify_s=ve,
-                      overhead_s=cycle_overhead_s(cycle_s, de, dr, ve, steps),
+                      overhead_s=cycle_overhead_s(spec_elapsed / n_cycles, de, dr, ve, steps),
                       accept_hist={str(j + 1): int(c) for j, c in enumerate(hist)},
-                      accept_mean=tokens / (b * sl.cycles)),
+                      accept_mean=accept_mean),
     )
