@@ -534,6 +534,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     better = d.verdict != INCONSISTENT and run is not None and run.steps != spec.steps and run.tokens_per_s > p.tokens_per_s_high
     if better and run is not None:
         advice = f"use k = {run.steps} (predicted {run.speedup:.2f}x)"
+    elif d.verdict == INCONSISTENT:  # no figure to advise from here, not even a batch limit
+        advice = d.advice()
     elif not d.pays:
         advice = (f"switch off above batch {limit} ({d.verdict} at batch {b})" if limit is not None and limit < b
                   else d.advice())

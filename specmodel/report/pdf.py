@@ -146,8 +146,8 @@ def page_verdict(c: ReportContent) -> Any:
              f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
     fig.text(0.04, 0.88, c.verdict, fontsize=64 if len(c.verdict) <= 8 else 40, weight="bold", va="top",
              color=VERDICT_COLORS.get(c.verdict, "black"))
-    if not p.measured and not c.blocked_by and p.consistent:
-        # a verdict from costs nobody measured is qualified, in red, next to the verdict itself
+    if p.verdict_label != p.verdict and not c.blocked_by and p.consistent:
+        # a verdict from costs nobody measured here (or another box's) is qualified, in red, next to the verdict
         ext = p.verdict_label[len(p.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
     if p.consistent:
