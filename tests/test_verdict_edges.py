@@ -205,3 +205,15 @@ def test_request_tokens_set_the_band_and_p_over_the_request() -> None:
     half_tokens = 1.96 * d.std_tokens * math.sqrt(3.2 / 64)
     assert (short.tokens_per_s_high - short.tokens_per_s) * short.cycle_s == pytest.approx(half_tokens, rel=1e-9)
     assert "over 64 tokens" in short.band_label and "over 1024 tokens" in long_.band_label
+
+
+def test_the_report_batch_sweep_stops_where_a_prediction_may_no_longer_go(tmp_path: Path) -> None:
+    # measured batches 1-4: batch 8 is one doubling (drawn, extrapolated); 16, 32, 64 are not priced
+    pdf = tmp_path / "n.pdf"
+    r = run_cli("report", "--profile", str(NGRAM), "--accept-len", "2.5", "--max-batch", "64", "-o", str(pdf),
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(pdf.with_suffix(".json").read_text())
+    assert [row["batch"] for row in doc["batch_sweep"]] == [1, 2, 4, 8]
+    assert any(w.startswith("batch sweeps stop at batch 8: from batch 16 on") for w in doc["warnings"])
+    assert all(row["speedup"] <= 2.5 for row in doc["batch_sweep"])

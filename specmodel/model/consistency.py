@@ -77,7 +77,7 @@ class Inconsistency:
     def refuses(self) -> bool:
         return self.severity == "refuse"
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, str | bool]:
         return {"check": self.check, "severity": self.severity, "message": self.message,
                 "to_measure": self.to_measure, "beyond_range": self.beyond_range}
 

@@ -617,6 +617,13 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
 
     sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens,
                         context_tokens=p.context_tokens, proposal_rate=p.proposal_rate)
+    # a batch whose costs would be read further beyond the measured range than a prediction may go is
+    # not priced: the sweeps (and their charts) stop before it, and the warnings say where
+    unpriced = [s.batch for s in sweep if any(i.refuses and i.beyond_range for i in s.inconsistencies)]
+    cut = unpriced[0] if unpriced and unpriced[0] > batches[0] else None
+    if cut is not None:
+        sweep = tuple(s for s in sweep if s.batch < cut)
+        batches = tuple(b for b in batches if b < cut)
     brows = tuple(BatchRow(batch=s.batch, baseline_tokens_per_s=s.baseline_tokens_per_s, tokens_per_s=s.tokens_per_s,
                            speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
                            extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
@@ -644,6 +651,10 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
     warnings = list(p.warnings)
+    if cut is not None:
+        warnings.append(f"batch sweeps stop at batch {batches[-1]}: from batch {cut} on the costs would be "
+                        "extrapolated further beyond the measured range than a prediction goes (profile there to "
+                        "see them)")
     if dview is not None and dview.warning:
         warnings.append(dview.warning)
     blocked = blocking_reasons(dview, p.accept_mean_tokens) if dview is not None else ()
