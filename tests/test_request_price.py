@@ -51,8 +51,8 @@ def _extend(tokens: int, total_ms: float, batch: int = 1) -> CostRow:
 
 def test_prefill_is_a_line_through_the_measured_rows_and_says_when_outside() -> None:
     rows = [_extend(60, 6.0), _extend(240, 15.0, batch=4)]  # 8 steps each: the line through both
-    s, e = prefill_s(rows, 120)  # a = 3 ms, b = 9 ms / 180 tokens
-    assert s == pytest.approx(3.0e-3 + 0.05e-3 * 120) and e is None
+    s, e = prefill_s(rows, 120)  # a = 3 ms, b = 9 ms / 180 tokens = 0.05 ms/token: 3 + 6 = 9 ms
+    assert s == pytest.approx(9.0e-3) and e is None
     s, e = prefill_s(rows, 30)
     assert s == pytest.approx(4.5e-3) and e is not None and e.label == "extend tokens 30 < measured 60"
     s, e = prefill_s(rows, 480)
@@ -63,18 +63,21 @@ def test_prefill_is_a_line_through_the_measured_rows_and_says_when_outside() -> 
     # 19 ms at 181) are noise, not a cheaper large prefill: slope 0, their weighted mean
     noisy = [_extend(60, 37.0), _extend(181, 19.0, batch=4)]
     assert prefill_s(noisy, 500)[0] == pytest.approx(28.0e-3)
-    # an intercept below zero is clamped: the line through the origin, least squares
+    # an intercept below zero (the line through both rows: b = 19/100 ms, a = 1 − 19 = −18 ms) is
+    # clamped: the line through the origin, least squares, b = Σ T·c / Σ T² = (100·1 + 200·20) /
+    # (100² + 200²) = 4100 / 50000 = 0.082 ms/token, so 150 tokens cost 12.3 ms
     steep = [_extend(100, 1.0), _extend(200, 20.0)]
-    b = (100 * 1.0 + 200 * 20.0) / (100**2 + 200**2) * 1e-3
-    assert prefill_s(steep, 150)[0] == pytest.approx(150 * b)
+    assert prefill_s(steep, 150)[0] == pytest.approx(12.3e-3)
 
 
 def test_request_speedup_hand_example() -> None:
-    # F_base = 10 ms, F_spec = 12 ms (the drafter's prefill), D = 300 ms, decode phase 2x
+    # F_base = 10 ms, F_spec = 12 ms (the drafter's prefill), D = 300 ms, decode phase 2x: the baseline
+    # request takes 10 + 300 = 310 ms, the speculative one 12 + 300/2 = 162 ms, 310/162 = 1.9136x;
+    # break-even where 12 + 300/s = 310: s* = 300/298 = 1.00671
     assert request_speedup(2.0, fixed_base_s=0.010, fixed_spec_s=0.012, decode_base_s=0.300) == pytest.approx(
-        0.310 / (0.012 + 0.150))
+        1.91358, rel=1e-5)
     assert decode_speedup_needed(fixed_base_s=0.010, fixed_spec_s=0.012, decode_base_s=0.300) == pytest.approx(
-        0.300 / 0.298)
+        1.00671, rel=1e-5)
     # a speculative fixed cost larger than the baseline's whole request: no decode speedup pays
     assert decode_speedup_needed(fixed_base_s=0.0, fixed_spec_s=0.5, decode_base_s=0.3) == math.inf
 
@@ -101,22 +104,46 @@ def _with_requests(outside_ms: float | None, spec_prefill_ms: float | None, prom
     return dataclasses.replace(prof, requests=rq)
 
 
-def test_predict_request_oracle_from_the_profiles_rows() -> None:
-    # a forward drafter: its server's own prefill rows (40 ms at 60 tokens) are its prefill
+def _simulate_request(*, outside_s: float, prefill_step_s: float, tokens: int, step_s: float,
+                      tokens_per_step: int) -> float:
+    """A tiny event simulation of one request at batch 1, written apart from model/request.py: the
+    server's front end (time outside the engine's steps), one prefill step that samples the first
+    token, then decode steps of ``step_s`` seconds that each emit ``tokens_per_step`` tokens; the
+    clock when the last token is out."""
+    clock, out = outside_s + prefill_step_s, 1
+    while out < tokens:
+        clock += step_s
+        out += tokens_per_step
+    assert out == tokens  # the request ends on a step boundary: no partial step to price
+    return clock
+
+
+def test_predict_request_against_an_event_simulation() -> None:
+    # a forward drafter: its server's own prefill rows are its prefill (40 ms at 60 tokens, 160 ms at
+    # 240: the line through them is 2/3 ms per token from 0, so 40 ms for the 60-token prompt); the
+    # baseline's extend rows replaced by two hand-chosen ones, 10 ms at 60 tokens and 28 ms at 240 (8
+    # steps each): b = 18 ms / 180 tokens = 0.1 ms/token, a = 10 − 6 = 4 ms, so 10 ms at 60 tokens
     prof = _with_requests(outside_ms=8.0, spec_prefill_ms=40.0, path=DRAFT)
+    prof = dataclasses.replace(prof, costs=tuple(r for r in prof.costs if r.kind != "extend")
+                               + (_extend(60, 10.0), _extend(240, 28.0, batch=4)))
     dec = predict(prof, DIST, batch=1)
-    p = predict(prof, DIST, batch=1, request_tokens=128)
+    # 127 tokens: the prefill's first, then 126 = 42 cycles of DIST's mean 3 accepted tokens
+    p = predict(prof, DIST, batch=1, request_tokens=127)
     rq = p.request
     assert rq is not None and dec.request is None
-    # the decode phase is untouched; the request adds prefill + outside on each side
+    # the decode phase is untouched by pricing the request
     assert (p.speedup, p.tokens_per_s) == (dec.speedup, dec.tokens_per_s)
-    base_pf = prefill_s(prof.rows("extend"), 60)[0]  # the baseline's own extend rows (20.85 ms at b1 x 60)
-    d = 127 / p.baseline_tokens_per_s
-    assert rq.base_s == pytest.approx(base_pf + 8e-3 + d)
-    assert rq.spec_s == pytest.approx(40e-3 + 8e-3 + d / p.speedup)
-    assert rq.speedup == pytest.approx((base_pf + 8e-3 + d) / (40e-3 + 8e-3 + d / p.speedup))
+    assert rq.base_prefill_s == pytest.approx(10e-3) and rq.spec_prefill_s == pytest.approx(40e-3)
+    # the decode phase's own figures drive the simulation: a baseline step emits one token in
+    # 1 / X_base s, a speculative cycle DIST's 3 tokens in 3 / X_spec s
+    base = _simulate_request(outside_s=8e-3, prefill_step_s=10e-3, tokens=127, step_s=1.0 / p.baseline_tokens_per_s,
+                             tokens_per_step=1)
+    spec = _simulate_request(outside_s=8e-3, prefill_step_s=40e-3, tokens=127, step_s=3.0 / p.tokens_per_s,
+                             tokens_per_step=3)
+    assert rq.base_s == pytest.approx(base, rel=1e-9) and rq.spec_s == pytest.approx(spec, rel=1e-9)
+    assert rq.speedup == pytest.approx(base / spec, rel=1e-9)
+    assert rq.tokens_per_s == pytest.approx(127 / spec, rel=1e-9)
     assert p.speedup < rq.speedup < 1.0  # a loss shrinks toward 1 ...
-    assert rq.tokens_per_s == pytest.approx(128 / rq.spec_s)
     assert rq.speedup_low <= rq.speedup <= rq.speedup_high
     assert p.measured and p.p_text != "" and "per request" in p.verdict_reason
     # ... and so does a gain; a host proposer's prefill is the baseline's (+ its lookup when measured):
@@ -174,7 +201,7 @@ def test_cli_request_json_and_refusals(tmp_path: Path) -> None:
                 "128", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 4
+    assert doc["schema"] == "specmodel.prediction" and doc["request"] is not None
     req = doc["request"]
     assert req["request_tokens"] == 128 and req["prompt_tokens"] == 60
     assert req["speedup"] < doc["speedup"] and req["baseline_outside_s"] == pytest.approx(8e-3)
