@@ -9,7 +9,7 @@ TP ?= 8
 SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
-.PHONY: demo test test-fast lint bench fuzz clean engine
+.PHONY: demo test test-fast lint bench fuzz clean engine prometheus
 
 # Two stages: what the demo runs (torch + specmodel with its runtime deps), then what the tests
 # and the linters add (dev extras, the SGLang source). `make demo` waits only for the first.
@@ -67,6 +67,17 @@ $(ENGINE_VENV)/.installed: Makefile scripts/vllm_requirements.py pyproject.toml 
 
 engine: $(ENGINE_VENV)/.installed
 
+# The Prometheus server and promtool the fleet tests run (Debian's package, 2.42): the tests start
+# their own server on 127.0.0.1 with a temp config and data dir; Debian's service is not used.
+PROMETHEUS ?= /usr/bin/prometheus
+$(PROMETHEUS):
+	@(apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) \
+	  || { echo "prometheus: apt-get failed (run as root, or install Debian's prometheus package)"; exit 2; }
+	@# the package's service is not what the tests run: leave it stopped where a service manager started it
+	-@command -v systemctl >/dev/null && systemctl disable --now prometheus >/dev/null 2>&1 || true
+
+prometheus: $(PROMETHEUS)
+
 # The main job, end to end on the embedded default: CPU, gloo, a scaled-down model.
 demo: $(VENV)/.installed-run
 	$(SPECMODEL) profile --tp $(TP) --name $(NAME)
@@ -79,7 +90,7 @@ demo: $(VENV)/.installed-run
 # (tests/conftest.py). Two, not one per core: the engine tests' bounded waits were sized for one
 # competing worker. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(ENGINE_VENV)/.installed
+test: $(VENV)/.installed $(ENGINE_VENV)/.installed $(PROMETHEUS)
 	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  --dist loadgroup --durations=25
 

@@ -84,6 +84,7 @@ WATCH_TAIL_BYTES = 32 << 20
 #: server that proposes nothing (proposal rate 0); shorter, it may be prefills' first tokens only
 SILENT_WINDOW_SHARE = 0.9
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
+MAX_PROMETHEUS_ANSWER_BYTES = 256 << 20  # one fleet query's answer (`watch --prometheus`): every sample of every server
 #: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
 #: decoder (which reads events of any length): rescanning an unfinished event as more of it
 #: arrives stays linear up to here (real events are < 10 KiB)

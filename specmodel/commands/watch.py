@@ -38,7 +38,16 @@ def _load_profile(path: str | None) -> Any:
 
 
 @click.command("watch", epilog=f"SOURCE: a {metrics_help()} URL, or a {log_help(text_only=True)} being written.")
-@click.argument("source")
+@click.argument("source", required=False)
+@click.option("--prometheus", "prometheus_url", default=None,
+              help="Read every server from this Prometheus server (its base URL) instead of SOURCE (docs/watch.md).")
+@click.option("--selector", default="{}", show_default=True,
+              help="With --prometheus: label matchers of the servers, e.g. '{job=\"vllm\"}'.")
+@click.option("--targets", "targets_path", type=click.Path(), default=None,
+              help="With --prometheus: JSON file mapping label sets to profiles (docs/watch.md).")
+@click.option("--serve", "serve_addr", default=None,
+              help="With --prometheus: also expose each server's verdict as Prometheus gauges on HOST:PORT "
+                   "(a bare PORT listens on 127.0.0.1).")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Profile of the server's box, model and TP (default: as predict).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
@@ -59,15 +68,31 @@ def _load_profile(path: str | None) -> Any:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=600), default=5.0, show_default=True,
               help="Seconds one scrape may take.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.watch).")
-def watch_cmd(source: str, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
+def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
               tp: int | None, count: int | None, once: bool, method: str | None, timeout_s: float, as_json: bool,
+              prometheus_url: str | None, selector: str, targets_path: str | None, serve_addr: str | None,
               **_: Any) -> None:
     """Watch a running server: SOURCE is its Prometheus /metrics URL (of a registered engine) or a server log
     being written. Each interval prints the predicted speedup at the observed acceptance, batch and
     context, the margin to break-even, and the advice (keep / switch off above batch N / use k = K).
 
     Example: specmodel watch http://127.0.0.1:8000/metrics --profile profiles/mybox
+
+    A fleet: specmodel watch --prometheus http://127.0.0.1:9090 --selector '{job="vllm"}' --targets fleet.json
     """
+    if prometheus_url is not None or source is None:
+        from specmodel.commands.watch_fleet import watch_fleet
+
+        if source is not None:
+            raise SpecmodelError("--prometheus: give either SOURCE (one server) or --prometheus URL (a fleet), not both")
+        if prometheus_url is None:
+            raise SpecmodelError("SOURCE: give a server's /metrics URL or log, or --prometheus URL for a fleet")
+        watch_fleet(prometheus_url, selector=selector, targets_path=targets_path, profile_path=profile_path,
+                    interval_s=interval_s, window_s=window_s, steps=steps, count=1 if once else count, method=method,
+                    timeout_s=timeout_s, as_json=as_json, serve_addr=serve_addr, tp=tp)
+        return
+    if serve_addr is not None or targets_path is not None:
+        raise SpecmodelError("--serve/--targets: with --prometheus URL (the fleet watch)")
     profile = _load_profile(profile_path)
     if tp is not None and tp != profile.tp:
         raise SpecmodelError(f"--tp: the server runs TP {tp} but profile {profile.name} is TP {profile.tp}; "

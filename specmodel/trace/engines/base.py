@@ -261,6 +261,10 @@ class MetricsFormat:
     sniff: Callable[[str], bool]
     parse: Callable[[str, str], MetricsSample]
     kind: str = "metrics"
+    #: the same reading from series already parsed (name → samples), e.g. one scrape's values read
+    #: back from a Prometheus server; ``series``: the metric names it reads (what a fleet query asks for)
+    from_page: Callable[[dict[str, list[Any]], str], MetricsSample] | None = None
+    series: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

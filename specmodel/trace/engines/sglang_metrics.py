@@ -34,7 +34,10 @@ def _rank0(ss: list[Sample] | None) -> float | None:
 
 
 def parse(text: str, where: str) -> MetricsSample:
-    page = parse_page(text, where)
+    return from_page(parse_page(text, where), where)
+
+
+def from_page(page: dict[str, list[Sample]], where: str) -> MetricsSample:
     a = _rank0(page.get(ACCEPT_LEN))
     running = _rank0(page.get(RUNNING))
     used = _rank0(page.get(USED_TOKENS))
@@ -51,4 +54,4 @@ def has_spec(text: str) -> bool:
 
 
 FORMAT = MetricsFormat(name=NAME, description="SGLang Prometheus /metrics page", help_name="SGLang /metrics",
-                       sniff=sniff, parse=parse)
+                       sniff=sniff, parse=parse, from_page=from_page, series=(ACCEPT_LEN, RUNNING, USED_TOKENS, GEN_TPUT))

@@ -39,7 +39,10 @@ def sniff(text: str) -> bool:
 
 
 def parse(text: str, where: str) -> MetricsSample:
-    page = parse_page(text, where)
+    return from_page(parse_page(text, where), where)
+
+
+def from_page(page: dict[str, list[Sample]], where: str) -> MetricsSample:
     per_pos: tuple[float, ...] | None = None
     if PER_POS in page:
         by: dict[int, float] = {}
@@ -87,4 +90,5 @@ def _context_tokens(page: dict[str, list[Sample]], running: float | None, where:
 
 
 FORMAT = MetricsFormat(name=NAME, description="vLLM Prometheus /metrics page", help_name="vLLM /metrics",
-                       sniff=sniff, parse=parse)
+                       sniff=sniff, parse=parse, from_page=from_page,
+                       series=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS, RUNNING, KV_USAGE, GEN_TOKENS, CACHE_INFO, STEPS))
