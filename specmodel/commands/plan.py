@@ -109,10 +109,13 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
 @click.option("--contexts", default=None,
               help="Contexts (KV tokens per request) of the grid, e.g. 0,4K,32K (default: the measured ones).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--prometheus-rules", "rules_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write Prometheus recording and alerting rules of the profile's break-even (vLLM metric "
+                   "names; docs/watch.md) to this file.")
 @plan_schedule.schedule_options
 @with_scenario(require_costs=False)  # the plan marks what was measured itself
 def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, engine: str | None,
-             export_path: str | None, **kw: Any) -> None:
+             export_path: str | None, rules_path: str | None = None, **kw: Any) -> None:
     """Serve plan: best (steps, topk, draft tokens) per (batch, context), or switch speculation off.
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
@@ -124,6 +127,11 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
         # the plan's cells are decode-phase figures (its optimizer ranks by them)
         raise SpecmodelError("--request-tokens/--prompt-tokens: plan prices the decode phase; price a request "
                              "end to end with `specmodel predict` or `specmodel report`")
+    if rules_path is not None:
+        from specmodel.io import atomic_write_json
+        from specmodel.prom_rules import rules
+
+        atomic_write_json(rules_path, rules(scenario.profile, scenario.spec))  # (refuses a shipped file)
     if engine is not None:
         doc = plan_schedule.engine_schedule(scenario, engine=engine, contexts=contexts,
                                             **{k: kw[k] for k in plan_schedule.SCHEDULE_KWARGS})
