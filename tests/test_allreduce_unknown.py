@@ -46,3 +46,26 @@ def test_predict_on_a_sweep_profile_says_unknown_not_zero(tmp_path: Path) -> Non
                 "--json", cwd=tmp_path)
     assert j.returncode == 0, j.stderr
     assert json.loads(j.stdout)["cycle_allreduce_frac"] is None
+
+
+def test_rows_a_graph_replay_hid_the_allreduce_of_are_unknown_not_zero() -> None:
+    """A TP 2 hook profile whose prefill ran eagerly (its all-reduces timed: 0.4 of 10 ms) while the
+    decode, verify and draft forwards replayed CUDA graphs (the wrapper never ran: 0 recorded). At TP > 1
+    every forward all-reduces, so those zeros are unseen, not zero: the cycle's split is unknown, the JSON
+    says null and the all-reduce what-ifs are not available, naming the rows."""
+    rows = [CostRow(kind=k, batch=1, tokens=t, total_s=s, allreduce_s=0.0, compute_s=s, other_s=0.0)
+            for k, t, s in (("decode", 1, 0.010), ("verify", 4, 0.012), ("draft", 1, 0.001))]
+    rows.append(CostRow(kind="extend", batch=1, tokens=64, total_s=0.010, allreduce_s=0.004, compute_s=0.006,
+                        other_s=0.0, n_allreduce=9))
+    prof = Profile(name="p", source=Source.numbers(tp_known=True), tp=2, costs=tuple(rows), spec=SPEC)
+    assert [r.kind for r in prof.allreduce_unseen] == ["decode", "verify", "draft"]
+    assert not prof.has_allreduce_split
+    p = predict(prof, from_mean(2.5, 4), batch=1, spec=SPEC)
+    assert not p.allreduce_known and p.to_dict()["cycle_allreduce_frac"] is None
+    from specmodel.model.whatif import no_allreduce_split
+
+    why = no_allreduce_split(prof)
+    assert why.startswith("not available: 3 decode, verify, draft row(s) at TP 2 timed no all-reduce")
+    # the same rows at TP 1 record no all-reduce because there is none: known, zero
+    tp1 = Profile(name="p", source=Source.numbers(tp_known=True), tp=1, costs=tuple(rows), spec=SPEC)
+    assert tp1.allreduce_unseen == () and predict(tp1, from_mean(2.5, 4), batch=1, spec=SPEC).no_allreduce

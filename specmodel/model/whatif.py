@@ -255,6 +255,12 @@ def no_allreduce_split(profile: Profile) -> str:
     and the result would only repeat the as-is figures under another label."""
     if profile.has_allreduce_split:
         return ""
+    unseen = profile.allreduce_unseen
+    if unseen and any(r.allreduce_s > 0 for r in profile.costs):
+        kinds = ", ".join(dict.fromkeys(r.kind for r in unseen))
+        return (f"not available: {len(unseen)} {kinds} row(s) at TP {profile.tp} timed no all-reduce (a CUDA-graph "
+                "replay runs it without the hook seeing it): their all-reduce is unknown, hidden in their compute; "
+                "ingest a trace of those forwards to split it")
     return ("not available: the profile records no all-reduce split (every row's all-reduce time is 0 / unknown: "
             f"{profile.label}); profile or ingest a trace to split it")
 

@@ -39,7 +39,7 @@ from specmodel.limits import (
     MIN_LINK_BYTES_PER_S,
 )
 from specmodel.schema.formats import PROFILE
-from specmodel.schema.phases import FORWARD_KINDS
+from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -828,10 +828,21 @@ class Profile:
 
     @property
     def has_allreduce_split(self) -> bool:
-        """Whether any row records all-reduce time. Without it (a throughput sweep, plain numbers, a
-        hook that times whole forwards) the all-reduce share is *unknown*, not zero: printers say
-        so and all-reduce what-ifs cannot apply."""
-        return any(r.allreduce_s > 0 for r in self.costs)
+        """Whether the rows record all-reduce time wherever a cycle reads it. Without it (a throughput
+        sweep, plain numbers, a hook that times whole forwards) the all-reduce share is *unknown*, not
+        zero: printers say so and all-reduce what-ifs cannot apply. At TP > 1 every forward does
+        all-reduces, so a cycle row (:data:`~specmodel.schema.phases.CYCLE_KINDS`) recording none was
+        not seen (:attr:`allreduce_unseen`): one is enough to make the split unknown -- a what-if that
+        scaled the rows that saw theirs would leave the unseen ones' hidden inside ``compute_s``."""
+        return any(r.allreduce_s > 0 for r in self.costs) and not self.allreduce_unseen
+
+    @property
+    def allreduce_unseen(self) -> tuple[CostRow, ...]:
+        """Cycle rows at TP > 1 that record no all-reduce: the hook's Python-level wrapper never ran
+        (a CUDA-graph replay runs the collective without Python) -- unknown, not zero."""
+        if self.tp <= 1:
+            return ()
+        return tuple(r for r in self.costs if r.kind in CYCLE_KINDS and r.allreduce_s <= 0)
 
     def has(self, kind: str) -> bool:
         return any(r.kind == kind for r in self.costs)
