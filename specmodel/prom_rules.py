@@ -23,14 +23,25 @@ Written as JSON, which is YAML: ``promtool check rules`` reads it.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
+from specmodel.errors import SpecmodelError
 from specmodel.model import accept as acc
 from specmodel.schema.profile import Profile, SpecConfig
 from specmodel.trace.engines import vllm_metrics as vm
 
 WINDOW = "5m"
 FOR = "10m"
+#: Prometheus' duration syntax (units largest first, each at most once), e.g. 5m, 1h30m, 10s
+_DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+
+
+def check_duration(value: str, flag: str) -> str:
+    """A Prometheus duration (``5m``, ``1h30m``, ``10s``), else one line naming the flag."""
+    if not value or not _DURATION.match(value) or not re.search(r"[1-9]", value):
+        raise SpecmodelError(f"{flag} {value!r}: expected a Prometheus duration such as 5m, 1h30m or 10s")
+    return value
 
 
 def batch_bands(batches: list[int]) -> list[tuple[int, float, float]]:
@@ -42,7 +53,9 @@ def batch_bands(batches: list[int]) -> list[tuple[int, float, float]]:
     return list(zip(bs, lows, highs, strict=True))
 
 
-def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW) -> dict[str, Any]:
+def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW, hold: str = FOR) -> dict[str, Any]:
+    """The rules document; ``window`` is the rate window (in the recorded names), ``hold`` the alerts' ``for``.
+    The recording group runs at Prometheus' global evaluation interval."""
     from specmodel.model.costs import measured_contexts
     from specmodel.model.predict import predict
 
@@ -80,7 +93,7 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW) -> dict[s
     alerting: list[dict[str, Any]] = [{
         "alert": "SpeculationBelowBreakEven",
         "expr": "specmodel:accept_margin_tokens < 0",
-        "for": FOR,
+        "for": hold,
         "labels": {"severity": "warning"},
         "annotations": {
             "summary": "{{ $labels.instance }}: speculation does not pay at the running batch",
@@ -91,7 +104,7 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW) -> dict[s
         alerting.append({
             "alert": "SpeculationCannotPay",
             "expr": f"specmodel:break_even_accept_tokens > {spec.max_accept_tokens} and {band} ({drafts_r} > 0)",
-            "for": FOR,
+            "for": hold,
             "labels": {"severity": "warning"},
             "annotations": {
                 "summary": "{{ $labels.instance }}: speculation on where no drafter can pay",
@@ -99,6 +112,6 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW) -> dict[s
                                f"{spec.max_accept_tokens} (profile {profile.name}): predicted speedup < 1 at any "
                                "acceptance; switch speculation off above this batch."}})
     return {"groups": [
-        {"name": "specmodel-recording", "interval": "30s", "rules": recording},
+        {"name": "specmodel-recording", "rules": recording},
         {"name": "specmodel-alerts", "rules": alerting},
     ]}

@@ -112,10 +112,18 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
 @click.option("--prometheus-rules", "rules_path", type=click.Path(dir_okay=False), default=None,
               help="Also write Prometheus recording and alerting rules of the profile's break-even (vLLM metric "
                    "names; docs/watch.md) to this file.")
+@click.option("--rules-window", default="5m", show_default=True,
+              help="With --prometheus-rules/--grafana-dashboard: the rules' rate window (a Prometheus duration).")
+@click.option("--rules-for", "rules_hold", default="10m", show_default=True,
+              help="With --prometheus-rules: how long below break-even before the alert fires.")
+@click.option("--grafana-dashboard", "dashboard_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write a provisionable Grafana dashboard over the exporter's gauges and the rules' series "
+                   "(docs/watch.md) to this file.")
 @plan_schedule.schedule_options
 @with_scenario(require_costs=False)  # the plan marks what was measured itself
 def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_json: bool, engine: str | None,
-             export_path: str | None, rules_path: str | None = None, **kw: Any) -> None:
+             export_path: str | None, rules_path: str | None = None, rules_window: str = "5m",
+             rules_hold: str = "10m", dashboard_path: str | None = None, **kw: Any) -> None:
     """Serve plan: best (steps, topk, draft tokens) per (batch, context), or switch speculation off.
 
     Example: specmodel plan --accept-len 3.2 --batches 1,8,32 --contexts 0,32K
@@ -127,11 +135,19 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
         # the plan's cells are decode-phase figures (its optimizer ranks by them)
         raise SpecmodelError("--request-tokens/--prompt-tokens: plan prices the decode phase; price a request "
                              "end to end with `specmodel predict` or `specmodel report`")
+    from specmodel.io import atomic_write_json
+    from specmodel.prom_rules import check_duration
+
+    window = check_duration(rules_window, "--rules-window")
+    hold = check_duration(rules_hold, "--rules-for")
     if rules_path is not None:
-        from specmodel.io import atomic_write_json
         from specmodel.prom_rules import rules
 
-        atomic_write_json(rules_path, rules(scenario.profile, scenario.spec))  # (refuses a shipped file)
+        atomic_write_json(rules_path, rules(scenario.profile, scenario.spec, window=window, hold=hold))  # (refuses a shipped file)
+    if dashboard_path is not None:
+        from specmodel.fleet_dashboard import dashboard
+
+        atomic_write_json(dashboard_path, dashboard(window))
     if engine is not None:
         doc = plan_schedule.engine_schedule(scenario, engine=engine, contexts=contexts,
                                             **{k: kw[k] for k in plan_schedule.SCHEDULE_KWARGS})
