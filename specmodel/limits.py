@@ -105,6 +105,14 @@ def bounded_int(minimum: int, maximum: int) -> click.IntRange:
     return click.IntRange(min=minimum, max=maximum)
 
 
+# ---- the box's condition (profile/calibration.py writes a probe, model/consistency.py compares two)
+#: samples one calibration probe record may hold (the hook writes 5)
+MAX_PROBE_SAMPLES = 1_000
+#: two servers' probe medians (the same kernel on the same box) may differ by this share, on top of
+#: the two medians' standard errors, before the box counts as in another condition: what separate
+#: worker processes on an idle box measured apart (measured: see docs/verdicts.md, box_condition)
+CONDITION_REL_TOL = 0.05
+
 # ---- what a profile may record (schema/profile.py): every float that feeds the model's arithmetic
 # is finite and inside a physical range, so its squares and sums stay finite (a cost row's spread
 # of 1e308 s overflowed the noise term of model/costs.py)

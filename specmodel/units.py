@@ -81,3 +81,18 @@ def from_gb_per_s(gb_per_s_value: float) -> float:
 def gb(n_bytes: float, digits: int = 1) -> str:
     """``5.95e11`` -> ``"595.0 GB"`` (decimal GB, as checkpoints and GPU memory specs are quoted)."""
     return f"{n_bytes / 1e9:.{digits}f} GB"
+
+
+def from_khz(kilohertz: float) -> float:
+    """Kilohertz (cpufreq's ``scaling_cur_freq``) -> hertz."""
+    return kilohertz * 1e3
+
+
+def from_mhz(megahertz: float) -> float:
+    """Megahertz (NVML's clocks) -> hertz."""
+    return megahertz * 1e6
+
+
+def ghz(hertz: float, digits: int = 2) -> str:
+    """Hertz as ``2.40 GHz``."""
+    return f"{hertz / 1e9:.{digits}f} GHz"

@@ -35,6 +35,13 @@ that physics orders and names both, with where each came from:
 * ``running_max`` (qualify): a measured row the monotone cost surface lifted beyond its noise
   (:class:`specmodel.model.costs.Override`): the prediction used a dearer cost; the
   measured value is shown and the two rows are named for re-measurement.
+* ``box_condition``: the box's condition while each server was recorded, measured by the hooks'
+  calibration probe (one fixed kernel, timed in every worker; :func:`check_condition`). A baseline
+  recorded on a slower box beyond the two probe medians' noise (refuse) carries the slowdown into
+  the speedup, for every drafter (forward drafters have no same-shape row to compare); a slower
+  box under the speculative server (qualify) makes the speedup too low. Where both conditions
+  agree, ``decode_disagrees`` leans on them instead of :data:`~specmodel.limits.SAME_STEP_REL_TOL`
+  (:func:`check_same_step`). Profiles without probes: no check.
 
 "refuse": no verdict (``INCONSISTENT``; predict / the API exit 2 with the first line, the report
 shows it on page 1, plan never recommends the cell). "qualify": the verdict stands, qualified, and
@@ -46,14 +53,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specmodel.limits import COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
+from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.profile import CostRow, Profile, ServerCondition
 from specmodel.stats import median_se
 from specmodel.units import ms
 
 SEVERITIES = ("refuse", "qualify")
-CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max", "beyond_range")
+CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max", "beyond_range",
+          "box_condition")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +140,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
     ``base_s``: the baseline step used; ``mean_step_s``: the speculative step the speedup divides by
     (= the cycle when every step proposes); ``provenance``: cost -> where it came from, as printed
     (:func:`specmodel.model.predict.cost_provenance`)."""
-    out: list[Inconsistency] = []
+    out: list[Inconsistency] = [*check_condition(profile)]  # first: the cause, when it is the box
     b, L = cc.batch, cc.context_tokens
     base_from = provenance.get("baseline", "the profile")
     verify_from = provenance.get("verify", "the profile")
@@ -244,10 +252,18 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
 
     The *forwards* are compared (all-reduce + compute): the same target over the same tokens. The
     step's host work may differ by design (a speculative step prepares and rejects more), so it is
-    not part of the comparison."""
+    not part of the comparison.
+
+    Where both servers carry a comparable box condition (:func:`check_condition`) and it agrees,
+    the box is measured, not guessed: a baseline forward dearer beyond :data:`COST_ORDER_REL_TOL`
+    (two step medians' slack) is refused, not only beyond :data:`SAME_STEP_REL_TOL`; and a
+    speculative forward dearer is not qualified here (on an equal box it is a cost that server
+    pays, priced by its own rows; on a slower one ``box_condition`` qualifies)."""
     hp = profile.host_proposer
     if hp is None or not hp.decode or not profile.has("decode"):
         return ()
+    measured = comparable_conditions(profile)
+    same_box = measured is not None and not _condition_differs(*measured)
     base = [r for r in _near(profile.rows("decode"), batch, context_tokens) if r.batch == batch]
     spec = [r for r in _near(hp.decode, batch, context_tokens) if r.batch == batch]
     out = []
@@ -257,8 +273,9 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
             if fa <= 0 or fs <= 0:  # no forward split recorded: the whole steps are what was measured
                 fa, fs = a.total_s, s.total_s
             lo, hi = sorted((fa, fs))
+            tol = COST_ORDER_REL_TOL if same_box and fa > fs else SAME_STEP_REL_TOL
             # the spread of a step bounds its forward's: the forward is the step less its host work
-            if not _disagree(lo, hi, median_se_s(a), median_se_s(s), SAME_STEP_REL_TOL):
+            if not _disagree(lo, hi, median_se_s(a), median_se_s(s), tol) or (fs > fa and measured is not None):
                 continue
             ctx = f", context {a.context_tokens:g}" if a.context_tokens else ""
             both = (f"the baseline server's decode forward {ms(fa)} (step {ms(a.total_s)}, IQR {ms(a.spread_s)}, "
@@ -269,7 +286,9 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
                 out.append(Inconsistency(
                     check="decode_disagrees", severity="refuse",
                     message=(f"{both} disagree: the same forward measured twice, dearer in the baseline, so the two "
-                             "servers did not run under the same conditions"),
+                             "servers did not run under the same conditions"
+                             + (" (the calibration probe saw the box alike: something it does not time, such as "
+                                "memory traffic or a profiler left on)" if same_box else "")),
                     to_measure=f"re-record both servers on the same idle box at batch {batch}{ctx}"))
             else:
                 out.append(Inconsistency(
@@ -280,3 +299,71 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
                     to_measure=(f"re-record both servers on the same idle box at batch {batch}{ctx} to tell a "
                                 "busier box from a cost the speculative server pays on every forward")))
     return tuple(out)
+
+
+def comparable_conditions(profile: Profile) -> tuple[ServerCondition, ServerCondition] | None:
+    """(baseline, speculative) server conditions when the profile carries both under one probe."""
+    c = profile.conditions
+    if c is None or c.baseline is None or c.spec is None or c.baseline.probe != c.spec.probe:
+        return None
+    return c.baseline, c.spec
+
+
+def _yardstick(base: ServerCondition, spec: ServerCondition) -> tuple[float, float, float, float]:
+    """(baseline s, speculative s, their standard errors): the probe stretched by each worker's wait
+    for a CPU where both read it (:attr:`ServerCondition.effective_s`), else the probe alone; each
+    standard error (from the samples' IQR) stretched alike."""
+    both = base.wait_share is not None and spec.wait_share is not None
+
+    def one(c: ServerCondition) -> tuple[float, float]:
+        x = c.effective_s if both else c.probe_s
+        return x, median_se(c.probe_iqr_s, c.samples) * x / c.probe_s
+
+    (b, se_b), (s, se_s) = one(base), one(spec)
+    return b, s, se_b, se_s
+
+
+def _condition_differs(base: ServerCondition, spec: ServerCondition) -> bool:
+    b, s, se_b, se_s = _yardstick(base, spec)
+    lo, hi = sorted((b, s))
+    return _disagree(lo, hi, se_b, se_s, CONDITION_REL_TOL)
+
+
+def check_condition(profile: Profile) -> tuple[Inconsistency, ...]:
+    """The box's condition while the baseline server was recorded against the speculative server's:
+    the hooks' calibration probe, the same kernel in every worker (:mod:`specmodel.profile.calibration`).
+
+    The two medians differ when the gap exceeds two standard errors of their difference (each from
+    its samples' IQR, :func:`specmodel.stats.median_se`) plus :data:`CONDITION_REL_TOL` of the larger
+    (what separate worker processes on one idle box measured apart). A baseline recorded on a slower
+    box carries that slowdown into every baseline cost, and the speedup by the same ratio (a false
+    GO): refuse. A speculative server recorded on a slower box prices speculation too dear, so the
+    speedup is too low: qualify (the verdict leans safe). No probe on either side: no check (logs
+    of a hook without it, the behaviour before it)."""
+    pair = comparable_conditions(profile)
+    if pair is None or not _condition_differs(*pair):
+        return ()
+    base, spec = pair
+    b_s, s_s, _, _ = _yardstick(base, spec)
+
+    def fig(c: ServerCondition, x: float) -> str:
+        wait = f", {ms(x, 3)} with its {c.wait_share:.0%} wait for a CPU" if x != c.probe_s else ""
+        load = f", load {c.load_1m:.2f}" if c.load_1m is not None else ""
+        return f"{ms(c.probe_s, 3)} (IQR {ms(c.probe_iqr_s, 3)}, {c.samples} samples{wait}{load})"
+
+    figures = (f"calibration probe {fig(base, b_s)} on the baseline server against {fig(spec, s_s)} on the speculative "
+               f"server in profile {profile.name} ({base.probe})")
+    if b_s > s_s:
+        return (Inconsistency(
+            check="box_condition", severity="refuse",
+            message=(f"the box ran {b_s / s_s - 1:.0%} slower while the baseline server was recorded: "
+                     f"{figures}; every baseline cost, and so the speedup, carries that slowdown"),
+            to_measure=("re-record the baseline server (speculation off) under the hook on the box as idle as during "
+                        f"the speculative server's recording (probe near {ms(s_s, 3)}), and summarize both "
+                        "again")),)
+    return (Inconsistency(
+        check="box_condition", severity="qualify",
+        message=(f"the box ran {s_s / b_s - 1:.0%} slower while the speculative server was recorded: "
+                 f"{figures}; its costs are priced too dear, so the speedup is too low"),
+        to_measure=("re-record the speculative server under the hook on the box as idle as during the baseline's "
+                    f"recording (probe near {ms(b_s, 3)}), and summarize both again")),)

@@ -50,6 +50,7 @@ from types import ModuleType
 from typing import Any
 
 from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
+from specmodel.profile.calibration import Calibrator, Probe
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
@@ -135,6 +136,7 @@ class _State:
         # the server's warm-up request (one /generate after start-up): "pending" until the first
         # target prefill, "running" until the next one, then "done"; only "done" is recorded
         self.warmup = "pending"
+        self.calibrator: Calibrator | None = None  # the box's condition, probed between target forwards
 
 
 _STATE = _State()
@@ -234,6 +236,7 @@ def _open(runner: Any) -> None:
         os.close(_STATE.fd)  # no forward line without its meta line: the next forward tries again
         _STATE.fd = None
         raise
+    _STATE.calibrator = Calibrator(getattr(runner, "device", None))
     if _STATE.thread is None:
         _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-sglang-flush", daemon=True)
         _STATE.thread.start()
@@ -259,6 +262,10 @@ def flush(wait: bool = False) -> int:
                 break  # FIFO on one stream: later ones are not done either
             _STATE.pending.popleft()
             try:
+                if isinstance(sw, Probe):  # a calibration probe: its own record
+                    _write_line(sw.record())
+                    n += 1
+                    continue
                 secs = float(sw.elapsed_s)
                 rec["gpu_s" if sw.use_cuda else "cpu_s"] = secs
                 _write_line(rec)
@@ -457,10 +464,28 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
         with _STATE.lock:  # CPU timings are final now: written at once, never left to atexit
             rec["cpu_s"] = float(sw.elapsed_s)
             _write_line(rec)
-        return
-    with _STATE.lock:
-        _STATE.pending.append((rec, sw))
-    flush()  # every timing whose events completed (a query each, never a synchronise)
+    else:
+        with _STATE.lock:
+            _STATE.pending.append((rec, sw))
+        flush()  # every timing whose events completed (a query each, never a synchronise)
+    cal = _STATE.calibrator
+    if rec["runner"] == "target" and cal is not None and cal.due(time.perf_counter()):
+        _probe(cal)
+
+
+def _probe(cal: Calibrator) -> None:
+    """The box's condition after a target forward (:mod:`specmodel.profile.calibration`). Never
+    raises: a probe that fails is dropped, warned once, and the next period tries again."""
+    try:
+        probe = cal.run()
+        with _STATE.lock:
+            if probe.use_cuda:
+                _STATE.pending.append(({}, probe))
+            else:
+                _write_line(probe.record())
+    except Exception as exc:  # noqa: BLE001 - the probe must never harm the server
+        _warn_once("probe", f"SGLang {sglang_version()}: the calibration probe failed ({exc!r}); that probe is "
+                            "not recorded (forwards are)")
 
 
 def _patch_module(mod: ModuleType, target: Target) -> bool:

@@ -75,6 +75,7 @@ from types import ModuleType
 from typing import Any
 
 from specmodel.limits import MAX_PENDING_VLLM_STEPS
+from specmodel.profile.calibration import Calibrator, Probe
 from specmodel.profile.hardware import cpu_name
 from specmodel.profile.hookutil import PatchOnImport
 from specmodel.schema.formats import VLLM_STEP
@@ -191,9 +192,10 @@ class _State:
         self.where: str | None = None  # "forward" | "draft" while inside one: all-reduces count there
         self.span: tuple[str, Any, Any, float, dict[str, Any]] | None = None  # (role, cm, timer, t0, rec)
         self.last_end: float | None = None
-        self.pending: deque[dict[str, Any]] = deque()  # GPU records whose events are not resolved yet
+        self.pending: deque[dict[str, Any] | Probe] = deque()  # GPU records whose events are not resolved yet
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
+        self.calibrator: Calibrator | None = None  # the box's condition, probed at step boundaries
 
 
 _STATE = _State()
@@ -344,6 +346,7 @@ def _open(runner: Any, runner_kind: str) -> None:
         os.close(fd)  # no step line without its meta line: the next step tries again
         raise
     _STATE.fd, _STATE.path = fd, path
+    _STATE.calibrator = Calibrator(getattr(runner, "device", None))
     if _is_cuda(runner) and _STATE.thread is None:
         _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-vllm-flush", daemon=True)
         _STATE.thread.start()
@@ -389,8 +392,14 @@ def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _ready(rec: dict[str, Any]) -> bool:
+def _ready(rec: dict[str, Any] | Probe) -> bool:
+    if isinstance(rec, Probe):
+        return rec.ready()
     return all(t.ready() for t in _all_timers(rec["_timers"]))
+
+
+def _line(rec: dict[str, Any] | Probe) -> dict[str, Any]:
+    return rec.record() if isinstance(rec, Probe) else _resolve(rec)
 
 
 def flush(wait: bool = False) -> int:
@@ -405,7 +414,7 @@ def flush(wait: bool = False) -> int:
                 if not wait and len(_STATE.pending) <= MAX_PENDING_VLLM_STEPS and not _ready(rec):
                     break
                 _STATE.pending.popleft()
-                _write(_resolve(rec))
+                _write(_line(rec))
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
                 if _STATE.pending and _STATE.pending[0] is rec:
@@ -485,10 +494,30 @@ def _end_step() -> None:
     rec["step_s"] = t1 - rec.pop("_t0")
     if not rec["_cuda"]:
         _write(_resolve(rec))  # CPU clocks are final now: no queue
-        return
-    with _STATE.lock:
-        _STATE.pending.append(rec)
-    flush()
+    else:
+        with _STATE.lock:
+            _STATE.pending.append(rec)
+        flush()
+    if _STATE.calibrator is not None and _STATE.calibrator.due(t1):
+        _probe(_STATE.calibrator)
+
+
+def _probe(cal: Calibrator) -> None:
+    """The box's condition at this step boundary (:mod:`specmodel.profile.calibration`). Never raises:
+    a probe that fails is dropped, warned once, and the next period tries again. The next step's gap
+    starts after the probe, so no step carries its time."""
+    try:
+        probe = cal.run()
+        if probe.use_cuda:
+            with _STATE.lock:
+                _STATE.pending.append(probe)
+        else:
+            _write(probe.record())
+    except Exception as exc:  # noqa: BLE001 - the probe must never harm the server
+        _warn_once("fault:probe", f"vLLM {vllm_version()}: the calibration probe failed ({exc!r}); that probe is "
+                                  "not recorded (steps are)")
+    finally:
+        _STATE.last_end = time.perf_counter()
 
 
 def _annotated(label: str | None, cuda: bool) -> Any:

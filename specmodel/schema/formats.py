@@ -66,8 +66,8 @@ class Format:
 
 # on disk, read back ------------------------------------------------------------------------------
 #: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer``, v4
-#: ``requests`` (a profile is written at the lowest version that holds what it has)
-PROFILE = Format(name="specmodel.profile", version=4, readable=(1, 2, 3, 4), what="specmodel profile")
+#: ``requests``, v5 ``conditions`` (a profile is written at the lowest version that holds what it has)
+PROFILE = Format(name="specmodel.profile", version=5, readable=(1, 2, 3, 4, 5), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
@@ -76,6 +76,9 @@ ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmode
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=1, what="specmodel sglang forward log")
 #: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
 VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
+#: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
+#: (written by profile/calibration.py, read by trace/probe.py)
+PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")
 #: `specmodel plan --engine E --export FILE` / `plan --engine E --json`: engine-native speculation
 #: schedules per context band (model/schedule.py); read back by benchmarks and scripts that start the engine
 SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --export schedule")
@@ -108,5 +111,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PROBE, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
        DRAFTER_CHECK, INGEST, PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)

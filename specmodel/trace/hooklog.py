@@ -23,8 +23,10 @@ METRICS_FILE = "metrics.prom"
 
 
 def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
-    """(``[(where, record), ...]``, truncated) of one rank file; records carry ``fmt``'s header."""
+    """(``[(where, record), ...]``, truncated) of one rank file; records carry ``fmt``'s header, or
+    the calibration probe's (:data:`~specmodel.schema.formats.PROBE`: both hooks write it in between)."""
     from specmodel.io import read_bytes
+    from specmodel.schema.formats import PROBE
 
     p = Path(path)
     raw = read_bytes(p, what)
@@ -44,7 +46,7 @@ def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[
                 truncated = True
                 continue
             raise SpecmodelError(f"{where}: not valid JSON") from None
-        fmt.check(rec, where)  # a JSON object of this format, a version this specmodel reads
+        (PROBE if PROBE.matches(rec) else fmt).check(rec, where)  # a JSON object of this format, a version this specmodel reads
         out.append((where, rec))
     return out, truncated
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
-from specmodel.schema.formats import SGLANG_FORWARD
+from specmodel.schema.formats import PROBE, SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median, series_median_ci95_rel
 
@@ -32,6 +32,8 @@ class ForwardLog:
     truncated: bool = False
     #: (meta, its forwards) per server process that wrote to the file
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
+    #: (index into ``runs``, record) of each calibration probe (:mod:`specmodel.trace.probe`)
+    probes: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 
@@ -74,14 +76,21 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
     from specmodel.trace.hooklog import read_records
+    from specmodel.trace.probe import check_probe
 
     recs, truncated = read_records(path, SGLANG_FORWARD, "a specmodel sglang forward log")
     metas: list[dict[str, Any]] = []
     fwds: list[dict[str, Any]] = []
+    probes: list[tuple[int, dict[str, Any]]] = []
     runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
-        if kind == "meta":
+        if PROBE.matches(rec):
+            check_probe(rec, where)
+            if not runs:
+                runs.append(({}, []))
+            probes.append((len(runs) - 1, rec))
+        elif kind == "meta":
             _check_meta(rec, where)
             metas.append(rec)
             runs.append((rec, []))
@@ -94,7 +103,7 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'forward', got {kind!r}")
     return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated,
-                      runs=tuple((m, tuple(f)) for m, f in runs))
+                      runs=tuple((m, tuple(f)) for m, f in runs), probes=tuple(probes))
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -115,6 +124,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     """
     from specmodel.schema.profile import CostRow, Profile, Source
     from specmodel.trace.hooklog import check_one_server_kind
+    from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
@@ -130,7 +140,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     served: set[str] = set()
     draft_fwds: list[int] = []
     n_fwds = 0
+    probes: dict[bool, list[dict[str, Any]]] = {False: [], True: []}  # speculative server? -> its probes
     for lg in logs:
+        for seg, rec in lg.probes:
+            probes[isinstance(lg.runs[seg][0].get("spec"), dict)].append(rec)
         for seg, (m, fwds) in enumerate(lg.runs):
             if m:
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
@@ -196,6 +209,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     elif spec_decode:
         notes.append("decode / extend rows come from the server without speculation; the speculative server's own "
                      f"decode / extend forwards ({sum(len(v) for v in spec_decode.values())}) are left out")
+    conditions = conditions_of(probes[False], probes[True])
+    if conditions is not None:
+        notes.append(conditions_note(conditions))
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files),
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
@@ -208,7 +224,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model=({"path": next(iter(models)), **({"served_name": ", ".join(sorted(served))} if served else {})}
-                          if models else {}), notes=tuple(notes))
+                          if models else {}), notes=tuple(notes), conditions=conditions)
 
 
 def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:

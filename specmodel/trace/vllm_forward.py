@@ -50,7 +50,7 @@ from specmodel.limits import (
     MAX_STEP_TOKENS,
     MAX_TP,
 )
-from specmodel.schema.formats import VLLM_STEP
+from specmodel.schema.formats import PROBE, VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median, series_median_ci95_rel
 from specmodel.trace.hooklog import METRICS_FILE
@@ -78,6 +78,8 @@ class StepLog:
     steps: tuple[dict[str, Any], ...]
     truncated: bool = False
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
+    #: the calibration probes (:mod:`specmodel.trace.probe`), in file order
+    probes: tuple[dict[str, Any], ...] = ()
 
 
 def _num(rec: dict[str, Any], key: str, where: str, *, optional: bool = False, hi: float = MAX_HOOK_STEP_S) -> None:
@@ -141,14 +143,19 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
 def read_step_log(path: str | os.PathLike[str]) -> StepLog:
     """Read one ``rank<k>.jsonl`` (see :func:`specmodel.trace.hooklog.read_records`)."""
     from specmodel.trace.hooklog import read_records
+    from specmodel.trace.probe import check_probe
 
     recs, truncated = read_records(path, VLLM_STEP, "specmodel vllm step log")
     metas: list[dict[str, Any]] = []
     steps: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
     runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
-        if kind == "meta":
+        if PROBE.matches(rec):
+            check_probe(rec, where)
+            probes.append(rec)
+        elif kind == "meta":
             _check_meta(rec, where)
             metas.append(rec)
             runs.append((rec, []))
@@ -161,7 +168,7 @@ def read_step_log(path: str | os.PathLike[str]) -> StepLog:
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'step', got {kind!r}")
     return StepLog(path=str(path), meta=tuple(metas), steps=tuple(steps), truncated=truncated,
-                   runs=tuple((m, tuple(st)) for m, st in runs))
+                   runs=tuple((m, tuple(st)) for m, st in runs), probes=tuple(probes))
 
 
 MIN_SAMPLES = 5
@@ -344,6 +351,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
     from specmodel.trace.hooklog import check_one_server_kind, log_files
+    from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
@@ -371,9 +379,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     run_ranks: dict[tuple[str, int], set[str]] = {}
     n_steps = 0
     step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
+    probes: dict[str, list[dict[str, Any]]] = {}  # --summarize directory -> its servers' probes
     for lg in logs:
         run_dir = str(os.path.dirname(lg.path))
         spec_dirs.setdefault(run_dir, False)
+        probes.setdefault(run_dir, []).extend(lg.probes)
         for seg, (m, steps) in enumerate(lg.runs):
             if m:
                 versions.setdefault(str(m.get("vllm_version")), lg.path)
@@ -481,6 +491,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     costs += draft_rows
     requests, requests_note = _request_costs(base_prompts, spec_prompts, spec_prefill_cells, spec_dirs,
                                              min_samples=min_samples, n_ranks=n_ranks, tp=tp_val)
+    # each directory is one server's recording (a speculative one if any of its steps speculated)
+    conditions = conditions_of([p for d, ps in probes.items() if not spec_dirs[d] for p in ps],
+                               [p for d, ps in probes.items() if spec_dirs[d] for p in ps])
     method, k = next(iter(step_spec)) if step_spec else (spec_meta.get("method"), spec_meta.get("num_speculative_tokens"))
     method = method if isinstance(method, str) else None
     k = k if isinstance(k, int) else None
@@ -508,6 +521,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      f"is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
                      "speculative server in host_proposer.decode.")
     notes.append(requests_note)
+    if conditions is not None:
+        notes.append(conditions_note(conditions))
     if runners:
         notes.append(f"vLLM model runner: {', '.join(sorted(runners))}")
     if clock == "perf_counter":
@@ -542,4 +557,5 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         if served:
             model["served_name"] = ", ".join(sorted(served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
-                   hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests)
+                   hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests,
+                   conditions=conditions)
