@@ -46,8 +46,8 @@ def _load_profile(path: str | None) -> Any:
 @click.option("--targets", "targets_path", type=click.Path(), default=None,
               help="With --prometheus: JSON file mapping label sets to profiles (docs/watch.md).")
 @click.option("--serve", "serve_addr", default=None,
-              help="With --prometheus: also expose each server's verdict as Prometheus gauges on HOST:PORT "
-                   "(a bare PORT listens on 127.0.0.1).")
+              help="Also expose each server's verdict (a /metrics SOURCE's, or with --prometheus every server's) as "
+                   "Prometheus gauges on HOST:PORT (a bare PORT listens on 127.0.0.1).")
 @click.option("--profile", "profile_path", type=click.Path(), default=None,
               help="Profile of the server's box, model and TP (default: as predict).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
@@ -91,14 +91,16 @@ def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, w
                     interval_s=interval_s, window_s=window_s, steps=steps, count=1 if once else count, method=method,
                     timeout_s=timeout_s, as_json=as_json, serve_addr=serve_addr, tp=tp)
         return
-    if serve_addr is not None or targets_path is not None:
-        raise SpecmodelError("--serve/--targets: with --prometheus URL (the fleet watch)")
+    if targets_path is not None:
+        raise SpecmodelError("--targets: with --prometheus URL (the fleet watch)")
+    if serve_addr is not None and not is_url(source):
+        raise SpecmodelError("--serve: with a server's /metrics URL or --prometheus URL (a log has no target labels)")
     profile = _load_profile(profile_path)
     if tp is not None and tp != profile.tp:
         raise SpecmodelError(f"--tp: the server runs TP {tp} but profile {profile.name} is TP {profile.tp}; "
                              "watch it against a profile of the same box and TP degree")
     limit = 1 if once else count
-    emitted = attempts = 0
+    emitted = 0
     if is_url(source):
         src = MetricsSource(url=source, timeout_s=timeout_s)
         try:
@@ -119,38 +121,13 @@ def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, w
         k = steps or profile.spec.steps
         win = MetricsWindow(window_s=window_s)
         win.push(Scrape(t_s=time.monotonic(), sample=first))
-        gone = False
         t0 = time.monotonic()
-        while limit is None or emitted < limit:
-            attempts += 1
-            time.sleep(interval_s)
-            try:
-                s = src.fetch()
-            except SourceGone as exc:
-                if not gone:
-                    _say(as_json, f"{now_stamp()}  server not answering ({exc}); retrying every {interval_s:g} s",
-                         {"event": "server gone", "detail": str(exc)})
-                gone = True
-                if once and time.monotonic() - t0 >= window_s:
-                    return
-                continue
-            if gone:
-                _say(as_json, f"{now_stamp()}  server answering again", {"event": "server back"})
-                gone = False
-            if win.push(Scrape(t_s=time.monotonic(), sample=s)):
-                _say(as_json, f"{now_stamp()}  counters went backwards (server restarted): the window starts again",
-                     {"event": "counter reset"})
-                continue
-            obs = observe_metrics(win, k, eng)
-            if isinstance(obs, Observed):
-                obs = replace(obs, method=method)
-            elif once and time.monotonic() - t0 < window_s:
-                # one reading is asked for: a window without drafts yet is widened, not reported,
-                # until it spans --window (a busy server's counters then show its drafts)
-                continue
-            emitted += _report(obs, profile, steps, as_json)
-            if once:
-                return
+        exporter = _single_exporter(serve_addr, source)
+        try:
+            _watch_url(src, win, exporter, eng, k, profile, steps, method, limit, once, interval_s, window_s, t0, as_json)
+        finally:
+            if exporter is not None:
+                exporter.stop()
         return
     # a log file being written
     lsrc = LogSource(path=source)
@@ -166,11 +143,76 @@ def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, w
         obs = observe_log(windows, eng, k, window_s)
         if isinstance(obs, Observed):
             obs = replace(obs, method=server_method)
-        emitted += _report(obs, profile, steps, as_json)
+        emitted += _report(obs, profile, steps, as_json)[0]
         if once or (limit is not None and emitted >= limit):
             return
         time.sleep(interval_s)
         windows = lsrc.read()[0]
+
+
+def _single_exporter(serve_addr: str | None, source: str) -> Any:
+    """``--serve`` for one server: the fleet exporter's gauges, the server named by its URL's host:port."""
+    if serve_addr is None:
+        return None
+    from specmodel.fleet_export import Exporter
+
+    exporter = Exporter(serve_addr)
+    click.echo(f"serving the verdict on http://{exporter.address}/metrics", err=True)
+    return exporter
+
+
+def _publish(exporter: Any, source: str, reading: Any = None, event: str = "", detail: str = "") -> None:
+    if exporter is None:
+        return
+    import urllib.parse
+
+    from specmodel.fleet import ServerResult
+
+    inst = urllib.parse.urlsplit(source).netloc
+    exporter.collector.update([ServerResult(name=inst, labels={"instance": inst}, reading=reading,
+                                            event=event or None, detail=detail, sample_t_s=time.time())])
+
+
+def _watch_url(src: Any, win: MetricsWindow, exporter: Any, eng: Any, k: int, profile: Any, steps: int | None,
+               method: str | None, limit: int | None, once: bool, interval_s: float, window_s: float, t0: float,
+               as_json: bool) -> None:
+    """The single-server loop on a /metrics URL; each reading (or why there is none) also goes to the exporter."""
+    emitted = 0
+    gone = False
+    while limit is None or emitted < limit:
+        time.sleep(interval_s)
+        try:
+            s = src.fetch()
+        except SourceGone as exc:
+            if not gone:
+                _say(as_json, f"{now_stamp()}  server not answering ({exc}); retrying every {interval_s:g} s",
+                     {"event": "server gone", "detail": str(exc)})
+                _publish(exporter, src.url, event="server gone", detail=str(exc))
+            gone = True
+            if once and time.monotonic() - t0 >= window_s:
+                return
+            continue
+        if gone:
+            _say(as_json, f"{now_stamp()}  server answering again", {"event": "server back"})
+            gone = False
+        if win.push(Scrape(t_s=time.monotonic(), sample=s)):
+            _say(as_json, f"{now_stamp()}  counters went backwards (server restarted): the window starts again",
+                 {"event": "counter reset"})
+            _publish(exporter, src.url, event="counter reset", detail="counters went backwards (server restarted)")
+            continue
+        obs = observe_metrics(win, k, eng)
+        if isinstance(obs, Observed):
+            obs = replace(obs, method=method)
+        elif once and time.monotonic() - t0 < window_s:
+            # one reading is asked for: a window without drafts yet is widened, not reported,
+            # until it spans --window (a busy server's counters then show its drafts)
+            continue
+        n, reading = _report(obs, profile, steps, as_json)
+        emitted += n
+        _publish(exporter, src.url, reading=reading, event="no reading" if reading is None else "",
+                 detail=obs if isinstance(obs, str) else "")
+        if once:
+            return
 
 
 def _check_method_name(method: str | None, eng: Any) -> None:
@@ -190,11 +232,11 @@ def _say(as_json: bool, text: str, event: dict[str, Any]) -> None:
     click.echo(json.dumps(WATCH.stamp(event), allow_nan=False) if as_json else text)
 
 
-def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool) -> int:
-    """Print one reading (1) or why there is none this interval (0)."""
+def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool) -> tuple[int, Any]:
+    """Print one reading ((1, it)) or why there is none this interval ((0, None))."""
     if isinstance(obs, str):
         _say(as_json, f"{now_stamp()}  {obs}", {"event": "no reading", "detail": obs})
-        return 0
+        return 0, None
     r = assess(profile, obs, spec_for(profile, obs, steps))
     if as_json:
         click.echo(json.dumps(r.to_dict(), allow_nan=False))  # (to_dict maps a non-finite float to null)
@@ -202,4 +244,4 @@ def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool)
         click.echo(r.line(now_stamp()))
         for n in r.notes:
             click.echo(f"          note: {n}")
-    return 1
+    return 1, r
