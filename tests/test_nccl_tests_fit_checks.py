@@ -52,3 +52,22 @@ def test_a_beta_beyond_any_link_is_physically_impossible() -> None:
     w = fit_warnings([run], AllReduceFit(alpha_s=2.6e-6, beta_bytes_per_s=5e12, tp=8), pts)
     assert len(w) == 1 and "physically impossible" in w[0] and "5000 GB/s" in w[0]
     assert fit_warnings([run], AllReduceFit(alpha_s=2.6e-6, beta_bytes_per_s=21e9, tp=8), pts) == ()
+
+
+def test_a_latency_no_collective_can_have_is_one_line_not_a_linalg_error(tmp_path: Path) -> None:
+    """A row whose time reads 1e-308 us (a corrupt or hand-edited table, found by fuzzing): the fit
+    weighs points by 1/latency, which overflows, and numpy's least squares raised LinAlgError."""
+    import subprocess
+    import sys
+
+    lines = FULL.read_text().splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.split() and ln.split()[0].isdigit())
+    parts = lines[first].split()
+    parts[5 if len(parts) == 13 else 4] = "1e-308"  # the out-of-place time (after the root column, when there is one)
+    lines[first] = "  " + "  ".join(parts) + "\n"
+    bad = tmp_path / "corrupt.txt"
+    bad.write_text("".join(lines))
+    r = subprocess.run([sys.executable, "-m", "specmodel", "nccl-tests", str(bad), "--json"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "not a measurement" in r.stderr

@@ -99,7 +99,9 @@ def test_measured_report_with_drafter_page_is_printable(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert layout_problems(pdf) == []
     doc = json.loads(pdf.with_suffix(".json").read_text())
-    assert [b["extrapolated"] for b in doc["batch_sweep"]] == [False] * 4 + [True] * 3  # measured to batch 8
+    # measured to batch 8: 16 is one doubling beyond (extrapolated); 32 and 64 are not priced
+    assert [b["extrapolated"] for b in doc["batch_sweep"]] == [False] * 4 + [True]
+    assert any(w.startswith("batch sweeps stop at batch 16") for w in doc["warnings"])
     pages = [p.extract_text().replace("\n", " ") for p in pypdf.PdfReader(str(pdf)).pages]
     # page 1 claims stop at the measured range; the extrapolated sweep is marked on its page
     assert re.search(r"pays (up to batch|at every measured batch \(up to) 8", pages[0]), pages[0]

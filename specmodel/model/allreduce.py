@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_PROFILE_DURATION_S, MIN_FORWARD_S
 from specmodel.schema.profile import AllReduceFit, CostRow
 
 
@@ -96,8 +97,13 @@ def fit_alpha_beta(msg_bytes: Sequence[float], latency_s: Sequence[float], tp: i
         raise SpecmodelError("all-reduce fit: needs at least two (msg_bytes, latency_s) points")
     if tp < 2:
         raise SpecmodelError("all-reduce fit: tp must be >= 2 (a single rank does not communicate)")
-    if np.any(~np.isfinite(y)) or np.any(y <= 0) or np.any(x < 0):
+    if np.any(~np.isfinite(y)) or np.any(y <= 0) or np.any(x < 0) or np.any(~np.isfinite(x)):
         raise SpecmodelError("all-reduce fit: latencies must be > 0 and sizes >= 0")
+    # the fit weighs each point by 1/latency: a latency below a nanosecond (no collective is that fast)
+    # or above an hour is no measurement, and its weight would overflow the least squares
+    if np.any(y < MIN_FORWARD_S) or np.any(y > MAX_PROFILE_DURATION_S):
+        raise SpecmodelError(f"all-reduce fit: a latency of {float(np.min(y) if np.any(y < MIN_FORWARD_S) else np.max(y)):g} s "
+                             f"is outside [{MIN_FORWARD_S:g}, {MAX_PROFILE_DURATION_S:g}] s: not a measurement")
     if np.ptp(x) == 0:
         raise SpecmodelError("all-reduce fit: needs at least two distinct message sizes")
     X = np.stack([np.ones_like(x), x], axis=1)

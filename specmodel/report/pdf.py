@@ -582,7 +582,9 @@ def page_context(c: ReportContent) -> Any:
     ax_t = fig.add_axes((0.54, 0.04, 0.44, 0.38))
     ax_t.axis("off")
     cells = [[str(r.context_tokens), f"{r.baseline_tokens_per_s:.1f}", f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x",
-              short_tokens(r.break_even_accept_tokens), r.verdict + (" (extrap.)" if r.extrapolated else "")]
+              short_tokens(r.break_even_accept_tokens),
+              # a refused context (costs that cross there) has no verdict: said in a word that fits the column
+              ("refused" if r.verdict == "INCONSISTENT" else r.verdict) + (" (extrap.)" if r.extrapolated else "")]
              for r in v.rows]
     tab = ax_t.table(cellText=cells, colLabels=["context", "baseline tok/s", "spec tok/s", "speedup", "break-even",
                                                 "verdict"], loc="upper left", cellLoc="center")

@@ -957,10 +957,12 @@ class Profile:
     @property
     def allreduce_unseen(self) -> tuple[CostRow, ...]:
         """Cycle rows at TP > 1 that record no all-reduce: the hook's Python-level wrapper never ran
-        (a CUDA-graph replay runs the collective without Python) -- unknown, not zero."""
+        (a CUDA-graph replay runs the collective without Python) -- unknown, not zero. Rows a flag
+        replaced (``source.cost_origin``: ``--draft-ms`` without a split) carry what the user gave."""
         if self.tp <= 1:
             return ()
-        return tuple(r for r in self.costs if r.kind in CYCLE_KINDS and r.allreduce_s <= 0)
+        given = {k for k, _ in self.source.cost_origin}
+        return tuple(r for r in self.costs if r.kind in CYCLE_KINDS and r.allreduce_s <= 0 and r.kind not in given)
 
     def has(self, kind: str) -> bool:
         return any(r.kind == kind for r in self.costs)
