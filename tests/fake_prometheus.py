@@ -12,7 +12,9 @@ import json
 import re
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.metrics_server import LoopbackServer
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)\s*$")
 _LAB = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -33,15 +35,13 @@ def page_series(text: str, target: dict[str, str]) -> list[tuple[dict[str, str],
     return out
 
 
-class FakePrometheus:
+class FakePrometheus(LoopbackServer):
     """``add(target_labels, t_s, page_text)`` records one scrape (``up`` 1 with it); ``add_down`` a failed one."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
         self.queries: list[str] = []
         self.lock = threading.Lock()
-        self.httpd: ThreadingHTTPServer | None = None
-        self.thread: threading.Thread | None = None
 
     def _put(self, labels: dict[str, str], t: float, v: float) -> None:
         self.series.setdefault(tuple(sorted(labels.items())), []).append((t, v))
@@ -101,21 +101,5 @@ class FakePrometheus:
             def log_message(self, *a: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
-        if self.thread is not None:
-            self.thread.join(timeout=5)
-
-    def __enter__(self) -> FakePrometheus:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -9,14 +9,45 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class PageServer:
+class LoopbackServer:
+    """A threading HTTP server on 127.0.0.1 with a handler class of the subclass's: started by
+    :meth:`serve`, stopped by :meth:`stop` (its own thread, bounded join), a context manager."""
+
+    httpd: ThreadingHTTPServer | None = None
+    thread: threading.Thread | None = None
+
+    def serve(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> int:
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        return int(self.httpd.server_address[1])
+
+    def start(self) -> LoopbackServer:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+            self.thread = None
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PageServer(LoopbackServer):
     def __init__(self, pages: Sequence[str], port: int = 0) -> None:
         self.pages = list(pages)
         self.served = 0
         self.lock = threading.Lock()
         self._port = port
-        self.httpd: ThreadingHTTPServer | None = None
-        self.thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -40,24 +71,5 @@ class PageServer:
             def log_message(self, *a: object) -> None:
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
-        self._port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self._port = self.serve(Handler, self._port)
         return self
-
-    def stop(self) -> None:
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
-        if self.thread is not None:
-            self.thread.join(timeout=5)
-            self.thread = None
-
-    def __enter__(self) -> PageServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
