@@ -36,7 +36,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import DATA, run_cli, specmodel_exe
-from tests.vllm_engine import ENV_PYTHON, PROMPT, VllmServer, draft_spec, free_port, ngram_spec
+from tests.vllm_engine import (
+    ENV_PYTHON,
+    KILL_TIMEOUT_S,
+    PROMPT,
+    VllmServer,
+    draft_spec,
+    free_port,
+    ngram_spec,
+    stop_group,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 NGRAM_PROFILE = DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "profile"
@@ -106,14 +115,7 @@ class Prometheus:
         return {s["metric"].get("instance", ""): float(s["value"][1]) for s in self.query(expr)}
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        stop_group(self.proc, term_wait_s=30)
         self.log.close()
 
 
@@ -184,7 +186,7 @@ class FleetWatch:
             _, err = self.proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            _, err = self.proc.communicate(timeout=30)
+            _, err = self.proc.communicate(timeout=KILL_TIMEOUT_S)
         return err or ""
 
 

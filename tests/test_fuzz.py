@@ -22,8 +22,9 @@ TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors"
 PER_TARGET_S = TOTAL_S / len(TARGETS)
 #: the reference profile with one field at an extreme (tests/fuzz.py PROFILE_MUTATIONS)
 MUTATED = DATA / "profile_mutated"
-#: one input may take this long at most (bounded work; generous for a loaded CI box)
-MAX_EXAMPLE_S = 20.0
+#: CPU seconds one input may cost at most (bounded work: a seed costs milliseconds; CPU time, not wall
+#: time, so a box busy with other tests does not count against the reader)
+MAX_EXAMPLE_CPU_S = 20.0
 
 
 def _trace(p: Path) -> object:
@@ -265,11 +266,11 @@ def test_fuzz_reader_raises_only_specmodel_error(tmp_path: Path, target: str) ->
             fh.write(json.dumps({"target": target, "examples": res.examples, "seconds": round(res.seconds, 2),
                                  "examples_per_s": round(res.examples / max(res.seconds, 1e-9), 1),
                                  "rejected": res.rejected, "crashes": len(res.crashes),
-                                 "slowest_s": round(res.slowest_s, 3)}) + "\n")
+                                 "slowest_cpu_s": round(res.slowest_cpu_s, 3)}) + "\n")
     assert res.examples > 0
     assert not res.crashes, "\n\n".join(f"{c.target} example {c.example} (seed {c.seed_file}, input kept at "
                                         f"{c.input_path}):\n{c.error[-3000:]}" for c in res.crashes)
-    assert res.slowest_s < MAX_EXAMPLE_S, f"{target}: one input took {res.slowest_s:.1f} s"
+    assert res.slowest_cpu_s < MAX_EXAMPLE_CPU_S, f"{target}: one input cost {res.slowest_cpu_s:.1f} s of CPU"
 
 
 @pytest.mark.parametrize(("name", "path", "token"), PROFILE_MUTATIONS, ids=[m[0] for m in PROFILE_MUTATIONS])
