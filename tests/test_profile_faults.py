@@ -148,10 +148,11 @@ def test_a_rank_that_hangs_is_named_within_the_timeout(tmp_path):
     # collective runs meanwhile), far below the process group's own timeout
     run = Run("--tp", "2", "--name", "box", "--out-dir", str(tmp_path), *TINY, "--timeout", "8", "--quiet",
               cwd=tmp_path, env={"SPECMODEL_PROFILE_FAULT": "rank=1,at=verify,mode=hang"})
-    rc, err, elapsed = run.finish()
+    rc, err, _ = run.finish()
     assert rc == 1, err
+    # the supervisor's words, not the process group's own timeout (38 s): no wall-clock bound, which a
+    # loaded box's start-up would decide
     assert "rank 1 hung during specmodel.verify" in err and "no progress for 8 s" in err, err
-    assert elapsed < 60  # start-up + the sweep until verify + 8 s, not the process group's timeout
     assert snapshot(tmp_path / "box") == before
 
 
