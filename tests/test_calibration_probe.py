@@ -79,3 +79,17 @@ def test_a_probe_that_fails_warns_once_and_every_step_is_still_recorded(standin:
     warnings = [x for x in capfd.readouterr().err.splitlines() if "hook: warning:" in x]
     assert len(warnings) == 1 and "calibration probe failed" in warnings[0] and "no BLAS here" in warnings[0]
     assert hook._STATE.step is None and hook._STATE.where is None
+
+
+def test_the_wait_for_a_cpu_is_read_over_steps_never_over_the_engines_start_up(standin: Any,  # noqa: F811
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the step thread's schedstat (ns on a CPU, ns waiting): start-up on a busy box waited half its
+    # time; the 5 s of steps after the first probe waited 0.1 s of 1 s runnable
+    readings = iter([(1_000_000_000, 1_000_000_000), (1_900_000_000, 1_100_000_000)])
+    monkeypatch.setattr(calibration, "schedstat_ns", lambda: next(readings))
+    r = standin.Runner(None)
+    _run(r, 1)
+    _period_over()
+    _run(r, 1)
+    log = read_step_log(standin.out / "rank1.jsonl")
+    assert [p["wait_share"] for p in log.probes] == [None, pytest.approx(0.1)]

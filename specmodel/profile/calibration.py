@@ -13,8 +13,10 @@ hook's own ``rank<k>.jsonl``): :data:`SAMPLES` timings of ``reps`` float32 ``n x
 kernels), after one untimed one (lazy initialisation is not the box). CPU: ``perf_counter``;
 GPU: CUDA events, resolved by the hook's deferred flush like its step records (never a
 synchronise on the step path). Beside it what the box says of itself, each null where unreadable:
-``wait_share``, the share of the step thread's runnable time since the previous probe (the first:
-since the thread started) spent waiting for a CPU (``/proc/thread-self/schedstat``), the 1-minute
+``wait_share``, the share of the step thread's runnable time since the previous probe spent waiting
+for a CPU (``/proc/thread-self/schedstat``; null on the first probe: before it the thread started
+the engine, and the box's load during start-up -- other servers loading, a test suite -- is not the
+condition its steps ran in: seen to read 42 % there against 6 % over the steps), the 1-minute
 load average (``/proc/loadavg``), the mean current frequency of the cores this worker may run on
 (``scaling_cur_freq``) and, on a GPU, the SM clock and NVML's throttle reasons.
 
@@ -152,7 +154,8 @@ class Calibrator:
         self.next_at: float | None = None  # perf_counter of the next probe; None: at the next boundary
         self._mats: tuple[Any, Any, Any] | None = None
         self._nvml: _Nvml | None = None
-        self._sched: tuple[int, int] | None = (0, 0)  # the step thread's schedstat at the last probe
+        # the step thread's schedstat at the last probe; None until the first probe (start-up is no interval of steps)
+        self._sched: tuple[int, int] | None = None
 
     def due(self, now: float) -> bool:
         return self.next_at is None or now >= self.next_at
