@@ -101,3 +101,32 @@ def test_summarize_malformed_log_names_file_and_line(tmp_path: Path) -> None:
     assert res.stderr.strip() == (f"specmodel: error: {d / 'rank0.jsonl'}: line 2: tokens: "
                                   "expected an integer >= 1, got 'many'")
     assert not (tmp_path / "p").exists()  # nothing written
+
+
+OLD = Path(__file__).parent / "data" / "sglang_hook_v1"  # v1 logs: forwards only, no scheduler step
+HOST_WORK = "SGLang host work not measured: the cycle counts GPU forwards only (an optimistic cost)"
+
+
+def test_old_recording_gives_a_verdict_qualified_by_the_unmeasured_host_work(tmp_path: Path) -> None:
+    prof = tmp_path / "profiles" / "old"
+    res = run_cli("sglang", "--summarize", str(OLD / "base"), "--summarize", str(OLD / "spec"), "-o", str(prof))
+    assert res.returncode == 0, res.stderr
+    assert "note: SGLang host work not measured (2 server run(s) logged no scheduler step" in res.stdout
+    # the fixture's costs (README): decode 20 ms; a cycle 3 + 2 x 2 + 23 = 30 ms of forwards; at 3 tokens a
+    # step the speedup is 3 x 20 / 30 = 2.00x: a GO on the forwards, but the host work between them is unknown
+    args = ("predict", "--profile", str(prof), "--accept-hist", "1:100,2:200,3:300,4:400")
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert "speedup 2.00x" in res.stdout
+    verdict = next(line for line in res.stdout.splitlines() if line.startswith("verdict"))
+    assert verdict.startswith(f"verdict      GO ({HOST_WORK}): ")
+    assert "record both servers again under `specmodel sglang`" in res.stdout
+    res = run_cli(*args, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "GO" and doc["verdict_label"] == f"GO ({HOST_WORK})"
+    assert [a["label"] for a in doc["assumed"]] == [HOST_WORK] and doc["measured"] is False
+    # a per-cycle overhead given on the command line is the host work: nothing left to qualify
+    res = run_cli(*args, "--overhead-ms", "2", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["verdict_label"] == "GO" and doc["assumed"] == [] and doc["overhead_s"] == pytest.approx(0.002)
