@@ -488,3 +488,127 @@ def test_missing_scheduler_seam_warns_and_leaves_the_host_work_unmeasured(
                for n in prof.notes)
     cc = cycle_costs(prof, batch=2, spec=prof.spec)
     assert [a.label for a in cc.assumptions] == [SGLANG_HOST_WORK_UNMEASURED]
+
+
+class FakeGPU:
+    """A device's timeline beside the host's fake clock: a launch queues its kernel on the stream
+    (it starts when the stream is free and the host has launched it), an event's time is when its
+    stream reaches it, a synchronise moves the host to the stream's end. Stands in for
+    ``torch.cuda.Event`` on a box without a GPU."""
+
+    def __init__(self, host: FakeClock) -> None:
+        self.host = host
+        self.free: dict[Any, float] = {}  # stream -> when its queued work ends
+        self.streams: list[Any] = []  # the stream each event was recorded on
+
+    def launch(self, seconds: float, stream: Any = None) -> None:
+        self.free[stream] = max(self.free.get(stream, 0.0), self.host.t) + seconds
+
+    def sync(self) -> None:
+        self.host.t = max([self.host.t, *self.free.values()])
+
+    def event_class(self) -> type:
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t: float | None = None
+
+            def record(self, stream: Any = None) -> None:
+                gpu.streams.append(stream)
+                self.t = max(gpu.free.get(stream, 0.0), gpu.host.t)
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Any) -> float:
+                return (end.t - self.t) * 1e3  # ms, as CUDA reports it
+
+        return Event
+
+
+def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU a forward call only launches its kernels: the host-visible forward time (0.1 ms a
+    launch here) says nothing of the GPU's. The step's bounds are CUDA events like the forwards', so
+    its host work is the forwards' stream's time outside them. By hand, per cycle (ms, GPU idle
+    before the step): schedule + prepare 0.7 idle; drafts 0.7-2.7, 2.7-4.7 (the 0.5 ms tree building
+    runs on the host meanwhile); verify 4.7-24.7; bookkeeping waits for it, 0.6 idle; draft-extend
+    25.3-28.3; process waits for it, then process + recv 0.8 idle: step 29.1 ms, forwards 27,
+    host work 0.7 + 0.6 + 0.8 = 2.1 ms (on the host clock the step also spans 29.1 ms)."""
+    import torch
+
+    from specmodel.profile import annotate
+
+    clock = FakeClock()
+    gpu = FakeGPU(clock)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(hook, "_probe", lambda cal: None)
+    monkeypatch.setattr(annotate, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    standin("0.5.5")
+    from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    def launch(runner: Any, fb: Any) -> None:
+        gpu.launch(FORWARD_S[(fb.forward_mode.name, runner.is_draft_worker)])
+        clock.advance(0.0001)
+
+    def host_work(what: str) -> None:
+        if what in ("verify_bookkeeping", "process"):  # they read the GPU's results: the host waits
+            gpu.sync()
+        clock.advance(HOST_S[what])
+
+    monkeypatch.setattr(ModelRunner, "on_forward", launch)
+    target, draft = ModelRunner(), ModelRunner(is_draft_worker=True)
+    for r in (target, draft):
+        r.device = "cuda"  # the timers' device (the stand-in's tensors stay on the CPU)
+        r.server_args.skip_server_warmup = True
+    sched = Scheduler(target, draft, host_work=host_work, device="cuda")
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2) for _ in range(3)]
+    sched.event_loop_normal()
+    hook.flush(wait=True)
+    steps = _steps(tmp_path / "logs")
+    assert len(steps) == 3
+    for s in steps:
+        assert s["clock"] == "cuda_event"
+        assert s["step_s"] == pytest.approx(0.0291) and s["forwards_s"] == pytest.approx(0.027)
+        assert s["overhead_s"] == pytest.approx(0.0021)
+        assert s["host_s"] == pytest.approx(0.0291)
+    fw = _forwards(tmp_path)
+    assert sorted({round(r["gpu_s"], 6) for r in fw}) == [0.002, 0.003, 0.02]
+    assert set(gpu.streams) == {None}  # no overlap: every bound on the current stream, as the forwards
+
+    # the overlap scheduler queues the forwards on its forward_stream: the bounds go there too
+    gpu.streams.clear()
+    sched.enable_overlap, sched.forward_stream = True, "forward-stream"
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2)]
+    sched.event_loop_normal()
+    assert "forward-stream" in gpu.streams
+
+
+@pytest.mark.parametrize(("field", "bad", "message"), [
+    ("clock", "wall", "clock: expected one of cuda_event, perf_counter, got 'wall'"),
+    ("overhead_s", -0.001, "overhead_s: expected a finite number in 0..86400 s, got -0.001"),
+    ("step_s", "NaN", "step_s: expected a finite number"),
+    ("phases", {"warp": 1}, "phases: expected an object of phase -> count"),
+    ("batch", 0, "batch: expected an integer in 1..65536 or null, got 0"),
+])
+def test_malformed_step_record_names_file_line_and_field(tmp_path: Path, field: str, bad: Any, message: str) -> None:
+    step = {"schema": hook.LINE_SCHEMA, "schema_version": 2, "type": "step", "forward_mode": "DECODE", "batch": 2,
+            "phases": {"verify": 1}, "clock": "perf_counter", "step_s": 0.03, "forwards_s": 0.027,
+            "overhead_s": 0.003, "host_s": 0.03}
+    f = tmp_path / "rank0.jsonl"
+    f.write_text(json.dumps(step) + "\n")
+    assert [r for _, r in read_forward_log(f).steps] == [step]  # the good line reads
+    bad_text = "NaN" if bad == "NaN" else json.dumps(bad)
+    line = json.dumps(step).replace(f'"{field}": {json.dumps(step[field])}', f'"{field}": {bad_text}')
+    f.write_text(json.dumps(step) + "\n" + line + "\n")
+    with pytest.raises(SpecmodelError) as ei:
+        read_forward_log(f)
+    assert str(ei.value).startswith(f"{f}: line 2: {message}")
