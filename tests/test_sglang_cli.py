@@ -130,3 +130,35 @@ def test_old_recording_gives_a_verdict_qualified_by_the_unmeasured_host_work(tmp
     res = run_cli(*args, "--overhead-ms", "2", "--json")
     doc = json.loads(res.stdout)
     assert doc["verdict_label"] == "GO" and doc["assumed"] == [] and doc["overhead_s"] == pytest.approx(0.002)
+
+
+@pytest.mark.slow  # renders a PDF
+def test_report_on_an_old_recording_names_the_unmeasured_host_work(tmp_path: Path) -> None:
+    import pypdf
+
+    from tests.pdf_layout import layout_problems
+
+    prof = tmp_path / "old"
+    assert run_cli("sglang", "--summarize", str(OLD / "base"), "--summarize", str(OLD / "spec"),
+                   "-o", str(prof)).returncode == 0
+    pdf = tmp_path / "old.pdf"
+    res = run_cli("report", "--profile", str(prof), "--accept-hist", "1:100,2:200,3:300,4:400", "-o", str(pdf))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(pdf.with_suffix(".json").read_text())
+    assert doc["verdict_label"] == f"GO ({HOST_WORK})"
+    page1 = " ".join(pypdf.PdfReader(str(pdf)).pages[0].extract_text().split())
+    assert "SGLang host work not measured" in page1 and "(rests on an assumed host cost)" in page1
+    assert layout_problems(pdf) == []
+
+
+def test_watch_says_the_unmeasured_host_work_beside_its_verdict() -> None:
+    from specmodel.model.accept import from_histogram
+    from specmodel.trace.sglang_forward import summarize
+    from specmodel.watch import Observed, assess, spec_for
+
+    prof = summarize([OLD / "base", OLD / "spec"], name="old")
+    obs = Observed(engine="sglang", dist=from_histogram({1: 100, 2: 200, 3: 300, 4: 400}), rates=None, steps=3,
+                   batch=1.0, context_tokens=0.0, tokens_per_s=None, span_s=10.0, verify_steps=None, method="EAGLE3")
+    r = assess(prof, obs, spec_for(prof, obs, None))
+    assert r.verdict == "GO" and r.speedup == pytest.approx(2.0)
+    assert HOST_WORK in r.notes and HOST_WORK in r.to_dict()["notes"]

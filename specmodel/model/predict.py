@@ -116,7 +116,8 @@ def _host_work_assumptions(profile: Profile, batch: int, ctx: float, overhead_s:
         return ()
     if overhead_s > 0 or "overhead" in cost_origins(profile):
         return ()
-    return (Assumption(kind="host work", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
+    # kind "host": "P not given (rests on an assumed host cost)" fits page 1's key figures
+    return (Assumption(kind="host", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
                        said=SGLANG_HOST_WORK_UNMEASURED,
                        measure_hint="record both servers again under `specmodel sglang` (it times the scheduler's "
                                     "step) and --summarize them, or pass --overhead-ms / --calibrate"),)
