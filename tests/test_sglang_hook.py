@@ -453,8 +453,11 @@ def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
 def test_summary_cycle_includes_the_host_work(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specmodel.model.predict import cycle_costs
 
+    from specmodel.schema.profile import profile_from_dict, profile_to_dict
+
     prof = summarize(_two_servers(standin, tmp_path, monkeypatch), name="stepped")
     assert prof.source.host_work_in_rows
+    assert profile_from_dict(profile_to_dict(prof)).source.host_work_in_rows  # kept on disk
     row = {r.kind: r for r in prof.costs if r.batch == 2}
     assert row["decode"].total_s == pytest.approx(BASE_STEP_S)  # 15 ms forward + 1.5 ms host work
     assert row["verify"].total_s == pytest.approx(0.020 + CYCLE_HOST_S)
@@ -612,3 +615,18 @@ def test_malformed_step_record_names_file_line_and_field(tmp_path: Path, field: 
     with pytest.raises(SpecmodelError) as ei:
         read_forward_log(f)
     assert str(ei.value).startswith(f"{f}: line 2: {message}")
+
+
+def test_a_failing_step_seam_never_breaks_the_scheduler(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    def boom(sched: Any) -> None:
+        raise RuntimeError("step bound failed")
+
+    monkeypatch.setattr(hook, "_step_boundary", boom)
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True)
+    err = capfd.readouterr().err
+    assert err.count("timing the scheduler's step at Scheduler.get_next_batch_to_run failed "
+                     "(RuntimeError('step bound failed'))") == 1
+    assert _steps(logs) == []  # no step, and the loop ran every batch: the forwards are all there
+    assert Counter(r["phase"] for r in _forwards(tmp_path)) == Counter({"extend": 1, "draft": 6, "verify": 3,
+                                                                        "draft_extend": 3})
