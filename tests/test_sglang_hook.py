@@ -452,7 +452,6 @@ def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
 
 def test_summary_cycle_includes_the_host_work(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specmodel.model.predict import cycle_costs
-
     from specmodel.schema.profile import profile_from_dict, profile_to_dict
 
     prof = summarize(_two_servers(standin, tmp_path, monkeypatch), name="stepped")
@@ -533,8 +532,8 @@ class FakeGPU:
         return Event
 
 
-def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
     """On a GPU a forward call only launches its kernels: the host-visible forward time (0.1 ms a
     launch here) says nothing of the GPU's. The step's bounds are CUDA events like the forwards', so
     its host work is the forwards' stream's time outside them. By hand, per cycle (ms, GPU idle
@@ -593,6 +592,16 @@ def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
     sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2)]
     sched.event_loop_normal()
     assert "forward-stream" in gpu.streams
+    hook.flush(wait=True)
+    assert len(_steps(tmp_path / "logs")) == 4
+
+    # a scheduler whose device is not timed on its forwards' clock: its steps are dropped, never mixed
+    sched.enable_overlap, sched.device = False, "cpu"
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2)]
+    sched.event_loop_normal()
+    hook.flush(wait=True)
+    assert len(_steps(tmp_path / "logs")) == 4
+    assert "is not timed on its forwards' clock; the scheduler's host work is not recorded" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize(("field", "bad", "message"), [

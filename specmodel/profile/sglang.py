@@ -56,9 +56,10 @@ The overlap scheduler (0.5.23's speculative workers are all "v2" workers that ru
 unless ``--disable-overlap-schedule``; 0.5.5 turns it off for EAGLE unless SGLANG_ENABLE_SPEC_V2,
 ``server_args.py`` l. 1548-1552) runs the host one batch ahead: pass k launches batch k
 (``run_batch`` queues it on ``forward_stream`` inside ``forward_stream_ctx``: 0.5.5 l. 1984,
-0.5.23 l. 4671) and then processes batch k - 1's results. The bounds are recorded on ``forward_stream`` there, so step k's
-span on the GPU's clock holds exactly batch k's queued work plus the stream's idle time before it;
-host work that overlaps the GPU costs nothing there, as in the engine. On the host clock (a CPU
+0.5.23 l. 4671) and then processes batch k - 1's results. The bounds are recorded on
+``forward_stream`` there, so step k's span on the GPU's clock holds exactly batch k's queued work
+plus the stream's idle time before it; host work that overlaps the GPU costs nothing there, as in
+the engine. On the host clock (a CPU
 device) step k carries batch k - 1's result processing: steps tile the loop, so the mean is the
 loop's. The step in flight when the process ends is not written.
 
@@ -609,6 +610,11 @@ def _step_boundary(sched: Any) -> None:
     _STEPS.open = None  # a failure below leaves no step open
     keep = prev is not None and prev.mode is not None and bool(prev.forwards)
     cuda = Stopwatch.for_device(getattr(sched, "device", None)).use_cuda
+    if keep and prev is not None and any(bool(sw.use_cuda) != prev.cuda for _, sw in prev.forwards):
+        # never one clock's span minus another's: a step whose forwards ran on another clock is dropped
+        keep = False
+        _warn_once("step:clock", f"SGLang {sglang_version()}: the scheduler's device ({getattr(sched, 'device', None)!r}) "
+                                 "is not timed on its forwards' clock; the scheduler's host work is not recorded")
     marker: Any = now
     if cuda:
         import torch
