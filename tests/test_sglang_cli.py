@@ -162,3 +162,34 @@ def test_watch_says_the_unmeasured_host_work_beside_its_verdict() -> None:
     r = assess(prof, obs, spec_for(prof, obs, None))
     assert r.verdict == "GO" and r.speedup == pytest.approx(2.0)
     assert HOST_WORK in r.notes and HOST_WORK in r.to_dict()["notes"]
+
+
+@pytest.mark.slow  # starts the stand-in server twice
+def test_spawned_workers_time_the_scheduler_step_and_the_summary_carries_it(tmp_path: Path) -> None:
+    """The shim patches the scheduler in each spawned TP worker (its module imported there, after
+    start-up): each worker's event loop writes its steps beside its forwards, and a profile of
+    both servers prices the cycle with its host work (no qualification left)."""
+    dirs = []
+    for spec in ("0", "1"):
+        out = tmp_path / f"run{spec}"
+        res = run_cli("sglang", "--out", str(out), "--", sys.executable, "serve.py", "0", "2", cwd=STANDIN,
+                      env={"SGLANG_STANDIN_LOOP": "scheduler", "SGLANG_STANDIN_SPEC": spec}, timeout=180)
+        assert res.returncode == 0, res.stderr
+        dirs.append(out)
+        for rank in (0, 1):
+            steps = [json.loads(x) for x in (out / f"rank{rank}.jsonl").read_text().splitlines() if '"step"' in x]
+            cycle = {"draft": 2, "verify": 1, "draft_extend": 1} if spec == "1" else {"decode": 1}
+            # 3 decode steps a worker; one the box's probe ran in is left out (the first probe: the prefill's)
+            assert 1 <= sum(s["phases"] == cycle for s in steps) <= 3
+            for s in steps:  # one clock: the span holds its forwards, the rest is the host work
+                assert s["clock"] == "perf_counter" and s["step_s"] >= s["forwards_s"] > 0
+                assert s["overhead_s"] == pytest.approx(s["step_s"] - s["forwards_s"])
+    prof = tmp_path / "p"
+    res = run_cli("sglang", "--summarize", str(dirs[0]), "--summarize", str(dirs[1]), "-o", str(prof))
+    assert res.returncode == 0, res.stderr
+    assert "note: decode and verify rows carry the scheduler's host work" in res.stdout
+    from specmodel.model.predict import cycle_costs
+
+    loaded = load_profile(prof)  # (a busy box's CPU timings: the costs themselves are not the point here)
+    assert loaded.source.to_dict()["host_work"] == "in_rows" and loaded.source.host_work_in_rows
+    assert cycle_costs(loaded, batch=2, spec=loaded.spec).assumptions == ()

@@ -384,11 +384,13 @@ CYCLE_S, CYCLE_FORWARDS_S, CYCLE_HOST_S = 0.0296, 0.027, 0.0026
 
 
 def _run_scheduler(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, speculative: bool,
-                   cycles: int = 3, batch: int = 2, flavor: str = "0.5.5") -> Path:
+                   cycles: int = 3, batch: int = 2, flavor: str = "0.5.5", probe: bool = False,
+                   clock: FakeClock | None = None) -> Path:
     """One stand-in server under the hook: a prefill, then ``cycles`` decode steps, on the fake clock."""
-    clock = FakeClock()
+    clock = clock or FakeClock()
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(hook, "_probe", lambda cal: None)  # the box's probe would time nothing on this clock
+    if not probe:
+        monkeypatch.setattr(hook, "_probe", lambda cal: None)  # the box's probe would time nothing on this clock
     load(flavor)
     from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -639,3 +641,33 @@ def test_a_failing_step_seam_never_breaks_the_scheduler(standin: Any, tmp_path: 
     assert _steps(logs) == []  # no step, and the loop ran every batch: the forwards are all there
     assert Counter(r["phase"] for r in _forwards(tmp_path)) == Counter({"extend": 1, "draft": 6, "verify": 3,
                                                                         "draft_extend": 3})
+
+
+def test_a_step_the_calibration_probe_ran_in_is_not_written(standin: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's probe runs after a target forward (first step, then every PERIOD_S): its time
+    would pass for the engine's host work, so that step is left out; the others are as by hand."""
+    from specmodel.profile.calibration import PERIOD_S, Calibrator
+
+    clock = FakeClock()
+
+    class Done:
+        use_cuda = False
+
+        def record(self) -> dict[str, Any]:
+            return {"schema": "specmodel.probe", "schema_version": 1, "type": "probe"}
+
+    def run(self: Calibrator) -> Done:
+        self.next_at = clock.t + PERIOD_S
+        clock.advance(0.1)  # the probe's own matmuls
+        return Done()
+
+    monkeypatch.setattr(Calibrator, "run", run)
+    cycles = 4
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True, cycles=cycles, probe=True, clock=clock)
+    steps = _steps(logs)
+    # the prefill step held the first probe (PERIOD_S later than the last cycle: no second one)
+    assert PERIOD_S > 0.1 + cycles * CYCLE_S
+    assert [s["forward_mode"] for s in steps] == ["DECODE"] * cycles
+    assert [round(s["overhead_s"], 9) for s in steps] == [CYCLE_HOST_S] * cycles
+    assert sum(1 for r in _lines(logs / "rank0.jsonl") if r["type"] == "probe") == 1

@@ -41,7 +41,9 @@ seen by one process. Seams, read in SGLang 0.5.5 and 0.5.23 ``srt/managers/sched
   ``eagle_worker.py`` l. 249-303: draft, tree building, verify and its bookkeeping,
   draft-extend), ``process_batch_result`` and the next pass's request intake.
 * ``Scheduler.run_batch(batch)`` names the step's batch (``forward_mode``, ``batch_size()``).
-  A pass that runs no batch (idle) or no timed forward (warm-up, capture) is not a step.
+  A pass that runs no batch (idle) or no timed forward (warm-up, capture) is not a step, nor
+  one the hook's calibration probe ran in (first step, then every few seconds: its time would
+  pass for the engine's host work).
 
 Per step one ``step`` record: ``step_s`` (the step's span), ``forwards_s`` (the forwards timed
 inside it), ``overhead_s = step_s - forwards_s`` and ``phases`` (timed calls per phase), all on
@@ -524,6 +526,9 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
 def _probe(cal: Calibrator) -> None:
     """The box's condition after a target forward (:mod:`specmodel.profile.calibration`). Never
     raises: a probe that fails is dropped, warned once, and the next period tries again."""
+    st = _STEPS.open
+    if st is not None:
+        st.probed = True  # the probe's own time is no host work of the engine's: that step is not written
     try:
         probe = cal.run()
         with _STATE.lock:
@@ -557,6 +562,7 @@ class _Step:
         self.batch: int | None = None
         self.t_unix = time.time()
         self.forwards: list[tuple[str, Any]] = []  # (phase, stopwatch) of each forward timed inside
+        self.probed = False  # a calibration probe ran inside it (its time would pass for host work)
 
     def ready(self) -> bool:
         """Every figure readable without waiting (CUDA: the closing bound's event and every forward's)."""
@@ -608,7 +614,7 @@ def _step_boundary(sched: Any) -> None:
     now = time.perf_counter()
     prev = _STEPS.open
     _STEPS.open = None  # a failure below leaves no step open
-    keep = prev is not None and prev.mode is not None and bool(prev.forwards)
+    keep = prev is not None and prev.mode is not None and bool(prev.forwards) and not prev.probed
     cuda = Stopwatch.for_device(getattr(sched, "device", None)).use_cuda
     if keep and prev is not None and any(bool(sw.use_cuda) != prev.cuda for _, sw in prev.forwards):
         # never one clock's span minus another's: a step whose forwards ran on another clock is dropped
