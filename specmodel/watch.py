@@ -526,6 +526,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     if obs.context_tokens is None:
         ctxs = measured_contexts(profile, "decode")
         notes.append(f"the source gives no context: costs at the profile's context {min(ctxs) if ctxs else 0}")
+    # a cost the verdict rests on that nobody measured is said beside it, as predict's label says it
+    notes.extend(dict.fromkeys(a.label for a in p.assumed))
     run = opt.to_run
     # the one decision rule (model/decision.py) on the current configuration; a different k is
     # advised only when it is GO itself and beats the current one beyond the noise band

@@ -101,3 +101,95 @@ def test_summarize_malformed_log_names_file_and_line(tmp_path: Path) -> None:
     assert res.stderr.strip() == (f"specmodel: error: {d / 'rank0.jsonl'}: line 2: tokens: "
                                   "expected an integer >= 1, got 'many'")
     assert not (tmp_path / "p").exists()  # nothing written
+
+
+OLD = Path(__file__).parent / "data" / "sglang_hook_v1"  # v1 logs: forwards only, no scheduler step
+HOST_WORK = "SGLang host work not measured: the cycle counts GPU forwards only (an optimistic cost)"
+
+
+def test_old_recording_gives_a_verdict_qualified_by_the_unmeasured_host_work(tmp_path: Path) -> None:
+    prof = tmp_path / "profiles" / "old"
+    res = run_cli("sglang", "--summarize", str(OLD / "base"), "--summarize", str(OLD / "spec"), "-o", str(prof))
+    assert res.returncode == 0, res.stderr
+    assert "note: SGLang host work not measured (2 server run(s) logged no scheduler step" in res.stdout
+    # the fixture's costs (README): decode 20 ms; a cycle 3 + 2 x 2 + 23 = 30 ms of forwards; at 3 tokens a
+    # step the speedup is 3 x 20 / 30 = 2.00x: a GO on the forwards, but the host work between them is unknown
+    args = ("predict", "--profile", str(prof), "--accept-hist", "1:100,2:200,3:300,4:400")
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert "speedup 2.00x" in res.stdout
+    verdict = next(line for line in res.stdout.splitlines() if line.startswith("verdict"))
+    assert verdict.startswith(f"verdict      GO ({HOST_WORK}): ")
+    assert "record both servers again under `specmodel sglang`" in res.stdout
+    res = run_cli(*args, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "GO" and doc["verdict_label"] == f"GO ({HOST_WORK})"
+    assert [a["label"] for a in doc["assumed"]] == [HOST_WORK] and doc["measured"] is False
+    # a per-cycle overhead given on the command line is the host work: nothing left to qualify
+    res = run_cli(*args, "--overhead-ms", "2", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["verdict_label"] == "GO" and doc["assumed"] == [] and doc["overhead_s"] == pytest.approx(0.002)
+
+
+@pytest.mark.slow  # renders a PDF
+def test_report_on_an_old_recording_names_the_unmeasured_host_work(tmp_path: Path) -> None:
+    import pypdf
+
+    from tests.pdf_layout import layout_problems
+
+    prof = tmp_path / "old"
+    assert run_cli("sglang", "--summarize", str(OLD / "base"), "--summarize", str(OLD / "spec"),
+                   "-o", str(prof)).returncode == 0
+    pdf = tmp_path / "old.pdf"
+    res = run_cli("report", "--profile", str(prof), "--accept-hist", "1:100,2:200,3:300,4:400", "-o", str(pdf))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(pdf.with_suffix(".json").read_text())
+    assert doc["verdict_label"] == f"GO ({HOST_WORK})"
+    page1 = " ".join(pypdf.PdfReader(str(pdf)).pages[0].extract_text().split())
+    assert "SGLang host work not measured" in page1 and "(rests on an assumed host cost)" in page1
+    assert layout_problems(pdf) == []
+
+
+def test_watch_says_the_unmeasured_host_work_beside_its_verdict() -> None:
+    from specmodel.model.accept import from_histogram
+    from specmodel.trace.sglang_forward import summarize
+    from specmodel.watch import Observed, assess, spec_for
+
+    prof = summarize([OLD / "base", OLD / "spec"], name="old")
+    obs = Observed(engine="sglang", dist=from_histogram({1: 100, 2: 200, 3: 300, 4: 400}), rates=None, steps=3,
+                   batch=1.0, context_tokens=0.0, tokens_per_s=None, span_s=10.0, verify_steps=None, method="EAGLE3")
+    r = assess(prof, obs, spec_for(prof, obs, None))
+    assert r.verdict == "GO" and r.speedup == pytest.approx(2.0)
+    assert HOST_WORK in r.notes and HOST_WORK in r.to_dict()["notes"]
+
+
+@pytest.mark.slow  # starts the stand-in server twice
+def test_spawned_workers_time_the_scheduler_step_and_the_summary_carries_it(tmp_path: Path) -> None:
+    """The shim patches the scheduler in each spawned TP worker (its module imported there, after
+    start-up): each worker's event loop writes its steps beside its forwards, and a profile of
+    both servers prices the cycle with its host work (no qualification left)."""
+    dirs = []
+    for spec in ("0", "1"):
+        out = tmp_path / f"run{spec}"
+        res = run_cli("sglang", "--out", str(out), "--", sys.executable, "serve.py", "0", "2", cwd=STANDIN,
+                      env={"SGLANG_STANDIN_LOOP": "scheduler", "SGLANG_STANDIN_SPEC": spec}, timeout=180)
+        assert res.returncode == 0, res.stderr
+        dirs.append(out)
+        for rank in (0, 1):
+            steps = [json.loads(x) for x in (out / f"rank{rank}.jsonl").read_text().splitlines() if '"step"' in x]
+            cycle = {"draft": 2, "verify": 1, "draft_extend": 1} if spec == "1" else {"decode": 1}
+            # 3 decode steps a worker; one the box's probe ran in is left out (the first probe: the prefill's)
+            assert 1 <= sum(s["phases"] == cycle for s in steps) <= 3
+            for s in steps:  # one clock: the span holds its forwards, the rest is the host work
+                assert s["clock"] == "perf_counter" and s["step_s"] >= s["forwards_s"] > 0
+                assert s["overhead_s"] == pytest.approx(s["step_s"] - s["forwards_s"])
+    prof = tmp_path / "p"
+    res = run_cli("sglang", "--summarize", str(dirs[0]), "--summarize", str(dirs[1]), "-o", str(prof))
+    assert res.returncode == 0, res.stderr
+    assert "note: decode and verify rows carry the scheduler's host work" in res.stdout
+    from specmodel.model.predict import cycle_costs
+
+    loaded = load_profile(prof)  # (a busy box's CPU timings: the costs themselves are not the point here)
+    assert loaded.source.to_dict()["host_work"] == "in_rows" and loaded.source.host_work_in_rows
+    assert cycle_costs(loaded, batch=2, spec=loaded.spec).assumptions == ()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,7 +275,7 @@ def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytes
     (lambda ls: ls.insert(3, "{not json"), "line 4: not valid JSON"),
     (lambda ls: ls.__setitem__(2, ls[2].replace('"phase": "decode"', '"phase": "warp"')), "line 3: phase: expected one of"),
     (lambda ls: ls.__setitem__(2, ls[2].replace('"batch": 2', '"batch": 0')), "line 3: batch: expected an integer >= 1"),
-    (lambda ls: ls.__setitem__(1, ls[1].replace('"schema_version": 1', '"schema_version": 9')), "line 2: schema_version"),
+    (lambda ls: ls.__setitem__(1, ls[1].replace('"schema_version": 2', '"schema_version": 9')), "line 2: schema_version"),
     (lambda ls: ls.__setitem__(1, ls[1].replace('"cpu_s"', '"wall_s"')), "line 2: expected exactly one of gpu_s / cpu_s"),
 ])
 def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: Any, message: str) -> None:
@@ -350,3 +351,323 @@ def test_server_warmup_request_is_not_recorded(standin: Any, tmp_path: Path) -> 
     assert {r["batch"] for r in fw} == {2}  # the warm-up request ran at batch 1
     assert Counter(r["phase"] for r in fw)["extend"] == 1  # the real prefill only
     assert Counter(r["phase"] for r in fw)["verify"] == 2
+
+
+# ----------------------------------------------------------------------------- the scheduler's step
+
+
+class FakeClock:
+    """``time.perf_counter`` under test: it moves only where the stand-in says work happens."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+#: Host work (s) where the stand-in scheduler does it, and each forward's time on the fake clock.
+HOST_S = {"recv": 0.0001, "schedule": 0.0004, "prepare": 0.0003, "build_tree": 0.0005,
+          "verify_bookkeeping": 0.0006, "process": 0.0007}
+FORWARD_S = {("EXTEND", False): 0.050, ("DECODE", False): 0.015, ("TARGET_VERIFY", False): 0.020,
+             ("DECODE", True): 0.002, ("DRAFT_EXTEND", True): 0.003}
+# By hand, one step = schedule + prepare + [forwards and the host work between them] + process +
+# the next pass's recv (a step runs from one get_next_batch_to_run to the next):
+#   baseline decode: 0.4 + 0.3 + 15 + 0.7 + 0.1 = 16.5 ms, host work 1.5 ms
+#   EAGLE cycle: 0.4 + 0.3 + 2 x 2 (draft) + 0.5 (tree) + 20 (verify) + 0.6 (bookkeeping) + 3 (draft-extend)
+#                + 0.7 + 0.1 = 29.6 ms, forwards 27 ms, host work 2.6 ms
+BASE_STEP_S, BASE_HOST_S = 0.0165, 0.0015
+CYCLE_S, CYCLE_FORWARDS_S, CYCLE_HOST_S = 0.0296, 0.027, 0.0026
+
+
+def _run_scheduler(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, speculative: bool,
+                   cycles: int = 3, batch: int = 2, flavor: str = "0.5.5", probe: bool = False,
+                   clock: FakeClock | None = None) -> Path:
+    """One stand-in server under the hook: a prefill, then ``cycles`` decode steps, on the fake clock."""
+    clock = clock or FakeClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    if not probe:
+        monkeypatch.setattr(hook, "_probe", lambda cal: None)  # the box's probe would time nothing on this clock
+    load(flavor)
+    from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    monkeypatch.setattr(ModelRunner, "on_forward",
+                        lambda runner, fb: clock.advance(FORWARD_S[(fb.forward_mode.name, runner.is_draft_worker)]))
+    target, draft = ModelRunner(), ModelRunner(is_draft_worker=True)
+    for r in (target, draft):
+        r.server_args.skip_server_warmup = True
+        if not speculative:
+            r.server_args.speculative_algorithm = None
+    sched = Scheduler(target, draft if speculative else None, host_work=lambda what: clock.advance(HOST_S[what]))
+    sched.queue = [ScheduleBatch(ForwardMode.EXTEND, batch)] + [ScheduleBatch(ForwardMode.DECODE, batch)
+                                                                for _ in range(cycles)]
+    sched.event_loop_normal()
+    hook.flush(wait=True)
+    assert hook._STATE.out_dir is not None
+    return hook._STATE.out_dir  # where the fixture's hook writes
+
+
+def _two_servers(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavor: str = "0.5.5") -> list[Path]:
+    """A server without speculation, then an EAGLE one, each in its own log directory."""
+    out = []
+    for speculative in (False, True):
+        logs = _run_scheduler(load, tmp_path, monkeypatch, speculative=speculative, flavor=flavor)
+        hook.uninstall()
+        _drop_sglang_modules()
+        tmp_path.mkdir(exist_ok=True)
+        out.append(logs.rename(tmp_path / ("spec" if speculative else "base")))
+    return out
+
+
+def _steps(logs: Path) -> list[dict[str, Any]]:
+    return [r for r in _lines(logs / "rank0.jsonl") if r["type"] == "step"]
+
+
+def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True)
+    assert sorted(hook.patched_members()) == ["EAGLEDraftCudaGraphRunner.replay", "EAGLEDraftExtendCudaGraphRunner.replay",
+                                              "ModelRunner.forward", "Scheduler.get_next_batch_to_run",
+                                              "Scheduler.run_batch"]
+    steps = _steps(logs)
+    # the prefill step and three cycles; the idle pass that ends the loop ran no batch: not a step
+    assert [(s["forward_mode"], s["batch"]) for s in steps] == [("EXTEND", 2)] + [("DECODE", 2)] * 3
+    prefill, cycles = steps[0], steps[1:]
+    assert prefill["phases"] == {"extend": 1}
+    assert prefill["step_s"] == pytest.approx(0.0004 + 0.0003 + 0.050 + 0.0007 + 0.0001)
+    assert prefill["overhead_s"] == pytest.approx(0.0015)
+    for s in cycles:
+        assert s["schema_version"] == 2 and s["clock"] == "perf_counter"
+        assert s["phases"] == {"draft": 2, "verify": 1, "draft_extend": 1}
+        assert s["step_s"] == pytest.approx(CYCLE_S) and s["host_s"] == pytest.approx(CYCLE_S)
+        assert s["forwards_s"] == pytest.approx(CYCLE_FORWARDS_S)
+        assert s["overhead_s"] == pytest.approx(CYCLE_HOST_S)
+    # the forwards a step holds are the forward lines written beside it
+    fw = [r for r in _forwards(tmp_path) if r["phase"] != "extend"]
+    assert sum(r["cpu_s"] for r in fw) == pytest.approx(3 * CYCLE_FORWARDS_S)
+
+
+def test_summary_cycle_includes_the_host_work(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specmodel.model.predict import cycle_costs
+    from specmodel.schema.profile import profile_from_dict, profile_to_dict
+
+    prof = summarize(_two_servers(standin, tmp_path, monkeypatch), name="stepped")
+    assert prof.source.host_work_in_rows
+    assert profile_from_dict(profile_to_dict(prof)).source.host_work_in_rows  # kept on disk
+    row = {r.kind: r for r in prof.costs if r.batch == 2}
+    assert row["decode"].total_s == pytest.approx(BASE_STEP_S)  # 15 ms forward + 1.5 ms host work
+    assert row["verify"].total_s == pytest.approx(0.020 + CYCLE_HOST_S)
+    assert row["draft"].total_s == pytest.approx(0.002) and row["draft_extend"].total_s == pytest.approx(0.003)
+    cc = cycle_costs(prof, batch=2, spec=prof.spec)
+    # the model's cycle is the stand-in's cycle on the fake clock: forwards + host work
+    assert cc.cycle_s == pytest.approx(CYCLE_S) and cc.base.total_s == pytest.approx(BASE_STEP_S)
+    assert cc.assumptions == () and not any("no per-cycle overhead" in w for w in cc.warnings)
+    assert any("carry the scheduler's host work" in n for n in prof.notes)
+
+
+def test_missing_scheduler_seam_warns_and_leaves_the_host_work_unmeasured(
+        standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    from specmodel.model.predict import SGLANG_HOST_WORK_UNMEASURED, cycle_costs
+
+    # the "broken" stand-in's Scheduler has no get_next_batch_to_run (a version that renamed it)
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True, flavor="broken")
+    err = capfd.readouterr().err
+    assert err.count("sglang.srt.managers.scheduler.Scheduler has no get_next_batch_to_run method; the "
+                     "scheduler's host work per step will not be timed") == 1
+    assert "Scheduler.run_batch" in hook.patched_members()
+    assert _steps(logs) == []  # no bound, no step
+    assert Counter(r["phase"] for r in _forwards(tmp_path)) == Counter({"extend": 1, "draft": 6, "verify": 3})
+    hook.uninstall()
+    _drop_sglang_modules()
+    logs.rename(tmp_path / "first")
+    base, spec = _two_servers(standin, tmp_path / "pair", monkeypatch, flavor="broken")
+    prof = summarize([base, spec], name="unstepped")
+    assert not prof.source.host_work_in_rows
+    assert any(n.startswith("SGLang host work not measured (2 server run(s) logged no scheduler step")
+               for n in prof.notes)
+    cc = cycle_costs(prof, batch=2, spec=prof.spec)
+    assert [a.label for a in cc.assumptions] == [SGLANG_HOST_WORK_UNMEASURED]
+
+
+class FakeGPU:
+    """A device's timeline beside the host's fake clock: a launch queues its kernel on the stream
+    (it starts when the stream is free and the host has launched it), an event's time is when its
+    stream reaches it, a synchronise moves the host to the stream's end. Stands in for
+    ``torch.cuda.Event`` on a box without a GPU."""
+
+    def __init__(self, host: FakeClock) -> None:
+        self.host = host
+        self.free: dict[Any, float] = {}  # stream -> when its queued work ends
+        self.streams: list[Any] = []  # the stream each event was recorded on
+
+    def launch(self, seconds: float, stream: Any = None) -> None:
+        self.free[stream] = max(self.free.get(stream, 0.0), self.host.t) + seconds
+
+    def sync(self) -> None:
+        self.host.t = max([self.host.t, *self.free.values()])
+
+    def event_class(self) -> type:
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t: float | None = None
+
+            def record(self, stream: Any = None) -> None:
+                gpu.streams.append(stream)
+                self.t = max(gpu.free.get(stream, 0.0), gpu.host.t)
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Any) -> float:
+                return (end.t - self.t) * 1e3  # ms, as CUDA reports it
+
+        return Event
+
+
+def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """On a GPU a forward call only launches its kernels: the host-visible forward time (0.1 ms a
+    launch here) says nothing of the GPU's. The step's bounds are CUDA events like the forwards', so
+    its host work is the forwards' stream's time outside them. By hand, per cycle (ms, GPU idle
+    before the step): schedule + prepare 0.7 idle; drafts 0.7-2.7, 2.7-4.7 (the 0.5 ms tree building
+    runs on the host meanwhile); verify 4.7-24.7; bookkeeping waits for it, 0.6 idle; draft-extend
+    25.3-28.3; process waits for it, then process + recv 0.8 idle: step 29.1 ms, forwards 27,
+    host work 0.7 + 0.6 + 0.8 = 2.1 ms (on the host clock the step also spans 29.1 ms)."""
+    import torch
+
+    from specmodel.profile import annotate
+
+    clock = FakeClock()
+    gpu = FakeGPU(clock)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(hook, "_probe", lambda cal: None)
+    monkeypatch.setattr(annotate, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    standin("0.5.5")
+    from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    def launch(runner: Any, fb: Any) -> None:
+        gpu.launch(FORWARD_S[(fb.forward_mode.name, runner.is_draft_worker)])
+        clock.advance(0.0001)
+
+    def host_work(what: str) -> None:
+        if what in ("verify_bookkeeping", "process"):  # they read the GPU's results: the host waits
+            gpu.sync()
+        clock.advance(HOST_S[what])
+
+    monkeypatch.setattr(ModelRunner, "on_forward", launch)
+    target, draft = ModelRunner(), ModelRunner(is_draft_worker=True)
+    for r in (target, draft):
+        r.device = "cuda"  # the timers' device (the stand-in's tensors stay on the CPU)
+        r.server_args.skip_server_warmup = True
+    sched = Scheduler(target, draft, host_work=host_work, device="cuda")
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2) for _ in range(3)]
+    sched.event_loop_normal()
+    hook.flush(wait=True)
+    steps = _steps(tmp_path / "logs")
+    assert len(steps) == 3
+    for s in steps:
+        assert s["clock"] == "cuda_event"
+        assert s["step_s"] == pytest.approx(0.0291) and s["forwards_s"] == pytest.approx(0.027)
+        assert s["overhead_s"] == pytest.approx(0.0021)
+        assert s["host_s"] == pytest.approx(0.0291)
+    fw = _forwards(tmp_path)
+    assert sorted({round(r["gpu_s"], 6) for r in fw}) == [0.002, 0.003, 0.02]
+    assert set(gpu.streams) == {None}  # no overlap: every bound on the current stream, as the forwards
+
+    # the overlap scheduler queues the forwards on its forward_stream: the bounds go there too
+    gpu.streams.clear()
+    sched.enable_overlap, sched.forward_stream = True, "forward-stream"
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2)]
+    sched.event_loop_normal()
+    assert "forward-stream" in gpu.streams
+    hook.flush(wait=True)
+    assert len(_steps(tmp_path / "logs")) == 4
+
+    # a scheduler whose device is not timed on its forwards' clock: its steps are dropped, never mixed
+    sched.enable_overlap, sched.device = False, "cpu"
+    sched.queue = [ScheduleBatch(ForwardMode.DECODE, 2)]
+    sched.event_loop_normal()
+    hook.flush(wait=True)
+    assert len(_steps(tmp_path / "logs")) == 4
+    assert "is not timed on its forwards' clock; the scheduler's host work is not recorded" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "bad", "message"), [
+    ("clock", "wall", "clock: expected one of cuda_event, perf_counter, got 'wall'"),
+    ("overhead_s", -0.001, "overhead_s: expected a finite number in 0..86400 s, got -0.001"),
+    ("step_s", "NaN", "step_s: expected a finite number"),
+    ("phases", {"warp": 1}, "phases: expected an object of phase -> count"),
+    ("batch", 0, "batch: expected an integer in 1..65536 or null, got 0"),
+])
+def test_malformed_step_record_names_file_line_and_field(tmp_path: Path, field: str, bad: Any, message: str) -> None:
+    step = {"schema": hook.LINE_SCHEMA, "schema_version": 2, "type": "step", "forward_mode": "DECODE", "batch": 2,
+            "phases": {"verify": 1}, "clock": "perf_counter", "step_s": 0.03, "forwards_s": 0.027,
+            "overhead_s": 0.003, "host_s": 0.03}
+    f = tmp_path / "rank0.jsonl"
+    f.write_text(json.dumps(step) + "\n")
+    assert [r for _, r in read_forward_log(f).steps] == [step]  # the good line reads
+    bad_text = "NaN" if bad == "NaN" else json.dumps(bad)
+    line = json.dumps(step).replace(f'"{field}": {json.dumps(step[field])}', f'"{field}": {bad_text}')
+    f.write_text(json.dumps(step) + "\n" + line + "\n")
+    with pytest.raises(SpecmodelError) as ei:
+        read_forward_log(f)
+    assert str(ei.value).startswith(f"{f}: line 2: {message}")
+
+
+def test_a_failing_step_seam_never_breaks_the_scheduler(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    def boom(sched: Any) -> None:
+        raise RuntimeError("step bound failed")
+
+    monkeypatch.setattr(hook, "_step_boundary", boom)
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True)
+    err = capfd.readouterr().err
+    assert err.count("timing the scheduler's step at Scheduler.get_next_batch_to_run failed "
+                     "(RuntimeError('step bound failed'))") == 1
+    assert _steps(logs) == []  # no step, and the loop ran every batch: the forwards are all there
+    assert Counter(r["phase"] for r in _forwards(tmp_path)) == Counter({"extend": 1, "draft": 6, "verify": 3,
+                                                                        "draft_extend": 3})
+
+
+def test_a_step_the_calibration_probe_ran_in_is_not_written(standin: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's probe runs after a target forward (first step, then every PERIOD_S): its time
+    would pass for the engine's host work, so that step is left out; the others are as by hand."""
+    from specmodel.profile.calibration import PERIOD_S, Calibrator
+
+    clock = FakeClock()
+
+    class Done:
+        use_cuda = False
+
+        def record(self) -> dict[str, Any]:
+            return {"schema": "specmodel.probe", "schema_version": 1, "type": "probe"}
+
+    def run(self: Calibrator) -> Done:
+        self.next_at = clock.t + PERIOD_S
+        clock.advance(0.1)  # the probe's own matmuls
+        return Done()
+
+    monkeypatch.setattr(Calibrator, "run", run)
+    cycles = 4
+    logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True, cycles=cycles, probe=True, clock=clock)
+    steps = _steps(logs)
+    # the prefill step held the first probe (PERIOD_S later than the last cycle: no second one)
+    assert PERIOD_S > 0.1 + cycles * CYCLE_S
+    assert [s["forward_mode"] for s in steps] == ["DECODE"] * cycles
+    assert [round(s["overhead_s"], 9) for s in steps] == [CYCLE_HOST_S] * cycles
+    assert sum(1 for r in _lines(logs / "rank0.jsonl") if r["type"] == "probe") == 1

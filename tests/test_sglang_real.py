@@ -103,3 +103,33 @@ def test_capture_mode_flag_exists_and_wraps_draft_capture() -> None:
     src = _root().joinpath("srt/speculative/eagle_draft_cuda_graph_runner.py").read_text(encoding="utf-8")
     assert "with model_capture_mode():" in src and "self.capture()" in src
     assert "run_once()" in src or "run_once," in src
+
+
+def _self_calls(node: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every ``self.<name>(...)`` call under ``node``, in source order."""
+    return sorted((n.lineno, n.func.attr) for n in ast.walk(node)
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and isinstance(n.func.value, ast.Name) and n.func.value.id == "self")
+
+
+def test_scheduler_step_seams() -> None:
+    """The seams that bound the scheduler's step: each event loop's ``while True`` pass calls
+    ``get_next_batch_to_run`` once, then ``run_batch`` once (its batch the first argument); the
+    overlap scheduler queues the forwards on ``forward_stream`` (``run_batch`` enters
+    ``forward_stream_ctx``), the stream the hook's step bounds are recorded on there."""
+    cls = _class(_module(hook.SCHEDULER_MODULE), "Scheduler")
+    methods = _methods(cls)
+    for t in hook.STEP_TARGETS:
+        assert t.cls == "Scheduler" and t.methods[0] in methods, f"Scheduler.{t.methods[0]} missing"
+    run_batch = methods["run_batch"]
+    assert [a.arg for a in run_batch.args.args][:2] == ["self", "batch"]
+    for loop in ("event_loop_normal", "event_loop_overlap"):
+        whiles = [n for n in methods[loop].body if isinstance(n, ast.While)]
+        assert len(whiles) == 1, f"{loop}: expected one while loop"
+        calls = [name for _, name in _self_calls(whiles[0])]
+        assert calls.count("get_next_batch_to_run") == 1 and calls.count("run_batch") == 1, loop
+        assert calls.index("get_next_batch_to_run") < calls.index("run_batch"), loop
+    with_items = {ast.unparse(i.context_expr) for n in ast.walk(run_batch) if isinstance(n, ast.With) for i in n.items}
+    assert "self.forward_stream_ctx" in with_items
+    assert "enable_overlap" in _reads(run_batch, "self")
+    assert "device" in {a for f in methods.values() for a in _reads(f, "self")}

@@ -189,10 +189,14 @@ class Assumption:
     #: host proposal), and the measurement that removes it
     assumed_as: str = ""
     measure_hint: str = ""
+    #: the whole label, where the assumption is better said than built (the SGLang host work)
+    said: str = ""
 
     @property
     def label(self) -> str:
         """``verify not measured at 128K: assumed = decode at 4 tokens``."""
+        if self.said:
+            return self.said
         if self.assumed_as:
             return f"{self.kind} not measured: assumed {self.assumed_as}"
         where = tokens_text(self.context_tokens) if self.context_tokens > 0 else "context 0"

@@ -53,7 +53,8 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     if verify.from_kind:
         warnings.append("no verify rows in the profile: verify cost taken from the decode curve T_fwd(B x draft tokens)")
     draft_extend: ForwardCost | None = None
-    stated = _draft_assumptions(profile, spec, batch, ctx)
+    oh = profile.overhead_s if overhead_s is None else overhead_s
+    stated = _draft_assumptions(profile, spec, batch, ctx) + _host_work_assumptions(profile, batch, ctx, oh)
     if profile.has("draft"):
         draft_step = forward_cost(profile, "draft", forward_tokens("draft", batch, spec), ctx)
         if profile.has("draft_extend"):
@@ -68,7 +69,6 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     for fc in (f for f in (base, verify, draft_step, draft_extend) if f is not None):
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
-    oh = profile.overhead_s if overhead_s is None else overhead_s
     if oh == 0.0 and "overhead" not in cost_origins(profile) and not profile.source.host_work_in_rows:
         # same caveat as a missing draft: an unmeasured cost is not a free one
         warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
@@ -99,6 +99,28 @@ def _draft_assumptions(profile: Profile, spec: SpecConfig, batch: int, ctx: floa
                            assumed_as=f"= the {profiled} drafter's measured forward (no {method} drafter profiled)",
                            measure_hint=hint),)
     return ()
+
+
+#: The verdict's qualifier for an SGLang hook profile whose rows hold forwards only.
+SGLANG_HOST_WORK_UNMEASURED = ("SGLang host work not measured: the cycle counts GPU forwards only "
+                               "(an optimistic cost)")
+
+
+def _host_work_assumptions(profile: Profile, batch: int, ctx: float, overhead_s: float) -> tuple[Assumption, ...]:
+    """An SGLang hook profile recorded before the hook timed the scheduler's step (or where its
+    seams were not found) prices a cycle as its forwards alone: the host work between them (draft
+    preparation, tree building, verify bookkeeping, batch building) is assumed 0 -- an optimistic
+    cost the verdict names. An overhead given (``--overhead-ms``) or calibrated removes it."""
+    src = profile.source
+    if not (src.from_hook and src.engine == "sglang") or src.host_work_in_rows:
+        return ()
+    if overhead_s > 0 or "overhead" in cost_origins(profile):
+        return ()
+    # kind "host": "P not given (rests on an assumed host cost)" fits page 1's key figures
+    return (Assumption(kind="host", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
+                       said=SGLANG_HOST_WORK_UNMEASURED,
+                       measure_hint="record both servers again under `specmodel sglang` (it times the scheduler's "
+                                    "step) and --summarize them, or pass --overhead-ms / --calibrate"),)
 
 
 #: How each profile kind is named when a cost comes from it.

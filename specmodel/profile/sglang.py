@@ -29,8 +29,45 @@ Modules not yet imported when ``install()`` runs are patched when they are impor
 ``sys.meta_path`` finder), which is how ``specmodel sglang`` patches TP workers spawned by
 the server: its ``sitecustomize`` shim calls ``install()`` in every Python process.
 
+The scheduler's step (host work beside the forwards). Each TP rank's scheduler process runs
+the forwards in its own thread (0.5.5 ``Scheduler.run_batch`` calls
+``model_worker.forward_batch_generation`` inline), so a step and the forwards inside it are
+seen by one process. Seams, read in SGLang 0.5.5 and 0.5.23 ``srt/managers/scheduler.py``:
+
+* ``Scheduler.get_next_batch_to_run`` bounds a step: both event loops call it once per pass
+  (0.5.5 ``event_loop_normal`` l. 958-974 and ``event_loop_overlap`` l. 977-1004; 0.5.23
+  l. 2026-2058 and 2061-2134). A step runs from one call to the next, so steps tile the loop:
+  batch building, ``run_batch`` (EAGLE: ``EAGLEWorker.forward_batch_generation``, 0.5.5
+  ``eagle_worker.py`` l. 249-303: draft, tree building, verify and its bookkeeping,
+  draft-extend), ``process_batch_result`` and the next pass's request intake.
+* ``Scheduler.run_batch(batch)`` names the step's batch (``forward_mode``, ``batch_size()``).
+  A pass that runs no batch (idle) or no timed forward (warm-up, capture) is not a step, nor
+  one the hook's calibration probe ran in (first step, then every few seconds: its time would
+  pass for the engine's host work).
+
+Per step one ``step`` record: ``step_s`` (the step's span), ``forwards_s`` (the forwards timed
+inside it), ``overhead_s = step_s - forwards_s`` and ``phases`` (timed calls per phase), all on
+one clock (``clock``): on a GPU a CUDA event at each bound, recorded on the stream the forwards
+are queued on, and the forwards' own CUDA events; on the CPU ``perf_counter`` for both. ``host_s``
+is the step's ``perf_counter`` span, for reading only: a CUDA-event time is never subtracted from
+it. On the GPU's clock the host work a step costs is the time the forwards' stream spends outside
+the forwards between the bounds: the host's work while the GPU waits, and kernels outside a
+forward (sampling, tree building).
+
+The overlap scheduler (0.5.23's speculative workers are all "v2" workers that run under it
+unless ``--disable-overlap-schedule``; 0.5.5 turns it off for EAGLE unless SGLANG_ENABLE_SPEC_V2,
+``server_args.py`` l. 1548-1552) runs the host one batch ahead: pass k launches batch k
+(``run_batch`` queues it on ``forward_stream`` inside ``forward_stream_ctx``: 0.5.5 l. 1984,
+0.5.23 l. 4671) and then processes batch k - 1's results. The bounds are recorded on
+``forward_stream`` there, so step k's span on the GPU's clock holds exactly batch k's queued work
+plus the stream's idle time before it; host work that overlaps the GPU costs nothing there, as in
+the engine. On the host clock (a CPU
+device) step k carries batch k - 1's result processing: steps tile the loop, so the mean is the
+loop's. The step in flight when the process ends is not written.
+
 Reading back (no SGLang needed): :mod:`specmodel.trace.sglang_forward` (``read_forward_log``,
-``summarize``: median per phase × batch × tokens → a :class:`Profile`).
+``summarize``: median per phase × batch × tokens → a :class:`Profile`; decode and verify rows
+carry their steps' host work).
 """
 
 from __future__ import annotations
@@ -97,6 +134,17 @@ TARGETS: tuple[Target, ...] = (
     Target(module=DRAFT_EXTEND_RUNNER_MODULE, cls="EAGLEDraftExtendCudaGraphRunner", methods=("execute", "replay"),
            role="draft_extend", what="draft-extend CUDA-graph replays will not be timed"),
 )
+
+#: The scheduler's step (see "The scheduler's step" above): the loop's once-per-iteration call
+#: bounds a step, ``run_batch`` names its batch. Kept apart from :data:`TARGETS` (forward seams).
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+STEP_TARGETS: tuple[Target, ...] = (
+    Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("get_next_batch_to_run",), role="step_boundary",
+           what="the scheduler's host work per step will not be timed (the profile counts GPU forwards only)"),
+    Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("run_batch",), role="step_batch",
+           what="the scheduler's host work per step will not be timed (the profile counts GPU forwards only)"),
+)
+STEP_ROLES = ("step_boundary", "step_batch")
 
 #: ForwardMode name -> phase (``None``: deliberately not recorded). "DECODE" depends on the runner.
 #: (from the forward-kind table, schema/phases.py; DLLM_EXTEND: 0.5.23 diffusion LLMs; PREBUILT:
@@ -262,7 +310,7 @@ def flush(wait: bool = False) -> int:
                 break  # FIFO on one stream: later ones are not done either
             _STATE.pending.popleft()
             try:
-                if isinstance(sw, Probe):  # a calibration probe: its own record
+                if isinstance(sw, (Probe, _Step)):  # a calibration probe / scheduler step: its own record
                     _write_line(sw.record())
                     n += 1
                     continue
@@ -396,6 +444,8 @@ def _make_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Call
             tls.active = False
             try:
                 _end(*started, keep=ok)  # a forward that raised is not a timing
+                if ok:
+                    _step_forward(started[1], started[2])
             except Exception as exc:  # noqa: BLE001
                 _warn_once(f"end:{member}", f"SGLang {sglang_version()}: timing {member} failed ({exc!r})")
 
@@ -476,6 +526,9 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
 def _probe(cal: Calibrator) -> None:
     """The box's condition after a target forward (:mod:`specmodel.profile.calibration`). Never
     raises: a probe that fails is dropped, warned once, and the next period tries again."""
+    st = _STEPS.open
+    if st is not None:
+        st.probed = True  # the probe's own time is no host work of the engine's: that step is not written
     try:
         probe = cal.run()
         with _STATE.lock:
@@ -488,9 +541,153 @@ def _probe(cal: Calibrator) -> None:
                             "not recorded (forwards are)")
 
 
+# --------------------------------------------------------------------------- the scheduler's step
+
+
+class _Step:
+    """One scheduler step (one pass of the event loop, module docstring): its host span
+    (``perf_counter``), its span on the clock the forwards are timed on (CUDA events at its two
+    bounds on the forwards' stream, or ``perf_counter`` on the CPU) and the forwards timed inside it.
+    Quacks like a :class:`~specmodel.profile.calibration.Probe` for :func:`flush`: ``ready()`` and
+    ``record()``."""
+
+    def __init__(self, *, host_t0: float, start: Any, cuda: bool, start_shared: bool) -> None:
+        self.host_t0 = host_t0
+        self.start = start  # perf_counter seconds, or the CUDA event recorded at the opening bound
+        self.start_shared = start_shared  # that event also ends the step before (never re-recorded)
+        self.end: Any = None
+        self.host_s = 0.0
+        self.cuda = cuda
+        self.mode: str | None = None  # the batch's ForwardMode name, set by run_batch
+        self.batch: int | None = None
+        self.t_unix = time.time()
+        self.forwards: list[tuple[str, Any]] = []  # (phase, stopwatch) of each forward timed inside
+        self.probed = False  # a calibration probe ran inside it (its time would pass for host work)
+
+    def ready(self) -> bool:
+        """Every figure readable without waiting (CUDA: the closing bound's event and every forward's)."""
+        if not self.cuda:
+            return True
+        return bool(self.end.query()) and all(sw.ready() for _, sw in self.forwards)
+
+    def record(self) -> dict[str, Any]:
+        # one clock for the step and its forwards: CUDA events on the GPU, perf_counter on the CPU
+        fwd = sum(float(sw.elapsed_s) for _, sw in self.forwards)
+        if self.cuda:
+            from specmodel.units import from_ms
+
+            self.end.synchronize()
+            step = from_ms(float(self.start.elapsed_time(self.end)))  # CUDA events report ms
+        else:
+            step = float(self.end - self.start)
+        phases: dict[str, int] = {}
+        for ph, _ in self.forwards:
+            phases[ph] = phases.get(ph, 0) + 1
+        return {**SGLANG_FORWARD.header(), "type": "step", "forward_mode": self.mode, "batch": self.batch,
+                "phases": phases, "clock": "cuda_event" if self.cuda else "perf_counter", "step_s": step,
+                "forwards_s": fwd, "overhead_s": max(step - fwd, 0.0), "host_s": self.host_s,
+                "t_start_unix_s": self.t_unix}
+
+
+class _StepState:
+    def __init__(self) -> None:
+        self.open: _Step | None = None
+
+
+_STEPS = _StepState()
+
+
+def _step_stream(sched: Any) -> Any:
+    """The stream the forwards are queued on: the overlap scheduler's ``forward_stream`` (its
+    ``run_batch`` enters ``forward_stream_ctx``), else the current stream (``None``)."""
+    if getattr(sched, "enable_overlap", False) is True:
+        return getattr(sched, "forward_stream", None)
+    return None
+
+
+def _step_boundary(sched: Any) -> None:
+    """``get_next_batch_to_run`` entry: close the open step (written if it ran a batch with a
+    timed forward) and open the next. One marker is both the closing and the opening bound, so
+    consecutive steps tile the loop's time."""
+    from specmodel.profile.annotate import Stopwatch
+
+    now = time.perf_counter()
+    prev = _STEPS.open
+    _STEPS.open = None  # a failure below leaves no step open
+    keep = prev is not None and prev.mode is not None and bool(prev.forwards) and not prev.probed
+    cuda = Stopwatch.for_device(getattr(sched, "device", None)).use_cuda
+    if keep and prev is not None and any(bool(sw.use_cuda) != prev.cuda for _, sw in prev.forwards):
+        # never one clock's span minus another's: a step whose forwards ran on another clock is dropped
+        keep = False
+        _warn_once("step:clock", f"SGLang {sglang_version()}: the scheduler's device ({getattr(sched, 'device', None)!r}) "
+                                 "is not timed on its forwards' clock; the scheduler's host work is not recorded")
+    marker: Any = now
+    if cuda:
+        import torch
+
+        # an idle pass (no batch) re-records its own opening event: no allocation per idle spin
+        reuse = prev is not None and prev.cuda and not keep and not prev.start_shared
+        marker = prev.start if reuse and prev is not None else torch.cuda.Event(enable_timing=True)
+        marker.record(_step_stream(sched))
+    if keep and prev is not None:
+        prev.end, prev.host_s = marker, now - prev.host_t0
+        with _STATE.lock:
+            if prev.cuda:
+                _STATE.pending.append(({}, prev))  # resolved by flush, like a forward's events
+            elif _STATE.fd is not None:
+                _write_line(prev.record())
+    _STEPS.open = _Step(host_t0=now, start=marker, cuda=cuda, start_shared=keep)
+
+
+def _step_batch(batch: Any) -> None:
+    """``run_batch`` entry: the open step runs ``batch`` (its ForwardMode and size)."""
+    st = _STEPS.open
+    if st is None:
+        return
+    mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+    st.mode = mode if isinstance(mode, str) else "unknown"
+    size = getattr(batch, "batch_size", None)
+    n = size() if callable(size) else size
+    if not isinstance(n, int) or isinstance(n, bool):
+        reqs = getattr(batch, "reqs", None)
+        n = len(reqs) if isinstance(reqs, list) else None
+    st.batch = n
+
+
+def _step_forward(sw: Any, rec: dict[str, Any]) -> None:
+    """A timed forward belongs to the open step once its batch runs."""
+    st = _STEPS.open
+    if st is not None and st.mode is not None:
+        st.forwards.append((str(rec["phase"]), sw))
+
+
+def _make_step_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+    member = f"{target.cls}.{method}"
+    boundary = target.role == "step_boundary"
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if boundary:
+                _step_boundary(self)
+            else:
+                _step_batch(args[0] if args else kwargs.get("batch"))
+        except Exception as exc:  # noqa: BLE001 - the hook must never break the scheduler
+            _STEPS.open = None
+            _warn_once(f"step:{member}", f"SGLang {sglang_version()}: timing the scheduler's step at {member} failed "
+                                         f"({exc!r}); those steps' host work is not recorded (forwards are)")
+        return orig(self, *args, **kwargs)
+
+    wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(orig, "__name__", method)
+    wrapper.__qualname__ = getattr(orig, "__qualname__", member)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _patch_module(mod: ModuleType, target: Target) -> bool:
     """Wrap ``target`` in ``mod``; warn (once) and leave it alone when it is not there."""
-    key = (target.module, target.cls)
+    key = (target.module, target.cls if target.role not in STEP_ROLES else f"{target.cls}:{target.role}")
     if key in _STATE.patched:
         return True
     cls = getattr(mod, target.cls, None)
@@ -503,7 +700,8 @@ def _patch_module(mod: ModuleType, target: Target) -> bool:
         if callable(orig):
             if getattr(orig, "__specmodel_wrapped__", None) is not None:
                 return True
-            setattr(cls, method, _make_wrapper(target, method, orig))
+            make = _make_step_wrapper if target.role in STEP_ROLES else _make_wrapper
+            setattr(cls, method, make(target, method, orig))
             _STATE.patched[key] = (cls, method, orig)
             return True
     _warn_once(f"missing:{target.qualname}.{target.methods}",
@@ -515,7 +713,7 @@ def _patch_module(mod: ModuleType, target: Target) -> bool:
 def _on_import(name: str, mod: ModuleType) -> None:
     if name == MODEL_RUNNER_MODULE:
         _warn_spec_v2_bypass()
-    for t in TARGETS:
+    for t in TARGETS + STEP_TARGETS:
         if t.module == name:
             try:
                 _patch_module(mod, t)
@@ -543,12 +741,12 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
         _STATE.out_dir = Path(out_dir)
     elif os.environ.get(ENV_DIR):
         _STATE.out_dir = Path(os.environ[ENV_DIR])
-    for t in TARGETS:
-        mod = sys.modules.get(t.module)
+    for name in dict.fromkeys(t.module for t in TARGETS + STEP_TARGETS):
+        mod = sys.modules.get(name)
         if mod is not None:
-            _on_import(t.module, mod)
+            _on_import(name, mod)
     if _STATE.finder is None:
-        _STATE.finder = PatchOnImport((t.module for t in TARGETS), _on_import)
+        _STATE.finder = PatchOnImport((t.module for t in TARGETS + STEP_TARGETS), _on_import)
         sys.meta_path.insert(0, _STATE.finder)
     return patched_members()
 
@@ -572,3 +770,4 @@ def uninstall() -> None:
     if _STATE.atexit:
         atexit.unregister(flush)
     _STATE.__init__()  # type: ignore[misc]
+    _STEPS.__init__()  # type: ignore[misc]

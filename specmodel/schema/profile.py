@@ -741,10 +741,12 @@ class Source:
 
     @classmethod
     def hook_summary(cls, *, engine: str, engine_version: str, files: tuple[str, ...], description: str,
-                     clock: str) -> Source:
-        """``specmodel sglang --summarize``: an engine hook's per-forward log (``clock``: what timed it)."""
+                     clock: str, host_work_in_rows: bool = False) -> Source:
+        """``specmodel sglang --summarize``: an engine hook's per-forward log (``clock``: what timed it;
+        ``host_work_in_rows``: the rows carry the scheduler's measured host work, see :attr:`host_work_in_rows`)."""
+        details: dict[str, Any] = {"clock": clock, **({"host_work": "in_rows"} if host_work_in_rows else {})}
         return cls(kind="ingested", tool=f"specmodel {engine}", engine=engine, engine_version=engine_version,
-                   files=files, description=description, details={"clock": clock})
+                   files=files, description=description, details=details)
 
     @classmethod
     def ingested(cls, *, description: str, files: tuple[str, ...], **details: Any) -> Source:
@@ -794,8 +796,10 @@ class Source:
     def host_work_in_rows(self) -> bool:
         """The vLLM hook's rows are whole engine steps: forward + the step's host work + the gap
         before it (``trace/vllm_forward.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
-        left out. The SGLang hook times forwards only."""
-        return self.from_hook and self.tool == "specmodel vllm"
+        left out. The SGLang hook's rows carry it where the scheduler's steps were timed
+        (``trace/sglang_forward.py``: ``source.host_work`` = "in_rows"); older SGLang profiles hold
+        forwards only."""
+        return self.from_hook and (self.tool == "specmodel vllm" or self.details.get("host_work") == "in_rows")
 
     @property
     def origins(self) -> dict[str, str]:

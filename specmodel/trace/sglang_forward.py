@@ -34,6 +34,8 @@ class ForwardLog:
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
     #: (index into ``runs``, record) of each calibration probe (:mod:`specmodel.trace.probe`)
     probes: tuple[tuple[int, dict[str, Any]], ...] = ()
+    #: (index into ``runs``, record) of each scheduler step (v2 logs; v1 logs hold none)
+    steps: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 
@@ -55,6 +57,28 @@ def _check_forward(rec: dict[str, Any], where: str) -> None:
         raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number in 0..{MAX_HOOK_STEP_S:g} s, got {v!r}")
     if rec.get("runner") not in ("target", "draft"):
         raise SpecmodelError(f"{where}: runner: expected 'target' or 'draft', got {rec.get('runner')!r}")
+
+
+STEP_CLOCKS = ("cuda_event", "perf_counter")
+
+
+def _check_step(rec: dict[str, Any], where: str) -> None:
+    b = rec.get("batch")
+    if b is not None and (isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH):
+        raise SpecmodelError(f"{where}: batch: expected an integer in 1..{MAX_BATCH} or null, got {b!r}")
+    if rec.get("forward_mode") is not None and not isinstance(rec["forward_mode"], str):
+        raise SpecmodelError(f"{where}: forward_mode: expected a string or null, got {rec['forward_mode']!r}")
+    if rec.get("clock") not in STEP_CLOCKS:
+        raise SpecmodelError(f"{where}: clock: expected one of {', '.join(STEP_CLOCKS)}, got {rec.get('clock')!r}")
+    ph = rec.get("phases")
+    if not isinstance(ph, dict) or not all(k in FORWARD_KINDS and isinstance(v, int) and not isinstance(v, bool)
+                                           and 1 <= v <= MAX_DRAFT_TOKENS for k, v in ph.items()):
+        raise SpecmodelError(f"{where}: phases: expected an object of phase -> count (1..{MAX_DRAFT_TOKENS}), "
+                             f"got {ph!r}")
+    for k in ("step_s", "forwards_s", "overhead_s", "host_s"):
+        v = rec.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_HOOK_STEP_S:  # NaN fails too
+            raise SpecmodelError(f"{where}: {k}: expected a finite number in 0..{MAX_HOOK_STEP_S:g} s, got {v!r}")
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
@@ -82,10 +106,16 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     metas: list[dict[str, Any]] = []
     fwds: list[dict[str, Any]] = []
     probes: list[tuple[int, dict[str, Any]]] = []
+    steps: list[tuple[int, dict[str, Any]]] = []
     runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
-        if PROBE.matches(rec):
+        if kind == "step":
+            _check_step(rec, where)
+            if not runs:
+                runs.append(({}, []))
+            steps.append((len(runs) - 1, rec))
+        elif PROBE.matches(rec):
             check_probe(rec, where)
             if not runs:
                 runs.append(({}, []))
@@ -101,9 +131,9 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
                 runs.append(({}, []))
             runs[-1][1].append(rec)
         else:
-            raise SpecmodelError(f"{where}: type: expected 'meta' or 'forward', got {kind!r}")
+            raise SpecmodelError(f"{where}: type: expected 'meta', 'forward' or 'step', got {kind!r}")
     return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated,
-                      runs=tuple((m, tuple(f)) for m, f in runs), probes=tuple(probes))
+                      runs=tuple((m, tuple(f)) for m, f in runs), probes=tuple(probes), steps=tuple(steps))
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -121,6 +151,13 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     share is unknown: it is put in ``other_s`` and the notes say so. ``decode`` and ``extend``
     rows come from the target runner only. Several directories may be combined (e.g. a
     baseline run for ``decode`` rows and a speculative run for the rest).
+
+    The scheduler's host work (``step`` records, v2 logs): a ``decode`` row is the decode forward
+    + the median host work of its server's decode steps at that batch, a ``verify`` row the verify
+    forward + the median host work of a speculative cycle (a step holding a verify) at that batch,
+    as a vLLM profile's rows carry the step's host work; the cycle is then draft + verify + host
+    work and ``source.host_work`` is "in_rows". Where any server run logged no step (v1 logs, a
+    Scheduler seam not found) no row gets any (the notes say why) and predict qualifies the verdict.
     """
     from specmodel.schema.profile import CostRow, Profile, Source
     from specmodel.trace.hooklog import check_one_server_kind
@@ -141,9 +178,20 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     draft_fwds: list[int] = []
     n_fwds = 0
     probes: dict[bool, list[dict[str, Any]]] = {False: [], True: []}  # speculative server? -> its probes
+    # the scheduler's host work per step (step span - its forwards, one clock), by the rows it joins:
+    # (speculative server?, "decode" | "verify") -> batch -> seconds
+    host: dict[tuple[bool, str], dict[int, list[float]]] = {}
+    runs_without_steps = 0
     for lg in logs:
         for seg, rec in lg.probes:
             probes[isinstance(lg.runs[seg][0].get("spec"), dict)].append(rec)
+        for seg, rec in lg.steps:
+            kind = "verify" if "verify" in rec["phases"] else "decode" if "decode" in rec["phases"] else None
+            if kind is not None and rec.get("batch") is not None:
+                host.setdefault((isinstance(lg.runs[seg][0].get("spec"), dict), kind), {}) \
+                    .setdefault(int(rec["batch"]), []).append(float(rec["overhead_s"]))
+        stepped = {seg for seg, _ in lg.steps}
+        runs_without_steps += sum(1 for seg, (_, fwds) in enumerate(lg.runs) if fwds and seg not in stepped)
         for seg, (m, fwds) in enumerate(lg.runs):
             if m:
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
@@ -184,14 +232,18 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         raise SpecmodelError(f"{where}: no target decode forwards recorded; a profile needs the baseline decode "
                              "step: also run the server without speculative decoding under `specmodel sglang` "
                              "and pass both directories to --summarize")
+    kept = {k: median(xs) for k, xs in sorted(groups.items()) if k[2] >= k[1]}  # tokens < batch: idle padding
+    kept = {k: m for k, m in kept.items() if m > 0}
+    # decode rows come from the servers without speculation when one was given (else the speculative one's)
+    host_by = {"decode": host.get((not baseline, "decode"), {}), "verify": host.get((True, "verify"), {})}
+    host_rows = [k for k in kept if k[0] in host_by]
+    host_work = runs_without_steps == 0 and bool(host_rows) and all(k[1] in host_by[k[0]] for k in host_rows)
     rows = []
-    for (ph, b, t), xs in sorted(groups.items()):
-        if t < b:
-            continue  # cannot be a cost row (tokens < batch): idle padding artefacts
-        med = median(xs)
-        if med <= 0:
-            continue
-        rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=med, allreduce_s=0.0, compute_s=0.0, other_s=med,
+    for (ph, b, t), med in kept.items():
+        xs = groups[(ph, b, t)]
+        # the row as a cycle pays it: the forward + the median host work of its server's steps at this batch
+        total = med + (median(host_by[ph][b]) if host_work and ph in host_by else 0.0)
+        rows.append(CostRow(kind=ph, batch=b, tokens=t, total_s=total, allreduce_s=0.0, compute_s=0.0, other_s=total,
                             spread_s=iqr(xs), samples=len(xs), ci95_rel=series_median_ci95_rel(xs)))
     ranks_per_run = max(len(v) for v in run_ranks.values()) if run_ranks else 1
     tp_val = tp if tp is not None else (next(iter(tp_sizes)) if tp_sizes else ranks_per_run)
@@ -209,12 +261,14 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     elif spec_decode:
         notes.append("decode / extend rows come from the server without speculation; the speculative server's own "
                      f"decode / extend forwards ({sum(len(v) for v in spec_decode.values())}) are left out")
+    notes.append(_host_work_note(host_work, host, runs_without_steps, clocks))
     conditions = conditions_of(probes[False], probes[True])
     if conditions is not None:
         notes.append(conditions_note(conditions))
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files),
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",
+                                 host_work_in_rows=host_work,
                                  description=f"SGLang forward-pass hook (hook): {n_fwds} forwards from "
                                              f"{len(run_ranks)} server run(s), {len(files)} rank file(s), TP {tp_val}")
     # the hook times whole forwards: the split is unknown, and saying so here is what keeps every
@@ -225,6 +279,23 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model=({"path": next(iter(models)), **({"served_name": ", ".join(sorted(served))} if served else {})}
                           if models else {}), notes=tuple(notes), conditions=conditions)
+
+
+def _host_work_note(measured: bool, host: dict[tuple[bool, str], dict[int, list[float]]], runs_without_steps: int,
+                    clocks: set[str]) -> str:
+    """What the rows say about the scheduler's host work (the verdict is qualified without it)."""
+    if measured:
+        clock = "CUDA events on the forwards' stream" if clocks == {"gpu_s"} else "perf_counter"
+        cycles = sum(len(v) for v in host.get((True, "verify"), {}).values())
+        return ("decode and verify rows carry the scheduler's host work: the forward + the median over that "
+                "server's steps at the row's batch of (step span - the forwards inside it), both on one clock "
+                f"({clock}); a cycle's host work is in its verify row ({cycles} cycles timed); draft, "
+                "draft_extend and extend rows are forwards only.")
+    why = (f"{runs_without_steps} server run(s) logged no scheduler step (a log older than step timing, or a "
+           "version whose Scheduler seams were not found)" if runs_without_steps
+           else "the steps logged do not cover every decode / verify row's batch")
+    return (f"SGLang host work not measured ({why}): rows are forwards only, so a cycle counts its forwards "
+            "only (an optimistic cost); record both servers again under `specmodel sglang` to time it.")
 
 
 def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:

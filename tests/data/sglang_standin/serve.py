@@ -2,6 +2,10 @@
 decode iterations through the stand-in classes, then exits with status ``argv[1]``.
 
     python serve.py EXIT_CODE [TP]
+
+With ``SGLANG_STANDIN_LOOP=scheduler`` each worker runs its iterations through the stand-in
+scheduler's event loop instead (``run_scheduled``); ``SGLANG_STANDIN_SPEC=0`` makes it a server
+without speculation.
 """
 
 import multiprocessing as mp
@@ -62,11 +66,41 @@ def run(tp_rank=0, iterations=3, batch=2, capture_bs=(), warmup=False):
     return FLAVOR
 
 
+def run_scheduled(tp_rank=0, iterations=3, batch=2):
+    """A prefill and ``iterations`` decode steps through the scheduler's event loop."""
+    import os
+
+    from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    speculative = os.environ.get("SGLANG_STANDIN_SPEC", "1") != "0"
+    target = ModelRunner(tp_rank=tp_rank)
+    draft = ModelRunner(tp_rank=tp_rank, is_draft_worker=True)
+    for r in (target, draft):
+        r.server_args.skip_server_warmup = True
+        if not speculative:
+            r.server_args.speculative_algorithm = None
+    sched = Scheduler(target, draft if speculative else None)
+    sched.queue = [ScheduleBatch(ForwardMode.EXTEND, batch)] + [ScheduleBatch(ForwardMode.DECODE, batch)
+                                                                for _ in range(iterations)]
+    sched.event_loop_normal()
+
+
+def worker(tp_rank):
+    import os
+
+    if os.environ.get("SGLANG_STANDIN_LOOP") == "scheduler":
+        run_scheduled(tp_rank)
+    else:
+        run(tp_rank)
+
+
 if __name__ == "__main__":
     code = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     tp = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     ctx = mp.get_context("spawn")  # SGLang spawns its TP workers: fresh interpreters
-    procs = [ctx.Process(target=run, args=(k,)) for k in range(tp)]
+    procs = [ctx.Process(target=worker, args=(k,)) for k in range(tp)]
     for p in procs:
         p.start()
     for p in procs:

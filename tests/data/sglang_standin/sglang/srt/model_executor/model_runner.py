@@ -24,6 +24,9 @@ class ModelRunnerOutput:
 
 
 class ModelRunner:
+    #: a test's hook, called with the ForwardBatch as each forward starts (a fake clock advances)
+    on_forward = None
+
     def __init__(self, tp_rank=0, is_draft_worker=False, hidden=64, device="cpu"):
         self.device = device
         self.tp_rank = tp_rank
@@ -43,6 +46,8 @@ class ModelRunner:
     ):
         """Stand-in forward docstring."""
         self.forward_pass_id += 1
+        if ModelRunner.on_forward is not None:
+            ModelRunner.on_forward(self, forward_batch)
         n = forward_batch.input_ids.numel()
         out = torch.randn(n, self.weight.shape[0], device=self.weight.device) @ self.weight
         if FLAVOR == "0.5.5":
