@@ -19,6 +19,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
 from specmodel.trace.sglang_forward import read_forward_log, summarize
+from tests.rank_files import rank_file, rank_files
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -63,7 +64,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _forwards(tmp_path: Path) -> list[dict[str, Any]]:
     hook.flush(wait=True)
-    return [r for r in _lines(tmp_path / "logs" / "rank0.jsonl") if r["type"] == "forward"]
+    return [r for r in _lines(rank_file(tmp_path / "logs", 0)) if r["type"] == "forward"]
 
 
 def test_phase_mapping_by_name() -> None:
@@ -87,7 +88,7 @@ def test_055_standin_every_phase_recorded(standin: Any, tmp_path: Path) -> None:
                                               "EAGLEDraftExtendCudaGraphRunner.replay", "ModelRunner.forward"]
     assert hasattr(EAGLEDraftCudaGraphRunner.replay, "__specmodel_wrapped__")
     serve.run(tp_rank=0, iterations=3, batch=2)
-    lines = _lines(tmp_path / "logs" / "rank0.jsonl")
+    lines = _lines(rank_file(tmp_path / "logs", 0))
     meta = [r for r in lines if r["type"] == "meta"]
     assert len(meta) == 1 and meta[0]["sglang_version"] == "0.0.0+standin-0.5.5"
     assert meta[0]["spec"] == {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}
@@ -171,7 +172,7 @@ def test_hook_failure_never_breaks_a_forward(standin: Any, tmp_path: Path, capfd
     ModelRunner().forward(OddBatch())
     err = capfd.readouterr().err
     assert err.count("cannot annotate ModelRunner.forward") == 1
-    assert not (tmp_path / "logs" / "rank0.jsonl").exists()  # nothing recorded, nothing crashed
+    assert not rank_files(tmp_path / "logs", 0)  # nothing recorded, nothing crashed
 
 
 def test_exception_in_forward_propagates_unrecorded(standin: Any, tmp_path: Path) -> None:
@@ -240,7 +241,7 @@ def _standin_logs(standin: Any, tmp_path: Path) -> Path:
 
 def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
     logs = _standin_logs(standin, tmp_path)
-    lg = read_forward_log(logs / "rank0.jsonl")
+    lg = read_forward_log(rank_file(logs, 0))
     assert len(lg.meta) == 1 and not lg.truncated
     prof = summarize([logs], name="standin")
     assert prof.source_kind == "ingested" and prof.tp == 2
@@ -261,7 +262,7 @@ def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
 
 def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     logs = _standin_logs(standin, tmp_path)
-    f = logs / "rank0.jsonl"
+    f = rank_file(logs, 0)
     n_before = len(read_forward_log(f).forwards)
     with f.open("a") as fh:
         fh.write('{"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "forw')  # died mid-write
@@ -274,12 +275,12 @@ def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytes
     (lambda ls: ls.insert(3, "{not json"), "line 4: not valid JSON"),
     (lambda ls: ls.__setitem__(2, ls[2].replace('"phase": "decode"', '"phase": "warp"')), "line 3: phase: expected one of"),
     (lambda ls: ls.__setitem__(2, ls[2].replace('"batch": 2', '"batch": 0')), "line 3: batch: expected an integer >= 1"),
-    (lambda ls: ls.__setitem__(1, ls[1].replace('"schema_version": 1', '"schema_version": 9')), "line 2: schema_version"),
+    (lambda ls: ls.__setitem__(1, ls[1].replace('"schema_version": 2', '"schema_version": 9')), "line 2: schema_version"),
     (lambda ls: ls.__setitem__(1, ls[1].replace('"cpu_s"', '"wall_s"')), "line 2: expected exactly one of gpu_s / cpu_s"),
 ])
 def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: Any, message: str) -> None:
     logs = _standin_logs(standin, tmp_path)
-    f = logs / "rank0.jsonl"
+    f = rank_file(logs, 0)
     ls = [x for x in f.read_text().splitlines() if '"specmodel.probe"' not in x]  # the lines edited: meta, forwards
     edit(ls)
     f.write_text("\n".join(ls) + "\n")
@@ -319,7 +320,7 @@ def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -
     rec = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
            "tokens": 4, "forwards": 1, "runner": "target"}
     hook._STATE.pending.extend([(dict(rec), sw1), (dict(rec), sw2)])
-    lines = [x for x in _lines(tmp_path / "logs" / "rank0.jsonl") if x["type"] != "probe"]  # the box's: apart
+    lines = [x for x in _lines(rank_file(tmp_path / "logs", 0)) if x["type"] != "probe"]  # the box's: apart
     assert hook.flush() == 0 and len(lines) == before + 1
     sw1.done = True
     assert hook.flush() == 2
