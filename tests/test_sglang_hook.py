@@ -351,3 +351,33 @@ def test_server_warmup_request_is_not_recorded(standin: Any, tmp_path: Path) -> 
     assert {r["batch"] for r in fw} == {2}  # the warm-up request ran at batch 1
     assert Counter(r["phase"] for r in fw)["extend"] == 1  # the real prefill only
     assert Counter(r["phase"] for r in fw)["verify"] == 2
+
+
+def test_the_process_place_comes_from_sglangs_own_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.5 keeps tp_rank / pp_rank on the ModelRunner and the DP replica only in the scheduler
+    (its process title ``sglang::scheduler_DP1_TP0``, or ``$SGLANG_DP_RANK``); 0.5.23 keeps them
+    in ``runtime_context.get_parallel()``, which raises on a name not published yet."""
+    import types
+
+    monkeypatch.delenv("SGLANG_DP_RANK", raising=False)
+    title = types.ModuleType("setproctitle")
+    title.getproctitle = lambda: "sglang::scheduler_DP3_PP1_TP0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "setproctitle", title)
+    monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context", raising=False)
+    runner = types.SimpleNamespace(tp_rank=0)
+    assert hook._place(runner) == {"tp_rank": 0, "pp_rank": 1, "dp_rank": 3, "pp_size": None, "dp_size": None}
+    monkeypatch.setenv("SGLANG_DP_RANK", "2")
+    assert hook._place(runner)["dp_rank"] == 2
+
+    class Parallel:  # 0.5.23's ParallelContext: names read through __getattr__, unpublished ones raise
+        tp_rank, pp_rank, pp_size = 5, 0, 1
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f"{name} is not published")
+
+    ctx = types.ModuleType("sglang.srt.runtime_context")
+    ctx.get_parallel = Parallel  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", ctx)
+    monkeypatch.delenv("SGLANG_DP_RANK")
+    assert hook._place(types.SimpleNamespace()) == {"tp_rank": 5, "pp_rank": 0, "dp_rank": 3, "pp_size": 1,
+                                                    "dp_size": None}

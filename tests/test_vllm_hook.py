@@ -419,3 +419,37 @@ def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(sta
     assert cc.draft_total_s == pytest.approx(fc.total_s, rel=1e-9)  # one forward: the first, nothing more
     k3 = cycle_costs(p, batch=2, spec=p.spec)
     assert k3.draft_total_s == pytest.approx(ext.total_s + 2 * step.total_s, rel=1e-9)
+
+
+def test_a_v1_gpu_log_is_read_as_before_and_its_mixed_clocks_are_said(tmp_path: Path) -> None:
+    """An older hook's GPU log (vllm_step v1, ``rank<k>.jsonl``, overhead_s = host step − GPU
+    forward): read as written -- the row is forward + overhead + host gap, hand-summed -- and the
+    notes say its overhead mixed two clocks."""
+    d = tmp_path / "old"
+    d.mkdir()
+    head = {"schema": "specmodel.vllm_step", "schema_version": 1}
+    lines = [{**head, "type": "meta", "vllm_version": "0.32.0", "pid": 7, "rank": "0", "tp_size": 1,
+              "device": "cuda:0", "device_name": "NVIDIA H200", "clock": "cuda_event", "model_path": "/m"}]
+    lines += [{**head, "type": "step", "kind": "decode", "batch": 4, "tokens": 4, "spec_tokens": 0,
+               "context_tokens": 100.0, "draft_method": None, "draft_k": None, "forward_s": 0.010,
+               "forward_allreduce_s": 0.0, "forward_n_allreduce": 0, "draft_s": None, "draft_allreduce_s": None,
+               "draft_n_allreduce": None, "step_s": 0.012, "overhead_s": 0.002, "gap_s": 0.001} for _ in range(5)]
+    (d / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    prof = summarize([d], name="t")
+    (row,) = prof.rows("decode")
+    assert row.total_s == pytest.approx(0.010 + 0.002 + 0.001, rel=1e-9) and row.other_s == pytest.approx(0.003)
+    assert any("older GPU logs (vllm_step v1)" in n and "two clocks" in n for n in prof.notes)
+    assert not any("dropped" in n for n in prof.notes)
+
+
+def test_a_v2_gpu_step_without_its_gpu_span_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "rank0-dp0-pp0-pid1.jsonl"
+    p.write_text(json.dumps({"schema": "specmodel.vllm_step", "schema_version": 2, "type": "step", "kind": "decode",
+                             "batch": 1, "tokens": 1, "step_s": 0.1, "overhead_s": 0.0, "host_step_s": 0.05,
+                             "step_clock": "cuda_event", "gpu_step_s": None}) + "\n")
+    with pytest.raises(SpecmodelError, match=r"pid1.jsonl: line 1: gpu_step_s: a step on the cuda_event clock"):
+        read_step_log(p)
+    p.write_text(json.dumps({"schema": "specmodel.vllm_step", "schema_version": 2, "type": "meta",
+                             "dp_rank": -1}) + "\n")
+    with pytest.raises(SpecmodelError, match=r"line 1: dp_rank: expected an integer in 0\.\."):
+        read_step_log(p)
