@@ -236,7 +236,8 @@ def check_sglang_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
         if cuda:
             torch.cuda.synchronize()
         hook.flush(wait=True)
-        rows = [json.loads(x) for x in (tmp / "hook" / "rank0.jsonl").read_text().splitlines()]
+        (rank0,) = sorted((tmp / "hook").glob("rank0-*.jsonl"))  # this process's file (rank<tp>-dp-pp-pid)
+        rows = [json.loads(x) for x in rank0.read_text().splitlines()]
         fw = [r for r in rows if r["type"] == "forward"]
         obs = {
             "rows": dict(Counter(f"{r['phase']}:{r['member']}" for r in fw)),

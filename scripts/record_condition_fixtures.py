@@ -56,7 +56,8 @@ def main() -> int:
                 "command": srv.command(), "spec": spec, "requests": a.requests, "tokens": a.tokens,
                 "recorded_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "host": platform.node(), "script": "scripts/record_condition_fixtures.py"}, indent=1) + "\n")
-            print(f"{dst}: {sum(1 for _ in (dst / 'hook' / 'rank0.jsonl').open())} lines")
+            (f0,) = sorted((dst / "hook").glob("rank0*.jsonl"))  # rank0.jsonl (v1) or rank0-dp0-pp0-pid<pid>.jsonl
+            print(f"{dst}: {sum(1 for _ in f0.open())} lines")
     return 0
 
 

@@ -92,10 +92,14 @@ MAX_COMPILED_EVENT_CHARS = 4 << 20
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
 # ---- engine hooks (profile/vllm.py, profile/sglang.py): GPU records waiting for their CUDA events;
-# beyond the bound the oldest is resolved (its work was queued that many steps ago, so the wait is
-# nil in practice) -- memory and what a dying worker loses stay bounded
-MAX_PENDING_VLLM_STEPS = 4
+# a record that finds the queue full is dropped and counted (the hook never waits on the GPU), so
+# memory and what a dying worker loses stay bounded. vLLM's async scheduling keeps the host one or
+# two steps ahead of the GPU: 16 leaves room for a stall of several steps before anything is lost
+MAX_PENDING_VLLM_STEPS = 16
 MAX_PENDING_SGLANG_FORWARDS = 64
+#: a rank or a size in a hook's meta line (TP / PP rank, DP replica): far beyond any deployment; a
+#: larger one is a corrupt line. Also bounds ``--dp-rank``
+MAX_PROCESS_RANK = 1 << 20
 
 
 def bounded_int(minimum: int, maximum: int) -> click.IntRange:

@@ -13,11 +13,12 @@ import pytest
 from specmodel.profile import calibration
 from specmodel.profile import vllm as hook
 from specmodel.trace.vllm_forward import read_step_log
+from tests.rank_files import rank_file
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
 
 
 def _lines(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (out / "rank1.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in rank_file(out, 1).read_text().splitlines()]
 
 
 def _run(runner: Any, n: int) -> None:
@@ -40,7 +41,7 @@ def test_one_probe_at_the_first_step_then_one_per_period(standin: Any) -> None: 
     _period_over()
     _run(r, 2)
     assert [x["type"] for x in _lines(standin.out)][5:] == ["step", "probe", "step"]
-    log = read_step_log(standin.out / "rank1.jsonl")  # the project's reader takes them, validated
+    log = read_step_log(rank_file(standin.out, 1))  # the project's reader takes them, validated
     assert len(log.probes) == 2 and len(log.steps) == 5
     p = log.probes[0]
     assert p["kernel"] == "matmul_f32" and p["device"] == "cpu" and p["clock"] == "perf_counter"
@@ -91,5 +92,5 @@ def test_the_wait_for_a_cpu_is_read_over_steps_never_over_the_engines_start_up(s
     _run(r, 1)
     _period_over()
     _run(r, 1)
-    log = read_step_log(standin.out / "rank1.jsonl")
+    log = read_step_log(rank_file(standin.out, 1))
     assert [p["wait_share"] for p in log.probes] == [None, pytest.approx(0.1)]

@@ -12,6 +12,7 @@ import pytest
 
 from specmodel.schema.profile import load_profile
 from tests.conftest import run_cli
+from tests.rank_files import rank_file
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -29,10 +30,12 @@ def test_launcher_patches_spawned_workers_and_passes_exit_status(launched: tuple
     res, out = launched
     assert res.returncode == 3, res.stderr  # the server's own status
     assert "standin server done" in res.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["rank0.jsonl", "rank1.jsonl"]
+    names = sorted(p.name for p in out.iterdir())
+    assert [n.split("-pid")[0] for n in names] == ["rank0-dp0-pp0", "rank1-dp0-pp0"], names
     for rank in (0, 1):
-        lines = [json.loads(x) for x in (out / f"rank{rank}.jsonl").read_text().splitlines()]
-        assert lines[0]["type"] == "meta" and lines[0]["rank"] == str(rank)
+        lines = [json.loads(x) for x in rank_file(out, rank).read_text().splitlines()]
+        assert lines[0]["type"] == "meta" and lines[0]["rank"] == str(rank) and lines[0]["tp_rank"] == rank
+        assert f"-pid{lines[0]['pid']}." in rank_file(out, rank).name
         fw = [r for r in lines if r["type"] == "forward"]
         # 1 prefill + 3 iterations × (decode, 2 draft, verify, 2 draft-extend); IDLE not recorded
         assert len(fw) == 1 + 3 * 6
@@ -60,7 +63,8 @@ def test_refuses_to_mix_runs(launched: tuple[object, Path]) -> None:
     _, out = launched
     res = run_cli("sglang", "--out", str(out), "--", sys.executable, "-c", "print('never')")
     assert res.returncode == 2
-    assert res.stderr.strip() == (f"specmodel: error: --out {out}: already holds rank0.jsonl from an earlier run; "
+    assert res.stderr.strip() == (f"specmodel: error: --out {out}: already holds {rank_file(out, 0).name} from an "
+                                  "earlier run; "
                                   "choose an empty directory (runs must not mix)")
     assert "never" not in res.stdout
 
@@ -82,7 +86,7 @@ def test_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
     (("--", "no-such-server-xyz"), "server command: 'no-such-server-xyz' not found"),
     (("--summarize", "nowhere-dir"), "-o/--output is required"),
     (("--summarize", "nowhere-dir", "-o", "p"), "nowhere-dir: not a directory"),
-    (("-o", "p", "--", "python"), "-o/--name/--tp only apply with --summarize"),
+    (("-o", "p", "--", "python"), "-o/--name/--tp/--dp-rank only apply with --summarize"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     res = run_cli("sglang", *args, cwd=tmp_path)
@@ -177,7 +181,7 @@ def test_spawned_workers_time_the_scheduler_step_and_the_summary_carries_it(tmp_
         assert res.returncode == 0, res.stderr
         dirs.append(out)
         for rank in (0, 1):
-            steps = [json.loads(x) for x in (out / f"rank{rank}.jsonl").read_text().splitlines() if '"step"' in x]
+            steps = [json.loads(x) for x in rank_file(out, rank).read_text().splitlines() if '"step"' in x]
             cycle = {"draft": 2, "verify": 1, "draft_extend": 1} if spec == "1" else {"decode": 1}
             # 3 decode steps a worker; one the box's probe ran in is left out (the first probe: the prefill's)
             assert 1 <= sum(s["phases"] == cycle for s in steps) <= 3

@@ -20,6 +20,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
 from specmodel.trace.sglang_forward import read_forward_log, summarize
+from tests.rank_files import rank_file, rank_files
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -64,7 +65,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _forwards(tmp_path: Path) -> list[dict[str, Any]]:
     hook.flush(wait=True)
-    return [r for r in _lines(tmp_path / "logs" / "rank0.jsonl") if r["type"] == "forward"]
+    return [r for r in _lines(rank_file(tmp_path / "logs", 0)) if r["type"] == "forward"]
 
 
 def test_phase_mapping_by_name() -> None:
@@ -88,7 +89,7 @@ def test_055_standin_every_phase_recorded(standin: Any, tmp_path: Path) -> None:
                                               "EAGLEDraftExtendCudaGraphRunner.replay", "ModelRunner.forward"]
     assert hasattr(EAGLEDraftCudaGraphRunner.replay, "__specmodel_wrapped__")
     serve.run(tp_rank=0, iterations=3, batch=2)
-    lines = _lines(tmp_path / "logs" / "rank0.jsonl")
+    lines = _lines(rank_file(tmp_path / "logs", 0))
     meta = [r for r in lines if r["type"] == "meta"]
     assert len(meta) == 1 and meta[0]["sglang_version"] == "0.0.0+standin-0.5.5"
     assert meta[0]["spec"] == {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}
@@ -172,7 +173,7 @@ def test_hook_failure_never_breaks_a_forward(standin: Any, tmp_path: Path, capfd
     ModelRunner().forward(OddBatch())
     err = capfd.readouterr().err
     assert err.count("cannot annotate ModelRunner.forward") == 1
-    assert not (tmp_path / "logs" / "rank0.jsonl").exists()  # nothing recorded, nothing crashed
+    assert not rank_files(tmp_path / "logs", 0)  # nothing recorded, nothing crashed
 
 
 def test_exception_in_forward_propagates_unrecorded(standin: Any, tmp_path: Path) -> None:
@@ -241,7 +242,7 @@ def _standin_logs(standin: Any, tmp_path: Path) -> Path:
 
 def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
     logs = _standin_logs(standin, tmp_path)
-    lg = read_forward_log(logs / "rank0.jsonl")
+    lg = read_forward_log(rank_file(logs, 0))
     assert len(lg.meta) == 1 and not lg.truncated
     prof = summarize([logs], name="standin")
     assert prof.source_kind == "ingested" and prof.tp == 2
@@ -262,7 +263,7 @@ def test_read_log_roundtrip_and_summarize(standin: Any, tmp_path: Path) -> None:
 
 def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     logs = _standin_logs(standin, tmp_path)
-    f = logs / "rank0.jsonl"
+    f = rank_file(logs, 0)
     n_before = len(read_forward_log(f).forwards)
     with f.open("a") as fh:
         fh.write('{"schema": "specmodel.sglang_forward", "schema_version": 1, "type": "forw')  # died mid-write
@@ -280,7 +281,7 @@ def test_truncated_last_line_ignored(standin: Any, tmp_path: Path, caplog: pytes
 ])
 def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: Any, message: str) -> None:
     logs = _standin_logs(standin, tmp_path)
-    f = logs / "rank0.jsonl"
+    f = rank_file(logs, 0)
     ls = [x for x in f.read_text().splitlines() if '"specmodel.probe"' not in x]  # the lines edited: meta, forwards
     edit(ls)
     f.write_text("\n".join(ls) + "\n")
@@ -320,7 +321,7 @@ def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -
     rec = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
            "tokens": 4, "forwards": 1, "runner": "target"}
     hook._STATE.pending.extend([(dict(rec), sw1), (dict(rec), sw2)])
-    lines = [x for x in _lines(tmp_path / "logs" / "rank0.jsonl") if x["type"] != "probe"]  # the box's: apart
+    lines = [x for x in _lines(rank_file(tmp_path / "logs", 0)) if x["type"] != "probe"]  # the box's: apart
     assert hook.flush() == 0 and len(lines) == before + 1
     sw1.done = True
     assert hook.flush() == 2
@@ -425,7 +426,7 @@ def _two_servers(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fla
 
 
 def _steps(logs: Path) -> list[dict[str, Any]]:
-    return [r for r in _lines(logs / "rank0.jsonl") if r["type"] == "step"]
+    return [r for r in _lines(rank_file(logs, 0)) if r["type"] == "step"]
 
 
 def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
@@ -670,4 +671,34 @@ def test_a_step_the_calibration_probe_ran_in_is_not_written(standin: Any, tmp_pa
     assert PERIOD_S > 0.1 + cycles * CYCLE_S
     assert [s["forward_mode"] for s in steps] == ["DECODE"] * cycles
     assert [round(s["overhead_s"], 9) for s in steps] == [CYCLE_HOST_S] * cycles
-    assert sum(1 for r in _lines(logs / "rank0.jsonl") if r["type"] == "probe") == 1
+    assert sum(1 for r in _lines(rank_file(logs, 0)) if r["type"] == "probe") == 1
+
+
+def test_the_process_place_comes_from_sglangs_own_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.5 keeps tp_rank / pp_rank on the ModelRunner and the DP replica only in the scheduler
+    (its process title ``sglang::scheduler_DP1_TP0``, or ``$SGLANG_DP_RANK``); 0.5.23 keeps them
+    in ``runtime_context.get_parallel()``, which raises on a name not published yet."""
+    import types
+
+    monkeypatch.delenv("SGLANG_DP_RANK", raising=False)
+    title = types.ModuleType("setproctitle")
+    title.getproctitle = lambda: "sglang::scheduler_DP3_PP1_TP0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "setproctitle", title)
+    monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context", raising=False)
+    runner = types.SimpleNamespace(tp_rank=0)
+    assert hook._place(runner) == {"tp_rank": 0, "pp_rank": 1, "dp_rank": 3, "pp_size": None, "dp_size": None}
+    monkeypatch.setenv("SGLANG_DP_RANK", "2")
+    assert hook._place(runner)["dp_rank"] == 2
+
+    class Parallel:  # 0.5.23's ParallelContext: names read through __getattr__, unpublished ones raise
+        tp_rank, pp_rank, pp_size = 5, 0, 1
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f"{name} is not published")
+
+    ctx = types.ModuleType("sglang.srt.runtime_context")
+    ctx.get_parallel = Parallel  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", ctx)
+    monkeypatch.delenv("SGLANG_DP_RANK")
+    assert hook._place(types.SimpleNamespace()) == {"tp_rank": 5, "pp_rank": 0, "dp_rank": 3, "pp_size": 1,
+                                                    "dp_size": None}

@@ -19,12 +19,19 @@ import pytest
 from specmodel.errors import SpecmodelError
 from specmodel.profile import vllm as hook
 from specmodel.trace.vllm_forward import read_step_log, summarize
+from tests.rank_files import rank_file, rank_files
 
 AR_S = 0.002
 FWD_COMPUTE_S = 0.003
 DRAFT_COMPUTE_S = 0.002
 HOST_S = 0.004
 DRAFT_STEP_S = 0.001  # each drafter forward after the first (one token per request)
+
+
+def _busy(seconds: float) -> None:
+    """The stand-in engine's work (host and device alike on the CPU); a test of the GPU clocks swaps
+    it for device work the host does not wait for."""
+    time.sleep(seconds)
 
 
 @dataclass
@@ -59,7 +66,7 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
 
     class GroupCoordinator:
         def _all_reduce_out_place(self, x: Any) -> Any:
-            time.sleep(AR_S)
+            _busy(AR_S)
             return x
 
     ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
@@ -77,10 +84,10 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
 
         def propose(self) -> list[int]:
             tp_group._all_reduce_out_place(1)
-            time.sleep(DRAFT_COMPUTE_S)
+            _busy(DRAFT_COMPUTE_S)
             out = [self._sample_draft_tokens()]
             for _ in range(self.k - 1):
-                time.sleep(DRAFT_STEP_S)
+                _busy(DRAFT_STEP_S)
                 out.append(self._sample_draft_tokens())
             return out
 
@@ -106,11 +113,11 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
         def _model_forward(self, **kw: Any) -> Any:
             for _ in range(3):
                 tp_group._all_reduce_out_place(1)
-            time.sleep(FWD_COMPUTE_S)
+            _busy(FWD_COMPUTE_S)
             return 0
 
         def sample_tokens(self, grammar_output: Any) -> Any:
-            time.sleep(HOST_S)
+            _busy(HOST_S)
             if self.speculative_config is not None:
                 self.propose_draft_token_ids()
             return "output"
@@ -118,7 +125,7 @@ def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
         def propose_draft_token_ids(self, *a: Any) -> Any:
             if self.speculative_config.method == "draft_model":
                 return [self.drafter.propose()]
-            time.sleep(DRAFT_COMPUTE_S)  # a host lookup (ngram)
+            _busy(DRAFT_COMPUTE_S)  # a host lookup (ngram)
             return [[1, 2, 3]]
 
         def shutdown(self) -> None:
@@ -148,7 +155,7 @@ def _run(runner: Any, so: _SO) -> None:
 
 
 def _steps(out: Path) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in (out / "rank1.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in rank_file(out, 1).read_text().splitlines()]
     assert lines[0]["type"] == "meta" and lines[0]["tp_size"] == 2 and lines[0]["clock"] == "perf_counter"
     return [x for x in lines[1:] if x["type"] == "step"]
 
@@ -187,7 +194,7 @@ def test_decode_prefill_and_the_gap_between_steps(standin: Any) -> None:
 def test_allreduce_outside_a_forward_is_not_counted(standin: Any) -> None:
     runner = standin.Runner(None)
     standin.group._all_reduce_out_place(1)  # start-up / dummy runs: no step in flight
-    assert not (standin.out / "rank1.jsonl").exists()
+    assert not rank_files(standin.out, 1)
     _run(runner, _so(1))
     hook.flush(wait=True)
     (s,) = _steps(standin.out)
@@ -246,7 +253,7 @@ def test_ramp_cells_seen_few_times_are_left_out_and_said(standin: Any, tmp_path:
     assert sorted(c["batch"] for c in doc["costs"] if c["kind"] == "decode") == [1, 3, 4]
     r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--min-samples", "2", "--", "true"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "--min-samples only apply with --summarize" in r.stderr
+    assert r.returncode == 2 and "--min-samples/--dp-rank only apply with --summarize" in r.stderr
 
 
 def test_summary_names_the_model_and_the_device_the_checks_read(standin: Any) -> None:
@@ -412,3 +419,37 @@ def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(sta
     assert cc.draft_total_s == pytest.approx(fc.total_s, rel=1e-9)  # one forward: the first, nothing more
     k3 = cycle_costs(p, batch=2, spec=p.spec)
     assert k3.draft_total_s == pytest.approx(ext.total_s + 2 * step.total_s, rel=1e-9)
+
+
+def test_a_v1_gpu_log_is_read_as_before_and_its_mixed_clocks_are_said(tmp_path: Path) -> None:
+    """An older hook's GPU log (vllm_step v1, ``rank<k>.jsonl``, overhead_s = host step − GPU
+    forward): read as written -- the row is forward + overhead + host gap, hand-summed -- and the
+    notes say its overhead mixed two clocks."""
+    d = tmp_path / "old"
+    d.mkdir()
+    head = {"schema": "specmodel.vllm_step", "schema_version": 1}
+    lines = [{**head, "type": "meta", "vllm_version": "0.32.0", "pid": 7, "rank": "0", "tp_size": 1,
+              "device": "cuda:0", "device_name": "NVIDIA H200", "clock": "cuda_event", "model_path": "/m"}]
+    lines += [{**head, "type": "step", "kind": "decode", "batch": 4, "tokens": 4, "spec_tokens": 0,
+               "context_tokens": 100.0, "draft_method": None, "draft_k": None, "forward_s": 0.010,
+               "forward_allreduce_s": 0.0, "forward_n_allreduce": 0, "draft_s": None, "draft_allreduce_s": None,
+               "draft_n_allreduce": None, "step_s": 0.012, "overhead_s": 0.002, "gap_s": 0.001} for _ in range(5)]
+    (d / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    prof = summarize([d], name="t")
+    (row,) = prof.rows("decode")
+    assert row.total_s == pytest.approx(0.010 + 0.002 + 0.001, rel=1e-9) and row.other_s == pytest.approx(0.003)
+    assert any("older GPU logs (vllm_step v1)" in n and "two clocks" in n for n in prof.notes)
+    assert not any("dropped" in n for n in prof.notes)
+
+
+def test_a_v2_gpu_step_without_its_gpu_span_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "rank0-dp0-pp0-pid1.jsonl"
+    p.write_text(json.dumps({"schema": "specmodel.vllm_step", "schema_version": 2, "type": "step", "kind": "decode",
+                             "batch": 1, "tokens": 1, "step_s": 0.1, "overhead_s": 0.0, "host_step_s": 0.05,
+                             "step_clock": "cuda_event", "gpu_step_s": None}) + "\n")
+    with pytest.raises(SpecmodelError, match=r"pid1.jsonl: line 1: gpu_step_s: a step on the cuda_event clock"):
+        read_step_log(p)
+    p.write_text(json.dumps({"schema": "specmodel.vllm_step", "schema_version": 2, "type": "meta",
+                             "dp_rank": -1}) + "\n")
+    with pytest.raises(SpecmodelError, match=r"line 1: dp_rank: expected an integer in 0\.\."):
+        read_step_log(p)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from specmodel.trace.vllm_forward import read_step_log
 from tests.vllm_engine import draft_spec, hook_steps, hooked
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -64,7 +65,12 @@ def test_tp2_draft_model_hooked_allreduces_per_forward_and_spec_metrics(vllm_pyt
         metrics = srv.get("/metrics")
         log = srv.log_text()
     ranks = hook_steps(out)
-    assert sorted(ranks) == ["rank0.jsonl", "rank1.jsonl"]
+    assert [n.split("-pid")[0] for n in sorted(ranks)] == ["rank0-dp0-pp0", "rank1-dp0-pp0"]  # a file per process
+    for tp_rank, f in enumerate(sorted(out.glob("rank*.jsonl"))):
+        (meta,) = read_step_log(f).meta  # the ranks vLLM's own parallel state gave the worker
+        assert (meta["tp_rank"], meta["pp_rank"], meta["dp_rank"], meta["pp_size"], meta["dp_size"]) == \
+            (tp_rank, 0, 0, 1, 1)
+        assert f.name == f"rank{tp_rank}-dp0-pp0-pid{meta['pid']}.jsonl"
     for steps in ranks.values():
         verify = [s for s in steps if s["kind"] == "verify"]
         assert verify
@@ -73,6 +79,9 @@ def test_tp2_draft_model_hooked_allreduces_per_forward_and_spec_metrics(vllm_pyt
         # the drafter has the target's shape and runs at the same TP: 9 per drafter forward, k = 3 forwards
         assert {s["draft_n_allreduce"] for s in verify} == {27}
         assert all(0 < s["forward_allreduce_s"] < s["forward_s"] for s in verify)
+        # the CPU engine: one clock, perf_counter; nothing dropped (no queue on the CPU)
+        assert {(s["step_clock"], s["step_s"] == s["host_step_s"], s["dropped_steps"]) for s in steps} == \
+            {("perf_counter", True, 0)}
     m = re.search(r"vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([0-9.e+]+)", metrics)
     d = re.search(r"vllm:spec_decode_num_drafts_total\{[^}]*\} ([0-9.e+]+)", metrics)
     assert m and d and float(d.group(1)) > 0

@@ -24,6 +24,7 @@ import pytest
 
 from specmodel.errors import SpecmodelError
 from specmodel.profile import vllm as hook
+from tests.rank_files import rank_file
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
 from tests.test_vllm_hook import AR_S, DRAFT_COMPUTE_S, FWD_COMPUTE_S, HOST_S, _so
@@ -188,7 +189,7 @@ def v2(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
 
 
 def _lines(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (out / "rank0.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in rank_file(out, 0).read_text().splitlines()]
 
 
 def test_v2_members_are_patched(v2: Any) -> None:

@@ -50,7 +50,8 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_
     if shutil.which(exe) is None and not Path(exe).is_file():
         raise SpecmodelError(f"server command: '{exe}' not found")
     out_dir.mkdir(parents=True, exist_ok=True)
-    click.echo(f"specmodel {tool}: hook on; per-rank logs go to {out_dir}/rank<k>.jsonl", err=True)
+    click.echo(f"specmodel {tool}: hook on; per-process logs go to {out_dir}/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl",
+               err=True)
     try:
         return subprocess.Popen(list(command), env={**child_env(out_dir, env_var=env_var), **(extra_env or {})})
     except OSError as exc:

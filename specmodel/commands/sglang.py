@@ -15,7 +15,7 @@ import click
 
 from specmodel.commands.hookrun import child_env, count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_TP
+from specmodel.limits import MAX_PROCESS_RANK, MAX_TP
 
 __all__ = ["child_env", "sglang_cmd"]
 
@@ -43,7 +43,7 @@ def launch(command: tuple[str, ...], out_dir: Path) -> int:
 
 @click.command("sglang", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("sglang-forward"), show_default=True,
-              help="Directory for rank<k>.jsonl (must not hold an earlier run's files).")
+              help="Directory for the per-process rank files (must not hold an earlier run's files).")
 @click.option("--summarize", "summarize_dirs", multiple=True, type=click.Path(path_type=Path),
               help="Instead of launching: aggregate the logs in DIR (repeatable) into a profile.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -51,10 +51,13 @@ def launch(command: tuple[str, ...], out_dir: Path) -> int:
 @click.option("--name", default=None, help="With --summarize: profile name (default: the output directory's name).")
 @click.option("--tp", type=click.IntRange(min=1, max=MAX_TP), default=None,
               help="With --summarize: TP degree, when the logs do not say.")
+@click.option("--dp-rank", type=click.IntRange(min=0, max=MAX_PROCESS_RANK), default=None,
+              help="With --summarize: the data-parallel replica to read (logs of several replicas are refused "
+                   "without it: each replica is its own engine).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ...], output: Path | None,
-               name: str | None, tp: int | None, command: tuple[str, ...]) -> None:
+               name: str | None, tp: int | None, dp_rank: int | None, command: tuple[str, ...]) -> None:
     """Run an SGLang server with every TP worker's forwards annotated and timed.
 
     \b
@@ -63,17 +66,17 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
 
     Each forward (verify, draft, draft-extend, decode, extend) gets an NVTX range and a
     torch.profiler span `specmodel.<phase>[bs=B,toks=T]`, and one JSON line with its GPU
-    time (CUDA events) in DIR/rank<k>.jsonl. The server's exit status is passed through.
+    time (CUDA events) in DIR/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl (one file per process). The server's exit status is passed through.
     """
     if summarize_dirs:
         if command:
             raise SpecmodelError("--summarize: give either a server command or --summarize, not both")
         if output is None:
             raise SpecmodelError("--summarize: -o/--output is required (e.g. -o profiles/my-box)")
-        _summarize(summarize_dirs, output, name, tp)
+        _summarize(summarize_dirs, output, name, tp, dp_rank)
         return
-    if output is not None or name is not None or tp is not None:
-        raise SpecmodelError("-o/--name/--tp only apply with --summarize")
+    if output is not None or name is not None or tp is not None or dp_rank is not None:
+        raise SpecmodelError("-o/--name/--tp/--dp-rank only apply with --summarize")
     if not command:
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel sglang -- python -m sglang.launch_server --model-path ...")
@@ -90,10 +93,12 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
     ctx.exit(rc)
 
 
-def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None) -> None:
+def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None, dp_rank: int | None) -> None:
+    from functools import partial
+
     from specmodel.trace.sglang_forward import summarize
 
-    write_hook_profile(summarize, dirs, output, name, tp, engine="SGLang")
+    write_hook_profile(partial(summarize, dp_rank=dp_rank), dirs, output, name, tp, engine="SGLang")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,7 +28,7 @@ import click
 
 from specmodel.commands.hookrun import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_METRICS_PAGE_BYTES, MAX_TP
+from specmodel.limits import MAX_METRICS_PAGE_BYTES, MAX_PROCESS_RANK, MAX_TP
 from specmodel.trace.hooklog import METRICS_FILE
 
 ENV_VAR = "SPECMODEL_VLLM_DIR"
@@ -182,7 +182,7 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
 
 @click.command("vllm", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("vllm-forward"), show_default=True,
-              help="Directory for rank<k>.jsonl (must not hold an earlier run's files).")
+              help="Directory for the per-process rank files (must not hold an earlier run's files).")
 @click.option("--health-timeout", "health_timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True,
               help="Seconds the server may take to answer /health before it is stopped (exit 2).")
 @click.option("--summarize", "summarize_dirs", multiple=True, type=click.Path(path_type=Path),
@@ -192,6 +192,9 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
 @click.option("--name", default=None, help="With --summarize: profile name (default: the output directory's name).")
 @click.option("--tp", type=click.IntRange(min=1, max=MAX_TP), default=None,
               help="With --summarize: TP degree, when the logs do not say.")
+@click.option("--dp-rank", type=click.IntRange(min=0, max=MAX_PROCESS_RANK), default=None,
+              help="With --summarize: the data-parallel replica to read (logs of several replicas are refused "
+                   "without it: each replica is its own engine).")
 @click.option("--min-samples", type=click.IntRange(min=1, max=1_000_000), default=None,
               help="With --summarize: leave out (kind, batch, tokens) cells seen fewer times per rank "
                    "(ramp steps) [default: 5].")
@@ -199,14 +202,15 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
              output: Path | None, name: str | None, tp: int | None, min_samples: int | None,
-             command: tuple[str, ...]) -> None:
+             dp_rank: int | None, command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
     \b
     specmodel vllm [--out DIR] -- python -m vllm.entrypoints.openai.api_server <args...>
     specmodel vllm --summarize DIR [--summarize DIR2] -o profiles/NAME
 
-    Per engine step, one JSON line in DIR/rank<k>.jsonl: kind (prefill / decode / verify), batch,
+    Per engine step, one JSON line in DIR/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl (one file per
+    process): kind (prefill / decode / verify), batch,
     tokens, context, the target forward and the all-reduces inside it, the draft proposal (with
     its all-reduces), and the rest of the step (sampling, rejection, bookkeeping, scheduling gap)
     measured as overhead. The server's last /metrics page (scraped every 5 s once healthy) is kept
@@ -218,10 +222,10 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
             raise SpecmodelError("--summarize: give either a server command or --summarize, not both")
         if output is None:
             raise SpecmodelError("--summarize: -o/--output is required (e.g. -o profiles/my-box)")
-        _summarize(summarize_dirs, output, name, tp, min_samples)
+        _summarize(summarize_dirs, output, name, tp, min_samples, dp_rank)
         return
-    if output is not None or name is not None or tp is not None or min_samples is not None:
-        raise SpecmodelError("-o/--name/--tp/--min-samples only apply with --summarize")
+    if output is not None or name is not None or tp is not None or min_samples is not None or dp_rank is not None:
+        raise SpecmodelError("-o/--name/--tp/--min-samples/--dp-rank only apply with --summarize")
     if not command:
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ...")
@@ -235,13 +239,13 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
 
 
 def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None,
-               min_samples: int | None) -> None:
+               min_samples: int | None, dp_rank: int | None) -> None:
     from functools import partial
 
     from specmodel.trace.vllm_forward import MIN_SAMPLES, summarize
 
-    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES), dirs, output, name, tp,
-                       engine="vLLM")
+    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES, dp_rank=dp_rank), dirs, output,
+                       name, tp, engine="vLLM")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -134,7 +134,7 @@ class Stopwatch:
     """Times a span on the device that runs it.
 
     On CUDA, two events on the current stream (asynchronous work such as CUDA-graph replays
-    is timed correctly; ``elapsed_s`` synchronises on the end event). On the CPU,
+    is timed correctly; ``elapsed_s`` synchronises on the end event unless :meth:`ready`). On the CPU,
     ``perf_counter`` (gloo collectives are synchronous from the caller's view).
     """
 
@@ -171,10 +171,17 @@ class Stopwatch:
             return bool(self._end is not None and self._end.query())
         return True
 
+    def wait(self) -> None:
+        """Block until the end event has completed (CUDA; nothing on the CPU). Only a hook's exit
+        flush calls it, never on the step path."""
+        if self.use_cuda and self._end is not None:
+            self._end.synchronize()
+
     @property
     def elapsed_s(self) -> float:
         if self.use_cuda:
-            self._end.synchronize()
+            if not self._end.query():  # a hook reads it once ready: no synchronise call at all then
+                self._end.synchronize()
             return from_ms(float(self._start.elapsed_time(self._end)))  # CUDA events report ms
         return self._t1 - self._t0
 

@@ -8,7 +8,7 @@ worker process -- and ``--summarize`` compares the two (:mod:`specmodel.model.co
 ``box_condition``) instead of guessing from a tolerance.
 
 The probe (one :class:`Probe`, format :data:`specmodel.schema.formats.PROBE`, one JSON line in the
-hook's own ``rank<k>.jsonl``): :data:`SAMPLES` timings of ``reps`` float32 ``n x n`` matmuls
+hook's own rank file): :data:`SAMPLES` timings of ``reps`` float32 ``n x n`` matmuls
 (:data:`KERNELS`: sized per device so that a sample is bound by the device, not by launching
 kernels), after one untimed one (lazy initialisation is not the box). CPU: ``perf_counter``;
 GPU: CUDA events, resolved by the hook's deferred flush like its step records (never a

@@ -1,6 +1,7 @@
 """What the engine hooks (:mod:`specmodel.profile.sglang`, :mod:`specmodel.profile.vllm`) share:
 patching a module the moment it is first imported (TP workers import the engine late, after the
-``sitecustomize`` shim in ``sglang_shim/`` -- one shim for both engines -- ran).
+``sitecustomize`` shim in ``sglang_shim/`` -- one shim for both engines -- ran), and the name of
+each process's rank file.
 
 Kept free of torch and of any engine import: the shims load it in every Python process.
 """
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -51,3 +54,23 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
                     spec.loader = _PatchingLoader(spec.loader, fullname, self.on_import)
                 return spec
         return None
+
+
+def rank_file_name(*, rank: str, dp: int | None, pp: int | None, pid: int, attempt: int = 0) -> str:
+    """``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``: one file per process (a DP replica or PP stage
+    has its own TP rank 0; two servers sharing ``--out`` have their own pids)."""
+    tail = f"-{attempt}" if attempt else ""
+    return f"rank{rank}-dp{0 if dp is None else dp}-pp{0 if pp is None else pp}-pid{pid}{tail}.jsonl"
+
+
+def open_rank_file(out: Path, *, rank: str, dp: int | None, pp: int | None) -> tuple[int, Path]:
+    """Create this process's rank file (``O_EXCL``: a name another process holds -- the same pid in
+    another container sharing the directory -- gets a suffix) and open it for appending."""
+    pid = os.getpid()
+    for attempt in range(1000):
+        path = out / rank_file_name(rank=rank, dp=dp, pp=pp, pid=pid, attempt=attempt)
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{out}: no free rank file name for pid {pid}")

@@ -11,9 +11,15 @@
 Each call is wrapped in the annotation seam (:func:`specmodel.profile.annotate.phase`: NVTX
 range + ``record_function`` span ``specmodel.<phase>[bs=..,toks=..]``) and timed with a
 :class:`~specmodel.profile.annotate.Stopwatch` (CUDA events on a GPU, recorded on the stream
-and resolved later by a background thread, so the hot path never synchronises;
-``perf_counter`` on the CPU). One JSON line per forward goes to ``<dir>/rank<k>.jsonl``
-(appended, one ``write`` per line), preceded by one ``meta`` line per process.
+and written once a ``query()`` says they completed -- after the next forward or by a background
+thread -- so no forward ever waits on the GPU; ``perf_counter`` on the CPU). One JSON line per
+forward goes to ``<dir>/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl`` (one file per process: a DP
+replica's or a PP stage's TP rank 0, or a second server sharing ``--out``, never appends into
+another's file; appended, one ``write`` per line), preceded by one ``meta`` line naming the
+process's ranks. At most ``limits.MAX_PENDING_SGLANG_FORWARDS`` timings wait for their events; a
+forward that finds the queue full is dropped (the newest: the queued ones complete first) and
+counted in ``dropped_forwards`` on every later line, and ``--summarize`` reports it. Only the exit
+flush waits on events, outside the hook's lock.
 
 Phases come from ``forward_batch.forward_mode.name`` (member values shift between versions):
 TARGET_VERIFY → verify; DECODE → draft on the drafter's runner (``is_draft_worker``), decode
@@ -76,6 +82,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -88,7 +95,7 @@ from typing import Any
 
 from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
 from specmodel.profile.calibration import Calibrator, Probe
-from specmodel.profile.hookutil import PatchOnImport
+from specmodel.profile.hookutil import PatchOnImport, open_rank_file
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
 
@@ -185,6 +192,7 @@ class _State:
         # target prefill, "running" until the next one, then "done"; only "done" is recorded
         self.warmup = "pending"
         self.calibrator: Calibrator | None = None  # the box's condition, probed between target forwards
+        self.dropped = 0  # GPU timings dropped because the queue was full (stamped on every later line)
 
 
 _STATE = _State()
@@ -231,6 +239,47 @@ def _rank_of(runner: Any) -> str:
     return f"pid{os.getpid()}"
 
 
+_PROCTITLE = re.compile(r"_(DP|PP)(\d+)")
+
+
+def _place(runner: Any) -> dict[str, int | None]:
+    """This process's TP / PP rank and DP replica. SGLang keeps ``tp_rank`` / ``pp_rank`` on the
+    ModelRunner (0.5.5) or in ``runtime_context.get_parallel()`` (0.5.23); the DP replica is the
+    scheduler's (``get_parallel().dp_rank``, ``$SGLANG_DP_RANK``, or the ``_DP<k>`` its process
+    title carries: ``sglang::scheduler_DP1_TP0``)."""
+    par = None
+    try:
+        get = getattr(sys.modules.get("sglang.srt.runtime_context"), "get_parallel", None)
+        par = get() if callable(get) else None
+    except Exception:  # noqa: BLE001 - an unset context: the other sources
+        par = None
+
+    def val(name: str) -> int | None:
+        for src in (runner, par):
+            try:
+                v = getattr(src, name, None)
+            except Exception:  # noqa: BLE001 - SGLang's context raises on a name not published yet
+                v = None
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return None
+
+    place = {"tp_rank": val("tp_rank"), "pp_rank": val("pp_rank"), "dp_rank": val("dp_rank"),
+             "pp_size": val("pp_size"), "dp_size": val("dp_size")}
+    title = ""
+    try:
+        title = str(sys.modules["setproctitle"].getproctitle()) if "setproctitle" in sys.modules else ""
+    except Exception:  # noqa: BLE001
+        pass
+    from_title = {k: int(v) for k, v in _PROCTITLE.findall(title)}
+    if place["dp_rank"] is None:
+        env = os.environ.get("SGLANG_DP_RANK", "")
+        place["dp_rank"] = int(env) if env.isdigit() else from_title.get("DP")
+    if place["pp_rank"] is None:
+        place["pp_rank"] = from_title.get("PP")
+    return place
+
+
 def _attr(obj: Any, *names: str) -> Any:
     for n in names:
         obj = getattr(obj, n, None)
@@ -239,7 +288,7 @@ def _attr(obj: Any, *names: str) -> Any:
     return obj
 
 
-def _meta(runner: Any, rank: str) -> dict[str, Any]:
+def _meta(runner: Any, rank: str, place: dict[str, int | None]) -> dict[str, Any]:
     sa = getattr(runner, "server_args", None)
 
     def sa_get(name: str) -> Any:
@@ -263,7 +312,8 @@ def _meta(runner: Any, rank: str) -> dict[str, Any]:
         except Exception:  # noqa: BLE001
             pass
     return {**SGLANG_FORWARD.header(), "type": "meta",
-            "sglang_version": sglang_version(), "pid": os.getpid(), "rank": rank,
+            "sglang_version": sglang_version(), "pid": os.getpid(), "rank": rank, **place,
+            "max_pending_forwards": MAX_PENDING_SGLANG_FORWARDS,
             "tp_size": tp_size if isinstance(tp_size, int) else None, "device": device,
             "device_name": device_name, "model_path": sa_get("model_path"),
             "draft_model_path": sa_get("speculative_draft_model_path"), "spec": spec,
@@ -271,15 +321,17 @@ def _meta(runner: Any, rank: str) -> dict[str, Any]:
 
 
 def _open(runner: Any) -> None:
-    """Open ``rank<k>.jsonl`` on the first recorded forward of this process."""
+    """Open this process's rank file on its first recorded forward."""
     out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
     out.mkdir(parents=True, exist_ok=True)
-    rank = _rank_of(runner)
-    path = out / f"rank{rank}.jsonl"
-    _STATE.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    _STATE.path = path
+    place = _place(runner)
+    rank = str(place["tp_rank"]) if place["tp_rank"] is not None else _rank_of(runner)
+    if _STATE.path is None:
+        _STATE.fd, _STATE.path = open_rank_file(out, rank=rank, dp=place["dp_rank"], pp=place["pp_rank"])
+    else:  # a retry after the meta line failed: the same file
+        _STATE.fd = os.open(_STATE.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        _write_line(_meta(runner, rank))
+        _write_line(_meta(runner, rank, place))
     except BaseException:
         os.close(_STATE.fd)  # no forward line without its meta line: the next forward tries again
         _STATE.fd = None
@@ -301,12 +353,24 @@ def _write_line(obj: dict[str, Any]) -> None:
 
 
 def flush(wait: bool = False) -> int:
-    """Write every finished timing (``wait``: wait for unfinished CUDA events too). Returns lines written."""
+    """Write every finished timing (a ``query()`` each, never a synchronise). ``wait`` (exit,
+    uninstall): first wait for the pending timings' events -- outside the lock, so no forward waits
+    behind it -- then write them. Returns lines written."""
     n = 0
+    queued: dict[int, Any] = {}
+    if wait:
+        with _STATE.lock:
+            queued = {id(sw): sw for _, sw in _STATE.pending}
+        for sw in queued.values():
+            for w in (sw.watches if isinstance(sw, Probe) else [sw]):
+                try:
+                    w.wait()
+                except Exception:  # noqa: BLE001 - read (or lost, warned) below
+                    pass
     with _STATE.lock:
         while _STATE.pending:
             rec, sw = _STATE.pending[0]
-            if not wait and len(_STATE.pending) <= MAX_PENDING_SGLANG_FORWARDS and not sw.ready():
+            if not sw.ready() and id(sw) not in queued:
                 break  # FIFO on one stream: later ones are not done either
             _STATE.pending.popleft()
             try:
@@ -316,6 +380,7 @@ def flush(wait: bool = False) -> int:
                     continue
                 secs = float(sw.elapsed_s)
                 rec["gpu_s" if sw.use_cuda else "cpu_s"] = secs
+                rec["dropped_forwards"] = _STATE.dropped  # at write time: a line after a drop carries it
                 _write_line(rec)
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a lost line, never a crashed server
@@ -513,10 +578,10 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
     if not sw.use_cuda:
         with _STATE.lock:  # CPU timings are final now: written at once, never left to atexit
             rec["cpu_s"] = float(sw.elapsed_s)
+            rec["dropped_forwards"] = _STATE.dropped
             _write_line(rec)
     else:
-        with _STATE.lock:
-            _STATE.pending.append((rec, sw))
+        _enqueue(rec, sw)
         flush()  # every timing whose events completed (a query each, never a synchronise)
     cal = _STATE.calibrator
     if rec["runner"] == "target" and cal is not None and cal.due(time.perf_counter()):
@@ -531,14 +596,25 @@ def _probe(cal: Calibrator) -> None:
         st.probed = True  # the probe's own time is no host work of the engine's: that step is not written
     try:
         probe = cal.run()
-        with _STATE.lock:
-            if probe.use_cuda:
-                _STATE.pending.append(({}, probe))
-            else:
+        if probe.use_cuda:
+            _enqueue({}, probe)
+        else:
+            with _STATE.lock:
                 _write_line(probe.record())
     except Exception as exc:  # noqa: BLE001 - the probe must never harm the server
         _warn_once("probe", f"SGLang {sglang_version()}: the calibration probe failed ({exc!r}); that probe is "
                             "not recorded (forwards are)")
+
+
+def _enqueue(rec: dict[str, Any], sw: Any) -> None:
+    """Queue a GPU timing; a full queue drops it (the newest: the queued ones complete first, FIFO
+    on one stream) and counts a forward (a probe or a scheduler step is no forward: dropped, not
+    counted; a dropped step leaves its server's host work median to the steps kept)."""
+    with _STATE.lock:
+        if len(_STATE.pending) < MAX_PENDING_SGLANG_FORWARDS:
+            _STATE.pending.append((rec, sw))
+        elif not isinstance(sw, (Probe, _Step)):
+            _STATE.dropped += 1
 
 
 # --------------------------------------------------------------------------- the scheduler's step
@@ -569,6 +645,11 @@ class _Step:
         if not self.cuda:
             return True
         return bool(self.end.query()) and all(sw.ready() for _, sw in self.forwards)
+
+    def wait(self) -> None:
+        """Exit only (``flush(wait=True)``, outside the hook's lock): the closing bound's event done."""
+        if self.cuda and self.end is not None:
+            self.end.synchronize()
 
     def record(self) -> dict[str, Any]:
         # one clock for the step and its forwards: CUDA events on the GPU, perf_counter on the CPU
@@ -631,11 +712,12 @@ def _step_boundary(sched: Any) -> None:
         marker.record(_step_stream(sched))
     if keep and prev is not None:
         prev.end, prev.host_s = marker, now - prev.host_t0
-        with _STATE.lock:
-            if prev.cuda:
-                _STATE.pending.append(({}, prev))  # resolved by flush, like a forward's events
-            elif _STATE.fd is not None:
-                _write_line(prev.record())
+        if prev.cuda:
+            _enqueue({}, prev)  # resolved by flush, like a forward's events (a full queue drops it)
+        else:
+            with _STATE.lock:
+                if _STATE.fd is not None:
+                    _write_line(prev.record())
     _STEPS.open = _Step(host_t0=now, start=marker, cuda=cuda, start_shared=keep)
 
 
@@ -734,8 +816,8 @@ def _warn_spec_v2_bypass() -> None:
 def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Patch SGLang now (modules already imported) and on import (the rest). Idempotent.
 
-    ``out_dir`` (else ``$SPECMODEL_SGLANG_DIR``, else ``./sglang-forward``) receives
-    ``rank<k>.jsonl``. Returns the members patched so far (``Class.method``).
+    ``out_dir`` (else ``$SPECMODEL_SGLANG_DIR``, else ``./sglang-forward``) receives one rank
+    file per process. Returns the members patched so far (``Class.method``).
     """
     if out_dir is not None:
         _STATE.out_dir = Path(out_dir)

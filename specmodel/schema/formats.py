@@ -72,12 +72,16 @@ PROFILE = Format(name="specmodel.profile", version=5, readable=(1, 2, 3, 4, 5), 
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
 ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
-#: the SGLang hook's per-rank JSONL, one record per line (profile/sglang.py); v2 adds ``step`` records
-#: (the scheduler's step: its span, the forwards inside it, its host work); v1 logs hold forwards only
+#: the SGLang hook's per-process JSONL, one record per line (profile/sglang.py); v2: ``step`` records (the
+#: scheduler's step: its span, the forwards inside it, its host work), the meta line's tp/pp/dp ranks and
+#: ``max_pending_forwards``, each forward's ``dropped_forwards``; v1 logs hold forwards only
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=2, readable=(1, 2),
                         what="specmodel sglang forward log")
-#: the vLLM hook's per-rank JSONL, one engine step per line (profile/vllm.py, read by trace/vllm_forward.py)
-VLLM_STEP = Format(name="specmodel.vllm_step", version=1, what="specmodel vllm step log")
+#: the vLLM hook's per-process JSONL, one engine step per line (profile/vllm.py, read by
+#: trace/vllm_forward.py); v2: the meta line's tp/pp/dp ranks and ``max_pending_steps``, each step's
+#: ``host_step_s`` / ``gpu_step_s`` / ``gpu_gap_s`` / ``step_clock`` (``step_s`` and ``overhead_s`` on that
+#: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``
+VLLM_STEP = Format(name="specmodel.vllm_step", version=2, readable=(1, 2), what="specmodel vllm step log")
 #: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
 #: (written by profile/calibration.py, read by trace/probe.py)
 PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")

@@ -84,3 +84,59 @@ def check_one_server_kind(*, tp: int | None, tp_sizes: dict[int, str], models: d
     if tp is not None and tp_sizes and tp not in tp_sizes:
         first = next(iter(tp_sizes))
         raise SpecmodelError(f"--tp {tp}: contradicts {tp_sizes[first]}: tp_size {first} (leave --tp out: the logs say)")
+
+
+def check_place(meta: dict[str, Any], where: str, keys: Iterable[str]) -> None:
+    """The meta line's ranks (>= 0) and sizes / bounds (>= 1), each an integer or absent (v1)."""
+    from specmodel.limits import MAX_PROCESS_RANK
+
+    for k in keys:
+        v = meta.get(k)
+        if v is None:
+            continue
+        lo = 0 if k.endswith("_rank") else 1
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= MAX_PROCESS_RANK:
+            raise SpecmodelError(f"{where}: {k}: expected an integer in {lo}..{MAX_PROCESS_RANK} or null, got {v!r}")
+
+
+def dp_replica(meta: dict[str, Any]) -> int:
+    """The DP replica a process belongs to (0 for a v1 meta line, which does not say)."""
+    dp = meta.get("dp_rank")
+    return dp if isinstance(dp, int) else 0
+
+
+def pick_replica(metas: Iterable[tuple[dict[str, Any], str]], dp_rank: int | None, where: str) -> int | None:
+    """Which data-parallel replica ``--summarize`` reads: None when the logs hold one (read them all).
+
+    A profile prices one engine: TP ranks in lockstep, one batch. DP replicas are engines of their
+    own, each with its own batch, so a recording of several is summarized one replica at a time
+    (``--dp-rank``). Pipeline parallelism is refused: a step is split over stages (each process
+    times its stage's layers), and the cycle model prices one TP group's whole step."""
+    seen: set[int] = set()
+    for m, path in metas:
+        pp_size, pp = m.get("pp_size"), m.get("pp_rank")
+        if (isinstance(pp_size, int) and pp_size > 1) or (isinstance(pp, int) and pp > 0):
+            raise SpecmodelError(f"{path}: recorded with pipeline parallelism (pp_size {pp_size}, pp_rank {pp}): "
+                                 "each process times its own stage, and the model prices one TP group's whole "
+                                 "step; record the server with pipeline-parallel size 1")
+        seen.add(dp_replica(m))
+    replicas = ", ".join(map(str, sorted(seen)))
+    if dp_rank is not None:
+        if dp_rank not in seen:
+            raise SpecmodelError(f"--dp-rank {dp_rank}: {where} holds DP replica(s) {replicas}")
+        return dp_rank
+    if len(seen) > 1:
+        raise SpecmodelError(f"{where}: the logs hold {len(seen)} data-parallel replicas ({replicas}), each an "
+                             "engine with its own batch; summarize one at a time with --dp-rank N")
+    return None
+
+
+def drops_note(dropped: int, bound: int | None, unit: str, kinds: Iterable[str]) -> str | None:
+    """The summary's line on records a hook dropped (None: none were)."""
+    if dropped <= 0:
+        return None
+    ahead = f"more than {bound} {unit}s" if bound else "further than the hook's queue holds"
+    touched = ", ".join(sorted(set(kinds))) or "none"
+    return (f"{dropped} {unit}s dropped: the GPU ran {ahead} ahead of the hook's reader (the hook never waits on "
+            f"the GPU). Rows of the runs that dropped them ({touched}) may read low: a {unit} is dropped while "
+            "the GPU lags furthest behind the host, so the slowest stretches are the ones under-sampled.")

@@ -1,5 +1,5 @@
 """Reading back the engine hooks' calibration probes (format ``specmodel.probe``, written by
-:mod:`specmodel.profile.calibration` into either hook's ``rank<k>.jsonl``): each record validated,
+:mod:`specmodel.profile.calibration` into either hook's rank files): each record validated,
 and one server's probes pooled into its :class:`~specmodel.schema.profile.ServerCondition`.
 Shared by both hooks' ``--summarize`` (:mod:`specmodel.trace.vllm_forward`,
 :mod:`specmodel.trace.sglang_forward`). Runs anywhere: no engine, no torch."""

@@ -18,6 +18,7 @@ from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_S
 from specmodel.schema.formats import PROBE, SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median, series_median_ci95_rel
+from specmodel.trace.hooklog import check_place
 
 log = logging.getLogger("specmodel.sglang")
 
@@ -57,6 +58,9 @@ def _check_forward(rec: dict[str, Any], where: str) -> None:
         raise SpecmodelError(f"{where}: {secs[0]}: expected a finite number in 0..{MAX_HOOK_STEP_S:g} s, got {v!r}")
     if rec.get("runner") not in ("target", "draft"):
         raise SpecmodelError(f"{where}: runner: expected 'target' or 'draft', got {rec.get('runner')!r}")
+    lost = rec.get("dropped_forwards")
+    if lost is not None and (isinstance(lost, bool) or not isinstance(lost, int) or not 0 <= lost <= MAX_STEP_TOKENS):
+        raise SpecmodelError(f"{where}: dropped_forwards: expected an integer in 0..{MAX_STEP_TOKENS}, got {lost!r}")
 
 
 STEP_CLOCKS = ("cuda_event", "perf_counter")
@@ -93,10 +97,11 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
         raise SpecmodelError(f"{where}: rank: expected a string or an integer, got {rank!r}")
     if rec.get("spec") is not None and not isinstance(rec["spec"], dict):
         raise SpecmodelError(f"{where}: spec: expected an object or null, got {rec['spec']!r}")
+    check_place(rec, where, ("tp_rank", "pp_rank", "dp_rank", "pp_size", "dp_size", "max_pending_forwards"))
 
 
 def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
-    """Read one ``rank<k>.jsonl``. A truncated (unterminated, undecodable) last line is ignored
+    """Read one rank file (``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``, or v1's ``rank<k>.jsonl``). A truncated (unterminated, undecodable) last line is ignored
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
     from specmodel.trace.hooklog import read_records
@@ -142,7 +147,8 @@ def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return hooklog.log_files(dirs, "specmodel sglang")
 
 
-def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None) -> Any:
+def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
+              dp_rank: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`.
 
     Per phase × batch × tokens: ``total_s`` = median over every recorded forward of every rank
@@ -150,7 +156,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     ``spread_s`` = interquartile range. CUDA events time the whole forward, so the all-reduce
     share is unknown: it is put in ``other_s`` and the notes say so. ``decode`` and ``extend``
     rows come from the target runner only. Several directories may be combined (e.g. a
-    baseline run for ``decode`` rows and a speculative run for the rest).
+    baseline run for ``decode`` rows and a speculative run for the rest). A recording of several
+    data-parallel replicas is read one replica at a time (``dp_rank``); pipeline parallelism is
+    refused (:func:`specmodel.trace.hooklog.pick_replica`).
 
     The scheduler's host work (``step`` records, v2 logs): a ``decode`` row is the decode forward
     + the median host work of its server's decode steps at that batch, a ``verify`` row the verify
@@ -160,18 +168,23 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     Scheduler seam not found) no row gets any (the notes say why) and predict qualifies the verdict.
     """
     from specmodel.schema.profile import CostRow, Profile, Source
-    from specmodel.trace.hooklog import check_one_server_kind
+    from specmodel.trace.hooklog import check_one_server_kind, dp_replica, drops_note, pick_replica
     from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
+    replica = pick_replica([(m, lg.path) for lg in logs for m, _ in lg.runs if m], dp_rank,
+                           ", ".join(str(d) for d in dirs))
+    lost = 0  # forwards the hook dropped (its queue of GPU timings full)
+    lost_bounds: set[int] = set()
+    lost_kinds: set[str] = set()
     groups: dict[tuple[str, int, int], list[float]] = {}
     spec_decode: dict[tuple[str, int, int], list[float]] = {}  # decode/extend of a speculative server
     clocks: set[str] = set()
     versions: dict[str, str] = {}
     spec_meta: dict[str, Any] = {}
     tp_sizes: dict[int, str] = {}
-    run_ranks: dict[tuple[str, int], set[str]] = {}
+    run_ranks: dict[tuple[str, int, int], set[str]] = {}  # (directory, DP replica, segment) -> ranks
     devices: set[str] = set()
     models: dict[str, str] = {}
     served: set[str] = set()
@@ -184,20 +197,32 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     runs_without_steps = 0
     for lg in logs:
         for seg, rec in lg.probes:
-            probes[isinstance(lg.runs[seg][0].get("spec"), dict)].append(rec)
+            if replica is None or dp_replica(lg.runs[seg][0]) == replica:
+                probes[isinstance(lg.runs[seg][0].get("spec"), dict)].append(rec)
         for seg, rec in lg.steps:
+            if replica is not None and dp_replica(lg.runs[seg][0]) != replica:
+                continue  # another DP replica: another engine
             kind = "verify" if "verify" in rec["phases"] else "decode" if "decode" in rec["phases"] else None
             if kind is not None and rec.get("batch") is not None:
                 host.setdefault((isinstance(lg.runs[seg][0].get("spec"), dict), kind), {}) \
                     .setdefault(int(rec["batch"]), []).append(float(rec["overhead_s"]))
         stepped = {seg for seg, _ in lg.steps}
-        runs_without_steps += sum(1 for seg, (_, fwds) in enumerate(lg.runs) if fwds and seg not in stepped)
+        runs_without_steps += sum(1 for seg, (m, fwds) in enumerate(lg.runs)
+                                  if fwds and seg not in stepped and (replica is None or dp_replica(m) == replica))
         for seg, (m, fwds) in enumerate(lg.runs):
+            if replica is not None and dp_replica(m) != replica:
+                continue  # another DP replica: another engine
+            run_lost = max((int(r.get("dropped_forwards") or 0) for r in fwds), default=0)
+            if run_lost:
+                lost += run_lost
+                lost_kinds.update(str(r["phase"]) for r in fwds)
+                if isinstance(m.get("max_pending_forwards"), int):
+                    lost_bounds.add(m["max_pending_forwards"])
             if m:
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
             if m.get("tp_size") is not None:
                 tp_sizes.setdefault(m["tp_size"], lg.path)
-            run_ranks.setdefault((os.path.dirname(lg.path), seg), set()).add(str(m.get("rank", lg.path)))
+            run_ranks.setdefault((os.path.dirname(lg.path), dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
             if m.get("device_name"):
                 devices.add(str(m["device_name"]))
             if m.get("model_path"):
@@ -265,6 +290,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     conditions = conditions_of(probes[False], probes[True])
     if conditions is not None:
         notes.append(conditions_note(conditions))
+    lost_note = drops_note(lost, max(lost_bounds) if lost_bounds else None, "forward", lost_kinds)
+    if lost_note:
+        notes.append(lost_note)
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),
                                  files=tuple(str(f) for f in files),
                                  clock="cuda_event" if clocks == {"gpu_s"} else "perf_counter",

@@ -53,7 +53,7 @@ from specmodel.limits import (
 from specmodel.schema.formats import PROBE, VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median, series_median_ci95_rel
-from specmodel.trace.hooklog import METRICS_FILE
+from specmodel.trace.hooklog import METRICS_FILE, check_place
 from specmodel.units import ms
 
 STEP_KINDS = ("decode", "verify", "extend")
@@ -64,8 +64,12 @@ _E2E, _QUEUE, _INFER = ("vllm:e2e_request_latency_seconds", "vllm:request_queue_
 
 #: the seconds fields of a step record (null allowed where the part did not run)
 _SECONDS = ("forward_s", "forward_allreduce_s", "draft_s", "draft_allreduce_s", "gap_s", "draft_first_s",
-            "draft_first_allreduce_s")
-_COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens", "draft_first_n_allreduce")
+            "draft_first_allreduce_s", "host_step_s", "gpu_step_s", "gpu_gap_s")
+_COUNTS = ("forward_n_allreduce", "draft_n_allreduce", "spec_tokens", "draft_first_n_allreduce", "dropped_steps")
+#: ``step_clock`` of a v2 step: the clock ``step_s`` / ``overhead_s`` (and the gap a row adds) are on
+CLOCKS = ("cuda_event", "perf_counter")
+#: the meta line's place of the process (v2): ranks and sizes
+_PLACE = ("tp_rank", "pp_rank", "dp_rank", "pp_size", "dp_size", "max_pending_steps")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +126,11 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
         _int(rec, k, where, lo=0, hi=MAX_STEP_TOKENS, optional=True)
     _int(rec, "draft_k", where, lo=1, hi=MAX_DRAFT_TOKENS, optional=True)
     _str(rec, "draft_method", where)
+    if rec.get("step_clock") is not None and rec["step_clock"] not in CLOCKS:
+        raise SpecmodelError(f"{where}: step_clock: expected one of {', '.join(CLOCKS)} or null, "
+                             f"got {rec['step_clock']!r}")
+    if rec.get("step_clock") == "cuda_event" and rec.get("gpu_step_s") is None:
+        raise SpecmodelError(f"{where}: gpu_step_s: a step on the cuda_event clock needs its GPU span")
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
@@ -132,6 +141,7 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
     rank = rec.get("rank")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (str, int))):
         raise SpecmodelError(f"{where}: rank: expected a string or an integer, got {rank!r}")
+    check_place(rec, where, _PLACE)
     spec = rec.get("spec")
     if spec is not None:
         if not isinstance(spec, dict):
@@ -141,7 +151,8 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
 
 
 def read_step_log(path: str | os.PathLike[str]) -> StepLog:
-    """Read one ``rank<k>.jsonl`` (see :func:`specmodel.trace.hooklog.read_records`)."""
+    """Read one rank file (``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``, or v1's ``rank<k>.jsonl``; see
+    :func:`specmodel.trace.hooklog.read_records`)."""
     from specmodel.trace.hooklog import read_records
     from specmodel.trace.probe import check_probe
 
@@ -334,7 +345,7 @@ def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
-              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES) -> Any:
+              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
@@ -347,15 +358,22 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     left out: such cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step
     each, and a single slow one (a 78 ms step, measured) would otherwise become a cost row that the
     running-max cost surface carries to every larger batch. A kind is kept whole when none of its
-    cells reaches the bound (a short run still yields a profile, with a note)."""
+    cells reaches the bound (a short run still yields a profile, with a note).
+
+    Each process's file is its own series (one file per process since v2); a recording of several
+    data-parallel replicas is summarized one replica at a time (``dp_rank``), a pipeline-parallel
+    one is refused (:func:`specmodel.trace.hooklog.pick_replica`). A row's host part is on its
+    steps' own clock: on a GPU (``step_clock`` cuda_event) the GPU's overhead and GPU gap, never a
+    host span less GPU forwards."""
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
-    from specmodel.trace.hooklog import check_one_server_kind, log_files
+    from specmodel.trace.hooklog import check_one_server_kind, dp_replica, drops_note, log_files, pick_replica
     from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
     where = ", ".join(str(d) for d in dirs)
+    replica = pick_replica([(m, lg.path) for lg in logs for m, _ in lg.runs if m], dp_rank, where)
     base_cells: dict[tuple[str, int, int, int], _Cell] = {}
     spec_cells: dict[tuple[str, int, int, int], _Cell] = {}
     nodraft_cells: dict[tuple[str, int, int, int], _Cell] = {}  # a host proposer's decode-shaped steps
@@ -376,15 +394,28 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     devices: set[str] = set()
     cpu_names: set[str] = set()
     spec_meta: dict[str, Any] = {}
-    run_ranks: dict[tuple[str, int], set[str]] = {}
+    run_ranks: dict[tuple[str, int, int], set[str]] = {}  # (directory, DP replica, segment) -> ranks
     n_steps = 0
     step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
     probes: dict[str, list[dict[str, Any]]] = {}  # --summarize directory -> its servers' probes
+    step_clocks: set[str] = set()  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
+    lost_steps = 0  # steps the hook dropped (its queue of GPU records full)
+    drop_bounds: set[int] = set()
+    drop_kinds: set[str] = set()
     for lg in logs:
         run_dir = str(os.path.dirname(lg.path))
         spec_dirs.setdefault(run_dir, False)
-        probes.setdefault(run_dir, []).extend(lg.probes)
+        if replica is None or all(dp_replica(m) == replica for m, _ in lg.runs):
+            probes.setdefault(run_dir, []).extend(lg.probes)
         for seg, (m, steps) in enumerate(lg.runs):
+            if replica is not None and dp_replica(m) != replica:
+                continue  # another DP replica: another engine
+            lost = max((int(r.get("dropped_steps") or 0) for r in steps), default=0)
+            if lost:
+                lost_steps += lost
+                drop_kinds.update(str(r["kind"]) for r in steps)
+                if isinstance(m.get("max_pending_steps"), int):
+                    drop_bounds.add(m["max_pending_steps"])
             if m:
                 versions.setdefault(str(m.get("vllm_version")), lg.path)
                 clocks.add(str(m.get("clock") or "perf_counter"))
@@ -404,7 +435,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     cpu_names.add(str(m.get("cpu_name") or "CPU"))
                 if isinstance(m.get("spec"), dict) and not spec_meta:
                     spec_meta = m["spec"]
-            run_ranks.setdefault((run_dir, seg), set()).add(str(m.get("rank", lg.path)))
+            run_ranks.setdefault((run_dir, dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
             n_steps += len(steps)
             for r in steps:
                 method, k = r.get("draft_method"), r.get("draft_k")
@@ -415,7 +446,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     step_spec.add((str(method), int(k)))
                 if r.get("forward_s") is None:
                     continue  # the forward was not seen (a step that ran no model)
-                gap = r.get("gap_s")
+                # the host part on the step's own clock: a GPU step's overhead and gap are the GPU's
+                on_gpu = r.get("step_clock") == "cuda_event"
+                step_clocks.add(str(r.get("step_clock") or
+                                    ("host_less_gpu" if m.get("clock") == "cuda_event" else "perf_counter")))
+                gap = r.get("gpu_gap_s") if on_gpu else r.get("gap_s")
                 # the gap before a prefill is mostly the engine waiting for the request (queue time on
                 # /metrics), not scheduling: a prefill step's cost is its own time
                 host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s
@@ -527,6 +562,17 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append(f"vLLM model runner: {', '.join(sorted(runners))}")
     if clock == "perf_counter":
         notes.append("Timed with perf_counter on the host (a CPU engine): not GPU figures.")
+    if "cuda_event" in step_clocks:
+        notes.append("GPU steps: other_s (the step's host work) is on the CUDA events' clock: the GPU's span of the "
+                     "step less its forward and proposal, plus the GPU's gap since the previous step; the host's "
+                     "span (host_step_s in the logs) is not used: under async scheduling it ends before the GPU's.")
+    if "host_less_gpu" in step_clocks:
+        notes.append("older GPU logs (vllm_step v1): other_s is the host's step less the GPU's forwards, two clocks; "
+                     "under async scheduling the GPU's time past the host's step end is lost (clamped at 0): "
+                     "re-record under this specmodel for the GPU's own overhead.")
+    dropped_note = drops_note(lost_steps, max(drop_bounds) if drop_bounds else None, "step", drop_kinds)
+    if dropped_note:
+        notes.append(dropped_note)
     if no_ar_timed:
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
                      "their all-reduce share is unknown, not zero.")
