@@ -482,6 +482,7 @@ def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
                    "draft_k": k if isinstance(k, int) else None, "gap_s": gap, "t_start_unix_s": time.time(),
                    "_t0": t0, "_cuda": _is_cuda(runner), "_timers": {},
                    "_ar": {"forward": [0.0, 0], "draft": [0.0, 0]}}
+    _capture_begin(runner, kind)
 
 
 def _end_step() -> None:
@@ -489,6 +490,7 @@ def _end_step() -> None:
     _STATE.step = None
     t1 = time.perf_counter()
     _STATE.last_end = t1
+    _capture_end(rec)
     if rec is None:
         return
     rec["step_s"] = t1 - rec.pop("_t0")
@@ -518,6 +520,45 @@ def _probe(cal: Calibrator) -> None:
                                   "not recorded (steps are)")
     finally:
         _STATE.last_end = time.perf_counter()
+
+
+# --------------------------------------------------------------------------- the capture (profile/vllm_capture.py)
+
+
+_CAPTURE: Any = None  # this process's Capture, made at its first step
+
+
+def _capture_begin(runner: Any, kind: str) -> None:
+    """Step-begin seam of the capture: it opens its window at a cycle step after its warm-up. Never raises."""
+    global _CAPTURE
+    try:
+        if _CAPTURE is None:
+            from specmodel.profile.vllm_capture import Capture
+
+            _CAPTURE = Capture()
+        _CAPTURE.begin(runner, kind)
+    except Exception as exc:  # noqa: BLE001 - a capture never harms the server
+        _warn_once("fault:capture", f"vLLM {vllm_version()}: the capture failed ({exc!r}); no capture")
+
+
+def _capture_end(rec: dict[str, Any] | None) -> None:
+    """Step-end seam of the capture: it stops and exports after its N cycle steps. Never raises."""
+    if _CAPTURE is None or _CAPTURE.done:
+        return
+    try:
+        out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
+        _CAPTURE.end(rec["kind"] if rec is not None else None, out, _rank())
+    except Exception as exc:  # noqa: BLE001
+        _warn_once("fault:capture", f"vLLM {vllm_version()}: the capture failed ({exc!r}); no capture")
+
+
+def _wrapper_off(role: str) -> bool:
+    """The diagnostic switch (``SPECMODEL_VLLM_NO_ALLREDUCE_WRAPPER=1``): the all-reduce stays unwrapped."""
+    if role != "allreduce":
+        return False
+    from specmodel.profile.vllm_capture import wrapper_off
+
+    return wrapper_off()
 
 
 def _annotated(label: str | None, cuda: bool) -> Any:
@@ -746,7 +787,7 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, 
 
 def _on_import(name: str, mod: ModuleType) -> None:
     for module, cls_name, method, role, runner_kind in ALL_TARGETS:
-        if module == name:
+        if module == name and not _wrapper_off(role):
             try:
                 _patch(mod, module, cls_name, method, role, runner_kind)
             except Exception as exc:  # noqa: BLE001
@@ -796,3 +837,5 @@ def uninstall() -> None:
     if _STATE.atexit:
         atexit.unregister(flush)
     _STATE.__init__()  # type: ignore[misc]
+    global _CAPTURE
+    _CAPTURE = None

