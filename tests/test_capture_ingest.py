@@ -26,13 +26,13 @@ DATA = Path(__file__).parent / "data" / "vllm_cpu_032_capture"
 US = 1e-6
 
 
-def _raw_pass_shares(trace: Path) -> dict[tuple[str, int], list[float]]:
-    """(phase label, occurrence) -> share of that pass, straight from the events (no specmodel reader)."""
+def _raw_passes(trace: Path) -> dict[str, list[tuple[float, float]]]:
+    """Phase label -> (all-reduce µs, span µs) of each pass, straight from the events (no specmodel reader)."""
     ev = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     spans = sorted((e for e in ev if str(e.get("name", "")).startswith("specmodel.") and e.get("ph") == "X"),
                    key=lambda e: e["ts"])
     ars = [e for e in ev if e.get("name") == "_C::shm_allreduce" and e.get("ph") == "X"]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
     after_extend = False
     for s in spans:
         lo, hi = s["ts"], s["ts"] + s["dur"]
@@ -44,28 +44,26 @@ def _raw_pass_shares(trace: Path) -> dict[tuple[str, int], list[float]]:
         else:
             after_extend = False
         ar = sum(min(a["ts"] + a["dur"], hi) - a["ts"] for a in ars if lo <= a["ts"] < hi and a["tid"] == s["tid"])
-        out.setdefault(s["name"], []).append(ar / s["dur"])
-    return {(k, i): [v] for k, vs in out.items() for i, v in enumerate(vs)}
+        out.setdefault(s["name"], []).append((ar, s["dur"]))
+    return out
 
 
 def _expected(run: str) -> dict[str, float]:
-    """Per phase label: the median over passes of the two ranks' mean share."""
-    per_rank = [_raw_pass_shares(DATA / run / "capture" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
-    labels = {k[0] for pr in per_rank for k in pr}
-    out = {}
-    for lab in labels:
-        n = max(k[1] for pr in per_rank for k in pr if k[0] == lab) + 1
-        means = [statistics.mean(pr[(lab, i)][0] for pr in per_rank if (lab, i) in pr) for i in range(n)]
-        out[lab] = statistics.median(means)
-    return out
+    """Per phase label: the median all-reduce time over the median span, both ranks' passes pooled
+    (the rule of the hook's own rows)."""
+    pooled: dict[str, list[tuple[float, float]]] = {}
+    for r in (0, 1):
+        for lab, xs in _raw_passes(DATA / run / "capture" / f"rank{r}.pt.trace.json.gz").items():
+            pooled.setdefault(lab, []).extend(xs)
+    return {lab: statistics.median(a for a, _ in xs) / statistics.median(s for _, s in xs) for lab, xs in pooled.items()}
 
 
 def test_the_recorded_capture_holds_the_hooks_spans_and_the_shm_allreduce() -> None:
     for run in ("base", "spec"):
         meta = json.loads((DATA / run / "capture" / "rank0.json").read_text())
         assert meta["schema"] == "specmodel.vllm_capture" and meta["cycle_steps"] == 3
-        raw = _raw_pass_shares(DATA / run / "capture" / "rank0.pt.trace.json.gz")
-        assert raw and all(0 < v[0] < 1 for v in raw.values())
+        raw = _raw_passes(DATA / run / "capture" / "rank0.pt.trace.json.gz")
+        assert raw and all(0 < a < s for xs in raw.values() for a, s in xs)
 
 
 @pytest.mark.parametrize("run", ["base", "spec"])

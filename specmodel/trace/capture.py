@@ -17,9 +17,11 @@ its all-reduce time is
   else by the correlation id of each runtime launch inside the CPU span -- a
   ``cudaGraphLaunch`` included, whose kernels all carry its id (docs/allreduce-capture.md).
 
-The share of a pass = its all-reduce seconds / its span; per phase (kind, batch, tokens) the
-median over passes of the ranks' mean (passes matched across ranks by occurrence: a typical
-rank, as :func:`~specmodel.trace.attribution.median_of_rank_means` aggregates ingest). A
+Per phase (kind, batch, tokens) the share = the median all-reduce seconds of its passes over the
+median span, every rank's passes pooled: the rule the hook's own rows follow
+(:mod:`specmodel.trace.vllm_forward`: a row's ``allreduce_s`` and forward are medians over every
+rank's steps), so a share times a row's forward estimates what the wrapper would have timed. (On
+a CPU box the ranks differ: the first to arrive waits in each all-reduce for the other.) A
 proposal's span (``specmodel.draft[..,fwd=k]``) holds all k drafter forwards: its share is the
 one of the ``draft`` rows and of the ``draft_extend`` row (the proposal's first forward) of that
 batch. Proposals after a prefill run over the prompt and are left out, as the hook's rows leave
@@ -70,7 +72,7 @@ class CaptureShares:
 
     directory: str
     windows: tuple[CaptureWindow, ...]
-    #: (kind, batch, tokens) -> median over passes of the ranks' mean share
+    #: (kind, batch, tokens) -> median all-reduce seconds / median span, every rank's passes pooled
     shares: tuple[tuple[PhaseKey, float], ...]
     #: (kind, batch, tokens) -> passes behind the share (per rank, the most of any rank)
     passes: tuple[tuple[PhaseKey, int], ...]
@@ -130,8 +132,9 @@ def read_capture(directory: str | Path) -> CaptureShares | None:
     if not metas:
         return None
     windows: list[CaptureWindow] = []
-    # per rank: key -> shares in occurrence order
-    per_rank: list[dict[PhaseKey, list[float]]] = []
+    # key -> (all-reduce seconds, span seconds) of every pass on every rank
+    pooled: dict[PhaseKey, list[tuple[float, float]]] = defaultdict(list)
+    per_rank_passes: dict[PhaseKey, int] = defaultdict(int)
     files: list[str] = []
     modes: set[str] = set()
     attributions: set[str] = set()
@@ -146,19 +149,21 @@ def read_capture(directory: str | Path) -> CaptureShares | None:
         files.append(str(trace))
         modes.add(rt.mode)
         attributions.add(rt.attribution)
-        by_key: dict[PhaseKey, list[float]] = defaultdict(list)
+        counts: dict[PhaseKey, int] = defaultdict(int)
         for p in _vllm_cycle_drafts(list(rt.passes)):
             if p.span_s > 0:
-                by_key[(p.kind, p.batch, p.tokens)].append(pass_allreduce_s(p) / p.span_s)
-        per_rank.append(by_key)
+                key = (p.kind, p.batch, p.tokens)
+                pooled[key].append((pass_allreduce_s(p), p.span_s))
+                counts[key] += 1
+        for key, n in counts.items():
+            per_rank_passes[key] = max(per_rank_passes[key], n)
     shares: list[tuple[PhaseKey, float]] = []
     passes: list[tuple[PhaseKey, int]] = []
-    for key in sorted({k for r in per_rank for k in r}):
-        lists = [r[key] for r in per_rank if key in r]
-        n = max(len(x) for x in lists)
-        means = [sum(x[i] for x in lists if i < len(x)) / sum(1 for x in lists if i < len(x)) for i in range(n)]
-        shares.append((key, min(max(median(means), 0.0), 1.0)))
-        passes.append((key, n))
+    for key in sorted(pooled):
+        ar = median([a for a, _ in pooled[key]])
+        span = median([sp for _, sp in pooled[key]])
+        shares.append((key, min(max(ar / span, 0.0), 1.0)))
+        passes.append((key, per_rank_passes[key]))
     return CaptureShares(directory=str(directory), windows=tuple(windows), shares=tuple(shares),
                          passes=tuple(passes), files=tuple(files), mode="/".join(sorted(modes)),
                          attribution="/".join(sorted(attributions)))

@@ -233,7 +233,7 @@ def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_
         ar = min(median(g.ar), total)
         source = "wrapper" if max(g.n_ar) > 0 else ""
         share = share_for_row(shares, kind, b, t) if shares and capture_tp > 1 and not source else None
-        if share is not None:
+        if share:  # (a capture that found no all-reduce in a TP > 1 forward missed it: still unknown)
             ar, source = min(share * median(g.fwd), total), "capture"
         compute = min(max(median(g.fwd) - ar, 0.0), total - ar)
         if tp > 1 and not source:
