@@ -7,12 +7,14 @@ switched off (``SPECMODEL_VLLM_NO_ALLREDUCE_WRAPPER=1``: the rows record 0 all-r
 CUDA-graph replay) and ``--capture-steps``; one with the wrapper on and no capture. Each run is
 summarized by the real command; per phase the all-reduce share of the forward agrees.
 
-The tolerance, measured: on this 2-core box each rank's all-reduce time is mostly its wait for the
-other rank (rank 0 waits ~0.3 ms a forward, rank 1 ~0.01 ms), which the OS scheduler decides, so
-the share moves between runs. Four pairs of runs on the shared box gave decode shares of 10-26 %
-(wrapper) against 12-26 % (capture), a largest difference of 0.11 absolute; the bound is 0.15
-absolute. What it tells apart: a capture that missed the collectives (share 0: the rows stay
-unknown) or counted the whole span (share 1), and a row priced off the wrong forward.
+The tolerance, measured (``python -m tests.capture_runs spread DIR 4``: four pairs of these two
+runs on the shared 2-core box): each rank's all-reduce time is mostly its wait for the other rank,
+which the OS scheduler decides (one rank's median share 0.08-0.27 against the other's 0.07-0.13
+in the same run), so the share moves between runs: decode 0.10-0.17 (wrapper) against 0.07-0.25
+(capture, 16 passes a rank), a largest difference of 0.077 absolute. The bound is 0.15 absolute,
+about twice that. What it tells apart: a capture that missed the collectives (share 0: the rows
+stay unknown and the test fails on their source) or counted the whole span (share 1), and a row
+priced off the wrong forward.
 
 One server at a time, 127.0.0.1 only, bounded waits and requests, stopped by process group
 (tests/vllm_engine.py). Added CI time: about 2 minutes on 2 cores (two TP 2 server starts)."""
