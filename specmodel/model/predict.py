@@ -316,11 +316,16 @@ class Prediction:
     @property
     def allreduce_source(self) -> str:
         """Where the all-reduce figures come from: "none (TP 1)", "unknown" (no split), "measured
-        (capture)" (some cycle rows' split is a profiler capture's share × their forward time) or
-        "measured" (timed around each all-reduce, or a trace's collectives)."""
+        (capture)" (some cycle rows' split is a profiler capture's share × their forward time),
+        "measured" (on this box: timed around each all-reduce, a trace's collectives, a fit), or
+        the profile's own kind where nobody measured it here ("reference")."""
         if self.no_allreduce or not self.allreduce_known:
             return self.allreduce_word
-        return "measured (capture)" if self.allreduce_capture else "measured"
+        if self.allreduce_capture:
+            return "measured (capture)"
+        from specmodel.schema.profile import OWN_BOX_KINDS
+
+        return "measured" if self.profile_source_kind in OWN_BOX_KINDS else self.profile_source_kind
 
     @property
     def tp_label(self) -> str:
