@@ -243,8 +243,10 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     files, steps = count_records(out_dir, "step")
     nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
            "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
+    captures = len(list((out_dir / "capture").glob("rank*.pt.trace.json.gz")))
+    cap = f", {captures} capture trace(s) in {out_dir / 'capture'}" if captures else ""
     click.echo(f"specmodel vllm: server exited with status {rc}; {steps} steps in {files} rank file(s) "
-               f"under {out_dir}; {nxt}", err=True)
+               f"under {out_dir}{cap}; {nxt}", err=True)
     ctx.exit(rc)
 
 
