@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,31 @@ def test_a_failing_capture_warns_once_and_the_steps_go_on(standin: Any, monkeypa
     assert err.count("specmodel vllm hook: warning:") == 1 and "the run goes on without a capture" in err
     steps = _steps(standin.out)
     assert len(steps) == 1 + vc.WARMUP_STEPS + 4 and all(s["forward_s"] > 0 for s in steps)
+
+
+def _vllm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specmodel", "vllm", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("flag, want", [(("--capture-steps", "5"), "5"), (("--capture-steps", "0"), "0"), ((), None)])
+def test_the_flag_reaches_the_servers_environment(tmp_path: Path, flag: tuple[str, ...], want: str | None) -> None:
+    seen = tmp_path / "env.json"
+    # a "server" that records what it was given and exits before it is healthy
+    code = (f"import json, os; json.dump({{'steps': os.environ.get({vc.ENV_STEPS!r})}}, open({str(seen)!r}, 'w')); "
+            "raise SystemExit(3)")
+    r = _vllm("--out", str(tmp_path / "o"), *flag, "--", sys.executable, "-c", code)
+    assert r.returncode == 2 and "exited with status 3 before" in r.stderr
+    assert json.loads(seen.read_text()) == {"steps": want}  # unset: the hook's default (on where graphs run)
+
+
+def test_flag_misuse_is_one_line(tmp_path: Path) -> None:
+    r = _vllm("--capture-steps", "3", "--summarize", str(tmp_path), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2 and "--capture-steps applies to a server run" in r.stderr and "Traceback" not in r.stderr
+    r = _vllm("--capture-steps", "-1", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "--capture-steps" in r.stderr and "Traceback" not in r.stderr
+    old = tmp_path / "o"
+    (old / "capture").mkdir(parents=True)
+    (old / "capture" / "rank0.json").write_text("{}")
+    r = _vllm("--out", str(old), "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "already holds rank0.json" in r.stderr
