@@ -67,7 +67,14 @@ def test_the_default_is_on_where_a_worker_replays_cuda_graphs() -> None:
     eager = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"),
                                   model_config=types.SimpleNamespace(enforce_eager=True))
     cpu = types.SimpleNamespace(device=types.SimpleNamespace(type="cpu"), model_config=None)
+
+    def mode(name: str) -> Any:  # vllm 0.32 CompilationConfig.cudagraph_mode (an enum member)
+        return types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"), model_config=None,
+                                     vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(
+                                         cudagraph_mode=types.SimpleNamespace(name=name))))
+
     assert [vc.runs_graphs(r) for r in (gpu, eager, cpu)] == [True, False, False]
+    assert [vc.runs_graphs(mode(m)) for m in ("FULL_AND_PIECEWISE", "PIECEWISE", "NONE")] == [True, True, False]
     assert vc.parse_steps(None) is None and vc.parse_steps(" 0 ") == 0 and vc.parse_steps("12") == 12
     for bad in ("-1", "x", str(vc.MAX_STEPS + 1)):
         with pytest.raises(ValueError):

@@ -78,10 +78,16 @@ def parse_steps(value: str | None) -> int | None:
 
 
 def runs_graphs(runner: Any) -> bool:
-    """A worker that replays CUDA graphs: a CUDA device and no ``enforce_eager``."""
+    """A worker that replays CUDA graphs: a CUDA device whose ``compilation_config.cudagraph_mode``
+    is not ``NONE`` (vllm 0.32 ``config/compilation.py`` ``CUDAGraphMode``: PIECEWISE graphs hold the
+    all-reduces too), or without that field, no ``enforce_eager``."""
     dev = getattr(runner, "device", None)
     if not str(getattr(dev, "type", dev or "")).startswith("cuda"):
         return False
+    cc = getattr(getattr(runner, "vllm_config", None), "compilation_config", None)
+    mode = getattr(cc, "cudagraph_mode", None)
+    if mode is not None:
+        return str(getattr(mode, "name", mode)) != "NONE"
     return not bool(getattr(getattr(runner, "model_config", None), "enforce_eager", False))
 
 
@@ -165,6 +171,10 @@ class Capture:
         prof, self.prof = self.prof, None
         self.done = True
         t0 = time.perf_counter()
+        if self.cuda:  # the last step's kernels (its proposal may still run) into the trace: one wait a capture
+            import torch
+
+            torch.cuda.synchronize()
         stopped_unix_s = time.time()
         prof.stop()
         dest = out_dir / SUBDIR
