@@ -378,7 +378,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     logs = [read_step_log(f) for f in files]
     # each run directory's torch.profiler capture: its steps ran under the profiler (left out of the
     # rows); its shares price the all-reduce of the rows the wrapper did not see
-    captures = {str(os.path.dirname(lg.path)): read_capture(os.path.dirname(lg.path)) for lg in logs}
+    captures = {d: read_capture(d) for d in dict.fromkeys(str(os.path.dirname(lg.path)) for lg in logs)}
     in_capture = 0
     where = ", ".join(str(d) for d in dirs)
     base_cells: dict[tuple[str, int, int, int], _Cell] = {}
@@ -517,7 +517,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx, shares=shares,
                                capture_tp=tp_val)
     nodraft, _ = _rows(dict(nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
-                       dropped=dropped, few_kinds=[], band_ctx=band_ctx)
+                       dropped=dropped, few_kinds=[], band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     draft_rows, _ = _rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
                           few_kinds=few_kinds, band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     costs += draft_rows
@@ -562,7 +562,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     if no_ar_timed:
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
                      "their all-reduce share is unknown, not zero"
-                     + (" (no capture of their phase: rerun with `specmodel vllm --capture-steps N`)." if caps else
+                     + (" (the capture held no pass of their phase)." if caps else
                         "; `specmodel vllm --capture-steps N` measures it from a torch.profiler capture."))
     from_capture = [r for r in costs if r.allreduce_source == "capture"]
     if caps:
