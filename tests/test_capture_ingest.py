@@ -205,3 +205,73 @@ def test_a_bad_capture_sidecar_is_one_line(tmp_path: Path, change: dict[str, Any
     r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert needle in r.stderr and str(side) in r.stderr, r.stderr
+
+
+def _cpu_capture(run: Path, phases: dict[str, tuple[float, float]], passes: int = 3) -> None:
+    """A hand-built CPU capture beside a run's rank logs: per rank, ``passes`` spans of each phase label
+    (span µs, shm all-reduce µs inside it), the window before every step of the run."""
+    cap = run / "capture"
+    cap.mkdir()
+    for r in (0, 1):
+        ev: list[dict[str, Any]] = []
+        t = 0.0
+        for _ in range(passes):
+            for label, (span, ar) in phases.items():
+                ev.append({"ph": "X", "cat": "user_annotation", "name": label, "pid": 5, "tid": 5, "ts": t, "dur": span})
+                ev.append({"ph": "X", "cat": "cpu_op", "name": "_C::shm_allreduce", "pid": 5, "tid": 5, "ts": t + 10,
+                           "dur": ar})
+                ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 5, "tid": 5, "ts": t + 10 + ar,
+                           "dur": span - ar - 20})
+                t += 1000.0
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}, "traceEvents": ev}
+        (cap / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+        (cap / f"rank{r}.json").write_text(json.dumps({"schema": "specmodel.vllm_capture", "schema_version": 1,
+                                                      "rank": str(r), "trace": f"rank{r}.pt.trace.json.gz",
+                                                      "started_unix_s": 0.0, "ended_unix_s": 1.0}))
+
+
+def test_a_host_proposers_rows_take_the_capture_share_and_uncaptured_phases_stay_unknown(tmp_path: Path) -> None:
+    """The recorded TP 2 ngram run (tests/data/vllm_cpu_032/tp2_ngram) with its all-reduce fields zeroed, a
+    hand-built capture of decode (30 of 100 µs) and verify b1 t4 (50 of 200 µs) beside it: the baseline's and
+    the speculative server's no-proposal decode rows take 0.3 of their forward, verify b1 t4 0.25; the
+    verify and decode shapes the capture did not hold stay unknown and are named."""
+    from tests.conftest import baseline_standin
+
+    src = Path(__file__).parent / "data" / "vllm_cpu_032" / "tp2_ngram" / "hook"
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    for f in sorted(src.glob("rank*.jsonl")):
+        lines = []
+        for ln in f.read_text().splitlines():
+            rec = json.loads(ln)
+            for k in list(rec):
+                if "allreduce" in k and rec[k] is not None:
+                    rec[k] = 0 if k.endswith("n_allreduce") else 0.0
+            lines.append(json.dumps(rec))
+        (spec / f.name).write_text("\n".join(lines) + "\n")
+    base = baseline_standin(spec, tmp_path / "base")
+    _cpu_capture(spec, {"specmodel.decode[bs=1,toks=1]": (100.0, 30.0), "specmodel.verify[bs=1,toks=4]": (200.0, 50.0)})
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"), "--min-samples", "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "p" / "profile.json").read_text())
+    rows = [*doc["costs"], *doc["host_proposer"]["decode"]]
+
+    def share(row: dict[str, Any]) -> float:
+        return float(row["allreduce_s"]) / (float(row["allreduce_s"]) + float(row["compute_s"]))
+
+    captured = {(x["kind"], x["batch"], x["tokens"]) for x in rows if x.get("allreduce_source") == "capture"}
+    assert captured == {("decode", 1, 1), ("verify", 1, 4)}
+    for x in rows:
+        key = (x["kind"], x["batch"], x["tokens"])
+        if key == ("decode", 1, 1):
+            assert share(x) == pytest.approx(0.3, rel=1e-9)
+        elif key == ("verify", 1, 4):
+            assert share(x) == pytest.approx(0.25, rel=1e-9)
+        elif x["kind"] in ("decode", "verify"):
+            assert x["allreduce_s"] == 0.0 and not x.get("allreduce_source")
+    assert len([x for x in doc["host_proposer"]["decode"] if x.get("allreduce_source") == "capture"]) >= 1
+    prof = profile_from_dict(doc, "p")
+    assert {(u.kind, u.batch, u.tokens) for u in prof.allreduce_unseen} == \
+        {(x["kind"], x["batch"], x["tokens"]) for x in doc["costs"]
+         if x["kind"] in ("decode", "verify") and not x.get("allreduce_source")}
+    assert prof.allreduce_unseen and not prof.has_allreduce_split
