@@ -275,3 +275,14 @@ def test_a_host_proposers_rows_take_the_capture_share_and_uncaptured_phases_stay
         {(x["kind"], x["batch"], x["tokens"]) for x in doc["costs"]
          if x["kind"] in ("decode", "verify") and not x.get("allreduce_source")}
     assert prof.allreduce_unseen and not prof.has_allreduce_split
+
+
+def test_a_row_recosted_by_an_allreduce_fit_no_longer_names_the_capture() -> None:
+    from specmodel.model.allreduce import recost_rows
+    from specmodel.schema.profile import AllReduceFit
+
+    row = CostRow(kind="verify", batch=1, tokens=4, total_s=0.012, allreduce_s=0.003, compute_s=0.009, n_allreduce=9,
+                  allreduce_msg_bytes=8192, allreduce_source="capture")
+    fit = AllReduceFit(alpha_s=10e-6, beta_bytes_per_s=10e9, tp=2)
+    (new,), changed = recost_rows((row,), 2, fit)
+    assert changed == 1 and new.allreduce_source == "" and new.allreduce_s != row.allreduce_s
