@@ -15,6 +15,10 @@ Checks (each: expected, observed, ok):
 * ``sglang_hook_capture``: the SGLang hook on the stand-in runner (tests/data/sglang_standin)
   that captures a CUDA graph after two warm-ups inside SGLang's ``model_capture_mode()``:
   no warm-up or capture rows; replays recorded with their forward count (and CUDA-event time).
+* ``vllm_hook_capture``: the vLLM hook's torch.profiler capture (profile/vllm_capture.py) around a
+  stand-in forward -- a CUDA-graph replay on a GPU -- read back by trace/capture.py: on by default
+  only where graphs run, one pass per captured step and phase, every replay's kernels mapped to
+  its phase (one GPU shows no all-reduce share: no TP > 1 collective; docs/allreduce-capture.md).
 * ``nvml_topology``: profile/hardware.py on this box: the NVML device found by UUID is the CUDA
   device (GPU only).
 
@@ -259,6 +263,105 @@ def check_sglang_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
         sys.path.remove(str(STANDIN))
 
 
+def check_vllm_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
+    """The vLLM hook's capture (profile/vllm_capture.py) around a stand-in forward -- a CUDA graph
+    replay on a GPU (a matmul and, where NCCL lets a one-rank all-reduce be captured, an AVG
+    all-reduce inside the graph), eager ops and a gloo all-reduce on the CPU -- read back by
+    trace/capture.py. One GPU (TP 1) shows that replays are captured and their kernels map to the
+    phases; it shows no all-reduce share of a real TP > 1 collective (NCCL's one-rank AVG is a
+    local kernel): that needs TP > 1 (docs/allreduce-capture.md)."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    from specmodel.profile import vllm_capture as vc
+    from specmodel.profile.annotate import phase
+    from specmodel.schema.phases import phase_label
+    from specmodel.trace.capture import read_capture
+    from specmodel.trace.kineto import IngestOptions, parse_rank_file
+
+    _process_group(cuda)
+    dev = "cuda" if cuda else "cpu"
+    x = torch.randn(256, 256, device=dev)
+    buf = torch.ones(1024, device=dev)
+    op = dist.ReduceOp.AVG if cuda else dist.ReduceOp.SUM
+    graph_ar: Any = None
+
+    def body(with_ar: bool) -> None:
+        y = x @ x
+        if with_ar:
+            dist.all_reduce(buf, op=op)
+        (y + 1).sum()
+
+    step: Callable[[], None] = lambda: body(True)  # noqa: E731
+    if cuda:
+        def capture_graph(with_ar: bool) -> Any:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                body(with_ar)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                body(with_ar)
+            return g
+
+        try:
+            graph, graph_ar = capture_graph(True), True
+        except Exception as exc:  # noqa: BLE001 - recorded: what this box's NCCL allows
+            torch.cuda.synchronize()
+            graph, graph_ar = capture_graph(False), f"not capturable here: {type(exc).__name__}"
+        step = graph.replay
+    runner = types.SimpleNamespace(device=torch.device(dev), model_config=types.SimpleNamespace(enforce_eager=False))
+    saved = os.environ.pop(vc.ENV_STEPS, None)
+    try:
+        default = vc.Capture()
+        default.begin(runner, "decode")  # the default: on where a worker replays graphs, off on the CPU
+        default_on = default.steps > 0
+        if not cuda:
+            os.environ[vc.ENV_STEPS] = str(vc.GPU_DEFAULT_STEPS)
+        cap = vc.Capture()
+        for i in range(vc.WARMUP_STEPS + vc.GPU_DEFAULT_STEPS + 2):
+            kind = ("decode", "verify")[i % 2]
+            cap.begin(runner, kind)
+            with phase(phase_label(kind, 1, 1 if kind == "decode" else 4)):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+            cap.end(kind, tmp, "0")
+    finally:
+        os.environ.pop(vc.ENV_STEPS, None)
+        if saved is not None:
+            os.environ[vc.ENV_STEPS] = saved
+    files = sorted(p.name for p in (tmp / "capture").iterdir()) if (tmp / "capture").is_dir() else []
+    res = read_capture(tmp) if files else None
+    trace = tmp / "capture" / "rank0.pt.trace.json.gz"
+    rt = parse_rank_file(str(trace), IngestOptions(), single=True) if files else None
+    import gzip
+
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"] if files else []
+    obs: dict[str, Any] = {
+        "default_on": default_on, "files": files,
+        "passes": {f"{k[0]} b{k[1]} t{k[2]}": n for k, n in (res.passes if res else ())},
+        "shares": {f"{k[0]} b{k[1]} t{k[2]}": round(v, 4) for k, v in (res.shares if res else ())},
+        "attribution": res.attribution if res else None,
+        "graph_launches": sum(1 for e in events if str(e.get("name", "")).startswith("cudaGraphLaunch")),
+        "kernels_mapped_to_phases": bool(rt and rt.passes) and all(p.busy_s > 0 for p in rt.passes) if cuda else None,
+        "allreduce_in_graph": graph_ar,
+        "tp1_shows": "graph replays captured and their kernels mapped to the phases; no TP > 1 all-reduce share",
+    }
+    n = vc.GPU_DEFAULT_STEPS // 2
+    exp: dict[str, Any] = {"default_on": cuda, "files": ["rank0.json", "rank0.pt.trace.json.gz"],
+                           "passes": {"decode b1 t1": n, "verify b1 t4": n}}
+    if cuda:
+        exp.update({"graph_launches": vc.GPU_DEFAULT_STEPS, "kernels_mapped_to_phases": True})
+    else:  # the gloo all-reduce inside each span: a share between 0 and 1
+        obs["shares_in_0_1"] = bool(res) and all(0 < v < 1 for _, v in res.shares)  # type: ignore[union-attr]
+        exp["shares_in_0_1"] = True
+    return _check("vllm_hook_capture", exp, obs)
+
+
 def check_nvml_topology(tmp: Path, cuda: bool) -> dict[str, Any]:
     import torch
 
@@ -282,6 +385,7 @@ CHECKS: tuple[tuple[str, Callable[[Path, bool], dict[str, Any]], bool], ...] = (
     ("kineto_categories", check_kineto_categories, True),
     ("innermost_annotation", check_innermost_annotation, True),
     ("sglang_hook_capture", check_sglang_hook_capture, True),
+    ("vllm_hook_capture", check_vllm_hook_capture, True),
     ("nvml_topology", check_nvml_topology, False),  # (name, function, possible on a CPU)
 )
 

@@ -52,7 +52,7 @@ def test_api_predict_equals_cli_json(tmp_path, cli_args, api_kwargs):
     cli = _cli_json(tmp_path, *cli_args)
     api = specmodel.predict(**api_kwargs).to_dict()
     cli.pop("notes")
-    assert (cli.pop("schema"), cli.pop("schema_version")) == ("specmodel.prediction", 5)
+    assert (cli.pop("schema"), cli.pop("schema_version")) == ("specmodel.prediction", 6)
     assert set(cli) == set(api)
     for key, want in api.items():
         got = cli[key]

@@ -18,7 +18,7 @@ from tests.fuzz import PROFILE_MUTATIONS, FuzzResult, fuzz, mutated_profile_text
 
 TOTAL_S = float(os.environ.get("SPECMODEL_FUZZ_SECONDS", "30"))
 TARGETS = ("trace", "log", "nccl_tests", "profile", "accept_hist", "safetensors", "vllm_hook", "sglang_hook",
-           "metrics", "watch_log")
+           "metrics", "watch_log", "vllm_capture")
 PER_TARGET_S = TOTAL_S / len(TARGETS)
 #: the reference profile with one field at an extreme (tests/fuzz.py PROFILE_MUTATIONS)
 MUTATED = DATA / "profile_mutated"
@@ -144,6 +144,17 @@ def _vllm_hook(p: Path) -> object:
     return _hook_profile(summarize([base, run], name="fuzz"))
 
 
+def _vllm_capture(p: Path) -> object:
+    """A mutated capture sidecar beside the recorded run's real traces, read as `vllm --summarize` reads it."""
+    from specmodel.trace.capture import read_capture
+
+    run = p.parent / "caprun"
+    if not run.exists():
+        shutil.copytree(DATA / "vllm_cpu_032_capture" / "base", run)
+    p.replace(run / "capture" / "rank0.json")
+    return read_capture(run)
+
+
 def _sglang_hook(p: Path) -> object:
     from specmodel.trace.sglang_forward import summarize
 
@@ -226,6 +237,8 @@ def _seeds(target: str, tmp: Path) -> tuple[list[Path], object]:
                 rec / "tp1_none" / "hook" / "rank0.jsonl"], _vllm_hook
     if target == "sglang_hook":
         return [_sglang_seed(tmp)], _sglang_hook
+    if target == "vllm_capture":
+        return [DATA / "vllm_cpu_032_capture" / "base" / "capture" / "rank0.json"], _vllm_capture
     if target == "metrics":
         return [DATA / "vllm_cpu_032_watch" / "tp1_ngram" / "metrics_1.txt",
                 sorted((DATA / "sglang_metrics_055").glob("page_*.txt"))[7]], _metrics

@@ -29,7 +29,11 @@ def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
     assert doc["schema"] == "specmodel.gpu_check_trace" and doc["schema_version"] == 1
     assert doc["mode"] == "cpu-dry-run" and doc["ok"] is True
     by = {c["name"]: c for c in doc["checks"]}
-    assert set(by) == {"kineto_categories", "innermost_annotation", "sglang_hook_capture", "nvml_topology"}
+    assert set(by) == {"kineto_categories", "innermost_annotation", "sglang_hook_capture", "vllm_hook_capture",
+                       "nvml_topology"}
+    cap = by["vllm_hook_capture"]["observed"]
+    assert cap["default_on"] is False and cap["passes"] == {"decode b1 t1": 4, "verify b1 t4": 4}
+    assert cap["attribution"] == "cpu span" and all(0 < v < 1 for v in cap["shares"].values())
     assert by["nvml_topology"]["skipped"]
     # the checks compare real observations, not constants
     assert by["kineto_categories"]["observed"]["msg_bytes"] == [4096]

@@ -75,6 +75,8 @@ class FakeEvent:
 def gpu(standin: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
     """The vLLM stand-in on a 'cuda' device whose events are FakeEvents."""
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    # a fake device runs no kernels: the graph default's torch.profiler capture would hold nothing to read
+    monkeypatch.setenv("SPECMODEL_VLLM_CAPTURE_STEPS", "0")
     monkeypatch.setattr(FakeEvent, "hold", False)
     monkeypatch.setattr(FakeEvent, "syncs", 0)
     monkeypatch.setattr(FakeEvent, "sync_calls", 0)

@@ -134,3 +134,15 @@ def test_allreduce_fit_reader_checks_the_header(case: int, tmp_path: Path) -> No
 def test_a_profile_given_where_an_accept_log_goes_names_both_formats(tmp_path: Path) -> None:
     r = run_cli("predict", "--profile", str(REFERENCE), "--accept-log", str(REFERENCE / "profile.json"), cwd=tmp_path)
     _one_line_error(r, "schema: expected 'specmodel.accept', got 'specmodel.profile'")
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_vllm_capture_reader_checks_the_header(case: int, tmp_path: Path) -> None:
+    change, needle = _bad_headers(formats.VLLM_CAPTURE)[case]
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "vllm_cpu_032_capture" / "base", run)
+    side = run / "capture" / "rank1.json"
+    side.write_text(json.dumps({**json.loads(side.read_text()), **change}))
+    r = run_cli("vllm", "--summarize", str(run), "-o", str(tmp_path / "p"), cwd=tmp_path)
+    _one_line_error(r, f"{side}: {needle}")
+    assert not (tmp_path / "p").exists()

@@ -58,6 +58,9 @@ def test_kernel_names_across_versions(name: str, collective: str, impl: str) -> 
     ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16, 8>(...)", "all_reduce",
      "torch_symm_mem"),
     ("void sglang::moe_finalize_all_reduce_kernel<__nv_bfloat16, 8>(...)", "all_reduce", "sglang_fused"),
+    # vLLM QuickReduce (ROCm), as csrc/quickreduce/quick_reduce.h declares it
+    ("void quickreduce::allreduce_prototype_twoshot<quickreduce::AllReduceTwoshot<__half, "
+     "quickreduce::CodecQ8<__half, 8>>, __half>(...)", "all_reduce", "vllm_quick"),
 ])
 def test_symmetric_memory_and_fused_kernels(name: str, collective: str, impl: str) -> None:
     c = classify_kernel(name)

@@ -150,7 +150,7 @@ def test_json_beside_the_pdf_carries_predict_json_exactly(which: str, request: p
     pred = dict(rep["pred"])
     notes = pred.pop("notes")
     # predict --json's own header; inside the report the report's header covers it
-    assert (pred.pop("schema"), pred.pop("schema_version")) == ("specmodel.prediction", 5)
+    assert (pred.pop("schema"), pred.pop("schema_version")) == ("specmodel.prediction", 6)
     pred["profile_path"] = data["prediction"]["profile_path"] = ""  # same file, maybe a different cwd-relative spelling
     assert data["schema"] == "specmodel.report" and data["schema_version"] == 1
     assert data["prediction"] == pred

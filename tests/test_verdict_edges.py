@@ -124,7 +124,7 @@ def test_batch_far_beyond_the_measured_ones_is_refused_with_the_range(tmp_path: 
     assert ok.returncode == 0, ok.stderr
     doc = json.loads(ok.stdout)
     assert doc["extrapolated"] and doc["speedup"] <= doc["accept_mean_tokens"]
-    assert doc["schema_version"] == 5 and doc["foreign_costs"] == ""
+    assert doc["schema_version"] == 6 and doc["foreign_costs"] == ""
 
 
 def test_the_plan_prices_no_cell_beyond_the_allowed_range() -> None:

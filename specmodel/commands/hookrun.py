@@ -42,7 +42,8 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
     from specmodel.trace.hooklog import METRICS_FILE
 
-    old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE)]) if out_dir.is_dir() else []
+    old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE), *out_dir.glob("capture/rank*")]) \
+        if out_dir.is_dir() else []
     if old:
         raise SpecmodelError(f"--out {out_dir}: already holds {old[0].name} from an earlier run; "
                              "choose an empty directory (runs must not mix)")

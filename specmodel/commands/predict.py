@@ -48,7 +48,10 @@ def format_prediction(p: Prediction, notes: tuple[str, ...] = ()) -> str:
     elif ar_unknown:
         lines.append(f"  all-reduce {'unknown':>10}  (the profile has no all-reduce split)")
     else:
-        lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle")
+        how = (f"; {', '.join(p.allreduce_capture)}: capture share × forward time (the hook's wrapper did not "
+               "see it)") if p.allreduce_capture else ""
+        lines.append(f"  all-reduce {ms(p.cycle_allreduce_s):>10}  = {p.cycle_allreduce_frac:.1%} of the cycle  "
+                     f"[{p.allreduce_source}{how}]")
     if p.proposal_rate < 1.0 or p.proposal_rate_source:
         lines.append(f"proposals    {p.proposal_rate:.0%} of request-steps proposed ({p.proposal_rate_source}); "
                      "the rest decode: "

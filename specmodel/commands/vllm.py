@@ -123,13 +123,18 @@ def _stop_server(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
         proc.wait(timeout=grace_s)
 
 
-def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> int:
-    """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy."""
+def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, capture_steps: int | None = None) -> int:
+    """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy.
+    ``capture_steps``: the hook's torch.profiler capture (:mod:`specmodel.profile.vllm_capture`;
+    None: its default, on where a worker runs CUDA graphs)."""
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
     from specmodel.profile.vllm import runner_env
+    from specmodel.profile.vllm_capture import ENV_STEPS
 
     extra, msg = runner_env(os.environ)
+    if capture_steps is not None:
+        extra[ENV_STEPS] = str(capture_steps)
     proc = start(command, out_dir, tool="vllm", env_var=ENV_VAR, extra_env=extra)
     if msg:
         click.echo(msg, err=True)
@@ -195,14 +200,19 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float) -> 
 @click.option("--dp-rank", type=click.IntRange(min=0, max=MAX_PROCESS_RANK), default=None,
               help="With --summarize: the data-parallel replica to read (logs of several replicas are refused "
                    "without it: each replica is its own engine).")
+@click.option("--capture-steps", type=click.IntRange(min=0, max=1000), default=None,
+              help="Record N cycle steps (decode/verify with their proposal) per worker with torch.profiler into "
+                   "DIR/capture/ after a few warm-up steps: the all-reduce share where the hook's wrapper cannot see "
+                   "it (CUDA-graph replays). 0: off. Default: on (8) where a worker runs CUDA graphs, off on the "
+                   "CPU and in eager mode.")
 @click.option("--min-samples", type=click.IntRange(min=1, max=1_000_000), default=None,
               help="With --summarize: leave out (kind, batch, tokens) cells seen fewer times per rank "
                    "(ramp steps) [default: 5].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
-             output: Path | None, name: str | None, tp: int | None, min_samples: int | None,
-             dp_rank: int | None, command: tuple[str, ...]) -> None:
+             output: Path | None, name: str | None, tp: int | None, capture_steps: int | None,
+             min_samples: int | None, dp_rank: int | None, command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
     \b
@@ -214,10 +224,14 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     tokens, context, the target forward and the all-reduces inside it, the draft proposal (with
     its all-reduces), and the rest of the step (sampling, rejection, bookkeeping, scheduling gap)
     measured as overhead. The server's last /metrics page (scraped every 5 s once healthy) is kept
-    in DIR/metrics.prom: the time a request spends outside the engine's steps. The server's exit
-    status is passed through.
+    in DIR/metrics.prom: the time a request spends outside the engine's steps. With
+    --capture-steps N each worker also writes a torch.profiler trace of N steps to
+    DIR/capture/rank<k>-....pt.trace.json.gz; --summarize reads each phase's all-reduce share from it
+    for the rows the wrapper did not see. The server's exit status is passed through.
     """
     if summarize_dirs:
+        if capture_steps is not None:
+            raise SpecmodelError("--capture-steps applies to a server run, not --summarize (which reads DIR/capture/)")
         if command:
             raise SpecmodelError("--summarize: give either a server command or --summarize, not both")
         if output is None:
@@ -229,12 +243,14 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     if not command:
         raise SpecmodelError("give the server command after `--`, e.g. "
                              "specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ...")
-    rc = launch(command, out_dir, health_timeout_s)
+    rc = launch(command, out_dir, health_timeout_s, capture_steps)
     files, steps = count_records(out_dir, "step")
     nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
            "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
+    captures = len(list((out_dir / "capture").glob("rank*.pt.trace.json.gz")))
+    cap = f", {captures} capture trace(s) in {out_dir / 'capture'}" if captures else ""
     click.echo(f"specmodel vllm: server exited with status {rc}; {steps} steps in {files} rank file(s) "
-               f"under {out_dir}; {nxt}", err=True)
+               f"under {out_dir}{cap}; {nxt}", err=True)
     ctx.exit(rc)
 
 

@@ -151,7 +151,8 @@ def recost_rows(costs: Sequence[CostRow], tp: int, fit: AllReduceFit) -> tuple[t
         if r.n_allreduce > 0 and r.allreduce_msg_bytes > 0 and tp > 1:
             skew = min(r.skew_s, r.allreduce_s)
             ar = r.n_allreduce * allreduce_s(r.allreduce_msg_bytes, tp, fit) + skew
-            out.append(dataclasses.replace(r, allreduce_s=ar, skew_s=skew,
+            # (the row's all-reduce is the fit's now, not what the hook's wrapper or a capture measured)
+            out.append(dataclasses.replace(r, allreduce_s=ar, skew_s=skew, allreduce_source="",
                                            total_s=max(ar + r.compute_s + r.other_s, 1e-12)))
             changed += 1
         else:

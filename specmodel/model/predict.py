@@ -320,6 +320,9 @@ class Prediction:
     cost_sources: tuple[tuple[str, str], ...] = ()  # (cost, where it came from)
     #: False when the profile has no all-reduce split: every *allreduce* figure is then unknown (not 0)
     allreduce_known: bool = True
+    #: cycle kinds whose rows' all-reduce came from a torch.profiler capture (the hook's wrapper did not
+    #: see it: a CUDA-graph replay), not from the wrapper's own timing
+    allreduce_capture: tuple[str, ...] = ()
 
     @property
     def no_allreduce(self) -> bool:
@@ -331,6 +334,20 @@ class Prediction:
     def allreduce_word(self) -> str:
         """How an all-reduce figure reads when it is not a measured time."""
         return "none (TP 1)" if self.no_allreduce else "unknown"
+
+    @property
+    def allreduce_source(self) -> str:
+        """Where the all-reduce figures come from: "none (TP 1)", "unknown" (no split), "measured
+        (capture)" (some cycle rows' split is a profiler capture's share × their forward time),
+        "measured" (on this box: timed around each all-reduce, a trace's collectives, a fit), or
+        the profile's own kind where nobody measured it here ("reference")."""
+        if self.no_allreduce or not self.allreduce_known:
+            return self.allreduce_word
+        if self.allreduce_capture:
+            return "measured (capture)"
+        from specmodel.schema.profile import OWN_BOX_KINDS
+
+        return "measured" if self.profile_source_kind in OWN_BOX_KINDS else self.profile_source_kind
 
     @property
     def tp_label(self) -> str:
@@ -429,6 +446,8 @@ class Prediction:
         d["extrapolated"] = [e.to_dict() for e in self.extrapolated]
         d["assumed"] = [a.to_dict() for a in self.assumed]
         d["measured"] = self.measured
+        d["allreduce_capture"] = list(self.allreduce_capture)
+        d["allreduce_source"] = self.allreduce_source
         d["to_measure"] = list(self.to_measure)
         d["verdict_label"] = self.verdict_label
         d["tp"] = self.tp if self.tp_known else None
@@ -669,6 +688,7 @@ def predict(profile: Profile, dist: AcceptDist, *, batch: int = 1, spec: SpecCon
         accept_samples_unknown=dist.samples_unknown, cost_sources=provenance,
         # at TP 1 there is no all-reduce to split: zero is known, not unmeasured
         allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
+        allreduce_capture=profile.allreduce_captured,
         cycle_cost_ci95_rel=u_cyc, baseline_cost_ci95_rel=u_base,
         proposal_rate=r, mean_step_s=t_step, inconsistencies=issues, p_withheld=withheld, algorithm=spec.algorithm,
         proposal_rate_source=hd.proposal_rate_note(proposal_rate, spec.algorithm, profile),

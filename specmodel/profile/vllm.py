@@ -596,6 +596,7 @@ def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
                    "_ar": {"forward": [0.0, 0], "draft": [0.0, 0]}}
     if _STATE.step["_cuda"]:
         _gpu_step_start(_STATE.step["_timers"])
+    _capture_begin(runner, kind)
 
 
 def _gpu_step_start(timers: dict[str, Any]) -> None:
@@ -614,6 +615,7 @@ def _end_step() -> None:
     _STATE.step = None
     t1 = time.perf_counter()
     _STATE.last_end = t1
+    _capture_end(rec)
     if rec is None:
         _STATE.gpu_last_end = None  # GPU work no record covers: the next step's GPU gap is unknown
         return
@@ -648,6 +650,48 @@ def _probe(cal: Calibrator) -> None:
                                   "not recorded (steps are)")
     finally:
         _STATE.last_end = time.perf_counter()
+
+
+# --------------------------------------------------------------------------- the capture (profile/vllm_capture.py)
+
+
+_CAPTURE: Any = None  # this process's Capture, made at its first step
+
+
+def _capture_begin(runner: Any, kind: str) -> None:
+    """Step-begin seam of the capture: it opens its window at a cycle step after its warm-up. Never raises."""
+    global _CAPTURE
+    try:
+        if _CAPTURE is None:
+            from specmodel.profile.vllm_capture import Capture
+
+            _CAPTURE = Capture()
+        _CAPTURE.begin(runner, kind)
+    except Exception as exc:  # noqa: BLE001 - a capture never harms the server
+        _warn_once("fault:capture", f"vLLM {vllm_version()}: the capture failed ({exc!r}); no capture")
+
+
+def _capture_end(rec: dict[str, Any] | None) -> None:
+    """Step-end seam of the capture: it stops and exports after its N cycle steps. Never raises."""
+    if _CAPTURE is None or _CAPTURE.done:
+        return
+    try:
+        out = _STATE.out_dir or Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
+        rank = _rank()
+        # named like this process's rank file (per process: DP replicas and PP stages share TP ranks)
+        stem = Path(_STATE.path).name.removesuffix(".jsonl") if _STATE.path is not None else f"rank{rank}"
+        _CAPTURE.end(rec["kind"] if rec is not None else None, out, rank, stem)
+    except Exception as exc:  # noqa: BLE001
+        _warn_once("fault:capture", f"vLLM {vllm_version()}: the capture failed ({exc!r}); no capture")
+
+
+def _wrapper_off(role: str) -> bool:
+    """The diagnostic switch (``SPECMODEL_VLLM_NO_ALLREDUCE_WRAPPER=1``): the all-reduce stays unwrapped."""
+    if role != "allreduce":
+        return False
+    from specmodel.profile.vllm_capture import wrapper_off
+
+    return wrapper_off()
 
 
 def _annotated(label: str | None, cuda: bool) -> Any:
@@ -876,7 +920,7 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, 
 
 def _on_import(name: str, mod: ModuleType) -> None:
     for module, cls_name, method, role, runner_kind in ALL_TARGETS:
-        if module == name:
+        if module == name and not _wrapper_off(role):
             try:
                 _patch(mod, module, cls_name, method, role, runner_kind)
             except Exception as exc:  # noqa: BLE001
@@ -926,3 +970,5 @@ def uninstall() -> None:
     if _STATE.atexit:
         atexit.unregister(flush)
     _STATE.__init__()  # type: ignore[misc]
+    global _CAPTURE
+    _CAPTURE = None

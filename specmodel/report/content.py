@@ -387,7 +387,7 @@ def cycle_allreduce_text(p: Prediction) -> str:
         return f"{ms(p.cycle_s)}, all-reduce none (TP 1)"
     if not p.allreduce_known:
         return f"{ms(p.cycle_s)}, all-reduce unknown (no split)"
-    return f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%}"
+    return f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%} ({p.allreduce_source})"
 
 
 def _breakdown(p: Prediction) -> Breakdown:

@@ -66,8 +66,9 @@ class Format:
 
 # on disk, read back ------------------------------------------------------------------------------
 #: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer``, v4
-#: ``requests``, v5 ``conditions`` (a profile is written at the lowest version that holds what it has)
-PROFILE = Format(name="specmodel.profile", version=5, readable=(1, 2, 3, 4, 5), what="specmodel profile")
+#: ``requests``, v5 ``conditions``, v6 a row's ``allreduce_source`` (a profile is written at the lowest
+#: version that holds what it has)
+PROFILE = Format(name="specmodel.profile", version=6, readable=(1, 2, 3, 4, 5, 6), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
@@ -82,6 +83,9 @@ SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=2, readable=(1,
 #: ``host_step_s`` / ``gpu_step_s`` / ``gpu_gap_s`` / ``step_clock`` (``step_s`` and ``overhead_s`` on that
 #: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``
 VLLM_STEP = Format(name="specmodel.vllm_step", version=2, readable=(1, 2), what="specmodel vllm step log")
+#: the vLLM hook's capture sidecar, ``capture/<rank file>.json`` beside its Kineto trace (written by
+#: profile/vllm_capture.py, read by trace/capture.py)
+VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")
 #: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
 #: (written by profile/calibration.py, read by trace/probe.py)
 PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")
@@ -94,8 +98,10 @@ SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --e
 #: `inconsistencies` / `consistent` / `p_withheld` added, `p_speedup_gt_1` null where withheld; v3:
 #: `speedup_low` / `speedup_high` (the speedup's band, the baseline's cost interval in it); v4:
 #: `request` (a request priced end to end; null without --request-tokens); v5: `foreign_costs` (why the
-#: costs are another box's, "" when the user's own), each inconsistency's `beyond_range`, check `beyond_range`
-PREDICTION = Format(name="specmodel.prediction", version=5, what="specmodel predict")
+#: costs are another box's, "" when the user's own), each inconsistency's `beyond_range`, check `beyond_range`;
+#: v6: `allreduce_source` ("measured" / "measured (capture)" / "unknown" / "none (TP 1)") and
+#: `allreduce_capture` (the cycle kinds whose split a profiler capture gave)
+PREDICTION = Format(name="specmodel.prediction", version=6, what="specmodel predict")
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py); v3: each cell's `beyond_range`
 #: (why it is not priced; `best_extrapolated` null there)
 PLAN = Format(name="specmodel.plan", version=3, what="specmodel plan")
@@ -117,5 +123,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, PROBE, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, VLLM_CAPTURE, PROBE, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
        DRAFTER_CHECK, INGEST, PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)

@@ -106,6 +106,19 @@ def _dict(d: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
     return dict(v)
 
 
+#: a row's ``allreduce_source`` (v6): "" not said, "wrapper" timed around each all-reduce, "capture" a profiler capture's share
+ALLREDUCE_SOURCES = ("", "wrapper", "capture")
+#: the profile version that added a row's ``allreduce_source``
+ALLREDUCE_SOURCE_VERSION = 6
+
+
+def _allreduce_source(d: Mapping[str, Any], where: str) -> str:
+    v = d.get("allreduce_source", "")
+    if not isinstance(v, str):
+        raise SpecmodelError(f"{where}: allreduce_source: expected a string, got {type(v).__name__}")
+    return v
+
+
 @dataclass(frozen=True, kw_only=True)
 class CostRow:
     """Cost of one forward pass of ``kind`` over ``tokens`` tokens for ``batch`` requests,
@@ -132,6 +145,10 @@ class CostRow:
     #: half-width of the 95 % interval of ``total_s`` (its median over repetitions) relative to it;
     #: None when unknown (a reference profile, too few repetitions). Optional in v2 files.
     ci95_rel: float | None = None
+    #: where ``allreduce_s`` came from (v6): "wrapper" (the vLLM hook timed each all-reduce), "capture"
+    #: (a torch.profiler capture's share of the phase × the row's forward time: the wrapper did not
+    #: see it, e.g. a CUDA-graph replay), "" (not said: every other source, older profiles)
+    allreduce_source: str = ""
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -178,6 +195,9 @@ class CostRow:
             raise SpecmodelError(f"{where}: n_allreduce/allreduce_msg_bytes must be >= 0 and samples >= 1")
         if self.samples > MAX_ROW_SAMPLES:
             raise SpecmodelError(f"{where}: samples must be <= {MAX_ROW_SAMPLES}, got {self.samples}")
+        if self.allreduce_source not in ALLREDUCE_SOURCES:
+            raise SpecmodelError(f"{where}: allreduce_source: expected one of {', '.join(map(repr, ALLREDUCE_SOURCES))}, "
+                                 f"got {self.allreduce_source!r}")
         if self.ci95_rel is not None and (isinstance(self.ci95_rel, bool) or not isinstance(self.ci95_rel, (int, float))
                                           or not math.isfinite(self.ci95_rel) or not 0 <= self.ci95_rel <= MAX_CI95_REL):
             raise SpecmodelError(f"{where}: ci95_rel must be a number in 0..{MAX_CI95_REL:g} or null, got {self.ci95_rel!r}")
@@ -221,6 +241,7 @@ class CostRow:
             samples=_int(d, "samples", where, minimum=1, optional=True, default=1),
             context_tokens=context,
             ci95_rel=_num(d, "ci95_rel", where) if d.get("ci95_rel") is not None else None,
+            allreduce_source=_allreduce_source(d, where),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +260,7 @@ class CostRow:
             "skew_s": self.skew_s,
             "samples": self.samples,
             **({"ci95_rel": self.ci95_rel} if self.ci95_rel is not None else {}),
+            **({"allreduce_source": self.allreduce_source} if self.allreduce_source else {}),
         }
 
 
@@ -968,6 +990,13 @@ class Profile:
         given = {k for k, _ in self.source.cost_origin}
         return tuple(r for r in self.costs if r.kind in CYCLE_KINDS and r.allreduce_s <= 0 and r.kind not in given)
 
+    @property
+    def allreduce_captured(self) -> tuple[str, ...]:
+        """Cycle kinds with a row whose all-reduce is a torch.profiler capture's share × its forward
+        time (``allreduce_source`` "capture": the hook's wrapper did not see it), in cycle order."""
+        kinds = {r.kind for r in self.costs if r.kind in CYCLE_KINDS and r.allreduce_source == "capture"}
+        return tuple(k for k in CYCLE_KINDS if k in kinds)
+
     def has(self, kind: str) -> bool:
         return any(r.kind == kind for r in self.costs)
 
@@ -1013,11 +1042,18 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         **extra,
     })
     # written at the lowest version that holds it: a file every older reader still reads
-    if p.conditions is None and p.requests is None:
-        d["schema_version"] = 2 if p.host_proposer is None else HOST_PROPOSER_VERSION
-    elif p.conditions is None:
-        d["schema_version"] = REQUESTS_VERSION
+    d["schema_version"] = max(2, HOST_PROPOSER_VERSION if p.host_proposer is not None else 0,
+                              REQUESTS_VERSION if p.requests is not None else 0,
+                              CONDITIONS_VERSION if p.conditions is not None else 0,
+                              ALLREDUCE_SOURCE_VERSION if any(r.allreduce_source for r in _every_row(p)) else 0)
     return d
+
+
+def _every_row(p: Profile) -> tuple[CostRow, ...]:
+    """The profile's cost rows, its host proposer's decode rows and its requests' prefill rows."""
+    hp = p.host_proposer.decode if p.host_proposer is not None else ()
+    rq = p.requests.spec_prefill if p.requests is not None else ()
+    return (*p.costs, *hp, *rq)
 
 
 def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
@@ -1068,7 +1104,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     if not isinstance(backend, str):
         raise SpecmodelError(f"{where}: backend: expected a string")
     try:
-        return Profile(
+        prof = Profile(
             name=name,
             source=Source.from_dict(_dict(d, "source", where), f"{where}: source"),
             hardware=_dict(d, "hardware", where),
@@ -1089,6 +1125,12 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     except SpecmodelError as exc:
         msg = str(exc)
         raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    if ver < ALLREDUCE_SOURCE_VERSION:
+        for r in _every_row(prof):
+            if r.allreduce_source:
+                raise SpecmodelError(f"{where}: {r.where}: allreduce_source: needs schema_version "
+                                     f"{ALLREDUCE_SOURCE_VERSION}, file has {ver}")
+    return prof
 
 
 def resolve_profile_path(path: str | Path) -> Path:

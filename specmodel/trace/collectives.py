@@ -77,6 +77,9 @@ KERNEL_RULES: tuple[Rule, ...] = (
     # / _2stage<T, ngpus>, launched by torch.ops._C_custom_ar.all_reduce).
     Rule(pattern=r"vllm::cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="vllm_custom"),
     Rule(pattern=r"cross_device_reduce_[12]stage", collective=ALL_REDUCE, implementation="custom"),
+    # vLLM's QuickReduce on ROCm (csrc/quickreduce/quick_reduce.h: quickreduce::allreduce_prototype_twoshot
+    # <AllReduceTwoshot<T, Codec>, T>, launched by torch.ops._C_custom_ar.qr_all_reduce).
+    Rule(pattern=r"quickreduce::allreduce_prototype", collective=ALL_REDUCE, implementation="vllm_quick"),
     # FlashInfer / TensorRT-LLM fused all-reduce(+norm) kernels.
     Rule(pattern=r"allreduce_fusion_kernel|trtllm.*[Aa]ll[Rr]educe", collective=ALL_REDUCE,
          implementation="flashinfer_trtllm"),

@@ -218,9 +218,13 @@ def _band_contexts(*groups: dict[tuple[str, int, int, int], _Cell]) -> dict[tupl
 
 
 def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_ranks: int, tp: int,
-          dropped: list[str], few_kinds: list[str], band_ctx: dict[tuple[bool, int], int]) -> tuple[list[Any], int]:
-    """Cost rows of step cells ((kind, batch, tokens, band) -> samples); (rows, rows without a timed all-reduce)."""
+          dropped: list[str], few_kinds: list[str], band_ctx: dict[tuple[bool, int], int],
+          shares: dict[tuple[str, int, int], float] | None = None, capture_tp: int = 1) -> tuple[list[Any], int]:
+    """Cost rows of step cells ((kind, batch, tokens, band) -> samples); (rows, rows at TP ``tp`` > 1
+    without a timed all-reduce). A row the wrapper timed no all-reduce of, at ``capture_tp`` > 1,
+    takes its phase's capture share (:mod:`specmodel.trace.capture`) × its forward time."""
     from specmodel.schema.profile import CostRow
+    from specmodel.trace.capture import share_for_row
 
     for kind in sorted({k[0] for k in cells}):
         keys = [c for c in cells if c[0] == kind]
@@ -238,15 +242,20 @@ def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_
         if total <= 0:
             continue
         ar = min(median(g.ar), total)
+        source = "wrapper" if max(g.n_ar) > 0 else ""
+        share = share_for_row(shares, kind, b, t) if shares and capture_tp > 1 and not source else None
+        if share:  # (a capture that found no all-reduce in a TP > 1 forward missed it: still unknown)
+            ar, source = min(share * median(g.fwd), total), "capture"
         compute = min(max(median(g.fwd) - ar, 0.0), total - ar)
-        if tp > 1 and max(g.n_ar) == 0:
+        if tp > 1 and not source:
             no_ar += 1
         rows.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
                             other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g.n_ar)),
                             spread_s=iqr(g.total), samples=len(g.total),
                             # steps in log order: the interval allows for the box's drift between them
                             ci95_rel=series_median_ci95_rel(g.total),
-                            context_tokens=band_ctx.get((kind == "extend", _band), 0)))
+                            context_tokens=band_ctx.get((kind == "extend", _band), 0),
+                            allreduce_source=source))
     return rows, no_ar
 
 
@@ -344,6 +353,17 @@ def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int
     return outside, n
 
 
+def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: int) -> str:
+    """The profile's note on the captures it read (:mod:`specmodel.trace.capture`)."""
+    kinds = sorted({r.kind for r in from_capture})
+    used = (f"{len(from_capture)} row(s) ({', '.join(kinds)}) take all-reduce = capture share × forward time "
+            "(allreduce_source 'capture')") if from_capture else "no row needed it (the wrapper timed every row)"
+    shares = "; ".join(f"{k[0]} b{k[1]} t{k[2]} {s:.1%}" for c in caps for k, s in c.shares[:6])
+    return (f"torch.profiler capture ({', '.join(sorted({c.mode for c in caps}))}, {sum(len(c.files) for c in caps)} "
+            f"trace(s)): all-reduce share per phase {shares}; {used}; {in_capture} step record(s) inside the capture "
+            "window left out of the rows (the profiler stretches them).")
+
+
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
               max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
@@ -367,11 +387,16 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     host span less GPU forwards."""
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
+    from specmodel.trace.capture import merged_shares, read_capture
     from specmodel.trace.hooklog import check_one_server_kind, dp_replica, drops_note, log_files, pick_replica
     from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]
+    # each run directory's torch.profiler capture: its steps ran under the profiler (left out of the
+    # rows); its shares price the all-reduce of the rows the wrapper did not see
+    captures = {d: read_capture(d) for d in dict.fromkeys(str(os.path.dirname(lg.path)) for lg in logs)}
+    in_capture = 0
     where = ", ".join(str(d) for d in dirs)
     replica = pick_replica([(m, lg.path) for lg in logs for m, _ in lg.runs if m], dp_rank, where)
     base_cells: dict[tuple[str, int, int, int], _Cell] = {}
@@ -437,7 +462,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                     spec_meta = m["spec"]
             run_ranks.setdefault((run_dir, dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
             n_steps += len(steps)
+            cap = captures.get(run_dir)
             for r in steps:
+                if cap is not None and cap.holds(r):
+                    in_capture += 1
+                    continue
                 method, k = r.get("draft_method"), r.get("draft_k")
                 speculative = method is not None
                 if speculative:
@@ -517,12 +546,15 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     draft_cells = {("draft", b, b, band): d for (b, band), d in drafts.items()}
     draft_cells.update({("draft_extend", b, t, band): d for (b, t, band), d in extends.items()})
     band_ctx = _band_contexts(base_cells, spec_cells, nodraft_cells)
+    caps = [c for c in captures.values() if c is not None]
+    shares = merged_shares(caps)
     costs, no_ar_timed = _rows({**base_cells, **spec_cells}, min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
-                               dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx)
+                               dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx, shares=shares,
+                               capture_tp=tp_val)
     nodraft, _ = _rows(dict(nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
-                       dropped=dropped, few_kinds=[], band_ctx=band_ctx)
+                       dropped=dropped, few_kinds=[], band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     draft_rows, _ = _rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
-                          few_kinds=few_kinds, band_ctx=band_ctx)
+                          few_kinds=few_kinds, band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     costs += draft_rows
     requests, requests_note = _request_costs(base_prompts, spec_prompts, spec_prefill_cells, spec_dirs,
                                              min_samples=min_samples, n_ranks=n_ranks, tp=tp_val)
@@ -575,7 +607,12 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append(dropped_note)
     if no_ar_timed:
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
-                     "their all-reduce share is unknown, not zero.")
+                     "their all-reduce share is unknown, not zero"
+                     + (" (the capture held no pass of their phase)." if caps else
+                        "; `specmodel vllm --capture-steps N` measures it from a torch.profiler capture."))
+    from_capture = [r for r in costs if r.allreduce_source == "capture"]
+    if caps:
+        notes.append(capture_note(caps, from_capture, in_capture))
     if dropped:
         notes.append(f"{len(dropped)} cell(s) seen fewer than {min_samples} times per rank left out (ramp steps): "
                      + ", ".join(sorted(dropped)[:8]) + (" …" if len(dropped) > 8 else ""))
@@ -589,6 +626,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                              f"{len(files)} rank file(s), TP {tp_val}")
     if no_ar_timed:
         source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
+    elif from_capture:
+        source = source.with_origins({"allreduce": "capture share × forward time for the rows the hook's wrapper did "
+                                                   "not see (torch.profiler capture)"})
     # the keys the model/device checks read (validation.profile_device, check_log_model_matches_profile):
     # vLLM logs the model as the --model value, which is what the hook recorded
     hardware: dict[str, Any] = {}
