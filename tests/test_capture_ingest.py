@@ -79,6 +79,18 @@ def test_capture_shares_are_the_allreduce_ops_inside_each_span(run: str) -> None
         assert got[keys[label]] == pytest.approx(share, rel=1e-6, abs=1e-9), label
 
 
+def _strip_allreduce(src: Path, dst: Path) -> None:
+    """A hook log as a CUDA-graph replay leaves it: every all-reduce figure 0 (the wrapper timed nothing)."""
+    lines = []
+    for ln in src.read_text().splitlines():
+        rec = json.loads(ln)
+        for k in list(rec):
+            if "allreduce" in k and rec[k] is not None:
+                rec[k] = 0 if k.endswith("n_allreduce") else 0.0
+        lines.append(json.dumps(rec))
+    dst.write_text("\n".join(lines) + "\n")
+
+
 def _copy(tmp: Path, strip_wrapper: bool) -> tuple[Path, Path]:
     out = []
     for run in ("base", "spec"):
@@ -86,14 +98,7 @@ def _copy(tmp: Path, strip_wrapper: bool) -> tuple[Path, Path]:
         shutil.copytree(DATA / run, dst)
         if strip_wrapper:  # as a CUDA-graph replay leaves them: the wrapper timed nothing
             for f in dst.glob("rank*.jsonl"):
-                lines = []
-                for ln in f.read_text().splitlines():
-                    rec = json.loads(ln)
-                    for k in list(rec):
-                        if "allreduce" in k and rec[k] is not None:
-                            rec[k] = 0 if k.endswith("n_allreduce") else 0.0
-                    lines.append(json.dumps(rec))
-                f.write_text("\n".join(lines) + "\n")
+                _strip_allreduce(f, f)
         out.append(dst)
     return out[0], out[1]
 
@@ -241,14 +246,7 @@ def test_a_host_proposers_rows_take_the_capture_share_and_uncaptured_phases_stay
     spec = tmp_path / "spec"
     spec.mkdir()
     for f in sorted(src.glob("rank*.jsonl")):
-        lines = []
-        for ln in f.read_text().splitlines():
-            rec = json.loads(ln)
-            for k in list(rec):
-                if "allreduce" in k and rec[k] is not None:
-                    rec[k] = 0 if k.endswith("n_allreduce") else 0.0
-            lines.append(json.dumps(rec))
-        (spec / f.name).write_text("\n".join(lines) + "\n")
+        _strip_allreduce(f, spec / f.name)
     base = baseline_standin(spec, tmp_path / "base")
     _cpu_capture(spec, {"specmodel.decode[bs=1,toks=1]": (100.0, 30.0), "specmodel.verify[bs=1,toks=4]": (200.0, 50.0)})
     r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"), "--min-samples", "1")

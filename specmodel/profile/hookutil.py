@@ -56,6 +56,19 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         return None
 
 
+def as_wrapper(wrapper: Callable[..., Any], orig: Callable[..., Any], *, name: str, qualname: str) -> Callable[..., Any]:
+    """Dress a hook's ``wrapper`` as ``orig``: its name, qualname and doc, ``__wrapped__`` (so
+    ``inspect.signature`` sees the original) and ``__specmodel_wrapped__`` (how uninstall and a second
+    install recognise a wrapper of ours); ``name`` / ``qualname`` stand in where ``orig`` has none."""
+    w: Any = wrapper
+    w.__specmodel_wrapped__ = orig
+    w.__name__ = getattr(orig, "__name__", name)
+    w.__qualname__ = getattr(orig, "__qualname__", qualname)
+    w.__doc__ = getattr(orig, "__doc__", None)
+    w.__wrapped__ = orig
+    return wrapper
+
+
 def rank_file_name(*, rank: str, dp: int | None, pp: int | None, pid: int, attempt: int = 0) -> str:
     """``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``: one file per process (a DP replica or PP stage
     has its own TP rank 0; two servers sharing ``--out`` have their own pids)."""

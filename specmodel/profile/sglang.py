@@ -95,7 +95,7 @@ from typing import Any
 
 from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
 from specmodel.profile.calibration import Calibrator, Probe
-from specmodel.profile.hookutil import PatchOnImport, open_rank_file
+from specmodel.profile.hookutil import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
 
@@ -514,12 +514,7 @@ def _make_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Call
             except Exception as exc:  # noqa: BLE001
                 _warn_once(f"end:{member}", f"SGLang {sglang_version()}: timing {member} failed ({exc!r})")
 
-    wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(orig, "__name__", method)
-    wrapper.__qualname__ = getattr(orig, "__qualname__", member)
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]  # inspect.signature sees the original
-    return wrapper
+    return as_wrapper(wrapper, orig, name=method, qualname=member)
 
 
 def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple[Any, ...],
@@ -759,12 +754,7 @@ def _make_step_wrapper(target: Target, method: str, orig: Callable[..., Any]) ->
                                          f"({exc!r}); those steps' host work is not recorded (forwards are)")
         return orig(self, *args, **kwargs)
 
-    wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(orig, "__name__", method)
-    wrapper.__qualname__ = getattr(orig, "__qualname__", member)
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-    return wrapper
+    return as_wrapper(wrapper, orig, name=method, qualname=member)
 
 
 def _patch_module(mod: ModuleType, target: Target) -> bool:

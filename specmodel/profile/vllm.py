@@ -96,7 +96,7 @@ from typing import Any
 from specmodel.limits import MAX_PENDING_VLLM_STEPS
 from specmodel.profile.calibration import Calibrator, Probe
 from specmodel.profile.hardware import cpu_name
-from specmodel.profile.hookutil import PatchOnImport, open_rank_file
+from specmodel.profile.hookutil import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.units import from_ms
@@ -879,12 +879,7 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any], runner_kind:
                     if _STATE.step is rec:
                         _fault("ending an all-reduce timer", exc)
 
-    wrapper.__specmodel_wrapped__ = orig  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(orig, "__name__", member)
-    wrapper.__qualname__ = getattr(orig, "__qualname__", member)
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-    return wrapper
+    return as_wrapper(wrapper, orig, name=member, qualname=member)
 
 
 def _label(kind: str, batch: int, tokens: int, forwards: int = 1) -> str:

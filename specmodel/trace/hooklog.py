@@ -131,6 +131,30 @@ def pick_replica(metas: Iterable[tuple[dict[str, Any], str]], dp_rank: int | Non
     return None
 
 
+class Drops:
+    """Records a hook dropped, tallied over the runs a summary reads: each run's count is its last
+    line's (every line carries the running total), the kinds of the rows that run fed, and the queue
+    bound its meta line names (``unit``: "step" for vLLM, "forward" for SGLang)."""
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.dropped = 0
+        self.kinds: set[str] = set()
+        self.bounds: set[int] = set()
+
+    def add_run(self, meta: dict[str, Any], records: Iterable[dict[str, Any]], kind_key: str) -> None:
+        recs = list(records)
+        n = max((int(r.get(f"dropped_{self.unit}s") or 0) for r in recs), default=0)
+        if n:
+            self.dropped += n
+            self.kinds.update(str(r[kind_key]) for r in recs)
+            if isinstance(meta.get(f"max_pending_{self.unit}s"), int):
+                self.bounds.add(meta[f"max_pending_{self.unit}s"])
+
+    def note(self) -> str | None:
+        return drops_note(self.dropped, max(self.bounds) if self.bounds else None, self.unit, self.kinds)
+
+
 def drops_note(dropped: int, bound: int | None, unit: str, kinds: Iterable[str]) -> str | None:
     """The summary's line on records a hook dropped (None: none were)."""
     if dropped <= 0:

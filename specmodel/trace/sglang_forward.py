@@ -168,16 +168,14 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     Scheduler seam not found) no row gets any (the notes say why) and predict qualifies the verdict.
     """
     from specmodel.schema.profile import CostRow, Profile, Source
-    from specmodel.trace.hooklog import check_one_server_kind, dp_replica, drops_note, pick_replica
+    from specmodel.trace.hooklog import Drops, check_one_server_kind, dp_replica, pick_replica
     from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
     replica = pick_replica([(m, lg.path) for lg in logs for m, _ in lg.runs if m], dp_rank,
                            ", ".join(str(d) for d in dirs))
-    lost = 0  # forwards the hook dropped (its queue of GPU timings full)
-    lost_bounds: set[int] = set()
-    lost_kinds: set[str] = set()
+    drops = Drops("forward")  # forwards the hook dropped (its queue of GPU timings full)
     groups: dict[tuple[str, int, int], list[float]] = {}
     spec_decode: dict[tuple[str, int, int], list[float]] = {}  # decode/extend of a speculative server
     clocks: set[str] = set()
@@ -212,12 +210,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         for seg, (m, fwds) in enumerate(lg.runs):
             if replica is not None and dp_replica(m) != replica:
                 continue  # another DP replica: another engine
-            run_lost = max((int(r.get("dropped_forwards") or 0) for r in fwds), default=0)
-            if run_lost:
-                lost += run_lost
-                lost_kinds.update(str(r["phase"]) for r in fwds)
-                if isinstance(m.get("max_pending_forwards"), int):
-                    lost_bounds.add(m["max_pending_forwards"])
+            drops.add_run(m, fwds, "phase")
             if m:
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
             if m.get("tp_size") is not None:
@@ -290,7 +283,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     conditions = conditions_of(probes[False], probes[True])
     if conditions is not None:
         notes.append(conditions_note(conditions))
-    lost_note = drops_note(lost, max(lost_bounds) if lost_bounds else None, "forward", lost_kinds)
+    lost_note = drops.note()
     if lost_note:
         notes.append(lost_note)
     source = Source.hook_summary(engine="sglang", engine_version=", ".join(sorted(versions)),

@@ -388,7 +388,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
     from specmodel.trace.capture import merged_shares, read_capture
-    from specmodel.trace.hooklog import check_one_server_kind, dp_replica, drops_note, log_files, pick_replica
+    from specmodel.trace.hooklog import Drops, check_one_server_kind, dp_replica, log_files, pick_replica
     from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs, COMMAND)
@@ -424,9 +424,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
     probes: dict[str, list[dict[str, Any]]] = {}  # --summarize directory -> its servers' probes
     step_clocks: set[str] = set()  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
-    lost_steps = 0  # steps the hook dropped (its queue of GPU records full)
-    drop_bounds: set[int] = set()
-    drop_kinds: set[str] = set()
+    drops = Drops("step")  # steps the hook dropped (its queue of GPU records full)
     for lg in logs:
         run_dir = str(os.path.dirname(lg.path))
         spec_dirs.setdefault(run_dir, False)
@@ -435,12 +433,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         for seg, (m, steps) in enumerate(lg.runs):
             if replica is not None and dp_replica(m) != replica:
                 continue  # another DP replica: another engine
-            lost = max((int(r.get("dropped_steps") or 0) for r in steps), default=0)
-            if lost:
-                lost_steps += lost
-                drop_kinds.update(str(r["kind"]) for r in steps)
-                if isinstance(m.get("max_pending_steps"), int):
-                    drop_bounds.add(m["max_pending_steps"])
+            drops.add_run(m, steps, "kind")
             if m:
                 versions.setdefault(str(m.get("vllm_version")), lg.path)
                 clocks.add(str(m.get("clock") or "perf_counter"))
@@ -602,7 +595,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append("older GPU logs (vllm_step v1): other_s is the host's step less the GPU's forwards, two clocks; "
                      "under async scheduling the GPU's time past the host's step end is lost (clamped at 0): "
                      "re-record under this specmodel for the GPU's own overhead.")
-    dropped_note = drops_note(lost_steps, max(drop_bounds) if drop_bounds else None, "step", drop_kinds)
+    dropped_note = drops.note()
     if dropped_note:
         notes.append(dropped_note)
     if no_ar_timed:
