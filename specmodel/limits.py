@@ -97,6 +97,9 @@ MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not
 # two steps ahead of the GPU: 16 leaves room for a stall of several steps before anything is lost
 MAX_PENDING_VLLM_STEPS = 16
 MAX_PENDING_SGLANG_FORWARDS = 64
+#: cycle steps one torch.profiler capture records (``specmodel vllm --capture-steps``): the trace is kept
+#: in memory until the export; a thousand steps of a large model is already gigabytes
+MAX_CAPTURE_STEPS = 1000
 #: a rank or a size in a hook's meta line (TP / PP rank, DP replica): far beyond any deployment; a
 #: larger one is a corrupt line. Also bounds ``--dp-rank``
 MAX_PROCESS_RANK = 1 << 20

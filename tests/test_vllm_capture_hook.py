@@ -79,7 +79,7 @@ def test_the_default_is_on_where_a_worker_replays_cuda_graphs() -> None:
     assert [vc.runs_graphs(r) for r in (gpu, eager, cpu)] == [True, False, False]
     assert [vc.runs_graphs(mode(m)) for m in ("FULL_AND_PIECEWISE", "PIECEWISE", "NONE")] == [True, True, False]
     assert vc.parse_steps(None) is None and vc.parse_steps(" 0 ") == 0 and vc.parse_steps("12") == 12
-    for bad in ("-1", "x", str(vc.MAX_STEPS + 1)):
+    for bad in ("-1", "x", str(vc.MAX_CAPTURE_STEPS + 1)):
         with pytest.raises(ValueError):
             vc.parse_steps(bad)
 

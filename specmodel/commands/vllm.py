@@ -28,7 +28,7 @@ import click
 
 from specmodel.commands.hookrun import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_METRICS_PAGE_BYTES, MAX_PROCESS_RANK, MAX_TP
+from specmodel.limits import MAX_CAPTURE_STEPS, MAX_METRICS_PAGE_BYTES, MAX_PROCESS_RANK, MAX_TP
 from specmodel.trace.hooklog import METRICS_FILE
 
 ENV_VAR = "SPECMODEL_VLLM_DIR"
@@ -200,7 +200,7 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
 @click.option("--dp-rank", type=click.IntRange(min=0, max=MAX_PROCESS_RANK), default=None,
               help="With --summarize: the data-parallel replica to read (logs of several replicas are refused "
                    "without it: each replica is its own engine).")
-@click.option("--capture-steps", type=click.IntRange(min=0, max=1000), default=None,
+@click.option("--capture-steps", type=click.IntRange(min=0, max=MAX_CAPTURE_STEPS), default=None,
               help="Record N cycle steps (decode/verify with their proposal) per worker with torch.profiler into "
                    "DIR/capture/ after a few warm-up steps: the all-reduce share where the hook's wrapper cannot see "
                    "it (CUDA-graph replays). 0: off. Default: on (8) where a worker runs CUDA graphs, off on the "

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specmodel.limits import MAX_CAPTURE_STEPS
 from specmodel.schema.formats import VLLM_CAPTURE
 
 #: N cycle steps to capture (``specmodel vllm --capture-steps``); 0 = off; unset = the device's default
@@ -58,8 +59,6 @@ WARMUP_STEPS = 3
 GPU_DEFAULT_STEPS = 8
 #: the step kinds a cycle is made of (a verify step holds its proposal)
 CYCLE_KINDS = ("decode", "verify")
-#: the most steps a capture may hold (a trace per step is kept in memory until the export)
-MAX_STEPS = 1000
 
 
 def wrapper_off(environ: Any = None) -> bool:
@@ -73,8 +72,8 @@ def parse_steps(value: str | None) -> int | None:
     if value is None or not value.strip():
         return None
     n = int(value.strip())
-    if not 0 <= n <= MAX_STEPS:
-        raise ValueError(f"${ENV_STEPS}: expected 0..{MAX_STEPS}, got {value!r}")
+    if not 0 <= n <= MAX_CAPTURE_STEPS:
+        raise ValueError(f"${ENV_STEPS}: expected 0..{MAX_CAPTURE_STEPS}, got {value!r}")
     return n
 
 
