@@ -657,7 +657,8 @@ class _Step:
         if self.cuda:
             from specmodel.units import from_ms
 
-            self.end.synchronize()
+            if not self.end.query():  # flush reads a step once ready: no synchronise call at all then
+                self.end.synchronize()
             step = from_ms(float(self.start.elapsed_time(self.end)))  # CUDA events report ms
         else:
             step = float(self.end - self.start)
