@@ -114,6 +114,13 @@ class Device:
         self._undo.append(lambda: setattr(obj, name, old) if had else delattr(obj, name))
 
     def __enter__(self) -> Device:
+        try:
+            return self._enter()
+        except BaseException:
+            self.__exit__()  # what was patched before the failure is put back
+            raise
+
+    def _enter(self) -> Device:
         import torch
 
         from specmodel.profile import annotate

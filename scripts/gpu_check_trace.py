@@ -43,6 +43,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -427,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             d = Path(tmp) / name
             d.mkdir()
+            t0 = time.monotonic()
             try:
                 results.append(fn(d, cuda))
             except Exception as exc:  # a check that crashes is a mismatch, reported like one
                 results.append({"name": name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                                 "traceback": traceback.format_exc(limit=5)})
+            results[-1]["wall_s"] = round(time.monotonic() - t0, 3)
     ok = all(r["ok"] for r in results)
     doc = {**GPU_CHECK_TRACE.header(), "mode": "gpu" if cuda else "cpu-dry-run",
            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
