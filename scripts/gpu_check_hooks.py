@@ -278,9 +278,24 @@ def _within(a: float, b: float, rel: float, abs_s: float) -> bool:
     return abs(a - b) <= rel * abs(b) + abs_s
 
 
-def _check(name: str, expected: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
+#: what each check's dry run (the simulated device) cannot show, written beside its result
+DRY_RUN_CANNOT_SHOW = {
+    "vllm_hook_graph_replay": "that real CUDA events bracket a real graph replay's kernels (the check's timing "
+                              "equals the hook's by construction on the simulated device)",
+    "vllm_hook_clocks": "the real offset between the host's clock and the GPU's (launch latency, event resolution); "
+                        "the simulated host waits exactly as long as the device runs",
+    "vllm_hook_v2_runner": "V2's real classes (tests/test_vllm_v2.py reads them) and real CUDA events around them",
+    "vllm_hook_never_blocks": "that a real cudaEventQuery never blocks and a real host outruns a busy GPU",
+    "sglang_scheduler_step": "real CUDA events on a real stream around SGLang's forwards",
+}
+
+
+def _check(name: str, expected: dict[str, Any], observed: dict[str, Any], cuda: bool) -> dict[str, Any]:
     ok = all(observed.get(k) == v for k, v in expected.items())
-    return {"name": name, "ok": ok, "expected": expected, "observed": observed}
+    out = {"name": name, "ok": ok, "expected": expected, "observed": observed}
+    if not cuda:
+        out["dry_run_cannot_show"] = DRY_RUN_CANNOT_SHOW[name]
+    return out
 
 
 def _r(x: float | None) -> float | None:
@@ -328,7 +343,7 @@ def check_vllm_hook_graph_replay(tmp: Path, cuda: bool) -> dict[str, Any]:
            "forward_s": [_r(f) for f in fwd], "own_replay_s": [_r(x) for x in own_s],
            "graph_replayed": cuda, "device": "cuda" if cuda else "simulated (FakeGPU)"}
     exp = {"steps": STEPS, "step_clock": ["cuda_event"], "forward_positive": True, "within_tolerance": True}
-    return _check("vllm_hook_graph_replay", exp, obs)
+    return _check("vllm_hook_graph_replay", exp, obs, cuda)
 
 
 # --------------------------------------------------------------------------- 2. the clocks agree
@@ -390,7 +405,7 @@ def check_vllm_hook_clocks(tmp: Path, cuda: bool) -> dict[str, Any]:
     }
     exp = {"steps": [STEPS, STEPS], "step_clock": ["cuda_event"], "sync_host_step_agrees": True,
            "async_overhead_on_gpu_clock": True, "async_host_returned_first": True}
-    return _check("vllm_hook_clocks", exp, obs)
+    return _check("vllm_hook_clocks", exp, obs, cuda)
 
 
 # --------------------------------------------------------------------------- 3. the V2 runner
@@ -445,7 +460,7 @@ def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
     exp = {"model_runner": ["v2"], "steps": STEPS, "kinds": ["verify"], "step_clock": ["cuda_event"],
            "v2_seams_patched": True, "draft_n_allreduce": [3], "forward_within_tolerance": True,
            "draft_within_tolerance": True}
-    return _check("vllm_hook_v2_runner", exp, obs)
+    return _check("vllm_hook_v2_runner", exp, obs, cuda)
 
 
 # --------------------------------------------------------------------------- 4. the flush never blocks
@@ -496,7 +511,7 @@ def check_vllm_hook_never_blocks(tmp: Path, cuda: bool) -> dict[str, Any]:
     exp = {"sync_calls_on_step_path": 0, "gpu_behind_when_host_loop_ended": True, "written_while_gpu_behind": 0,
            "pending_after_loop": m, "dropped_steps": k - m, "written_after_catch_up": m, "pending_after_catch_up": 0,
            "dropped_steps_on_lines": [k - m]}
-    return _check("vllm_hook_never_blocks", exp, obs)
+    return _check("vllm_hook_never_blocks", exp, obs, cuda)
 
 
 # --------------------------------------------------------------------------- 5. SGLang's scheduler step
@@ -550,7 +565,7 @@ def check_sglang_scheduler_step(tmp: Path, cuda: bool) -> dict[str, Any]:
     exp = {"decode_steps": SGLANG_CYCLES, "clock": ["cuda_event"],
            "phases": [json.dumps({"draft": 2, "draft_extend": 1, "verify": 1}, sort_keys=True)],
            "step_s_ge_forwards_s": True, "forwards_positive": True, "sync_calls_on_step_path": 0}
-    return _check("sglang_scheduler_step", exp, obs)
+    return _check("sglang_scheduler_step", exp, obs, cuda)
 
 
 CHECKS: tuple[tuple[str, Callable[[Path, bool], dict[str, Any]], bool], ...] = (

@@ -44,6 +44,7 @@ def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
     assert not any("ModelRunner.forward" in k and k.startswith("draft") for k in hook)  # no capture warm-ups
     assert by["innermost_annotation"]["observed"]["verify_passes_counted"] == 2
     # the hooks' clocks on the simulated device: figures the stand-ins' work fixes (gpu_check_hooks.py)
+    assert all(by[n]["dry_run_cannot_show"] for n, _, _ in hooks.CHECKS)  # said in the results
     replay = by["vllm_hook_graph_replay"]["observed"]
     assert replay["forward_s_median"] == pytest.approx(hooks.FAKE_REPLAY_S) and replay["max_abs_diff_s"] == 0
     clocks = by["vllm_hook_clocks"]["observed"]
