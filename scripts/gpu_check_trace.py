@@ -2,7 +2,7 @@
 and NVML really do on this box, against what specmodel assumes.
 
     python scripts/gpu_check_trace.py --out gpu-check-trace.json      # on a CUDA box
-    python scripts/gpu_check_trace.py --cpu-dry-run --out x.json       # the CPU-possible parts
+    python scripts/gpu_check_trace.py --cpu-dry-run --out x.json       # the CPU-possible parts (or --dry-run)
 
 Checks (each: expected, observed, ok):
 
@@ -19,6 +19,15 @@ Checks (each: expected, observed, ok):
   stand-in forward -- a CUDA-graph replay on a GPU -- read back by trace/capture.py: on by default
   only where graphs run, one pass per captured step and phase, every replay's kernels mapped to
   its phase (one GPU shows no all-reduce share: no TP > 1 collective; docs/allreduce-capture.md).
+* the hooks' clocks (``scripts/gpu_check_hooks.py``, on the stand-ins of ``tests/standins.py``):
+  ``vllm_hook_graph_replay`` (the vLLM hook's ``forward_s`` around a CUDA-graph replay vs the
+  check's own CUDA events), ``vllm_hook_clocks`` (``host_step_s`` ≈ ``gpu_step_s`` for a step that
+  synchronises at its end; ``overhead_s`` on the GPU clock when the host returns first),
+  ``vllm_hook_v2_runner`` (Model Runner V2's seams: steps recorded with ``model_runner: "v2"``),
+  ``vllm_hook_never_blocks`` (a GPU kept busy while the host runs past the queue: no synchronise
+  call on the step path, drops counted, the rest written once it catches up) and
+  ``sglang_scheduler_step`` (the SGLang scheduler's step records on CUDA events: ``step_s`` ≥
+  ``forwards_s``). The dry run runs them on a simulated device.
 * ``nvml_topology``: profile/hardware.py on this box: the NVML device found by UUID is the CUDA
   device (GPU only).
 
@@ -34,6 +43,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -43,6 +53,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from specmodel.schema.formats import GPU_CHECK_TRACE  # noqa: E402  (the checkout, not an installed copy)
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gpu_check_hooks  # noqa: E402  (beside this script)
 
 STANDIN = REPO / "tests" / "data" / "sglang_standin"
 
@@ -386,6 +399,7 @@ CHECKS: tuple[tuple[str, Callable[[Path, bool], dict[str, Any]], bool], ...] = (
     ("innermost_annotation", check_innermost_annotation, True),
     ("sglang_hook_capture", check_sglang_hook_capture, True),
     ("vllm_hook_capture", check_vllm_hook_capture, True),
+    *gpu_check_hooks.CHECKS,  # the hooks' clocks on the device (scripts/gpu_check_hooks.py)
     ("nvml_topology", check_nvml_topology, False),  # (name, function, possible on a CPU)
 )
 
@@ -393,7 +407,8 @@ CHECKS: tuple[tuple[str, Callable[[Path, bool], dict[str, Any]], bool], ...] = (
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpu_check_trace.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cpu-dry-run", action="store_true", help="run the CPU-possible parts only")
+    ap.add_argument("--cpu-dry-run", "--dry-run", dest="cpu_dry_run", action="store_true",
+                    help="run the CPU-possible parts only (the hooks' checks on a simulated device)")
     ap.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     a = ap.parse_args(argv)
     import torch
@@ -413,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             d = Path(tmp) / name
             d.mkdir()
+            t0 = time.monotonic()
             try:
                 results.append(fn(d, cuda))
             except Exception as exc:  # a check that crashes is a mismatch, reported like one
                 results.append({"name": name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                                 "traceback": traceback.format_exc(limit=5)})
+            results[-1]["wall_s"] = round(time.monotonic() - t0, 3)
     ok = all(r["ok"] for r in results)
     doc = {**GPU_CHECK_TRACE.header(), "mode": "gpu" if cuda else "cpu-dry-run",
            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -18,7 +18,8 @@ SCRIPT = REPO / "scripts" / "gpu-check"
 @pytest.mark.slow  # starts ranks (the CPU dry run of scripts/gpu-check)
 def test_cpu_dry_run_writes_a_passing_results_file(tmp_path):
     out = tmp_path / "results.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--cpu-dry-run", "--out", str(out)], capture_output=True,
+    # --dry-run: the alias of --cpu-dry-run
+    r = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, (r.stdout, r.stderr)
     doc = json.loads(out.read_text())
@@ -30,6 +31,11 @@ def test_cpu_dry_run_writes_a_passing_results_file(tmp_path):
     counts = names["ingest all-reduce counts == profile's"]["counts"]
     assert counts and all(a == b and a > 0 for a, b in counts.values())  # gloo TP 2: real collectives
     assert "PASS" in r.stdout
+    # the trace script's checks ran in the same dry run, the hooks' clocks among them
+    trace = {c["name"]: c for c in doc["trace_checks"]["checks"]}
+    assert {"vllm_hook_graph_replay", "vllm_hook_clocks", "vllm_hook_v2_runner", "vllm_hook_never_blocks",
+            "sglang_scheduler_step", "vllm_hook_capture", "sglang_hook_capture"} <= set(trace)
+    assert all(c["ok"] for c in trace.values()) and trace["vllm_hook_v2_runner"]["observed"]["model_runner"] == ["v2"]
 
 
 def test_without_a_gpu_the_full_check_refuses_with_exit_2(tmp_path):

@@ -347,7 +347,7 @@ def test_vllm_overhead_is_on_the_gpu_clock_when_the_host_step_ends_first(gpu: An
     clock): overhead_s is the GPU's own time outside the forward -- the sampling work, hand-derived
     from the stand-in's constants -- not host span − GPU forward clamped to 0; the host span is kept
     apart and is shorter than the GPU's forward."""
-    import tests.test_vllm_hook as standin_mod
+    import tests.standins as standin_mod
     from specmodel.trace.vllm_forward import summarize
     from tests.test_vllm_hook import AR_S, FWD_COMPUTE_S, HOST_S
 

@@ -21,15 +21,8 @@ from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
 from specmodel.trace.sglang_forward import read_forward_log, summarize
 from tests.rank_files import rank_file, rank_files
-
-STANDIN = Path(__file__).parent / "data" / "sglang_standin"
-
-
-def _drop_sglang_modules() -> dict[str, ModuleType]:
-    gone = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.") or k == "serve"}
-    for k in gone:
-        del sys.modules[k]
-    return gone
+from tests.standins import STANDIN, FakeClock, FakeGPU  # noqa: F401 - STANDIN re-exported
+from tests.standins import drop_sglang_modules as _drop_sglang_modules
 
 
 @pytest.fixture
@@ -357,19 +350,6 @@ def test_server_warmup_request_is_not_recorded(standin: Any, tmp_path: Path) -> 
 # ----------------------------------------------------------------------------- the scheduler's step
 
 
-class FakeClock:
-    """``time.perf_counter`` under test: it moves only where the stand-in says work happens."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
 #: Host work (s) where the stand-in scheduler does it, and each forward's time on the fake clock.
 HOST_S = {"recv": 0.0001, "schedule": 0.0004, "prepare": 0.0003, "build_tree": 0.0005,
           "verify_bookkeeping": 0.0006, "process": 0.0007}
@@ -493,46 +473,6 @@ def test_missing_scheduler_seam_warns_and_leaves_the_host_work_unmeasured(
                for n in prof.notes)
     cc = cycle_costs(prof, batch=2, spec=prof.spec)
     assert [a.label for a in cc.assumptions] == [SGLANG_HOST_WORK_UNMEASURED]
-
-
-class FakeGPU:
-    """A device's timeline beside the host's fake clock: a launch queues its kernel on the stream
-    (it starts when the stream is free and the host has launched it), an event's time is when its
-    stream reaches it, a synchronise moves the host to the stream's end. Stands in for
-    ``torch.cuda.Event`` on a box without a GPU."""
-
-    def __init__(self, host: FakeClock) -> None:
-        self.host = host
-        self.free: dict[Any, float] = {}  # stream -> when its queued work ends
-        self.streams: list[Any] = []  # the stream each event was recorded on
-
-    def launch(self, seconds: float, stream: Any = None) -> None:
-        self.free[stream] = max(self.free.get(stream, 0.0), self.host.t) + seconds
-
-    def sync(self) -> None:
-        self.host.t = max([self.host.t, *self.free.values()])
-
-    def event_class(self) -> type:
-        gpu = self
-
-        class Event:
-            def __init__(self, enable_timing: bool = False) -> None:
-                self.t: float | None = None
-
-            def record(self, stream: Any = None) -> None:
-                gpu.streams.append(stream)
-                self.t = max(gpu.free.get(stream, 0.0), gpu.host.t)
-
-            def query(self) -> bool:
-                return self.t is not None
-
-            def synchronize(self) -> None:
-                pass
-
-            def elapsed_time(self, end: Any) -> float:
-                return (end.t - self.t) * 1e3  # ms, as CUDA reports it
-
-        return Event
 
 
 def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

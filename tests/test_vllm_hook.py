@@ -10,7 +10,6 @@ import sys
 import time
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,133 +19,16 @@ from specmodel.errors import SpecmodelError
 from specmodel.profile import vllm as hook
 from specmodel.trace.vllm_forward import read_step_log, summarize
 from tests.rank_files import rank_file, rank_files
-
-AR_S = 0.002
-FWD_COMPUTE_S = 0.003
-DRAFT_COMPUTE_S = 0.002
-HOST_S = 0.004
-DRAFT_STEP_S = 0.001  # each drafter forward after the first (one token per request)
-
-
-def _busy(seconds: float) -> None:
-    """The stand-in engine's work (host and device alike on the CPU); a test of the GPU clocks swaps
-    it for device work the host does not wait for."""
-    time.sleep(seconds)
-
-
-@dataclass
-class _Cached:
-    num_computed_tokens: list[int]
-
-
-@dataclass
-class _SO:
-    """A SchedulerOutput with the fields the hook reads (names as in vllm/v1/core/sched/output.py)."""
-
-    num_scheduled_tokens: dict[str, int]
-    total_num_scheduled_tokens: int
-    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
-    scheduled_new_reqs: list[Any] = field(default_factory=list)
-    scheduled_cached_reqs: _Cached = field(default_factory=lambda: _Cached([]))
-
-
-def _so(batch: int, k: int = 0, ctx: int = 100, prefill: int = 0) -> _SO:
-    per = {f"r{i}": 1 + k for i in range(batch)}
-    spec = {f"r{i}": [7] * k for i in range(batch)} if k else {}
-    if prefill:
-        per["r0"] = prefill
-    return _SO(num_scheduled_tokens=per, total_num_scheduled_tokens=sum(per.values()),
-               scheduled_spec_decode_tokens=spec, scheduled_cached_reqs=_Cached([ctx] * batch))
+from tests.standins import AR_S, DRAFT_COMPUTE_S, DRAFT_STEP_S, FWD_COMPUTE_S, HOST_S, vllm_v1  # noqa: F401 - re-exported
+from tests.standins import SO as _SO
+from tests.standins import so as _so
 
 
 @pytest.fixture()
 def standin(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
-    """Fake vllm.distributed.parallel_state + vllm.v1.worker.gpu_model_runner; the hook installed."""
-    ps = types.ModuleType(hook.PARALLEL_MODULE)
-
-    class GroupCoordinator:
-        def _all_reduce_out_place(self, x: Any) -> Any:
-            _busy(AR_S)
-            return x
-
-    ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
-    ps.get_tensor_model_parallel_rank = lambda: 1  # type: ignore[attr-defined]
-    tp_group = GroupCoordinator()
-    gmr = types.ModuleType(hook.RUNNER_MODULE)
-    lbp = types.ModuleType(hook.PROPOSER_MODULE)
-
-    class SpecDecodeBaseProposer:
-        """propose as in vllm/v1/spec_decode/llm_base_proposer.py: the first forward (over the
-        verified tokens, with the all-reduce), its sampling, then k - 1 single-token forwards."""
-
-        def __init__(self, k: int) -> None:
-            self.k = k
-
-        def propose(self) -> list[int]:
-            tp_group._all_reduce_out_place(1)
-            _busy(DRAFT_COMPUTE_S)
-            out = [self._sample_draft_tokens()]
-            for _ in range(self.k - 1):
-                _busy(DRAFT_STEP_S)
-                out.append(self._sample_draft_tokens())
-            return out
-
-        def _sample_draft_tokens(self) -> int:
-            return 1
-
-    lbp.SpecDecodeBaseProposer = SpecDecodeBaseProposer  # type: ignore[attr-defined]
-
-    class GPUModelRunner:
-        device = "cpu"
-        model_config = types.SimpleNamespace(model="/models/tiny")
-        vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(tensor_parallel_size=2))
-
-        def __init__(self, method: str | None, k: int = 3) -> None:
-            self.speculative_config = (types.SimpleNamespace(method=method, num_speculative_tokens=k,
-                                                             draft_model_config=None) if method else None)
-            self.drafter = SpecDecodeBaseProposer(k)
-
-        def execute_model(self, scheduler_output: Any, intermediate_tensors: Any = None) -> Any:
-            self._model_forward()
-            return None
-
-        def _model_forward(self, **kw: Any) -> Any:
-            for _ in range(3):
-                tp_group._all_reduce_out_place(1)
-            _busy(FWD_COMPUTE_S)
-            return 0
-
-        def sample_tokens(self, grammar_output: Any) -> Any:
-            _busy(HOST_S)
-            if self.speculative_config is not None:
-                self.propose_draft_token_ids()
-            return "output"
-
-        def propose_draft_token_ids(self, *a: Any) -> Any:
-            if self.speculative_config.method == "draft_model":
-                return [self.drafter.propose()]
-            _busy(DRAFT_COMPUTE_S)  # a host lookup (ngram)
-            return [[1, 2, 3]]
-
-        def shutdown(self) -> None:
-            return None
-
-    gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
-    saved = {n: sys.modules.get(n) for n in (hook.PARALLEL_MODULE, hook.RUNNER_MODULE, hook.PROPOSER_MODULE)}
-    sys.modules[hook.PARALLEL_MODULE] = ps
-    sys.modules[hook.RUNNER_MODULE] = gmr
-    sys.modules[hook.PROPOSER_MODULE] = lbp
-    out = tmp_path / "hook"
-    patched = hook.install(out)
-    try:
-        yield types.SimpleNamespace(Runner=GPUModelRunner, group=tp_group, out=out, patched=patched)
-    finally:
-        hook.uninstall()
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
+    """Fake vllm.distributed.parallel_state + vllm.v1.worker.gpu_model_runner (tests/standins.py); the hook installed."""
+    with vllm_v1(tmp_path / "hook") as ns:
+        yield ns
 
 
 def _run(runner: Any, so: _SO) -> None:

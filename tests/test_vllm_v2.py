@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,8 @@ from specmodel.profile import vllm as hook
 from tests.rank_files import rank_file
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
-from tests.test_vllm_hook import AR_S, DRAFT_COMPUTE_S, FWD_COMPUTE_S, HOST_S, _so
+from tests.standins import AR_S, DRAFT_COMPUTE_S, FWD_COMPUTE_S, HOST_S, vllm_v2
+from tests.standins import so as _so
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,92 +100,10 @@ def test_every_v2_speculator_that_proposes_is_wrapped(vllm_src: Path) -> None:
 
 @pytest.fixture()
 def v2(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
-    """V2's step: execute_model (forward_start → model → return) + sample_tokens (sample,
-    speculator.propose, an async output); _dummy_run calls execute_model(dummy_run=True)."""
-    ps = types.ModuleType(hook.PARALLEL_MODULE)
-
-    class GroupCoordinator:
-        def _all_reduce_out_place(self, x: Any) -> Any:
-            time.sleep(AR_S)
-            return x
-
-    ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
-    ps.get_tensor_model_parallel_rank = lambda: 0  # type: ignore[attr-defined]
-    group = GroupCoordinator()
-    timing = types.ModuleType(hook.V2_TIMING_MODULE)
-
-    class StepTimingCollector:
-        def forward_start(self) -> None:
-            return None
-
-    timing.StepTimingCollector = StepTimingCollector  # type: ignore[attr-defined]
-    spec_mod = types.ModuleType(f"{hook.V2_SPEC}.standalone_ar.speculator")
-
-    class StandaloneARSpeculator:
-        def propose(self, input_batch: Any, *a: Any, dummy_run: bool = False, **kw: Any) -> Any:
-            for _ in range(3):  # k = 3 drafter forwards, one all-reduce each
-                group._all_reduce_out_place(1)
-            time.sleep(DRAFT_COMPUTE_S)
-            return "drafts"
-
-    spec_mod.StandaloneARSpeculator = StandaloneARSpeculator  # type: ignore[attr-defined]
-    mr = types.ModuleType(hook.V2_RUNNER_MODULE)
-
-    class GPUModelRunner:
-        device = "cpu"
-        model_config = types.SimpleNamespace(model="/models/tiny")
-        vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(tensor_parallel_size=1))
-
-        def __init__(self, method: str | None, k: int = 3) -> None:
-            self.speculative_config = (types.SimpleNamespace(method=method, num_speculative_tokens=k,
-                                                             draft_model_config=None) if method else None)
-            self.speculator = StandaloneARSpeculator() if method else None
-            self.step_timing = StepTimingCollector()
-            self.forwards = 0
-
-        def execute_model(self, scheduler_output: Any, intermediate_tensors: Any = None, dummy_run: bool = False,
-                          skip_attn_for_dummy_run: bool = False) -> Any:
-            time.sleep(HOST_S / 2)  # update states, prepare inputs
-            self.step_timing.forward_start()
-            for _ in range(3):
-                group._all_reduce_out_place(1)
-            time.sleep(FWD_COMPUTE_S)
-            self.forwards += 1
-            return None
-
-        def sample_tokens(self, grammar_output: Any) -> Any:
-            time.sleep(HOST_S / 2)
-            if self.speculator is not None:
-                assert self.speculator.propose("batch") == "drafts"
-            return "async-output"
-
-        def _dummy_run(self, num_tokens: int) -> None:
-            self.execute_model(_so(num_tokens), dummy_run=True)
-            if self.speculator is not None:
-                self.speculator.propose("batch", dummy_run=True)
-
-        def pool(self) -> Any:
-            return "pooled"
-
-        def shutdown(self) -> None:
-            return None
-
-    mr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
-    names = (hook.PARALLEL_MODULE, hook.V2_TIMING_MODULE, spec_mod.__name__, hook.V2_RUNNER_MODULE)
-    saved = {n: sys.modules.get(n) for n in names}
-    sys.modules.update({hook.PARALLEL_MODULE: ps, hook.V2_TIMING_MODULE: timing, spec_mod.__name__: spec_mod,
-                        hook.V2_RUNNER_MODULE: mr})
-    out = tmp_path / "hook"
-    patched = hook.install(out)
-    try:
-        yield types.SimpleNamespace(Runner=GPUModelRunner, out=out, patched=patched)
-    finally:
-        hook.uninstall()
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
+    """V2's step (tests/standins.py): execute_model (forward_start → model → return) + sample_tokens
+    (sample, speculator.propose, an async output); _dummy_run calls execute_model(dummy_run=True)."""
+    with vllm_v2(tmp_path / "hook") as ns:
+        yield ns
 
 
 def _lines(out: Path) -> list[dict[str, Any]]:

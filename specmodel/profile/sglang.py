@@ -71,6 +71,10 @@ the engine. On the host clock (a CPU
 device) step k carries batch k - 1's result processing: steps tile the loop, so the mean is the
 loop's. The step in flight when the process ends is not written.
 
+On a GPU, ``scripts/gpu_check_trace.py`` (``sglang_scheduler_step``) runs the stand-in scheduler's
+loop (``tests/data/sglang_standin``) under this hook on CUDA events: ``step_s`` ≥ ``forwards_s`` on
+one clock, and no synchronise call while the loop runs.
+
 Reading back (no SGLang needed): :mod:`specmodel.trace.sglang_forward` (``read_forward_log``,
 ``summarize``: median per phase × batch × tokens → a :class:`Profile`; decode and verify rows
 carry their steps' host work).
@@ -652,7 +656,8 @@ class _Step:
         if self.cuda:
             from specmodel.units import from_ms
 
-            self.end.synchronize()
+            if not self.end.query():  # flush reads a step once ready: no synchronise call at all then
+                self.end.synchronize()
             step = from_ms(float(self.start.elapsed_time(self.end)))  # CUDA events report ms
         else:
             step = float(self.end - self.start)

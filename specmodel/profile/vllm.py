@@ -71,7 +71,13 @@ than that, the newest record is dropped and counted (``dropped_steps`` on every 
 events complete first (FIFO on one stream), so keeping them drains the queue soonest -- dropping
 the oldest would throw away the records nearest to being written. The runner's ``shutdown``
 waits for the rest (outside the hook's lock) and writes them. A process that dies loses at most
-the step in flight.
+the step in flight. (The torch.profiler capture, :mod:`specmodel.profile.vllm_capture`, waits once,
+when its window closes.)
+
+On a GPU, ``scripts/gpu_check_trace.py`` checks these clocks on stand-ins of both runners
+(``scripts/gpu_check_hooks.py``): a graph replay's ``forward_s`` against the check's own CUDA
+events, ``host_step_s`` against ``gpu_step_s``, ``overhead_s`` when the host returns first, and no
+synchronise call on the step path while the GPU runs behind.
 
 Never harms the server: a missing class or method gives one warning naming the vLLM version and
 stays unpatched; any failure of the hook's own set-up or teardown around a wrapped call (the
