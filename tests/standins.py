@@ -93,11 +93,9 @@ def _registered(modules: dict[str, ModuleType], out: Path) -> Iterator[list[str]
                 sys.modules[n] = m
 
 
-@contextmanager
-def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterator[types.SimpleNamespace]:
-    """Fake ``vllm.distributed.parallel_state`` + ``vllm.v1.worker.gpu_model_runner`` (+ the
-    proposer module), the hook installed. A V1 step: ``execute_model`` (``_model_forward``: three
-    all-reduces and the compute) then ``sample_tokens`` (sampling, then the proposal)."""
+def _parallel_state(work: Work | None, tp_rank: int) -> tuple[types.ModuleType, Any]:
+    """A fake ``vllm.distributed.parallel_state`` (both runners import it): its GroupCoordinator's
+    all-reduce does the stand-in's all-reduce work; and the TP group."""
     ps = types.ModuleType(hook.PARALLEL_MODULE)
 
     class GroupCoordinator:
@@ -107,7 +105,15 @@ def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterato
 
     ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
     ps.get_tensor_model_parallel_rank = lambda: tp_rank  # type: ignore[attr-defined]
-    tp_group = GroupCoordinator()
+    return ps, GroupCoordinator()
+
+
+@contextmanager
+def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterator[types.SimpleNamespace]:
+    """Fake ``vllm.distributed.parallel_state`` + ``vllm.v1.worker.gpu_model_runner`` (+ the
+    proposer module), the hook installed. A V1 step: ``execute_model`` (``_model_forward``: three
+    all-reduces and the compute) then ``sample_tokens`` (sampling, then the proposal)."""
+    ps, tp_group = _parallel_state(work, tp_rank)
     gmr = types.ModuleType(hook.RUNNER_MODULE)
     lbp = types.ModuleType(hook.PROPOSER_MODULE)
 
@@ -180,16 +186,7 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
     three all-reduces, return) + ``sample_tokens`` (sampling, ``speculator.propose``: k = 3 drafter
     forwards with an all-reduce each, an async output); ``_dummy_run`` calls
     ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do."""
-    ps = types.ModuleType(hook.PARALLEL_MODULE)
-
-    class GroupCoordinator:
-        def _all_reduce_out_place(self, x: Any) -> Any:
-            _do(work, "allreduce", AR_S)
-            return x
-
-    ps.GroupCoordinator = GroupCoordinator  # type: ignore[attr-defined]
-    ps.get_tensor_model_parallel_rank = lambda: tp_rank  # type: ignore[attr-defined]
-    group = GroupCoordinator()
+    ps, group = _parallel_state(work, tp_rank)
     timing = types.ModuleType(hook.V2_TIMING_MODULE)
 
     class StepTimingCollector:
