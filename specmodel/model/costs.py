@@ -215,7 +215,7 @@ def interpolate(toks: list[float], comps: list[Components], n: float,
     measured range -- the line through the last knot and the largest knot at or below half its
     tokens (the first knot when none is) -- slope clamped ≥ 0. Not the last segment: two knots
     one token apart divide both medians' noise by one token, and that slope is carried over every
-    token beyond. Measured on the vLLM CPU engine (bench_vllm_cli, 2026-12-02 16:39): verify rows at
+    token beyond. Measured on the vLLM CPU engine (benchmarks/results/vllm_cli_2026-12-02_1639.md): verify rows at
     15 tokens (6 steps) and 16 tokens (181 steps) 4.6 ms apart made verify at 64 tokens 219 ms;
     through 8 and 16 tokens it is 88 ms, and the engine's step there took ~90 ms. The top half,
     not a fit over every knot: a forward bends (a latency floor at few tokens, compute-bound

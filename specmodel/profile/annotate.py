@@ -33,7 +33,7 @@ def cuda_available() -> bool:
 
 
 def profiler_recording(t: Any = None) -> bool:
-    """True while a torch.profiler / Kineto session records (``record_function`` spans are seen)."""
+    """True while a torch.profiler / Kineto capture records (``record_function`` spans are seen)."""
     t = t if t is not None else _torch()
     if t is None:
         return False

@@ -1,6 +1,6 @@
 """Start N ranks on this host and supervise them.
 
-One process per rank, each in its own session, with torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``,
+One process per rank, each in its own process group (``setsid``), with torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``,
 ``MASTER_PORT`` = a free port). By default one ``python -m specmodel.profile.worker --fork N``
 imports torch once and forks the N ranks (on 2 cores, 8 ranks importing torch and the profiler
 each cost ~20 s of wall time); it reaps them and reports each exit status in ``exit<r>``, read

@@ -577,7 +577,7 @@ def warm_imports() -> None:
 
 def fork_ranks(plan_path: str, run_dir: Path, n: int) -> int:
     """The launcher's one process: import once, fork ``n`` ranks (``RANK`` = 0..n−1, each in its
-    own session, output to ``run_dir/rank<r>.log``), write ``run_dir/pids.json``, then reap
+    own process group (``os.setsid``), output to ``run_dir/rank<r>.log``), write ``run_dir/pids.json``, then reap
     them: each rank's exit status goes to ``run_dir/exit<r>`` (``waitstatus_to_exitcode``: a
     negative number is the signal that killed it), which the launcher reads as a Popen would."""
     warm_imports()
