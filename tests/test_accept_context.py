@@ -1,4 +1,4 @@
-"""Acceptance by context band (issue 19 item 2): `accept` groups windows by KV tokens per request,
+"""Acceptance by context band: `accept` groups windows by KV tokens per request,
 `predict --context`, `plan` and a saved distribution use the band's acceptance and say which."""
 
 # ruff: noqa: UP031  -- lines are built with SGLang's own printf-style format

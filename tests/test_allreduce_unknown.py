@@ -1,4 +1,4 @@
-"""Issue 18 item 15: a profile without an all-reduce split (a throughput sweep, the SGLang hook's
+"""A profile without an all-reduce split (a throughput sweep, the SGLang hook's
 whole-forward timing) prints the all-reduce share as unknown everywhere — CLI, JSON, report — never 0.00 ms / 0.0 %."""
 from __future__ import annotations
 

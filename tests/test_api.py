@@ -75,7 +75,7 @@ def test_accept_conventions_and_sources_agree():
 
 
 def test_api_errors_are_specmodel_errors_naming_the_argument_not_a_flag():
-    # issue 17 item 5: below commands/ an error names the field; from Python that is the argument
+    # below commands/ an error names the field; from Python that is the argument
     cases = [(dict(accept="three"), "accept: expected a mean accept length"),
              (dict(accept=2.0, batch=0), "batch: must be in 1..65536, got 0"),
              (dict(accept=9.0, steps=3), "accept: 9 (tokens convention) outside [1, 4] for steps = 3"),

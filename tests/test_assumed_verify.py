@@ -1,4 +1,4 @@
-"""Issue 21 / 18 item 7: no plain GO/NO-GO rests on a verify cost nobody measured at that (tokens, context).
+"""No plain GO/NO-GO rests on a verify cost nobody measured at that (tokens, context).
 
 A sweep (decode only) gives qualified verdicts at every context, in predict (text + JSON), the API,
 the plan (region ASSUMED, never recommended) and the report; verify rows at the asked context give

@@ -1,6 +1,6 @@
 """One attribution engine: `specmodel ingest` of a profile's own traces gives that profile's
-all-reduce seconds and message bytes (issue 11: the two analysers used to differ by 9-13 % and
-ingest reported message size 0)."""
+all-reduce seconds and message bytes (two separate analysers would differ by 9-13 %, and a
+message size of 0 is not an answer)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ B = str(BAD)
 #: the reference profile with one field at an extreme (tests/fuzz.py PROFILE_MUTATIONS)
 MUT = str(DATA / "profile_mutated")
 
-#: (id, argv). {W} is a per-session workspace holding drafters, a file and a read-only path.
+#: (id, argv). {W} is a workspace shared by the whole test run, holding drafters, a file and a read-only path.
 CASES: list[tuple[str, list[str]]] = [
     # ---- 1. click's own usage errors
     ("usage-bad-int", ["predict", "--batch", "abc"]),

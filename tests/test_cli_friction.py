@@ -1,4 +1,4 @@
-"""What a newcomer hits first at the command line (issue 18 items 21, 26): a mistyped command,
+"""What a newcomer hits first at the command line: a mistyped command,
 Ctrl-C, and ``--profile NAME`` as the tool prints it."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_extrapolated_verdict_is_qualified_in_text_and_json(tmp_path: Path) -> N
     r = run_cli("predict", "--baseline-sweep", sweep, "--accept-len", "1.2", "--batch", "32", "--draft-ms", "1",
                 cwd=tmp_path)
     verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict"))
-    # a sweep has no verify rows: the verdict is qualified for that too (issue 21), then the extrapolation
+    # a sweep has no verify rows: the verdict is qualified for that too, then the extrapolation
     assert verdict.startswith(f"verdict      {d['verdict']} (verify not measured at context 0: assumed = decode")
     assert "; extrapolated: batch 32 > measured 16" in verdict
     inside = _predict("--baseline-sweep", sweep, "--accept-len", "3", "--batch", "4", "--draft-ms", "1",
@@ -127,7 +127,7 @@ def test_plan_command_text_and_json(tmp_path: Path) -> None:
     rows = [ln.split() for ln in r.stdout.splitlines() if ln[:6].strip().isdigit()]
     assert len(rows) == 9
     # a sweep has no verify rows: verify is the decode curve everywhere, so every cell is ASSUMED and
-    # nothing is recommended from it (issue 21), inside the sweep's range or not
+    # nothing is recommended from it, inside the sweep's range or not
     for cols in rows:
         assert cols[2] == "ASSUMED" and cols[3] == "unmeasured", cols
     assert "--speculative-num-steps" not in r.stdout
@@ -225,7 +225,7 @@ def test_plan_rejects_a_bad_grid(tmp_path: Path) -> None:
 
 
 def test_excel_csv_utf8_sweep_with_bom_and_crlf_reads_like_the_plain_file(tmp_path: Path) -> None:
-    # issue 18 item 22: Excel's "CSV UTF-8" starts with a byte-order mark and ends lines with CRLF
+    # Excel's "CSV UTF-8" starts with a byte-order mark and ends lines with CRLF
     plain = tmp_path / "plain.csv"
     plain.write_text(GOOD.replace("# baseline sweep, tok/s totals\n", ""))
     excel = tmp_path / "excel.csv"

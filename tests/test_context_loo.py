@@ -1,4 +1,4 @@
-"""Leave-one-context-out on the repo's published GLM-5.1 sweeps (issue 18 item 3), run as
+"""Leave-one-context-out on the repo's published GLM-5.1 sweeps, run as
 documented in docs/context.md: the shipped surface must equal the linear-in-L interpolation
 between the neighbours, and its misses are the figures the docs quote (validation, not a fit:
 no constant of the model depends on this data)."""

@@ -67,7 +67,7 @@ def test_interpolation_in_context_is_linear_in_L() -> None:
 
 
 def test_a_short_context_is_near_the_short_measurement_not_the_long_one() -> None:
-    # issue 18 item 3: contexts 0 and 32K measured; in ln(1 + L) the step at 1K was 67 % of the way to 32K
+    # contexts 0 and 32K measured; in ln(1 + L) the step at 1K would be 67 % of the way to 32K
     rows = [_row("decode", 1, 1, 0, 0.010), _row("decode", 1, 1, 32768, 0.020)]
     p = Profile(name="two", source={}, tp=1, costs=tuple(rows))
     frac = (forward_cost(p, "decode", 1, 1024).total_s - 0.010) / (0.020 - 0.010)
@@ -187,7 +187,7 @@ def test_serve_plan_recommends_only_measured_and_marks_the_rest() -> None:
     for c in plan.cells:
         if c.batch <= 16 and c.context_tokens <= 32768:
             assert c.measured and c.recommended is not None and c.recommended.measured
-            # predict's rule (issue 18 item 9): speculate from 1.10x, marginal between, off below 1
+            # predict's rule: speculate from 1.10x, marginal between, off below 1
             sp = round(c.recommended.speedup, 2)
             assert c.action == (SPECULATE if sp >= 1.10 else MARGINAL if sp >= 1.0 else OFF)
         else:
@@ -235,7 +235,7 @@ def test_any_noisy_table_gives_a_surface_monotone_in_both_axes(rows: list[tuple[
 
 
 def test_beyond_the_last_knot_the_slope_spans_the_top_half_of_the_measured_range() -> None:
-    """The vLLM CPU engine's verify rows at batch 1-4 (bench_vllm_cli, 2026-12-02 16:39; steps per row in
+    """The vLLM CPU engine's verify rows at batch 1-4 (benchmarks/results/vllm_cli_2026-12-02_1639.md; steps per row in
     brackets): 4 tokens 14.91 ms [216], 8 tokens 19.81 ms [20], 15 tokens 24.99 ms [6], 16 tokens 29.55 ms
     [181]. At 64 tokens, along the last segment (15 -> 16): 29.55 + 48 x 4.56 = 248.43 ms; through the
     knot at half the last one's tokens (8 -> 16): 29.55 + 48 x (29.55 - 19.81) / 8 = 88.0 ms. The engine's

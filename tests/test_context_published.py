@@ -1,4 +1,4 @@
-"""Context + batch prediction checked against published measurements (issue 9, "Done when").
+"""Context + batch prediction checked against published measurements.
 
 Data: GLM-5.1 NVFP4, vLLM TP8 on 8x RTX PRO 6000 (PCIe), baseline and MTP (3 speculative
 tokens) decode throughput over concurrency x context, from local-inference-lab/rtx6kpro at
@@ -101,6 +101,6 @@ def test_context_zero_sweep_is_flagged_at_long_context(tmp_path: Path) -> None:
     for (b, L), (_, pred) in preds.items():
         if L > 0:
             assert any(e.axis == "context" and e.measured_max == 0 for e in pred.extrapolated), (b, L)
-            # a sweep has no verify rows: qualified for that first (issue 21), then the context
+            # a sweep has no verify rows: qualified for that first, then the context
             assert pred.verdict_label.startswith(f"{pred.verdict} (verify not measured at "), pred.verdict_label
             assert "extrapolated: context" in pred.verdict_label

@@ -71,7 +71,7 @@ def test_bad_input_exit_2_one_line(tmp_path: Path) -> None:
 
 
 def test_config_json_instead_of_its_directory_hints_the_directory(tmp_path: Path) -> None:
-    # issue 18 item 25: `--target …/config.json` is refused with the directory to pass instead
+    # `--target …/config.json` is refused with the directory to pass instead
     d, t = write_drafter(tmp_path / "d"), write_target(tmp_path / "t")
     r = run_cli("check-drafter", "--drafter", str(d), "--target", str(t / "config.json"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr

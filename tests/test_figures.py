@@ -1,6 +1,6 @@
-"""Issue 13: every figure a user reads adds up, comes from their own inputs, and applies to their box.
+"""Every figure a user reads adds up, comes from their own inputs, and applies to their box.
 
-One test (or more) per case the issue reproduced; each runs the installed command as a user would.
+One test (or more) per way a figure can mislead; each runs the installed command as a user would.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_verdict_follows_the_figures_as_printed(speedup: float, p: float | None)
     elif shown >= 1.10 and p_shown is not None and p_shown >= 0.90:
         assert verdict == "GO"
     else:
-        # an unknown P is not a GO: the rule's P >= 0.90 half cannot be checked (issue 18 item 11)
+        # an unknown P is not a GO: the rule's P >= 0.90 half cannot be checked
         assert verdict == "MARGINAL"
         if shown >= 1.10:
             assert ("uncertain" if p_shown is not None else "P(speedup>1) unknown") in reason
@@ -241,7 +241,7 @@ def test_custom_allreduce_is_not_a_bar_on_an_8_gpu_pcie_box(nogo_report: dict) -
     ca = rows["custom_allreduce"]
     assert ca["verdict"] == "N/A" and ca["unavailable"].startswith("not available")
     assert "more than two GPUs" in ca["unavailable"] and "PCIe" in ca["unavailable"]
-    # issue 18 item 14: the reference records its weights (~595 GB INT4) and GPU memory (96 GB), so TP 4
+    # the reference records its weights (~595 GB INT4) and GPU memory (96 GB), so TP 4
     # is N/A with the reason instead of a gain that assumes the model fits
     tp4 = rows["tp4"]
     assert tp4["label"] == "TP 4 instead of 8" and tp4["verdict"] == "N/A"

@@ -1,5 +1,5 @@
 """The forward-kind table (schema/phases.py) and the one judgement of a cycle's costs (CycleCosts):
-every consumer reads them (issue 17 item 1); "measured" has one definition (issue 18 item 5)."""
+every consumer reads them; "measured" has one definition."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def _with_short_draft_extend() -> object:
 
 
 def test_measured_has_one_definition_draft_extend_included() -> None:
-    # issue 18 item 5: predict says draft_extend is extrapolated at batch 4 (16 tokens > measured 4);
-    # the optimizer used to re-derive the check without draft_extend and call it measured
+    # predict says draft_extend is extrapolated at batch 4 (16 tokens > measured 4); an optimizer
+    # re-deriving the check without draft_extend would call it measured
     prof = _with_short_draft_extend()
     spec = SpecConfig(steps=3, topk=1, num_draft_tokens=4)
     cc = cycle_costs(prof, batch=4, spec=spec)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""NVML topology maps CUDA devices to NVML devices through their UUID (issue 11, defect 6).
+"""NVML topology maps CUDA devices to NVML devices through their UUID.
 
 NVML numbers GPUs in PCI order and ignores ``CUDA_VISIBLE_DEVICES``: with
 ``CUDA_VISIBLE_DEVICES=2,3`` CUDA device 0 is NVML device 2. The fake module below has the

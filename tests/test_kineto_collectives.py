@@ -43,7 +43,8 @@ def test_kernel_names_across_versions(name: str, collective: str, impl: str) -> 
     assert c is not None and (c.collective, c.implementation) == (collective, impl)
 
 
-# Kernels that issue 11 found counted as compute: one row each, names as the sources spell them
+# Collective kernels outside the ncclDevKernel_ family, which must not be counted as compute: one row each,
+# names as the sources spell them
 # (NCCL >= 2.27 src/device/symmetric/*, torch c10d/symm_mem/CUDASymmetricMemoryOps.cu, SGLang
 # sgl-kernel trtllm MoE finalize + all-reduce fusion).
 @pytest.mark.parametrize(("name", "collective", "impl"), [

@@ -154,7 +154,7 @@ def test_no_decode_rows_means_no_profile() -> None:
     ("specmodel.verify[bs=1,toks=4]", ("verify", 1, 4)),
     ("draft_extend", ("draft_extend", 5, 20)),
     ("ProfilerStep#3", ("decode", 1, 1)),
-    ("draft", ("draft", 5, 10)),  # SGLang 0.5.23 stage span (issue 11, defect 4)
+    ("draft", ("draft", 5, 10)),  # SGLang 0.5.23 stage span
     ("step[IDLE bs=0]", None), ("specmodel.allreduce[bs=1,toks=1]", None), ("aten::mm", None),
 ])
 def test_phase_names(name: str, expected) -> None:

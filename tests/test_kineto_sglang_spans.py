@@ -1,5 +1,5 @@
 """Which spans are forward passes in SGLang 0.5.23 traces and with the hook's spans nested in
-them (issue 11, defects 4 and 9). Span names and nesting as SGLang 0.5.23 writes them:
+them. Span names and nesting as SGLang 0.5.23 writes them:
 ``ModelRunner.forward`` opens ``step[<STAGE> bs=..]`` where every forward of the draft runner is
 ``step[DRAFT ..]`` (utils/profile_utils.build_step_span_name); eagle_worker_v2 wraps drafting in a
 ``draft`` stage span and both draft-extends (after a prefill and after a verify) in

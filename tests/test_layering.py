@@ -2,7 +2,7 @@
 (schema/) never import the profiler (profile/), the commands (commands/) or the report (report/),
 whether at module level or inside a function. Walks every import statement with ast.
 
-Edges decided against as well (issue 17 item 7): trace/ → model/ (but the accept-length type), the
+Edges decided against as well: trace/ → model/ (but the accept-length type), the
 domain layer (scenario, api, validation) → click/commands/report, and a command-line flag spelled in
 an error raised by model/, schema/ or the domain layer (they name fields; commands/flags.py maps)."""
 
@@ -68,10 +68,10 @@ def test_the_walk_sees_function_level_and_relative_imports(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# edges decided against (issue 17 item 7)
+# edges decided against
 
 #: trace/ readers produce data; the equations consume it. The one exception: a log reader returns
-#: the accept-length distribution type (model/accept.py), where issue 17 item 4 puts the mixtures.
+#: the accept-length distribution type (model/accept.py), where the mixtures live.
 TRACE_MAY_IMPORT_FROM_MODEL = ("specmodel.model.accept",)
 #: the domain layer under the commands and the Python API: no click, no commands, no report
 DOMAIN = ("scenario.py", "api.py", "validation.py")
@@ -130,7 +130,7 @@ def _below_commands() -> list[Path]:
 
 
 def test_errors_below_commands_name_fields_not_flags():
-    # issue 17 item 5: `specmodel.predict(accept=9.0)` said `--accept-len: …`; the CLI maps fields
+    # `specmodel.predict(accept=9.0)` must not say `--accept-len: …`; the CLI maps fields
     # to flags in one table (commands/flags.py). trace/ and profile/ are not covered yet (see the note).
     assert flag_strings_in_errors(_below_commands()) == []
 

@@ -19,7 +19,7 @@ def test_accept_text_report_for_sglang(cli):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "SGLang decode log (0.5.5-style, trailing ', '), 15 of 22 lines matched" in out
-    # the idle window (line 22, gen throughput 0.00) is left out (issue 18 item 4): 3.100, not 3.056
+    # the idle window (line 22, gen throughput 0.00) is left out: 3.100, not 3.056
     assert "accept len   3.100 tokens/step incl. bonus (= 2.100 accepted drafts)" in out
     assert "samples 1880, windows 14" in out
     rows = [ln.split() for ln in out.splitlines() if ln.startswith(" " * 13) and len(ln.split()) == 2]

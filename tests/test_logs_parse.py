@@ -67,8 +67,8 @@ def test_sglang_mixture_keeps_the_weighted_mean_and_counts_samples():
 
 
 def test_idle_window_is_left_out_of_the_distribution_as_validate_leaves_it_out():
-    # issue 18 item 4: line 22 of this log is an idle window (gen throughput 0.00, accept len 1.00
-    # carried over); counting it pulled the mean from 3.100 to 3.056
+    # line 22 of this log is an idle window (gen throughput 0.00, accept len 1.00 carried over);
+    # counting it would pull the mean from 3.100 to 3.056
     lf = parse_log(SG055)
     idle = [w for w in lf.windows if w.tokens_per_s == 0]
     assert [w.line for w in idle] == [22] and idle[0].accept_len == 1.0
@@ -319,7 +319,7 @@ def test_mixture_mean_is_the_batch_weighted_window_mean(tmp_path_factory, window
 
 
 def test_partial_last_line_of_a_log_being_written_is_left_out_with_a_warning(tmp_path: Path):
-    # issue 18 item 23: the server is mid-write (no newline yet): keep the complete lines, warn
+    # the server is mid-write (no newline yet): keep the complete lines, warn
     for src, cut in ((SG055, "accept rate: 0.79, "), (VNEW, "Accepted: 7")):
         text = Path(src).read_text()
         assert text.endswith("\n")

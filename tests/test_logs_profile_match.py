@@ -1,5 +1,5 @@
 """A log is held against a profile only when they describe the same model, TP degree and device
-(issue 18 item 12): another model's --accept-log is refused, as mixing two logs is; validate
+(an engine line names the model): another model's --accept-log is refused, as mixing two logs is; validate
 of a CPU-measured profile against a GPU server's log is refused."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_median_interval_from_order_statistics():
 
 
 def test_the_band_says_it_includes_the_cost_interval():
-    # issue 18 item 19: the band is widened by the costs' interval, so its label must not read
+    # the band is widened by the costs' interval, so its label must not read
     # as one generation's variability alone
     from specmodel.report.content import _assumptions
 

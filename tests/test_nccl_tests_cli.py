@@ -42,7 +42,7 @@ def test_fit_into_a_profile_copy(cli, tmp_path, reference_profile):
     ref = load_profile(reference_profile)
     assert prof.allreduce_fit is not None
     assert prof.allreduce_fit.to_dict() == json.loads(r.stdout)["allreduce_fit"]
-    # every all-reduce re-costed with the measured fit at its message size (issue 13); the rest as it was
+    # every all-reduce re-costed with the measured fit at its message size; the rest as it was
     for new, old in zip(prof.costs, ref.costs, strict=True):
         assert (new.compute_s, new.other_s, new.n_allreduce) == (old.compute_s, old.other_s, old.n_allreduce)
         want = old.n_allreduce * allreduce_s(old.allreduce_msg_bytes, 8, prof.allreduce_fit) + old.skew_s

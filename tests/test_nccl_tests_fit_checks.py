@@ -1,4 +1,4 @@
-"""nccl-tests output cut before its footer, and fits the rows cannot support, are flagged (issue 18 item 17)."""
+"""nccl-tests output cut before its footer, and fits the rows cannot support, are flagged."""
 
 from __future__ import annotations
 

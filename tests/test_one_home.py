@@ -1,5 +1,5 @@
-"""Each bound, tolerance and helper has one home (issue 17 item 6): a second definition elsewhere
-is how the two MAX_CONTEXT_TOKENS (10M and 1M) and two MAX_STEPS (64 and 8) came to disagree."""
+"""Each bound, tolerance and helper has one home: a second definition elsewhere
+drifts (two MAX_CONTEXT_TOKENS, 10M and 1M, or two MAX_STEPS, 64 and 8, would disagree silently)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ _CONVERSION = re.compile(r"[*/]\s*(?:1e-?[369]|1000(?:\.0)?|1024\s*\*\*\s*3)\b")
 
 
 def test_unit_conversions_live_in_units_py():
-    """SI is stored and converted once (issue 17 item 6): the printers (ms, us, gb_per_s, gib, gb,
+    """SI is stored and converted once: the printers (ms, us, gb_per_s, gib, gb,
     alpha_beta, tokens_text) and the readers' conversions into SI (from_ms, from_us, from_ns,
     from_gb_per_s, to_ms / to_us for plot axes) are in specmodel/units.py; no other module writes
     ``seconds * 1e3``. (Bounds such as ``1e-3 <= x`` compare, not convert, and are not matched.)"""

@@ -1,4 +1,4 @@
-"""Declared dependency bounds admit only versions the code runs on (issue 11, defect 10)."""
+"""Declared dependency bounds admit only versions the code runs on."""
 
 from __future__ import annotations
 

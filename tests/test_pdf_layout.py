@@ -133,8 +133,8 @@ def test_make_demo_pdf_is_printable(tmp_path: Path) -> None:
         assert r.returncode == 0, (c, r.stderr[-2000:])
     pdf = tmp_path / "reports" / "demo.pdf"
     assert layout_problems(pdf) == []
-    # issue 18 item 24: the README's `plan` examples, on the profile `make demo` wrote, recommend
-    # something in every cell (before: a grid of only "unmeasured" rows)
+    # the README's `plan` examples, on the profile `make demo` wrote, recommend something in every
+    # cell (not a grid of only "unmeasured" rows)
     readme = (REPO / "README.md").read_text()
     plans = [ln.split("#")[0].split() for ln in readme.splitlines() if ln.startswith("specmodel plan ")]
     assert len(plans) >= 2

@@ -48,7 +48,7 @@ def test_every_accept_source(tmp_path):
     assert checked == {flag_of(f) for f in ACCEPT_SOURCES if f != "accept_dist"}
     m = _json("--accept-len", "2.5", cwd=tmp_path)
     assert m["accept_mean_tokens"] == pytest.approx(2.5) and m["accept_samples"] == 0
-    # that log's engine line names Qwen3-32B, which the (Kimi) reference profile refuses (issue 18 item 12):
+    # that log's engine line names Qwen3-32B, which the (Kimi) reference profile refuses:
     # the same SpecDecoding lines without the model line
     vlog = tmp_path / "vllm.log"
     vlog.write_text("".join(ln for ln in (DATA / "logs_vllm_new" / "server.log").read_text().splitlines(keepends=True)

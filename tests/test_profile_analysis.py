@@ -187,8 +187,9 @@ def _ingest_skews(per_rank: list[list[tuple[str, float]]], *, seq: bool) -> list
     [[("all_reduce", 2.0), ("all_gather", 1.0)], [("all_gather", 3.0), ("all_reduce", 1.0)]],  # order differs
 ])
 def test_profiler_and_ingest_match_collectives_the_same_way(per_rank):
-    # issue 17 item 6: the profiler matched by position, ingest by key (partial sums over mismatched
-    # sequences); on a trace without Seq numbers both now give the profiler's numbers
+    # one matcher for the profiler and ingest (matching by position in one and by key in the other
+    # gives partial sums over mismatched sequences); on a trace without Seq numbers both give the
+    # profiler's numbers
     calls = [[[A.Call(n, d) for n, d in rank]] for rank in per_rank]
     prof, _ = A.skews(calls)
     assert _ingest_skews(per_rank, seq=False) == [r[0] for r in prof]

@@ -177,7 +177,7 @@ def test_collectives_per_forward_match_the_architecture(preset, tp):
 
 
 def test_run_result_is_typed_and_round_trips_result_json(tmp_path):
-    # issue 17 item 6: the worker's result, read by the launcher, commands/profile and output, is
+    # the worker's result, read by the launcher, commands/profile and output, is
     # a RunResult (result.json through to_dict/from_dict), not a free dict
     import json
 

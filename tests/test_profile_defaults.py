@@ -1,5 +1,5 @@
-"""`specmodel profile --help` states the defaults the run uses (issue 17 item 6: the help said
-"--warmup default 2 CPU" while the code ran 1): both come from plan.RunDefaults, checked here by
+"""`specmodel profile --help` states the defaults the run uses (a help text that
+says "--warmup default 2 CPU" while the code runs 1 misleads): both come from plan.RunDefaults, checked here by
 building the CPU plan the bare command would run and reading its numbers back out of --help."""
 
 from __future__ import annotations

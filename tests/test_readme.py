@@ -75,7 +75,7 @@ def test_the_matcher_fails_on_a_changed_figure() -> None:
 
 
 def test_the_readme_says_how_to_reach_the_command_after_make_demo() -> None:
-    # issue 18 item 20: `make demo` installs into .venv; a bare `specmodel` is "command not found"
+    # `make demo` installs into .venv; a bare `specmodel` is "command not found"
     text = (REPO / "README.md").read_text()
     first_use = text.index("$ specmodel ")
     say = text.index("source .venv/bin/activate")
@@ -95,7 +95,7 @@ OTHER_TOOLS_FLAGS = {"docs/ingest.md": ("--rounds", "--families")}  # benchmarks
 @pytest.mark.parametrize("page,command", [("docs/ingest.md", "ingest"), ("docs/profile.md", "profile"),
                                           ("docs/sglang.md", "sglang"), ("docs/drafter.md", "check-drafter")])
 def test_a_command_page_names_only_flags_its_command_has(page: str, command: str) -> None:
-    # issue 18 item 24: docs/ingest.md told users to pass `ingest --contexts N`, which does not exist.
+    # a page naming `ingest --contexts N`, which does not exist, sends users to an error.
     # A bare `--flag` in backticks on a command's page is that command's flag.
     text = (REPO / page).read_text()
     bare = {f.split("=")[0] for m in re.findall(r"`(--[a-z][a-z0-9-]*[^`]*)`", text) for f in m.split()[0].split("/")}

@@ -1,6 +1,6 @@
 """The parts of the error promise a corpus case cannot show: bounded work on a 40K-digit log
 line, pool workers that die with their parent, a stopped rank named by number, the SGLang shim
-silent in foreign interpreters, and output sets that survive SIGKILL (issue 10)."""
+silent in foreign interpreters, and output sets that survive SIGKILL."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_page_one_shows_the_verdict_and_the_figures_predict_prints(which: str, r
     pred = rep["pred"]
     page1 = _text(rep["pdf"])[0]
     if which == "measured_report":
-        # its drafter FAILs the vocabulary check (issue 18 item 6): BLOCKED, with the reason and the
+        # its drafter FAILs the vocabulary check: BLOCKED, with the reason and the
         # model's own verdict beside it, on page 1, in the CLI and the JSON; the prediction stays predict's
         flat = page1.replace("\n", " ")
         assert "BLOCKED" in page1 and "FAIL vocab.coverage" in flat and f"the model alone says {pred['verdict']}" in flat
@@ -325,7 +325,7 @@ def test_report_serve_plan_is_the_plan_command(measured_report: dict, tmp_path: 
 @pytest.mark.slow  # renders PDFs (the report fixtures)
 @pytest.mark.parametrize("which", ["ref_report", "measured_report"])
 def test_cli_and_pdf_give_one_recommendation(which: str, request: pytest.FixtureRequest) -> None:
-    # issue 18 item 8: the CLI printed the best measured configuration while page 1 said "turn speculation off"
+    # the CLI must not print the best measured configuration while page 1 says "turn speculation off"
     rep = request.getfixturevalue(which)
     data = json.loads(rep["pdf"].with_suffix(".json").read_text())
     rec = data["optimizer"]["recommendation"]

@@ -1,4 +1,4 @@
-"""One operating point, filled by click or by Python (issue 17 item 5): every input is a field of
+"""One operating point, filled by click or by Python: every input is a field of
 the frozen ScenarioArgs with its bound; errors below commands/ name the field, and the CLI spells a
 field as its flag through one table (specmodel/commands/flags.py)."""
 

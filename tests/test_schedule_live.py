@@ -1,4 +1,4 @@
-"""``plan --engine vllm --export`` accepted and used by the live vLLM engine (issue 19 item 1).
+"""``plan --engine vllm --export`` accepted and used by the live vLLM engine.
 
 The schedule here: speculation measured to pay at batch 1 only (a plain-number profile at batch 1;
 batches 2..4 are not measured, so k = 0 there). The engine must (1) start with the exported

@@ -112,7 +112,7 @@ def test_source_kind_is_checked_on_load_and_when_scanning(tmp_path, ref_dict):
     assert read_source_kind(tmp_path / "ok.json") == "ingested"
 
 
-# ---- provenance: a typed, frozen Source (issue 17 item 3)
+# ---- provenance: a typed, frozen Source
 
 def test_source_is_typed_frozen_and_round_trips_the_file_unchanged(tmp_path):
     import dataclasses

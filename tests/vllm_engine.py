@@ -257,7 +257,7 @@ class VllmServer:
         self._log_fh = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         env = engine_env(self.python, self.tp)
         env.update(self.env)
-        # own session = own process group: stop() kills the server and every worker it spawned
+        # start_new_session: its own process group, so stop() kills the server and every worker it spawned
         self.proc = subprocess.Popen(self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT, env=env,
                                      cwd=str(REPO), start_new_session=True)
         try:
@@ -399,9 +399,9 @@ def measure(srv: VllmServer, *, batch: int, tokens: int = 64, reps: int = 3, war
     proposer, torch.compile specialising on a new batch shape.
 
     A round's rate is every completion token over the round's wall time. (vLLM's own
-    ``vllm:request_decode_time_seconds`` was tried as a decode-only clock and is not one on this
+    ``vllm:request_decode_time_seconds`` is not a decode-only clock on this
     CPU engine: 72 tok/s for a drafter whose steps the hook times at 25 ms with 1.00 tokens each,
-    against 37 tok/s of wall clock, 2026-12-01.)"""
+    against 37 tok/s of wall clock.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(batch) as ex:
