@@ -1,4 +1,4 @@
-"""Head to head on the live vLLM engine (issue 19 item 4): total tok/s at concurrency 1, 2, 4, 8
+"""Head to head on the live vLLM engine (the engine's own schedule against a fixed configuration): total tok/s at concurrency 1, 2, 4, 8
 (one context, bounded requests) with
 
   (a) no speculation, (b) static k, (c) specmodel's exported schedule (``plan --engine vllm

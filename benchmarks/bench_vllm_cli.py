@@ -33,7 +33,7 @@ group), rounds of B concurrent requests of ``--tokens`` tokens interleaved A B B
 full-length warm-up each, a pause between rounds (idle TP workers spin for 1 s); the ratio of the
 medians of ``--reps`` rounds, with the rounds' spread.
 
-Targets (issue 28 item 11): median |speedup error| <= 10 % out of sample; go/no-go right wherever
+Targets: median |speedup error| <= 10 % out of sample; go/no-go right wherever
 the measured speedup is outside 0.9-1.1; rows measured within 0.85-1.15 reported MARGINAL or with
 a band (predict's speedup band, ``speedup_low`` / ``speedup_high``) that holds the measurement.
 

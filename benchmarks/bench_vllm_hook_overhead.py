@@ -2,7 +2,7 @@
 started alternately (off, on, off, on, ...), each measured with the same bounded client.
 
 Default: TP 2 with draft_model k = 3 -- the case with the most wrapped calls per step (the target
-forward, the proposal, 9 + 27 all-reduces). Target (issue 16 item 2): cost <= 2 % of tok/s.
+forward, the proposal, 9 + 27 all-reduces). Target: cost <= 2 % of tok/s.
 The figure is the ratio of the medians over pairs; the spread is the range of per-pair ratios.
 
 ``--micro`` (no engine, seconds): the hook's own cost per engine step, timed directly -- the

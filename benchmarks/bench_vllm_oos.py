@@ -1,4 +1,4 @@
-"""specmodel's predictions against a live vLLM CPU engine, out of sample (issue 16 item 4).
+"""specmodel's predictions against a live vLLM CPU engine, out of sample.
 
 Per TP degree (1 and 2), every server runs under `specmodel vllm` (the hook's cost is then in the
 baseline and the speculative tok/s alike) and serves greedy traffic at batch 1, 2 and 4.
@@ -27,7 +27,7 @@ rounds so the idle one stops spinning), each round timed on the wall clock; the 
 medians of `--reps` rounds after a full-length warm-up. (Measured one after the other, the same
 baseline server read 127 and 276 tok/s minutes apart on this VM.)
 
-Targets (issue 16): median |speedup error| <= 10 % and go/no-go right wherever the measured
+Targets: median |speedup error| <= 10 % and go/no-go right wherever the measured
 speedup is outside 0.9-1.1.
 
 Run: .venv/bin/python benchmarks/bench_vllm_oos.py [--tp 1 --tp 2] [--tokens 128] [--reps 7] [--out DIR]

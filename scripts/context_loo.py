@@ -1,4 +1,4 @@
-"""Leave-one-context-out check of the context interpolation (issue 18 item 3).
+"""Leave-one-context-out check of the context interpolation.
 
 Drop one interior measured context (all its rows), predict the step time there for every batch
 measured at it and at both neighbouring contexts, and compare with the measured one. Two predictions per left-out

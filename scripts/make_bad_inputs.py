@@ -1,6 +1,6 @@
 """Write the bad-input corpus tests/data/bad_inputs/ (deterministic; rerun after changing it).
 
-Each file is one class of hostile or broken input from issue 10; tests/test_bad_inputs.py runs
+Each file is one class of hostile or broken input; tests/test_bad_inputs.py runs
 every command on them and expects one line `specmodel: error: ...` and exit 2.
 
     python scripts/make_bad_inputs.py

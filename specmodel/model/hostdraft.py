@@ -8,8 +8,8 @@ preparation, rejection sampling, bookkeeping, the scheduling gap) and the lookup
 
 Why not the profile's verify *step*: a vLLM verify row measured with ``draft_model`` carries that
 proposer's host work (measured on the vLLM CPU engine: scheduling gap 6.3 ms and step host
-work 4.4 ms against 1.0 and 2.1 ms in an ngram run; README, "Check specmodel against a real
-engine"), so a verify step is not a property of the target alone. Only its forward is.
+work 4.4 ms against 1.0 and 2.1 ms in an ngram run; the engine recipe is in benchmarks/README.md),
+so a verify step is not a property of the target alone. Only its forward is.
 
 Notation as in :mod:`specmodel.model.cycle`; r = share of request-steps in which the proposer
 proposed (vLLM's ``spec_decode_num_drafts`` / (generated − accepted tokens)).
