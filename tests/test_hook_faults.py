@@ -277,8 +277,9 @@ def test_vllm_cuda_timer_path_with_fake_events(gpu: Any) -> None:
     for b in (1, 2, 3):
         _step(runner, b)
         time.sleep(2 * GPU_LAG_S)
-    # each record went out once its events completed, at the next step at the latest: no sync
-    assert [s["batch"] for s in _steps(gpu.out)] == [1, 2]
+    # each record went out once its events completed, at the next step at the latest: no sync (the
+    # last one too if the idle thread's query found it done meanwhile: the box's timing decides that)
+    assert [s["batch"] for s in _steps(gpu.out)] in ([1, 2], [1, 2, 3])
     assert FakeEvent.syncs == 0  # nothing waited on an event that had not completed
     lines = _lines(gpu.out)
     assert lines[0]["clock"] == "cuda_event" and lines[0]["model_runner"] == "v1"
