@@ -139,8 +139,8 @@ def test_json_output_and_text_summary(runs):
     # the progress line estimates the time left; the last line says which stage took the time
     assert re.search(r"^\[2/\d+\] specmodel\.\S+ ctx=\d+  \(\d+ s, ~\d+ s left\)$", runs["stderr2"], re.M), runs["stderr2"]
     took = runs["stdout2"].strip().splitlines()[-1]
-    assert re.fullmatch(r"took +\d+ s: start-up \d+ s, \d+ cells \d+ s, timing passes \d+ s, 3 all-reduce sizes "
-                        r"\d+ s, spec loop \d+ s, writing \d+ s", took), took
+    assert re.fullmatch(r"took +\d+ s: start-up \d+ s, \d+ cells \d+ s, timing passes \d+ s,(?: 3 all-reduce sizes \d+ s,)?"
+                        r" spec loop \d+ s, writing \d+ s", took), took  # a phase that took no time may be left out
 
 
 def test_spec_loop_in_the_profile_run(runs):
