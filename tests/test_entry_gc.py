@@ -25,7 +25,7 @@ print(gc.isenabled(), gc.get_freeze_count() > 1000, during.count(False), during.
 
 
 def test_no_collection_during_start_up_imports_then_frozen_and_back_on() -> None:
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     # on, the imports' objects frozen, no collection before the command's module was in, the
     # collector running again after (the gc.collect() at least)
@@ -35,7 +35,7 @@ def test_no_collection_during_start_up_imports_then_frozen_and_back_on() -> None
 def test_a_plain_import_of_the_cli_leaves_the_collector_alone() -> None:
     code = ("import gc; from specmodel import cli; "
             "cli.main(['accept', '--help']) if False else None; print(gc.isenabled(), gc.get_freeze_count())")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.stdout.split() == ["True", "0"], r.stderr
 
 

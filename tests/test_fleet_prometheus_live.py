@@ -53,6 +53,7 @@ DRAFT_PROFILE = DATA / "vllm_oos_tp1_1023" / "profile_base_draft_noisy.json"
 SCRAPE_S = 2
 RULES_WINDOW, RULES_FOR = "10s", "3s"
 WAIT_S = 240.0
+QUERY_WAIT_S = 180.0
 
 
 def _wait_for(what: str, cond: Callable[[], Any], timeout_s: float = WAIT_S,
@@ -101,13 +102,24 @@ class Prometheus:
             return False
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        """An instant query now; a refusal fails the test with Prometheus' own error."""
+        """An instant query now; a refusal fails the test with Prometheus' own error. A query that
+        times out is asked again: on a 2-core box running three engines a starved Prometheus answers
+        late, which is no answer about the fleet (bounded: QUERY_WAIT_S in all)."""
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                doc = json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            doc = json.loads(exc.read())
+        deadline = time.monotonic() + QUERY_WAIT_S
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    doc = json.loads(r.read())
+                break
+            except urllib.error.HTTPError as exc:
+                doc = json.loads(exc.read())
+                break
+            except (TimeoutError, urllib.error.URLError, ConnectionError):
+                assert self.proc.poll() is None, (Path(self.log.name).read_text()[-2000:])
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
         assert doc["status"] == "success", (expr, doc)
         return list(doc["data"]["result"])
 

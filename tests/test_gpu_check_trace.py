@@ -59,7 +59,7 @@ def test_cpu_dry_run_passes_and_writes_results(tmp_path: Path) -> None:
 
 def test_the_dry_run_alias(tmp_path: Path) -> None:
     """``--dry-run`` is ``--cpu-dry-run``: the usage names both."""
-    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "--cpu-dry-run, --dry-run" in r.stdout
 
 

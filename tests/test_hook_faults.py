@@ -485,12 +485,12 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
         assert prof.rows("decode")[0].samples == 6
     out = tmp_path / "p"
     r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--summarize", str(standin.out), "-o", str(out),
-                        "--dp-rank", "1"], capture_output=True, text=True, timeout=120)
+                        "--dp-rank", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "profile.json").read_text())
     assert [c["batch"] for c in doc["costs"] if c["kind"] == "decode"] == [2]
     r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--summarize", str(standin.out), "-o", str(out)],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--dp-rank" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -643,7 +643,7 @@ for b in range(1, 6):
 os._exit(0)
 """
     env = {**os.environ, "SGLANG_STANDIN_FLAVOR": "0.5.5", "PYTHONPATH": str(Path(__file__).parents[1])}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [json.loads(x) for x in rank_file(tmp_path / "logs", 0).read_text().splitlines()]
     assert [r["batch"] for r in lines if r["type"] == "forward"] == [1, 2, 3, 4, 5]
@@ -714,7 +714,7 @@ for _ in range(6):
                                    "PYTHONPATH": str(Path(__file__).parents[1])}) for dp in (0, 1)]
     go.touch()
     for p in procs:
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
     files = sorted(rank_files(tmp_path / "logs", 0), key=lambda f: "dp1" in f.name)
     assert [f.name.split("-pid")[0] for f in files] == ["rank0-dp0-pp0", "rank0-dp1-pp0"]

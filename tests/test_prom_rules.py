@@ -20,21 +20,21 @@ SERVER = 'instance="s:8000",job="vllm",model_name="m"'
 def _rules(tmp_path) -> tuple[str, dict]:
     path = tmp_path / "rules.yml"
     r = subprocess.run(specmodel_exe() + ["plan", "--accept-len", "3", "--prometheus-rules", str(path)],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return str(path), json.loads(path.read_text())
 
 
 def _break_even(batch: int) -> float:
     r = subprocess.run(specmodel_exe() + ["predict", "--accept-len", "3", "--batch", str(batch), "--json"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return float(json.loads(r.stdout)["break_even_accept_tokens"])
 
 
 def test_rules_pass_promtool_and_carry_predicts_break_even_per_batch_band(tmp_path):
     path, doc = _rules(tmp_path)
-    chk = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True, timeout=60)
+    chk = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True, timeout=300)
     assert chk.returncode == 0, chk.stdout + chk.stderr
     be = {r["labels"]["batch_band"]: r["expr"] for r in doc["groups"][0]["rules"] if "labels" in r}
     for b in (1, 8):
@@ -81,5 +81,5 @@ def test_alert_fires_below_break_even_for_ten_minutes_and_clears_when_acceptance
     }]}
     tf = tmp_path / "test.yml"
     tf.write_text(json.dumps(test))
-    r = subprocess.run([PROMTOOL, "test", "rules", str(tf)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([PROMTOOL, "test", "rules", str(tf)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

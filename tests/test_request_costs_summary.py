@@ -184,7 +184,7 @@ def test_a_malformed_metrics_page_is_one_line_naming_the_file(tmp_path: Path) ->
     with pytest.raises(SpecmodelError) as exc:
         summarize([base, ng], name="x")
     assert str(bad) in str(exc.value) and "\n" not in str(exc.value)
-    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(ng), "-o", str(tmp_path / "p"), timeout=120)
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(ng), "-o", str(tmp_path / "p"), timeout=300)
     assert r.returncode == 2 and str(bad) in r.stderr and "Traceback" not in r.stderr
 
 
@@ -233,7 +233,7 @@ def test_the_summarize_command_writes_requests_and_prints_the_note(tmp_path: Pat
     (base / "metrics.prom").write_text(BASE_PAGE)
     (dm / "metrics.prom").write_text(SPEC_PAGE)
     out = tmp_path / "p"
-    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(dm), "-o", str(out), timeout=120)
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(dm), "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stderr
     assert "note: requests: prompt 60 tokens" in r.stdout
     rq = load_profile(out).requests
@@ -298,7 +298,7 @@ def test_the_runner_keeps_the_servers_last_metrics_page(tmp_path: Path) -> None:
     assert page.read_text().startswith("# HELP fake_scrapes_total") and _scrapes(page) >= 1
     assert [p.name for p in out.iterdir()] == ["metrics.prom"]  # no temp file left behind
     # a later run into the same directory is refused: the page is an earlier run's file
-    r = run_cli("vllm", "--out", str(out), "--", sys.executable, str(fake), timeout=60)
+    r = run_cli("vllm", "--out", str(out), "--", sys.executable, str(fake), timeout=300)
     assert r.returncode == 2 and "already holds metrics.prom" in r.stderr
 
 

@@ -21,7 +21,7 @@ STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
     out = tmp_path_factory.mktemp("run") / "fwd"
     res = run_cli("sglang", "--out", str(out), "--", sys.executable, "serve.py", "3", "2", cwd=STANDIN,
-                  env={"SGLANG_STANDIN_FLAVOR": "0.5.5"}, timeout=120)
+                  env={"SGLANG_STANDIN_FLAVOR": "0.5.5"}, timeout=300)
     return res, out
 
 

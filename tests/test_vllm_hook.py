@@ -129,12 +129,12 @@ def test_ramp_cells_seen_few_times_are_left_out_and_said(standin: Any, tmp_path:
     assert sorted(r.batch for r in keep.rows("decode")) == [1, 3, 4]
     out = tmp_path / "p"
     r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--summarize", str(standin.out), "-o", str(out),
-                        "--min-samples", "2"], capture_output=True, text=True, timeout=120)
+                        "--min-samples", "2"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "profile.json").read_text())
     assert sorted(c["batch"] for c in doc["costs"] if c["kind"] == "decode") == [1, 3, 4]
     r = subprocess.run([sys.executable, "-m", "specmodel", "vllm", "--min-samples", "2", "--", "true"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--min-samples/--dp-rank only apply with --summarize" in r.stderr
 
 
@@ -219,7 +219,7 @@ def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path)
     env = child_env(tmp_path / "out", env_var=ENV_VAR)
     env.pop("SPECMODEL_SGLANG_DIR", None)
     code = "import sys; print('specmodel.profile.vllm' in sys.modules, 'specmodel.profile.sglang' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     # this interpreter has no vLLM: the shim stays silent and loads nothing
     assert r.stdout.split() == ["False", "False"]
@@ -227,7 +227,7 @@ def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path)
     (fake / "vllm").mkdir(parents=True)
     (fake / "vllm" / "__init__.py").write_text("")
     env["PYTHONPATH"] += f":{fake}"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.stdout.split() == ["True", "False"], r.stderr
 
 

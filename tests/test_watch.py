@@ -90,7 +90,7 @@ def test_server_that_goes_away_and_comes_back_is_not_fatal():
         time.sleep(1.5)
         back = PageServer(pages[1:], port=port).start()  # and comes back on the same port
         try:
-            out, err = proc.communicate(timeout=60)
+            out, err = proc.communicate(timeout=300)
         finally:
             back.stop()
     finally:

@@ -81,7 +81,7 @@ def test_a_broken_answer_is_one_line_naming_the_server_then_the_next_interval_re
     with ScriptedServer([_ok(PAGES[0]), broken, _ok(PAGES[2]), _ok(PAGES[3])]) as srv:
         r = subprocess.run(specmodel_exe() + ["watch", srv.url, "--profile", str(REFERENCE), "--interval", "0.2",
                                               "--window", "100", "--count", "1", "--timeout", "5"],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     lines = r.stdout.splitlines()
@@ -97,7 +97,7 @@ def test_a_server_that_never_answers_well_is_one_line_exit_2(broken):
     # before the first reading a broken answer is bad input: one line, exit 2
     with ScriptedServer([broken]) as srv:
         r = subprocess.run(specmodel_exe() + ["watch", srv.url, "--profile", str(REFERENCE), "--once",
-                                              "--timeout", "5"], capture_output=True, text=True, timeout=120)
+                                              "--timeout", "5"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.strip()]
