@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.errors import SpecmodelError
+from specmodel.commands.flags import flag_of
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model import memory as M
 from specmodel.profile import configs as C
 from specmodel.profile.plan import Point, RunPlan, SpecLoopPlan, sweep_points
@@ -105,8 +106,9 @@ def test_full_size_is_not_scaled():
 def test_check_tp_names_the_dimension():
     s, src = C.load_shape(None, "llama-3.1-8b")
     d = C.drafter_for(s)
-    with pytest.raises(SpecmodelError, match="not divisible by --tp 3"):
+    with pytest.raises(FieldError) as err:
         C.check_tp(s, d, 3, src)
+    assert "not divisible by --tp 3" in err.value.render(flag_of)  # (as the CLI spells it)
 
 
 def test_layers_that_fit():

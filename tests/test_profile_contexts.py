@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from specmodel.commands.profile_plan import _contexts, _fit_gpu
 from specmodel.errors import SpecmodelError
 from specmodel.model import memory as M
 from specmodel.profile import configs as C
 from specmodel.profile import device
-from specmodel.profile.plan import _contexts, _fit_gpu, kv_need, sweep_points
+from specmodel.profile.plan import kv_need, sweep_points
 
 GiB = 1024**3
 

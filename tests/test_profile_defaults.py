@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from specmodel.profile.plan import CPU_DEFAULTS, GPU_DEFAULTS, build_plan, default_help
+from specmodel.commands.profile_plan import build_plan
+from specmodel.profile.plan import CPU_DEFAULTS, GPU_DEFAULTS, default_help
 from tests.conftest import run_cli
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from specmodel.commands.profile_plan import build_plan
 from specmodel.errors import Interrupted
 from specmodel.limits import (
     MAX_BATCH,
@@ -39,7 +40,6 @@ from specmodel.profile.plan import (
     SWEEP_KINDS,
     VERIFY_TOKENS,
     RunPlan,
-    build_plan,
     default_help,
     is_torchrun,
 )

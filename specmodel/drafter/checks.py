@@ -37,7 +37,7 @@ import numpy as np
 from specmodel.drafter.findings import DrafterReport, Finding
 from specmodel.drafter.safetensors_io import FLOAT_DTYPES, TensorInfo, read_checkpoint_headers
 from specmodel.drafter.token_freq import read_token_freq
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.hfconfig import SGLANG_EAGLE3_ARCHS, VLLM_EAGLE3_ARCHS, HFConfig, load_config, vllm_eagle3_name
 from specmodel.model.accept import chain_mean
 
@@ -615,13 +615,14 @@ def _looks_like_drafter(cfg: HFConfig) -> bool:
 
 
 def _swap_hint(drafter_dir: str | Path, target_dir: str | Path, tcfg: HFConfig) -> str:
-    """What to do when the drafter directory holds no weights: most often the two flags are swapped."""
+    """What to do when the drafter directory holds no weights: most often the two inputs are swapped
+    (``{drafter}`` / ``{target}``: the inputs' names, spelled by whoever prints the error)."""
     if not any(Path(drafter_dir).glob("*.safetensors*")) and (
             _looks_like_drafter(tcfg) or any(Path(target_dir).glob("*.safetensors"))):
         why = "an EAGLE drafter's config.json" if _looks_like_drafter(tcfg) else "the *.safetensors"
-        return (f"; --drafter and --target look swapped ({target_dir} holds {why}): "
-                f"try --drafter {target_dir} --target {drafter_dir}")
-    return " (--drafter is the EAGLE-3 checkpoint directory with its weights; --target needs only config.json)"
+        return (f"; {{drafter}} and {{target}} look swapped ({target_dir} holds {why}): "
+                f"try {{drafter}} {target_dir} {{target}} {drafter_dir}")
+    return " ({drafter} is the EAGLE-3 checkpoint directory with its weights; {target} needs only config.json)"
 
 
 def check_drafter(*, drafter_dir: str | Path, target_dir: str | Path,
@@ -634,7 +635,7 @@ def check_drafter(*, drafter_dir: str | Path, target_dir: str | Path,
     try:
         tensors = read_checkpoint_headers(drafter_dir)
     except SpecmodelError as exc:
-        raise SpecmodelError(f"{exc}{_swap_hint(drafter_dir, target_dir, tcfg)}") from None
+        raise FieldError(None, f"{exc}{_swap_hint(drafter_dir, target_dir, tcfg)}") from None
     vm = load_vocab_map(tensors, dims, "drafter")
 
     findings: list[Finding] = [

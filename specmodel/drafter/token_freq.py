@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.io import read_bytes, read_json
 
 _SPLIT = re.compile(r"[,\t ]+")
@@ -48,7 +48,7 @@ def read_token_freq(path: str | Path, vocab_size: int) -> tuple[np.ndarray, np.n
     if not p.exists():
         raise SpecmodelError(f"{p}: token-frequency file not found")
     if p.is_dir():
-        raise SpecmodelError(f"{p}: --token-freq must be a file, got a directory")
+        raise FieldError(None, f"{p}: {{token_freq}} must be a file, got a directory")
     raw = read_bytes(p, "a token-frequency file")
     try:
         text = raw.decode("utf-8")

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.hfconfig import HFConfig
 from specmodel.io import read_json
 from specmodel.schema.shapes import DrafterShape, ModelShape
@@ -209,13 +209,13 @@ def shape_from_hf(cfg: HFConfig, *, name: str) -> ModelShape:
 def load_shape(model_config: str | None, preset: str | None) -> tuple[ModelShape, str]:
     """(shape, where it came from) from ``--model-config`` or ``--preset`` (default: Kimi-K2.5)."""
     if model_config and preset:
-        raise SpecmodelError("give --model-config or --preset, not both")
+        raise FieldError(None, "give {model_config} or {preset}, not both")
     if model_config:
         cfg = _read_config(model_config)
         return shape_from_hf(cfg, name=cfg.path.parent.name or cfg.path.stem), str(cfg.path)
     key = (preset or DEFAULT_PRESET).lower()
     if key not in PRESETS:
-        raise SpecmodelError(f"--preset: unknown {preset!r} (known: {', '.join(sorted(PRESETS))})")
+        raise FieldError("preset", f"unknown {preset!r} (known: {', '.join(sorted(PRESETS))})")
     return shape_from_hf(HFConfig(path=Path(f"preset {key}"), raw=PRESETS[key]), name=key), f"preset {key}"
 
 
@@ -254,12 +254,12 @@ def check_tp(shape: ModelShape, drafter: DrafterShape, tp: int, where: str) -> N
     """Megatron TP needs the sharded dims divisible by ``tp``; say which one is not."""
     def need(value: int, what: str) -> None:
         if value % tp:
-            raise SpecmodelError(f"{where}: {what} = {value} is not divisible by --tp {tp}")
+            raise FieldError(None, f"{where}: {what} = {value} is not divisible by {{tp}} {tp}")
 
     need(shape.num_heads, "num_attention_heads")
     if shape.attention == "gqa" and shape.num_kv_heads % tp and tp % shape.num_kv_heads:
-        raise SpecmodelError(f"{where}: num_key_value_heads = {shape.num_kv_heads} neither divides nor is "
-                             f"divisible by --tp {tp}")
+        raise FieldError(None, f"{where}: num_key_value_heads = {shape.num_kv_heads} neither divides nor is "
+                                 f"divisible by {{tp}} {tp}")
     need(shape.intermediate_size, "intermediate_size")
     if shape.n_experts:
         need(shape.moe_intermediate_size, "moe_intermediate_size")
@@ -268,8 +268,8 @@ def check_tp(shape: ModelShape, drafter: DrafterShape, tp: int, where: str) -> N
     need(shape.vocab_size, "vocab_size")
     need(drafter.num_heads, "drafter num_attention_heads")
     if drafter.num_kv_heads % tp and tp % drafter.num_kv_heads:
-        raise SpecmodelError(f"{where}: drafter num_key_value_heads = {drafter.num_kv_heads} neither divides nor "
-                             f"is divisible by --tp {tp}")
+        raise FieldError(None, f"{where}: drafter num_key_value_heads = {drafter.num_kv_heads} neither divides "
+                                 f"nor is divisible by {{tp}} {tp}")
     need(drafter.intermediate_size, "drafter intermediate_size")
     need(drafter.draft_vocab_size, "drafter draft_vocab_size")
     need(drafter.vocab_size, "drafter vocab_size")

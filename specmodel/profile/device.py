@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -40,21 +40,21 @@ def select(tp: int, requested: str | None = None, *, local_world: int | None = N
     """
     req = (requested or "auto").lower()
     if req not in BACKENDS:
-        raise SpecmodelError(f"--backend: unknown {requested!r} (expected auto, gloo or nccl)")
+        raise FieldError("backend", f"unknown {requested!r} (expected auto, gloo or nccl)")
     local = local_world if local_world is not None else tp
     gpus = cuda_device_count()
     if req == "auto":
         req = "nccl" if gpus >= local and gpus > 0 else "gloo"
     if req == "nccl":
         if gpus < local:
-            raise SpecmodelError(f"--backend nccl: needs {local} CUDA GPUs on this node for --tp {tp}, found {gpus}")
+            raise FieldError(None, f"{{backend}} nccl: needs {local} CUDA GPUs on this node for {{tp}} {tp}, found {gpus}")
         try:
             import torch.distributed as dist
 
             if not dist.is_nccl_available():
-                raise SpecmodelError("--backend nccl: this torch build has no NCCL")
+                raise FieldError(None, "{backend} nccl: this torch build has no NCCL")
         except ImportError:
-            raise SpecmodelError("--backend nccl: torch is not installed") from None
+            raise FieldError(None, "{backend} nccl: torch is not installed") from None
         return Placement("nccl", "cuda")
     return Placement("gloo", "cpu")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.procs import die_with_parent
 from specmodel.schema.phases import draft_steps
 from specmodel.schema.profile import KINDS, CostRow, HostProposer, Profile, Source, SpecConfig
@@ -355,7 +355,7 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
         own_decode = tuple(r for r in rows if r.kind == "decode")
         rows = tuple(r for r in rows if r.kind != "decode")
     if baseline is not None and baseline.tp != tp:
-        raise SpecmodelError(f"--baseline {baseline.path or baseline.name}: TP {baseline.tp} but the traces "
+        raise FieldError(None, f"{{baseline}} {baseline.path or baseline.name}: TP {baseline.tp} but the traces "
                              f"({result.traces[0].meta.path}) are TP {tp}: a baseline step of another TP degree "
                              "is not this server's")
     if not any(r.kind == "decode" for r in rows) and baseline is not None:
@@ -365,9 +365,9 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
         found = ", ".join(sorted({r.kind for r in rows}))
         if own_decode:
             found += " and the ngram server's own decode-shaped steps, which are not the baseline"
-        raise SpecmodelError(f"no decode forward passes in the traces (found: {found}); a profile needs the "
-                             "baseline decode step: also trace a non-speculative run and pass its profile with "
-                             "--baseline (or use `specmodel profile`)")
+        raise FieldError(None, f"no decode forward passes in the traces (found: {found}); a profile needs the "
+                               "baseline decode step: also trace a non-speculative run and pass its profile with "
+                               "{baseline} (or use `specmodel profile`)")
     first = result.traces[0].meta
     backend = first.backend or ("gloo" if result.mode == "cpu" else "nccl")
     hardware: dict[str, Any] = {"gpu_count": tp} if result.mode == "gpu" else {"device": "cpu"}

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.schema.phases import (
     KIND,
     SGLANG_MODE_KINDS,
@@ -101,17 +101,17 @@ class IngestOptions:
 
     def __post_init__(self) -> None:
         if self.num_draft_tokens < 1:
-            raise SpecmodelError(f"--num-draft-tokens: must be >= 1, got {self.num_draft_tokens}")
+            raise FieldError("num_draft_tokens", f"must be >= 1, got {self.num_draft_tokens}")
         if self.topk < 1:
-            raise SpecmodelError(f"--topk: must be >= 1, got {self.topk}")
+            raise FieldError("topk", f"must be >= 1, got {self.topk}")
         if self.step_kind not in KINDS:
-            raise SpecmodelError(f"--step-kind: expected one of {', '.join(KINDS)}, got {self.step_kind!r}")
+            raise FieldError("step_kind", f"expected one of {', '.join(KINDS)}, got {self.step_kind!r}")
         if self.step_batch < 1:
-            raise SpecmodelError(f"--batch: must be >= 1, got {self.step_batch}")
+            raise FieldError("batch", f"must be >= 1, got {self.step_batch}")  # (the flag --batch sets it)
         if self.steps is not None and self.steps < 1:
-            raise SpecmodelError(f"--steps: must be >= 1, got {self.steps}")
+            raise FieldError("steps", f"must be >= 1, got {self.steps}")
         if self.draft_forwards is not None and self.draft_forwards < 0:
-            raise SpecmodelError(f"--draft-forwards: must be >= 0, got {self.draft_forwards}")
+            raise FieldError("draft_forwards", f"must be >= 0, got {self.draft_forwards}")
 
     @property
     def draft_steps(self) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.io import atomic_write_json
 from specmodel.limits import MAX_STEPS
 from specmodel.model import accept as acc
@@ -118,6 +118,14 @@ def check_flag_against_log(flag: str, value: int | None, logged: int | None, cfg
     return value if value is not None else logged
 
 
+def _against_log(field: str, value: int | None, logged: int | None, cfg: EngineConfig | None) -> int | None:
+    """:func:`check_flag_against_log` naming the input ``field`` (a :class:`FieldError`)."""
+    try:
+        return check_flag_against_log("{" + field + "}", value, logged, cfg)
+    except SpecmodelError as exc:
+        raise FieldError(None, str(exc)) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # distributions
 
@@ -133,25 +141,25 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
     if not paths:
         raise SpecmodelError("give at least one log file")
     if decode_log_interval is not None and decode_log_interval < 1:
-        raise SpecmodelError(f"--decode-log-interval: must be >= 1, got {decode_log_interval}")
+        raise FieldError("decode_log_interval", f"must be >= 1, got {decode_log_interval}")
     if num_spec_tokens is not None and not 1 <= num_spec_tokens <= MAX_STEPS:
-        raise SpecmodelError(f"--num-spec-tokens: must be in 1..{MAX_STEPS}, got {num_spec_tokens}")
+        raise FieldError("num_spec_tokens", f"must be in 1..{MAX_STEPS}, got {num_spec_tokens}")
     if max_tokens is not None and not 2 <= max_tokens <= MAX_STEPS + 1:
-        raise SpecmodelError(f"--steps: must be in 1..{MAX_STEPS}, got {max_tokens - 1}")
+        raise FieldError("steps", f"must be in 1..{MAX_STEPS}, got {max_tokens - 1}")
     files = tuple(parse_log(p) for p in paths)
     cfg = logged_config(files)
     notes: list[str] = []
     if cfg is not None:
-        steps = check_flag_against_log("--steps", max_tokens - 1 if max_tokens is not None else None, cfg.steps, cfg)
+        steps = _against_log("steps", max_tokens - 1 if max_tokens is not None else None, cfg.steps, cfg)
         if max_tokens is None and steps is not None:
             max_tokens = steps + 1
             notes.append(f"steps {steps} from the server's logged configuration ({cfg.where})")
         # a chain-drafting engine's draft depth is its number of speculative tokens (vLLM)
         eng = engine_of_log(cfg.engine)
-        num_spec_tokens = check_flag_against_log("--num-spec-tokens", num_spec_tokens,
-                                                 cfg.steps if eng is not None and eng.chains_only else None, cfg)
-        decode_log_interval = check_flag_against_log("--decode-log-interval", decode_log_interval,
-                                                     cfg.decode_log_interval, cfg)
+        num_spec_tokens = _against_log("num_spec_tokens", num_spec_tokens,
+                                       cfg.steps if eng is not None and eng.chains_only else None, cfg)
+        decode_log_interval = _against_log("decode_log_interval", decode_log_interval,
+                                           cfg.decode_log_interval, cfg)
     engines = {f.engine for f in files}
     if len(engines) > 1:
         raise SpecmodelError(f"mixed inputs ({', '.join(sorted(engines))}): give files of one kind at a time")
@@ -165,7 +173,7 @@ def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_t
             raise SpecmodelError(f"{files[0].path}: {fmt.steps_hint}")
         max_tokens = steps + 1
     if max_tokens < 2:
-        raise SpecmodelError(f"--steps: must be >= 1, got {max_tokens - 1}")
+        raise FieldError("steps", f"must be >= 1, got {max_tokens - 1}")
     if max_tokens > MAX_STEPS + 1:
         raise SpecmodelError(f"{label}: steps {max_tokens - 1} is more than {MAX_STEPS} (the bound specmodel accepts)")
     inp = SummaryInputs(max_tokens=max_tokens, label=label, num_spec_tokens=num_spec_tokens,
