@@ -23,19 +23,37 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from specmodel.limits import MAX_CYCLES
 from specmodel.profile.annotate import Stopwatch, phase, timed_phase
+from specmodel.profile.models import Drafter, TargetModel
+from specmodel.profile.plan import RunPlan
 from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult
+from specmodel.profile.tp import Comm
 from specmodel.schema.phases import forward_tokens, phase_label
 from specmodel.stats import median, median_ci95_rel
 
-if TYPE_CHECKING:
-    from specmodel.profile.worker import Rank
+
+class Rank(Protocol):
+    """What the loop and the overhead pass use of a rank (:class:`specmodel.profile.worker.Rank`):
+    its plan, models, process group and progress board."""
+
+    plan: RunPlan
+    rank: int
+    world: int
+    device: torch.device
+    cuda: bool
+    comm: Comm
+    target: TargetModel | None
+    drafter: Drafter | None
+
+    def next_unit(self, label: str) -> None: ...
+
+    def sync(self) -> None: ...
 
 
 def _mean(watches: list[Stopwatch]) -> float:

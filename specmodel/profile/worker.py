@@ -37,6 +37,7 @@ from specmodel.profile.device import Placement, capture_graph, torch_device
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import CHILD_ENV, Point, RunPlan
 from specmodel.profile.result import AllReduceResult, RankResult, RankRow, RowResult, RunResult
+from specmodel.profile.specloop import measure_overhead, run_loop
 from specmodel.profile.tp import CollectiveFailed, Comm
 from specmodel.schema.phases import TARGET_KINDS
 from specmodel.stats import iqr, median, median_ci95_rel
@@ -298,14 +299,10 @@ class Rank:
         points = self.measure_points(out_dir)
         over = None
         if p.measures_overhead():
-            from specmodel.profile.specloop import measure_overhead
-
             over = measure_overhead(self, batch=p.overhead_batch(), cycles=p.overhead_cycles)
         ar = self.allreduce_sweep() if self.world > 1 else []
         loop = None
         if p.spec_loop is not None:
-            from specmodel.profile.specloop import run_loop
-
             assert self.target is not None and self.drafter is not None
             loop = run_loop(self)
         hw = hardware.collect(p.device, self.local_world) if self.local_rank == 0 else None
