@@ -6,6 +6,8 @@ so every failure a file or the filesystem can cause is one :class:`SpecmodelErro
 the path: missing, a directory, not a regular file, too large, corrupt gzip, not UTF-8,
 invalid JSON, nesting or integers beyond :mod:`specmodel.limits`, a name too long,
 permission denied. Limits bound the work a hostile file can cause (see docs/reliability.md).
+One module on purpose: it is the one home of every file read and write, so a check added here
+covers every command.
 """
 
 from __future__ import annotations

@@ -17,12 +17,11 @@ import pytest
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.consistency import check_condition, check_same_step
+from specmodel.schema.conditions import Conditions, ServerCondition
 from specmodel.schema.profile import (
-    Conditions,
     CostRow,
     HostProposer,
     Profile,
-    ServerCondition,
     load_profile,
     profile_from_dict,
     profile_to_dict,

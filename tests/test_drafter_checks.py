@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
 from specmodel.drafter import DrafterReport, accept_ceiling_tokens, check_drafter
-from specmodel.drafter.checks import Dims, VocabMap, check_d2t, valid_targets
+from specmodel.drafter.dims import Dims
+from specmodel.drafter.weight_checks import VocabMap, check_d2t, valid_targets
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import chain_mean
 from tests.test_drafter_safetensors import (

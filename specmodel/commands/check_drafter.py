@@ -10,7 +10,7 @@ import click
 from specmodel.errors import FindingsFailed
 
 if TYPE_CHECKING:
-    from specmodel.drafter.checks import DrafterReport
+    from specmodel.drafter.findings import DrafterReport
 
 _COLOURS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
 

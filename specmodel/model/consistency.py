@@ -55,7 +55,8 @@ from dataclasses import dataclass
 
 from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
-from specmodel.schema.profile import CostRow, Profile, ServerCondition
+from specmodel.schema.conditions import ServerCondition
+from specmodel.schema.profile import CostRow, Profile
 from specmodel.stats import median_se
 from specmodel.units import ms
 

@@ -10,6 +10,9 @@ sends its numbers to rank 0, which writes ``result.json`` + per-rank traces.
 
 Exit codes: 0 ok; 1 this rank failed; 3 a collective failed (another rank died or hung);
 4 the supervising parent went away.
+
+One module: everything a rank process runs, from its ``python -m`` entry point to the result rank 0
+writes, reads top to bottom in one place (the spec loop and the analysis live beside it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Only this module imports matplotlib, and only when a report is rendered, so ``predict``
 never pays for it. Figures are built with the object API (no pyplot state); the Agg
-backend is selected here, nothing is ever shown on screen.
+backend is selected here, nothing is ever shown on screen. One module: every page is drawn with
+the same few layout helpers behind that one lazy import, one function per page.
 """
 
 from __future__ import annotations

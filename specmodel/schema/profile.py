@@ -12,6 +12,11 @@ A profile is one JSON file (``profile.json``, usually in ``profiles/<name>/``) h
 
 All quantities are SI (seconds, bytes). Everything is validated on load; any
 problem raises :class:`~specmodel.errors.SpecmodelError` naming the file and field.
+
+The document and the records it holds stay in this one module: they are one versioned contract (a
+field added to any record bumps the version here), read and written by one pair of functions. The
+box conditions (:mod:`specmodel.schema.conditions`) and the field readers
+(:mod:`specmodel.schema.fields`) sit below it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from specmodel.limits import (
     MIN_FORWARD_S,
     MIN_LINK_BYTES_PER_S,
 )
+from specmodel.schema.conditions import CONDITIONS_VERSION, Conditions
+from specmodel.schema.fields import read_dict, read_int, read_num
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
 
@@ -55,55 +62,6 @@ KINDS = FORWARD_KINDS
 
 #: |total - (allreduce + compute + other)| allowed, relative to total.
 _SUM_TOLERANCE = 0.02
-
-
-def _ctx(where: str, fld: str) -> str:
-    return f"{where}: {fld}" if where else fld
-
-
-def _num(d: Mapping[str, Any], key: str, where: str, *, minimum: float = 0.0,
-         optional: bool = False, default: float | None = None, strict: bool = False) -> float:
-    if key not in d or d[key] is None:
-        if optional:
-            return default if default is not None else 0.0
-        raise SpecmodelError(f"{_ctx(where, key)}: missing")
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecmodelError(f"{_ctx(where, key)}: expected a number, got {v!r}")
-    fv = float(v)
-    if math.isnan(fv) or math.isinf(fv):
-        raise SpecmodelError(f"{_ctx(where, key)}: must be finite, got {v!r}")
-    if strict and fv <= minimum:
-        raise SpecmodelError(f"{_ctx(where, key)}: must be > {minimum:g}, got {fv:g}")
-    if fv < minimum:
-        raise SpecmodelError(f"{_ctx(where, key)}: must be >= {minimum:g}, got {fv:g}")
-    return fv
-
-
-def _int(d: Mapping[str, Any], key: str, where: str, *, minimum: int = 0,
-         optional: bool = False, default: int = 0) -> int:
-    if key not in d or d[key] is None:
-        if optional:
-            return default
-        raise SpecmodelError(f"{_ctx(where, key)}: missing")
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        else:
-            raise SpecmodelError(f"{_ctx(where, key)}: expected an integer, got {v!r}")
-    if v < minimum:
-        raise SpecmodelError(f"{_ctx(where, key)}: must be >= {minimum}, got {v}")
-    return int(v)
-
-
-def _dict(d: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    v = d.get(key, {})
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise SpecmodelError(f"{_ctx(where, key)}: expected an object, got {type(v).__name__}")
-    return dict(v)
 
 
 #: a row's ``allreduce_source`` (v6): "" not said, "wrapper" timed around each all-reduce, "capture" a profiler capture's share
@@ -223,24 +181,24 @@ class CostRow:
     @classmethod
     def _build(cls, d: Mapping[str, Any], kind: str, where: str, default_context_tokens: int | None) -> CostRow:
         if default_context_tokens is None:
-            context = _int(d, "context_tokens", where)
+            context = read_int(d, "context_tokens", where)
         else:
-            context = _int(d, "context_tokens", where, optional=True, default=default_context_tokens)
+            context = read_int(d, "context_tokens", where, optional=True, default=default_context_tokens)
         return cls(
             kind=kind,
-            batch=_int(d, "batch", where, minimum=1),
-            tokens=_int(d, "tokens", where, minimum=1),
-            total_s=_num(d, "total_s", where, strict=True),
-            allreduce_s=_num(d, "allreduce_s", where),
-            compute_s=_num(d, "compute_s", where),
-            other_s=_num(d, "other_s", where, optional=True),
-            n_allreduce=_int(d, "n_allreduce", where, optional=True),
-            allreduce_msg_bytes=_int(d, "allreduce_msg_bytes", where, optional=True),
-            spread_s=_num(d, "spread_s", where, optional=True),
-            skew_s=_num(d, "skew_s", where, optional=True),
-            samples=_int(d, "samples", where, minimum=1, optional=True, default=1),
+            batch=read_int(d, "batch", where, minimum=1),
+            tokens=read_int(d, "tokens", where, minimum=1),
+            total_s=read_num(d, "total_s", where, strict=True),
+            allreduce_s=read_num(d, "allreduce_s", where),
+            compute_s=read_num(d, "compute_s", where),
+            other_s=read_num(d, "other_s", where, optional=True),
+            n_allreduce=read_int(d, "n_allreduce", where, optional=True),
+            allreduce_msg_bytes=read_int(d, "allreduce_msg_bytes", where, optional=True),
+            spread_s=read_num(d, "spread_s", where, optional=True),
+            skew_s=read_num(d, "skew_s", where, optional=True),
+            samples=read_int(d, "samples", where, minimum=1, optional=True, default=1),
             context_tokens=context,
-            ci95_rel=_num(d, "ci95_rel", where) if d.get("ci95_rel") is not None else None,
+            ci95_rel=read_num(d, "ci95_rel", where) if d.get("ci95_rel") is not None else None,
             allreduce_source=_allreduce_source(d, where),
         )
 
@@ -289,10 +247,10 @@ class AllReducePoint:
             raise SpecmodelError(f"{where}: expected an object")
         try:
             return cls(
-                msg_bytes=_int(d, "msg_bytes", where),
-                tp=_int(d, "tp", where, minimum=1),
-                latency_s=_num(d, "latency_s", where, strict=True),
-                spread_s=_num(d, "spread_s", where, optional=True),
+                msg_bytes=read_int(d, "msg_bytes", where),
+                tp=read_int(d, "tp", where, minimum=1),
+                latency_s=read_num(d, "latency_s", where, strict=True),
+                spread_s=read_num(d, "spread_s", where, optional=True),
             )
         except SpecmodelError as exc:
             msg = str(exc)
@@ -332,9 +290,9 @@ class AllReduceFit:
             raise SpecmodelError(f"{where}: algorithm: expected a string")
         try:
             return cls(
-                alpha_s=_num(d, "alpha_s", where),
-                beta_bytes_per_s=_num(d, "beta_bytes_per_s", where, strict=True),
-                tp=_int(d, "tp", where, minimum=1),
+                alpha_s=read_num(d, "alpha_s", where),
+                beta_bytes_per_s=read_num(d, "beta_bytes_per_s", where, strict=True),
+                tp=read_int(d, "tp", where, minimum=1),
                 algorithm=algo,
             )
         except SpecmodelError as exc:
@@ -394,9 +352,9 @@ class SpecConfig:
             raise SpecmodelError(f"{where}: algorithm: expected a string")
         return cls(
             algorithm=algo,
-            steps=_int(d, "steps", where, minimum=1, optional=True, default=3),
-            topk=_int(d, "topk", where, minimum=1, optional=True, default=1),
-            num_draft_tokens=_int(d, "num_draft_tokens", where, minimum=2, optional=True, default=4),
+            steps=read_int(d, "steps", where, minimum=1, optional=True, default=3),
+            topk=read_int(d, "topk", where, minimum=1, optional=True, default=1),
+            num_draft_tokens=read_int(d, "num_draft_tokens", where, minimum=2, optional=True, default=4),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -475,10 +433,10 @@ class HostProposer:
         if not isinstance(method, str):
             raise SpecmodelError(f"{where}: method: expected a string, got {method!r}")
         try:
-            return cls(method=method, proposal_rate=_num(d, "proposal_rate", where),
-                       request_steps=_int(d, "request_steps", where),
-                       proposed_request_steps=_int(d, "proposed_request_steps", where),
-                       lookup_s=_num(d, "lookup_s", where), lookup_steps=_int(d, "lookup_steps", where),
+            return cls(method=method, proposal_rate=read_num(d, "proposal_rate", where),
+                       request_steps=read_int(d, "request_steps", where),
+                       proposed_request_steps=read_int(d, "proposed_request_steps", where),
+                       lookup_s=read_num(d, "lookup_s", where), lookup_steps=read_int(d, "lookup_steps", where),
                        decode=tuple(CostRow.from_dict(r, f"{where}: decode[{i}]") for i, r in enumerate(rows)))
         except SpecmodelError as exc:
             msg = str(exc)
@@ -564,15 +522,15 @@ class RequestCosts:
             raise SpecmodelError(f"{where}: spec_prefill: expected a list")
 
         def opt(key: str) -> float | None:
-            return None if d.get(key) is None else _num(d, key, where)
+            return None if d.get(key) is None else read_num(d, key, where)
 
         try:
-            return cls(prompt_tokens=_int(d, "prompt_tokens", where, minimum=1),
+            return cls(prompt_tokens=read_int(d, "prompt_tokens", where, minimum=1),
                        spec_prefill=tuple(CostRow.from_dict(r, f"{where}: spec_prefill[{i}]")
                                           for i, r in enumerate(rows)),
                        baseline_outside_s=opt("baseline_outside_s"), spec_outside_s=opt("spec_outside_s"),
-                       baseline_requests=_int(d, "baseline_requests", where, optional=True),
-                       spec_requests=_int(d, "spec_requests", where, optional=True))
+                       baseline_requests=read_int(d, "baseline_requests", where, optional=True),
+                       spec_requests=read_int(d, "spec_requests", where, optional=True))
         except SpecmodelError as exc:
             msg = str(exc)
             raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: requests: ', '')}") from None
@@ -581,122 +539,6 @@ class RequestCosts:
         return {"prompt_tokens": self.prompt_tokens, "spec_prefill": [r.to_dict() for r in self.spec_prefill],
                 "baseline_outside_s": self.baseline_outside_s, "spec_outside_s": self.spec_outside_s,
                 "baseline_requests": self.baseline_requests, "spec_requests": self.spec_requests}
-
-
-CONDITIONS_VERSION = 5
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerCondition:
-    """One server's box condition over its recording (profile v5, in ``conditions``): the engine
-    hooks' calibration probe (:mod:`specmodel.profile.calibration`) pooled over every probe of every
-    rank.
-
-    * ``probe``: what was timed (kernel, size, repetitions, device, clock); two servers compare only
-      under one probe;
-    * ``probe_s`` / ``probe_iqr_s`` / ``samples``: the median seconds of one sample, its
-      interquartile range and the samples pooled (``probes`` probes of a few samples each);
-    * ``wait_share``: the share of the step thread's runnable time it waited for a CPU (time-sharing
-      the short probe does not see), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
-      the probes that read them (None: never readable); ``throttled_probes``: probes during which
-      NVML named a slowdown.
-    """
-
-    probe: str
-    probe_s: float
-    probe_iqr_s: float
-    samples: int
-    probes: int
-    wait_share: float | None = None
-    load_1m: float | None = None
-    cpu_freq_hz: float | None = None
-    sm_clock_hz: float | None = None
-    throttled_probes: int = 0
-
-    def __post_init__(self) -> None:
-        w = "profile: conditions"
-        if not isinstance(self.probe, str) or not self.probe:
-            raise SpecmodelError(f"{w}: probe: expected a non-empty string, got {self.probe!r}")
-        for name in ("samples", "probes", "throttled_probes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SpecmodelError(f"{w}: {name}: expected an integer >= 0, got {v!r}")
-        if self.samples < 1 or self.probes < 1 or self.throttled_probes > self.probes:
-            raise SpecmodelError(f"{w}: samples and probes must be >= 1 and throttled_probes <= probes, got "
-                                 f"{self.samples}, {self.probes}, {self.throttled_probes}")
-        for name, hi, optional in (("probe_s", 1e3, False), ("probe_iqr_s", 1e3, False), ("wait_share", 1.0, True),
-                                   ("load_1m", 1e6, True),
-                                   ("cpu_freq_hz", 1e12, True), ("sm_clock_hz", 1e12, True)):
-            v = getattr(self, name)
-            if v is None and optional:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= hi:
-                raise SpecmodelError(f"{w}: {name}: expected a number in 0..{hi:g}" + (" or null" if optional else "")
-                                     + f", got {v!r}")
-        if self.probe_s <= 0:
-            raise SpecmodelError(f"{w}: probe_s: must be > 0, got {self.probe_s!r}")
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> ServerCondition:
-        if not isinstance(d, Mapping):
-            raise SpecmodelError(f"{where}: expected an object")
-        probe = d.get("probe")
-        if not isinstance(probe, str):
-            raise SpecmodelError(f"{where}: probe: expected a string, got {probe!r}")
-
-        def opt(key: str) -> float | None:
-            return None if d.get(key) is None else _num(d, key, where)
-
-        try:
-            return cls(probe=probe, probe_s=_num(d, "probe_s", where, strict=True),
-                       probe_iqr_s=_num(d, "probe_iqr_s", where), samples=_int(d, "samples", where, minimum=1),
-                       probes=_int(d, "probes", where, minimum=1), wait_share=opt("wait_share"),
-                       load_1m=opt("load_1m"),
-                       cpu_freq_hz=opt("cpu_freq_hz"), sm_clock_hz=opt("sm_clock_hz"),
-                       throttled_probes=_int(d, "throttled_probes", where, optional=True))
-        except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else
-                                 f"{where}: {msg.replace('profile: conditions: ', '')}") from None
-
-    @property
-    def effective_s(self) -> float:
-        """The probe's seconds stretched by the time the worker waited for a CPU (time-sharing the
-        short probe itself does not see): ``probe_s / (1 - wait_share)``; ``probe_s`` unknown it."""
-        return self.probe_s / (1.0 - min(self.wait_share, 0.99)) if self.wait_share is not None else self.probe_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"probe": self.probe, "probe_s": self.probe_s, "probe_iqr_s": self.probe_iqr_s,
-                "samples": self.samples, "probes": self.probes, "wait_share": self.wait_share,
-                "load_1m": self.load_1m,
-                "cpu_freq_hz": self.cpu_freq_hz, "sm_clock_hz": self.sm_clock_hz,
-                "throttled_probes": self.throttled_probes}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Conditions:
-    """The box's condition while each server was recorded (profile v5, ``conditions``; written by
-    ``--summarize`` from the hooks' probes): ``baseline`` (the server without speculation) and
-    ``spec`` (the speculative server), each None when its logs hold no probe."""
-
-    baseline: ServerCondition | None = None
-    spec: ServerCondition | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("baseline", "spec"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, ServerCondition):
-                raise SpecmodelError(f"profile: conditions: {name}: expected a server condition, got {v!r}")
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> Conditions:
-        if not isinstance(d, Mapping):
-            raise SpecmodelError(f"{where}: expected an object")
-        return cls(**{k: None if d.get(k) is None else ServerCondition.from_dict(d[k], f"{where}: {k}")
-                      for k in ("baseline", "spec")})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: None if getattr(self, k) is None else getattr(self, k).to_dict() for k in ("baseline", "spec")}
 
 
 #: Where a profile's costs came from (``source.kind``): measured by ``specmodel profile``, ingested
@@ -1061,7 +903,7 @@ def _v1_context_tokens(d: Mapping[str, Any], where: str) -> int:
     model = d.get("model")
     if not isinstance(model, Mapping):
         return 0
-    return _int(model, "context_len", f"{where}: model", optional=True, default=0)
+    return read_int(model, "context_len", f"{where}: model", optional=True, default=0)
 
 
 def profile_from_dict(d: Any, where: str = "profile") -> Profile:
@@ -1106,13 +948,13 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     try:
         prof = Profile(
             name=name,
-            source=Source.from_dict(_dict(d, "source", where), f"{where}: source"),
-            hardware=_dict(d, "hardware", where),
-            model=_dict(d, "model", where),
-            tp=_int(d, "tp", where, minimum=1),
+            source=Source.from_dict(read_dict(d, "source", where), f"{where}: source"),
+            hardware=read_dict(d, "hardware", where),
+            model=read_dict(d, "model", where),
+            tp=read_int(d, "tp", where, minimum=1),
             backend=backend,
             spec=SpecConfig.from_dict(spec_raw, f"{where}: spec"),
-            overhead_s=_num(d, "overhead_s", where, optional=True),
+            overhead_s=read_num(d, "overhead_s", where, optional=True),
             costs=costs,
             allreduce_points=pts,
             allreduce_fit=fit,

@@ -33,6 +33,9 @@ full-decode path, and the scan goes on after it (bytes again from the next fill)
 consumes is ASCII, so positions in messages stay character offsets. The msgspec runs above are
 then only its fallback: a buffer holding characters beyond U+00FF, or a box where the C part is
 not built.
+
+One module on purpose: the scanner's buffer loop is ingest's hot path, and its three decode paths
+(compiled, msgspec, full) must deliver the same events, so they sit side by side.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ numbers through either path.
   Nested ops (``record_param_comms`` > ``c10d::allreduce_``) count once. ``busy`` = the span.
 * **Message bytes** = ``In msg nelems`` × ``dtype`` (``record_param_comms`` args, copied onto NCCL
   kernels), else the gloo op's ``Input Dims`` × ``Input type`` (traces recorded with shapes).
+
+One module on purpose: the :class:`Collector`'s per-event loop is ingest's hot path and the pass
+builders read its arrays directly; ingest and profile share every line of it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ numbers themselves come from the one attribution engine, :mod:`specmodel.trace.a
   by order. A rank that arrives early waits inside the collective, so this is its wait.
 
 Per phase (kind, batch, tokens) every figure is the median over passes × ranks.
+
+One module: the span grammar, a file's metadata and its parse are what each pool worker runs on
+one file, and read together as that one path.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def condition_of(recs: Sequence[dict[str, Any]]) -> Any:
     """One server's :class:`~specmodel.schema.profile.ServerCondition` from its probe records (every
     rank pooled), None without any. Probes of another name than the most common one (a worker on
     another device kind) are left out: a condition is one yardstick."""
-    from specmodel.schema.profile import ServerCondition
+    from specmodel.schema.conditions import ServerCondition
 
     if not recs:
         return None
@@ -78,7 +78,7 @@ def condition_of(recs: Sequence[dict[str, Any]]) -> Any:
 
 def conditions_of(baseline: Sequence[dict[str, Any]], spec: Sequence[dict[str, Any]]) -> Any:
     """The profile's :class:`~specmodel.schema.profile.Conditions` (None when no server probed)."""
-    from specmodel.schema.profile import Conditions
+    from specmodel.schema.conditions import Conditions
 
     if not baseline and not spec:
         return None
