@@ -1,5 +1,5 @@
 """The engine hooks' clocks on a device: the checks ``scripts/gpu_check_trace.py`` runs for the vLLM and
-SGLang hooks (``specmodel/profile/vllm.py``, ``profile/sglang.py``) on the stand-ins the tests use
+SGLang hooks (``specmodel/engines/vllm/hook.py``, ``specmodel/engines/sglang/hook.py``) on the stand-ins the tests use
 (``tests/standins.py``: vLLM's V1 and V2 runners, SGLang's scheduler loop in ``tests/data/sglang_standin``).
 
 On a GPU the stand-ins' work is real device work -- a captured ``torch.cuda.CUDAGraph`` replayed as
@@ -123,10 +123,10 @@ class Device:
     def _enter(self) -> Device:
         import torch
 
-        from specmodel.profile import annotate
-        from specmodel.profile import sglang as sghook
-        from specmodel.profile import vllm as vhook
-        from specmodel.profile.vllm_capture import ENV_STEPS
+        from specmodel.engines.hook import annotate
+        from specmodel.engines.sglang import hook as sghook
+        from specmodel.engines.vllm import hook as vhook
+        from specmodel.engines.vllm.capture import ENV_STEPS
 
         saved = os.environ.get(ENV_STEPS)
         os.environ[ENV_STEPS] = "0"  # a capture is checked by vllm_hook_capture; here it would time itself
@@ -412,7 +412,7 @@ def check_vllm_hook_clocks(tmp: Path, cuda: bool) -> dict[str, Any]:
 
 
 def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
     from tests import standins
 
     fwd_own: list[tuple[Any, Any]] = []
@@ -467,7 +467,7 @@ def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
 
 
 def check_vllm_hook_never_blocks(tmp: Path, cuda: bool) -> dict[str, Any]:
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
     from tests import standins
 
     m = vhook.MAX_PENDING_VLLM_STEPS
@@ -525,7 +525,7 @@ def check_sglang_scheduler_step(tmp: Path, cuda: bool) -> dict[str, Any]:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.model_executor.model_runner import ModelRunner
 
-        from specmodel.profile import sglang as sghook
+        from specmodel.engines.sglang import hook as sghook
 
         def on_forward(runner: Any, fb: Any) -> None:
             dev.kernel(SGLANG_FORWARD_S[(fb.forward_mode.name, runner.is_draft_worker)])

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from specmodel.profile import vllm as hook
+from specmodel.engines.vllm import hook as hook
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -267,7 +267,7 @@ def drop_sglang_modules() -> dict[str, ModuleType]:
 def sglang(out: Path, flavor: str = "0.5.5") -> Iterator[ModuleType]:
     """The SGLang hook installed into ``out``, then the stand-in package (``flavor``) imported
     under SGLang's names, as a TP worker imports it; yields its ``serve`` module. Undone on exit."""
-    from specmodel.profile import sglang as sghook
+    from specmodel.engines.sglang import hook as sghook
 
     saved = drop_sglang_modules()
     saved_flavor = os.environ.get("SGLANG_STANDIN_FLAVOR")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from specmodel.profile import calibration
-from specmodel.profile import vllm as hook
-from specmodel.trace.vllm_forward import read_step_log
+from specmodel.engines.hook import calibration
+from specmodel.engines.vllm import hook as hook
+from specmodel.engines.vllm.hooklog import read_step_log
 from tests.rank_files import rank_file
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
 

@@ -1,4 +1,4 @@
-"""The engine registry (specmodel.trace.engines): one tuple, and a new engine is one module plus
+"""The engine registry (specmodel.engines): one tuple, and a new engine is one module plus
 one line there — parsed, summarised and listed in the commands' help without other edits."""
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.errors import SpecmodelError
-from specmodel.model import accept as acc
-from specmodel.trace import engines
-from specmodel.trace.engines.base import (
+from specmodel import engines
+from specmodel.engines.base import (
     AcceptSummary,
     DecodeWindow,
     LogFile,
@@ -22,7 +20,9 @@ from specmodel.trace.engines.base import (
     SummaryInputs,
     window_skip_reason,
 )
-from specmodel.trace.logs import parse_log, summarize
+from specmodel.engines.logs import parse_log, summarize
+from specmodel.errors import SpecmodelError
+from specmodel.model import accept as acc
 from tests.conftest import DATA
 
 _TOY = re.compile(r"TOYENGINE step batch=(\d+) accept=([\d.]+) tps=([\d.]+)")
@@ -90,7 +90,7 @@ def test_command_help_lists_what_the_registry_holds():
     # strings are generated from the registry, not written in the commands
     code = (
         "import sys\n"
-        "from specmodel.trace import engines\n"
+        "from specmodel import engines\n"
         "from tests.test_engine_registry import TOY\n"
         "engines.ENGINES = (*engines.ENGINES, TOY)\n"
         "from specmodel.cli import cli\n"

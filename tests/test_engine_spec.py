@@ -1,4 +1,4 @@
-"""Engines are records (trace/engines: EngineSpec): watch, plan and the schedules dispatch on the
+"""Engines are records (specmodel/engines: EngineSpec): watch, plan and the schedules dispatch on the
 record, never on an engine's name. A third, made-up engine (tests/toy_engine.py: one module, its
 record and its counters plug-in) runs through watch and plan --engine without any other edit.
 Before: watch read any engine but vLLM with SGLang's gauge meaning, and plan --engine offered
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specmodel.engines import ENGINE_SPECS, engine_spec
 from specmodel.schema.phases import HOST_PROPOSERS, METHODS, VLLM_FORWARD_DRAFTERS
-from specmodel.trace.engines import ENGINE_SPECS, engine_spec
 from tests.conftest import REFERENCE
 from tests.metrics_server import PageServer
 

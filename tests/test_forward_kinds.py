@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specmodel.engines.sglang import hook as hook
 from specmodel.model.accept import from_mean, from_per_position
 from specmodel.model.costs import FALLBACK
 from specmodel.model.optimize import accept_model, evaluate, evaluate_all, optimize
 from specmodel.model.predict import cycle_costs, predict
 from specmodel.model.serveplan import serve_plan
-from specmodel.profile import sglang as hook
 from specmodel.profile.plan import sweep_points
 from specmodel.schema import phases
 from specmodel.schema.profile import CostRow, SpecConfig, load_profile

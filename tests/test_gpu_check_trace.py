@@ -78,7 +78,7 @@ def test_a_hook_that_waits_on_the_gpu_fails_the_never_blocks_check(tmp_path: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A flush that reads its events by waiting on them (a synchronise per record) would stall every
     step behind the GPU: the check counts the calls and sees records written while the GPU is behind."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
 
     def waiting_ready(self: object) -> bool:
         self.wait()  # type: ignore[attr-defined]
@@ -93,7 +93,7 @@ def test_a_hook_that_waits_on_the_gpu_fails_the_never_blocks_check(tmp_path: Pat
 @pytest.mark.torch
 def test_overhead_from_the_host_span_fails_the_clocks_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """overhead_s as host span − GPU forward (two clocks) clamps to 0 where the host returns first."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
 
     real = vhook._resolve
 
@@ -112,7 +112,7 @@ def test_overhead_from_the_host_span_fails_the_clocks_check(tmp_path: Path, monk
 def test_a_forward_span_that_misses_the_replay_fails_the_replay_check(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A forward span closed before the model runs (a seam in the wrong place) times nothing."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
 
     real = vhook._open_span
 
@@ -129,7 +129,7 @@ def test_a_forward_span_that_misses_the_replay_fails_the_replay_check(tmp_path: 
 
 @pytest.mark.torch
 def test_a_step_record_that_waits_fails_the_sglang_step_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specmodel.profile import sglang as sghook
+    from specmodel.engines.sglang import hook as sghook
 
     real = sghook._Step.record
 

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import torch
 
-from specmodel.profile import annotate
-from specmodel.profile import sglang as sghook
-from specmodel.profile import vllm as hook
+from specmodel.engines.hook import annotate
+from specmodel.engines.sglang import hook as sghook
+from specmodel.engines.vllm import hook as hook
 from tests.rank_files import rank_file, rank_files
 from tests.test_sglang_hook import standin as sglang_standin  # noqa: F401 - the fixture
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
@@ -294,7 +294,7 @@ def test_vllm_a_gpu_running_ahead_never_makes_a_step_wait_and_drops_are_counted(
     """The GPU runs K steps behind the host (its events stay not ready): no wrapped engine call
     synchronises (the fake counts every call, waiting or not), MAX records wait, the K - MAX newest
     are dropped and counted on every line written after, and the summary says how many and where."""
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
 
     m, extra = hook.MAX_PENDING_VLLM_STEPS, 5
     FakeEvent.hold = True
@@ -349,7 +349,7 @@ def test_vllm_overhead_is_on_the_gpu_clock_when_the_host_step_ends_first(gpu: An
     from the stand-in's constants -- not host span − GPU forward clamped to 0; the host span is kept
     apart and is shorter than the GPU's forward."""
     import tests.standins as standin_mod
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
     from tests.test_vllm_hook import AR_S, FWD_COMPUTE_S, HOST_S
 
     monkeypatch.setattr(torch.cuda, "Event", StreamEvent)
@@ -449,8 +449,8 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
     replica at a time (and refuses the mix without --dp-rank); each replica's steps stay its own."""
     import types
 
+    from specmodel.engines.vllm.hooklog import read_step_log, summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.vllm_forward import read_step_log, summarize
 
     go = tmp_path / "go"
 
@@ -499,8 +499,8 @@ def test_vllm_a_pipeline_parallel_recording_is_refused_in_one_line(standin: Any)
     refused, naming the file."""
     import types
 
+    from specmodel.engines.vllm.hooklog import summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.vllm_forward import summarize
 
     runner = standin.Runner(None)
     runner.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
@@ -632,7 +632,7 @@ def test_sglang_a_worker_leaving_through_os_exit_keeps_its_records(tmp_path: Pat
     code = f"""
 import os, sys, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.profile import sglang as hook
+from specmodel.engines.sglang import hook as hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner
@@ -654,7 +654,7 @@ def test_sglang_a_gpu_running_ahead_never_makes_a_forward_wait_and_drops_are_cou
     """The SGLang hook on a 'GPU' whose events stay not ready: no forward synchronises (every
     call counted), MAX timings wait, the newest beyond are dropped and counted on the lines
     written after, and the summary says how many."""
-    from specmodel.trace.sglang_forward import summarize
+    from specmodel.engines.sglang.hooklog import summarize
 
     sglang_standin("0.5.5")
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
@@ -688,15 +688,15 @@ def test_sglang_two_dp_replicas_with_the_same_tp_rank_write_two_files(tmp_path: 
     """Two SGLang schedulers of a --dp 2 server (TP rank 0 each; the replica in $SGLANG_DP_RANK,
     as SGLang's router sets it) forwarding at the same time write a file each, read back as two
     series; --summarize reads one replica at a time."""
+    from specmodel.engines.sglang.hooklog import read_forward_log, summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.sglang_forward import read_forward_log, summarize
     from tests.test_sglang_hook import STANDIN
 
     go = tmp_path / "go"
     code = f"""
 import os, sys, time, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.profile import sglang as hook
+from specmodel.engines.sglang import hook as hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner

@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specmodel.errors import SpecmodelError
-from specmodel.model.accept import from_mean
-from specmodel.trace.logs import (
+from specmodel.engines.logs import (
     accept_dist_from_logs,
     parse_log,
     parse_sglang_line,
@@ -23,6 +21,8 @@ from specmodel.trace.logs import (
     window_skip_reason,
     write_accept_json,
 )
+from specmodel.errors import SpecmodelError
+from specmodel.model.accept import from_mean
 from tests.conftest import DATA
 
 SG055 = str(DATA / "logs_sglang_055" / "server.log")

@@ -47,8 +47,8 @@ def test_vllm_line_with_a_40k_digit_number_parses_in_bounded_time(tmp_path: Path
     # the old pattern (\d+\.?\d*) backtracked quadratically: 40K digits took ~50 s, 80K ~200 s.
     # The subprocess gets 60 s for an 80K-digit line; linear matching needs milliseconds.
     code = textwrap.dedent("""
-        from specmodel.trace import logs
-        from specmodel.trace.engines import vllm_log
+        from specmodel.engines import logs
+        from specmodel.engines.vllm import log as vllm_log
         d = "1" * 80000
         line = ("INFO 01-01 00:00:00 [m.py:1] SpecDecoding metrics: Mean acceptance length: " + d + "x, "
                 "Accepted throughput: " + d + " tokens/x, Accepted: 1 tokens, Drafted: 2 tokens")
@@ -284,7 +284,7 @@ def test_a_stopped_rank_is_named_by_number(tmp_path: Path) -> None:
 
 
 def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) -> None:
-    from specmodel.commands.hookrun import child_env
+    from specmodel.engines.hook.run import child_env
 
     env = child_env(tmp_path / "out")
     base = getattr(sys, "_base_executable", sys.executable)
@@ -296,6 +296,6 @@ def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) 
     assert r.returncode == 0 and r.stdout == "hello\n"
     assert r.stderr == "", r.stderr
     # an interpreter that has SGLang still gets the hook
-    r2 = subprocess.run([sys.executable, "-c", "import sys; print('specmodel.profile.sglang' in sys.modules)"],
+    r2 = subprocess.run([sys.executable, "-c", "import sys; print('specmodel.engines.sglang.hook' in sys.modules)"],
                         capture_output=True, text=True, env=env)
     assert r2.stdout.strip() == "True", r2.stderr

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang.hooklog import read_forward_log, summarize
 from specmodel.errors import SpecmodelError
-from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
-from specmodel.trace.sglang_forward import read_forward_log, summarize
 from tests.rank_files import rank_file, rank_files
 from tests.standins import STANDIN, FakeClock, FakeGPU  # noqa: F401 - STANDIN re-exported
 from tests.standins import drop_sglang_modules as _drop_sglang_modules
@@ -486,7 +486,7 @@ def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
     host work 0.7 + 0.6 + 0.8 = 2.1 ms (on the host clock the step also spans 29.1 ms)."""
     import torch
 
-    from specmodel.profile import annotate
+    from specmodel.engines.hook import annotate
 
     clock = FakeClock()
     gpu = FakeGPU(clock)
@@ -588,7 +588,7 @@ def test_a_step_the_calibration_probe_ran_in_is_not_written(standin: Any, tmp_pa
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The box's probe runs after a target forward (first step, then every PERIOD_S): its time
     would pass for the engine's host work, so that step is left out; the others are as by hand."""
-    from specmodel.profile.calibration import PERIOD_S, Calibrator
+    from specmodel.engines.hook.calibration import PERIOD_S, Calibrator
 
     clock = FakeClock()
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm import hook as hook
+from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from specmodel.errors import SpecmodelError
-from specmodel.profile import vllm as hook
-from specmodel.trace.vllm_forward import read_step_log, summarize
 from tests.rank_files import rank_file, rank_files
 from tests.standins import AR_S, DRAFT_COMPUTE_S, DRAFT_STEP_S, FWD_COMPUTE_S, HOST_S, vllm_v1  # noqa: F401 - re-exported
 from tests.standins import SO as _SO
@@ -213,12 +213,12 @@ def test_health_url_follows_the_servers_flags() -> None:
 
 
 def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
-    from specmodel.commands.hookrun import child_env
     from specmodel.commands.vllm import ENV_VAR
+    from specmodel.engines.hook.run import child_env
 
     env = child_env(tmp_path / "out", env_var=ENV_VAR)
     env.pop("SPECMODEL_SGLANG_DIR", None)
-    code = "import sys; print('specmodel.profile.vllm' in sys.modules, 'specmodel.profile.sglang' in sys.modules)"
+    code = "import sys; print('specmodel.engines.vllm.hook' in sys.modules, 'specmodel.engines.sglang.hook' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     # this interpreter has no vLLM: the shim stays silent and loads nothing

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm import hook as hook
 from specmodel.errors import SpecmodelError
-from specmodel.profile import vllm as hook
 from tests.rank_files import rank_file
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
@@ -185,7 +185,7 @@ def test_runner_env_on_request_sets_says_and_records() -> None:
 def test_the_hook_patches_the_installed_v2_classes(vllm_python: Path, tmp_path: Path) -> None:
     code = r"""
 import importlib, inspect, json, sys
-from specmodel.profile import vllm as hook
+from specmodel.engines.vllm import hook as hook
 hook.install(sys.argv[1])
 for m in dict.fromkeys(t[0] for t in hook.V2_TARGETS):
     importlib.import_module(m)

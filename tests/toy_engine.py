@@ -3,7 +3,7 @@
 ``python -m tests.toy_engine ARGS`` it is the specmodel CLI with the toy engine registered.
 
 What it needed is what docs/engines.md lists for a new engine: this module (plug-in + record) and
-the two registry lines (here: :func:`specmodel.trace.engines.register`)."""
+the two registry lines (here: :func:`specmodel.engines.register`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.trace.engines import register
-from specmodel.trace.engines.base import COUNTERS, ConfigLike, EngineSpec, MetricsFormat, MetricsSample, ScheduleLike
-from specmodel.trace.engines.prom import parse_page, total
+from specmodel.engines import register
+from specmodel.engines.base import COUNTERS, ConfigLike, EngineSpec, MetricsFormat, MetricsSample, ScheduleLike
+from specmodel.engines.prom import parse_page, total
 
 NAME = "toy"
 DRAFTS, ACCEPTED, GEN, RUNNING = "toy:drafts_total", "toy:accepted_total", "toy:generated_total", "toy:running"

@@ -13,7 +13,7 @@ from types import FrameType
 
 import click
 
-from specmodel.commands.hookrun import child_env, count_records, start, write_hook_profile
+from specmodel.engines.hook.run import child_env, count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_PROCESS_RANK, MAX_TP
 
@@ -96,7 +96,7 @@ def sglang_cmd(ctx: click.Context, out_dir: Path, summarize_dirs: tuple[Path, ..
 def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None, dp_rank: int | None) -> None:
     from functools import partial
 
-    from specmodel.trace.sglang_forward import summarize
+    from specmodel.engines.sglang.hooklog import summarize
 
     write_hook_profile(partial(summarize, dp_rank=dp_rank), dirs, output, name, tp, engine="SGLang")
 

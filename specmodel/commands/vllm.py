@@ -26,10 +26,10 @@ from types import FrameType
 
 import click
 
-from specmodel.commands.hookrun import count_records, start, write_hook_profile
+from specmodel.engines.hook.records import METRICS_FILE
+from specmodel.engines.hook.run import count_records, start, write_hook_profile
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_CAPTURE_STEPS, MAX_METRICS_PAGE_BYTES, MAX_PROCESS_RANK, MAX_TP
-from specmodel.trace.hooklog import METRICS_FILE
 
 ENV_VAR = "SPECMODEL_VLLM_DIR"
 #: seconds between two scrapes of ``/metrics`` while the server runs
@@ -125,12 +125,12 @@ def _stop_server(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
 
 def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, capture_steps: int | None = None) -> int:
     """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy.
-    ``capture_steps``: the hook's torch.profiler capture (:mod:`specmodel.profile.vllm_capture`;
+    ``capture_steps``: the hook's torch.profiler capture (:mod:`specmodel.engines.vllm.capture`;
     None: its default, on where a worker runs CUDA graphs)."""
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
-    from specmodel.profile.vllm import runner_env
-    from specmodel.profile.vllm_capture import ENV_STEPS
+    from specmodel.engines.vllm.capture import ENV_STEPS
+    from specmodel.engines.vllm.hook import runner_env
 
     extra, msg = runner_env(os.environ)
     if capture_steps is not None:
@@ -258,7 +258,7 @@ def _summarize(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int |
                min_samples: int | None, dp_rank: int | None) -> None:
     from functools import partial
 
-    from specmodel.trace.vllm_forward import MIN_SAMPLES, summarize
+    from specmodel.engines.vllm.hooklog import MIN_SAMPLES, summarize
 
     write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES, dp_rank=dp_rank), dirs, output,
                        name, tp, engine="vLLM")

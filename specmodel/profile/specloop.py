@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from specmodel.engines.hook.annotate import Stopwatch, phase, timed_phase
 from specmodel.limits import MAX_CYCLES
-from specmodel.profile.annotate import Stopwatch, phase, timed_phase
 from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult
 from specmodel.schema.phases import forward_tokens, phase_label
 from specmodel.stats import median, median_ci95_rel

@@ -589,7 +589,7 @@ CONDITIONS_VERSION = 5
 @dataclass(frozen=True, kw_only=True)
 class ServerCondition:
     """One server's box condition over its recording (profile v5, in ``conditions``): the engine
-    hooks' calibration probe (:mod:`specmodel.profile.calibration`) pooled over every probe of every
+    hooks' calibration probe (:mod:`specmodel.engines.hook.calibration`) pooled over every probe of every
     rank.
 
     * ``probe``: what was timed (kernel, size, repetitions, device, clock); two servers compare only
@@ -817,9 +817,9 @@ class Source:
     @property
     def host_work_in_rows(self) -> bool:
         """The vLLM hook's rows are whole engine steps: forward + the step's host work + the gap
-        before it (``trace/vllm_forward.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
+        before it (``engines/vllm/hooklog.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
         left out. The SGLang hook's rows carry it where the scheduler's steps were timed
-        (``trace/sglang_forward.py``: ``source.host_work`` = "in_rows"); older SGLang profiles hold
+        (``engines/sglang/hooklog.py``: ``source.host_work`` = "in_rows"); older SGLang profiles hold
         forwards only."""
         return self.from_hook and (self.tool == "specmodel vllm" or self.details.get("host_work") == "in_rows")
 

@@ -1,5 +1,5 @@
 """A torch.profiler capture of a few engine steps, taken inside every vLLM worker the hook runs in
-(:mod:`specmodel.profile.vllm`): the measurement of the all-reduce where the hook's Python wrapper
+(:mod:`specmodel.engines.vllm.hook`): the measurement of the all-reduce where the hook's Python wrapper
 cannot see it.
 
 Why: on GPUs vLLM replays CUDA graphs for decode, verify and draft; Python inside a replayed
@@ -8,7 +8,7 @@ all-reduce) is never called there and those rows record 0 all-reduces. A Kineto 
 the collective kernels of a replay (each carries the correlation id of the ``cudaGraphLaunch``
 issued inside the hook's ``specmodel.<phase>`` span: docs/allreduce-capture.md), so a capture of a
 few cycle steps gives each phase's all-reduce *share*; ``specmodel vllm --summarize`` multiplies
-the rows the wrapper did not see by it (:mod:`specmodel.trace.capture`).
+the rows the wrapper did not see by it (:mod:`specmodel.engines.vllm.capture_ingest`).
 
 When: ``SPECMODEL_VLLM_CAPTURE_STEPS=N`` (``specmodel vllm --capture-steps N``) records N
 *cycle* steps (decode / verify, each with its proposal) after :data:`WARMUP_STEPS` cycle steps;

@@ -33,10 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_STEPS, ROUND_SLACK
-from specmodel.model import accept as acc
-from specmodel.trace.engines.base import (
+from specmodel.engines.base import (
     NUM,
     PARTIAL_LAST_LINE,
     AcceptSummary,
@@ -51,6 +48,9 @@ from specmodel.trace.engines.base import (
     num,
     too_long,
 )
+from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_STEPS, ROUND_SLACK
+from specmodel.model import accept as acc
 
 NAME = "vllm"
 

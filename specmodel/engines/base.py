@@ -155,8 +155,10 @@ class LogFile:
     proposed_nothing: bool = False
     #: tokens the server generated over the log (vLLM: its throughput lines x the logging period), or None
     generated_tokens: float | None = None
-    #: the server's logging period (vLLM: :func:`~specmodel.trace.engines.vllm_log.log_period_s`), or None
+    #: the server's logging period (vLLM: :func:`~specmodel.engines.vllm.log.log_period_s`), or None
     period_s: float | None = None
+    #: the reading format's ``description`` (set by the dispatcher, :func:`specmodel.engines.logs.parse_lines`)
+    format_description: str = ""
 
     @property
     def vllm(self) -> tuple[Any, ...]:
@@ -165,9 +167,7 @@ class LogFile:
 
     @property
     def description(self) -> str:
-        from specmodel.trace.engines import log_format
-
-        return log_format(self.engine).description + (f" ({self.fmt})" if self.fmt else "")
+        return self.format_description + (f" ({self.fmt})" if self.fmt else "")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,9 +8,9 @@
   ``EAGLEDraftExtendCudaGraphRunner``: the drafter's CUDA-graph replays bypass
   ``ModelRunner.forward``.
 
-Each call is wrapped in the annotation seam (:func:`specmodel.profile.annotate.phase`: NVTX
+Each call is wrapped in the annotation seam (:func:`specmodel.engines.hook.annotate.phase`: NVTX
 range + ``record_function`` span ``specmodel.<phase>[bs=..,toks=..]``) and timed with a
-:class:`~specmodel.profile.annotate.Stopwatch` (CUDA events on a GPU, recorded on the stream
+:class:`~specmodel.engines.hook.annotate.Stopwatch` (CUDA events on a GPU, recorded on the stream
 and written once a ``query()`` says they completed -- after the next forward or by a background
 thread -- so no forward ever waits on the GPU; ``perf_counter`` on the CPU). One JSON line per
 forward goes to ``<dir>/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl`` (one file per process: a DP
@@ -75,7 +75,7 @@ On a GPU, ``scripts/gpu_check_trace.py`` (``sglang_scheduler_step``) runs the st
 loop (``tests/data/sglang_standin``) under this hook on CUDA events: ``step_s`` ≥ ``forwards_s`` on
 one clock, and no synchronise call while the loop runs.
 
-Reading back (no SGLang needed): :mod:`specmodel.trace.sglang_forward` (``read_forward_log``,
+Reading back (no SGLang needed): :mod:`specmodel.engines.sglang.hooklog` (``read_forward_log``,
 ``summarize``: median per phase × batch × tokens → a :class:`Profile`; decode and verify rows
 carry their steps' host work).
 """
@@ -97,9 +97,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.engines.hook.calibration import Calibrator, Probe
+from specmodel.engines.hook.patch import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
-from specmodel.profile.calibration import Calibrator, Probe
-from specmodel.profile.hookutil import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
 
@@ -523,7 +523,7 @@ def _make_wrapper(target: Target, method: str, orig: Callable[..., Any]) -> Call
 
 def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple[Any, ...],
            kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]] | None:
-    from specmodel.profile.annotate import Stopwatch, phase
+    from specmodel.engines.hook.annotate import Stopwatch, phase
     from specmodel.schema.phases import phase_label
 
     fb = args[0] if args else kwargs.get("forward_batch")
@@ -588,7 +588,7 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
 
 
 def _probe(cal: Calibrator) -> None:
-    """The box's condition after a target forward (:mod:`specmodel.profile.calibration`). Never
+    """The box's condition after a target forward (:mod:`specmodel.engines.hook.calibration`). Never
     raises: a probe that fails is dropped, warned once, and the next period tries again."""
     st = _STEPS.open
     if st is not None:
@@ -623,7 +623,7 @@ class _Step:
     """One scheduler step (one pass of the event loop, module docstring): its host span
     (``perf_counter``), its span on the clock the forwards are timed on (CUDA events at its two
     bounds on the forwards' stream, or ``perf_counter`` on the CPU) and the forwards timed inside it.
-    Quacks like a :class:`~specmodel.profile.calibration.Probe` for :func:`flush`: ``ready()`` and
+    Quacks like a :class:`~specmodel.engines.hook.calibration.Probe` for :func:`flush`: ``ready()`` and
     ``record()``."""
 
     def __init__(self, *, host_t0: float, start: Any, cuda: bool, start_shared: bool) -> None:
@@ -690,7 +690,7 @@ def _step_boundary(sched: Any) -> None:
     """``get_next_batch_to_run`` entry: close the open step (written if it ran a batch with a
     timed forward) and open the next. One marker is both the closing and the opening bound, so
     consecutive steps tile the loop's time."""
-    from specmodel.profile.annotate import Stopwatch
+    from specmodel.engines.hook.annotate import Stopwatch
 
     now = time.perf_counter()
     prev = _STEPS.open

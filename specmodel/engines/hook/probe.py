@@ -1,8 +1,8 @@
 """Reading back the engine hooks' calibration probes (format ``specmodel.probe``, written by
-:mod:`specmodel.profile.calibration` into either hook's rank files): each record validated,
+:mod:`specmodel.engines.hook.calibration` into either hook's rank files): each record validated,
 and one server's probes pooled into its :class:`~specmodel.schema.profile.ServerCondition`.
-Shared by both hooks' ``--summarize`` (:mod:`specmodel.trace.vllm_forward`,
-:mod:`specmodel.trace.sglang_forward`). Runs anywhere: no engine, no torch."""
+Shared by both hooks' ``--summarize`` (:mod:`specmodel.engines.vllm.hooklog`,
+:mod:`specmodel.engines.sglang.hooklog`). Runs anywhere: no engine, no torch."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Reading the vLLM hook's torch.profiler capture (``<run dir>/capture/``, written by
-:mod:`specmodel.profile.vllm_capture`): each phase's all-reduce *share* of its forward, for the
+:mod:`specmodel.engines.vllm.capture`): each phase's all-reduce *share* of its forward, for the
 rows the hook's Python wrapper could not time (a CUDA-graph replay runs the collective without
 Python; ``specmodel vllm --summarize`` multiplies those rows' forward time by the share).
 
@@ -19,7 +19,7 @@ its all-reduce time is
 
 Per phase (kind, batch, tokens) the share = the median all-reduce seconds of its passes over the
 median span, every rank's passes pooled: the rule the hook's own rows follow
-(:mod:`specmodel.trace.vllm_forward`: a row's ``allreduce_s`` and forward are medians over every
+(:mod:`specmodel.engines.vllm.hooklog`: a row's ``allreduce_s`` and forward are medians over every
 rank's steps), so a share times a row's forward estimates what the wrapper would have timed. (On
 a CPU box the ranks differ: the first to arrive waits in each all-reduce for the other.) A
 proposal's span (``specmodel.draft[..,fwd=k]``) holds all k drafter forwards: its share is the

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def shim_dir() -> Path:
-    from specmodel.profile.sglang_shim import SHIM_DIR
+    from specmodel.engines.hook.shim import SHIM_DIR
 
     return SHIM_DIR
 
@@ -40,7 +40,7 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_
     """Check ``--out`` and the command, then start the server with the hook."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
-    from specmodel.trace.hooklog import METRICS_FILE
+    from specmodel.engines.hook.records import METRICS_FILE
 
     old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE), *out_dir.glob("capture/rank*")]) \
         if out_dir.is_dir() else []

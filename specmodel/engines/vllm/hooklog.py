@@ -1,4 +1,4 @@
-"""Reading back what the vLLM hook (:mod:`specmodel.profile.vllm`) wrote -- one
+"""Reading back what the vLLM hook (:mod:`specmodel.engines.vllm.hook`) wrote -- one
 ``specmodel.vllm_step`` JSONL file per rank -- and turning it into a profile. Runs anywhere: no
 vLLM, no torch.
 
@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specmodel.engines.hook.records import METRICS_FILE, check_place
 from specmodel.errors import SpecmodelError
 from specmodel.limits import (
     MAX_BATCH,
@@ -53,7 +54,6 @@ from specmodel.limits import (
 from specmodel.schema.formats import PROBE, VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.stats import iqr, median, series_median_ci95_rel
-from specmodel.trace.hooklog import METRICS_FILE, check_place
 from specmodel.units import ms
 
 STEP_KINDS = ("decode", "verify", "extend")
@@ -82,7 +82,7 @@ class StepLog:
     steps: tuple[dict[str, Any], ...]
     truncated: bool = False
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
-    #: the calibration probes (:mod:`specmodel.trace.probe`), in file order
+    #: the calibration probes (:mod:`specmodel.engines.hook.probe`), in file order
     probes: tuple[dict[str, Any], ...] = ()
 
 
@@ -152,9 +152,9 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
 
 def read_step_log(path: str | os.PathLike[str]) -> StepLog:
     """Read one rank file (``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``, or v1's ``rank<k>.jsonl``; see
-    :func:`specmodel.trace.hooklog.read_records`)."""
-    from specmodel.trace.hooklog import read_records
-    from specmodel.trace.probe import check_probe
+    :func:`specmodel.engines.hook.records.read_records`)."""
+    from specmodel.engines.hook.probe import check_probe
+    from specmodel.engines.hook.records import read_records
 
     recs, truncated = read_records(path, VLLM_STEP, "specmodel vllm step log")
     metas: list[dict[str, Any]] = []
@@ -222,9 +222,9 @@ def _rows(cells: dict[tuple[str, int, int, int], _Cell], *, min_samples: int, n_
           shares: dict[tuple[str, int, int], float] | None = None, capture_tp: int = 1) -> tuple[list[Any], int]:
     """Cost rows of step cells ((kind, batch, tokens, band) -> samples); (rows, rows at TP ``tp`` > 1
     without a timed all-reduce). A row the wrapper timed no all-reduce of, at ``capture_tp`` > 1,
-    takes its phase's capture share (:mod:`specmodel.trace.capture`) × its forward time."""
+    takes its phase's capture share (:mod:`specmodel.engines.vllm.capture_ingest`) × its forward time."""
+    from specmodel.engines.vllm.capture_ingest import share_for_row
     from specmodel.schema.profile import CostRow
-    from specmodel.trace.capture import share_for_row
 
     for kind in sorted({k[0] for k in cells}):
         keys = [c for c in cells if c[0] == kind]
@@ -334,8 +334,8 @@ def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int
     requests) from a kept ``/metrics`` page: end-to-end latency less queue and inference time,
     summed over every label set (engines); (None, 0) when no request finished or a series is
     missing. A page that does not parse is one line naming the file."""
+    from specmodel.engines.prom import parse_page, total
     from specmodel.io import read_bytes
-    from specmodel.trace.engines.prom import parse_page, total
 
     where = str(path)
     body = read_bytes(path, "a /metrics page", max_bytes=MAX_METRICS_PAGE_BYTES, decompress=False)
@@ -354,7 +354,7 @@ def outside_per_request(path: str | os.PathLike[str]) -> tuple[float | None, int
 
 
 def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: int) -> str:
-    """The profile's note on the captures it read (:mod:`specmodel.trace.capture`)."""
+    """The profile's note on the captures it read (:mod:`specmodel.engines.vllm.capture_ingest`)."""
     kinds = sorted({r.kind for r in from_capture})
     used = (f"{len(from_capture)} row(s) ({', '.join(kinds)}) take all-reduce = capture share × forward time "
             "(allreduce_source 'capture')") if from_capture else "no row needed it (the wrapper timed every row)"
@@ -382,14 +382,14 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
 
     Each process's file is its own series (one file per process since v2); a recording of several
     data-parallel replicas is summarized one replica at a time (``dp_rank``), a pipeline-parallel
-    one is refused (:func:`specmodel.trace.hooklog.pick_replica`). A row's host part is on its
+    one is refused (:func:`specmodel.engines.hook.records.pick_replica`). A row's host part is on its
     steps' own clock: on a GPU (``step_clock`` cuda_event) the GPU's overhead and GPU gap, never a
     host span less GPU forwards."""
+    from specmodel.engines.hook.probe import conditions_note, conditions_of
+    from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, log_files, pick_replica
+    from specmodel.engines.vllm.capture_ingest import merged_shares, read_capture
     from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
-    from specmodel.trace.capture import merged_shares, read_capture
-    from specmodel.trace.hooklog import Drops, check_one_server_kind, dp_replica, log_files, pick_replica
-    from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]

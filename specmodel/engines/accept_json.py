@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specmodel.engines.base import AcceptSummary, LogFile, LogFormat, SummaryInputs
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
 from specmodel.limits import MAX_STEPS
 from specmodel.model import accept as acc
 from specmodel.schema.formats import ACCEPT
-from specmodel.trace.engines.base import AcceptSummary, LogFile, LogFormat, SummaryInputs
 
 NAME = "specmodel.accept"
 

@@ -1,6 +1,6 @@
-"""What the engine hooks (:mod:`specmodel.profile.sglang`, :mod:`specmodel.profile.vllm`) share:
+"""What the engine hooks (:mod:`specmodel.engines.sglang.hook`, :mod:`specmodel.engines.vllm.hook`) share:
 patching a module the moment it is first imported (TP workers import the engine late, after the
-``sitecustomize`` shim in ``sglang_shim/`` -- one shim for both engines -- ran), and the name of
+``sitecustomize`` shim in ``shim/`` -- one shim for both engines -- ran), and the name of
 each process's rank file.
 
 Kept free of torch and of any engine import: the shims load it in every Python process.

@@ -1,4 +1,4 @@
-"""Reading back what the SGLang hook (:mod:`specmodel.profile.sglang`) wrote: one JSONL file per
+"""Reading back what the SGLang hook (:mod:`specmodel.engines.sglang.hook`) wrote: one JSONL file per
 rank (``specmodel.sglang_forward`` records). :func:`read_forward_log` validates a file (a
 truncated last line is ignored with a warning); :func:`summarize` turns rank logs into an
 "ingested" profile (median per phase x batch x tokens). Runs anywhere: no SGLang, no torch.
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specmodel.engines.hook.records import check_place
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import PROBE, SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
 from specmodel.stats import iqr, median, series_median_ci95_rel
-from specmodel.trace.hooklog import check_place
 
 log = logging.getLogger("specmodel.sglang")
 
@@ -33,7 +33,7 @@ class ForwardLog:
     truncated: bool = False
     #: (meta, its forwards) per server process that wrote to the file
     runs: tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...] = ()
-    #: (index into ``runs``, record) of each calibration probe (:mod:`specmodel.trace.probe`)
+    #: (index into ``runs``, record) of each calibration probe (:mod:`specmodel.engines.hook.probe`)
     probes: tuple[tuple[int, dict[str, Any]], ...] = ()
     #: (index into ``runs``, record) of each scheduler step (v2 logs; v1 logs hold none)
     steps: tuple[tuple[int, dict[str, Any]], ...] = ()
@@ -104,8 +104,8 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     """Read one rank file (``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``, or v1's ``rank<k>.jsonl``). A truncated (unterminated, undecodable) last line is ignored
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
-    from specmodel.trace.hooklog import read_records
-    from specmodel.trace.probe import check_probe
+    from specmodel.engines.hook.probe import check_probe
+    from specmodel.engines.hook.records import read_records
 
     recs, truncated = read_records(path, SGLANG_FORWARD, "a specmodel sglang forward log")
     metas: list[dict[str, Any]] = []
@@ -142,7 +142,7 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    from specmodel.trace import hooklog
+    from specmodel.engines.hook import records as hooklog
 
     return hooklog.log_files(dirs, "specmodel sglang")
 
@@ -158,7 +158,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     rows come from the target runner only. Several directories may be combined (e.g. a
     baseline run for ``decode`` rows and a speculative run for the rest). A recording of several
     data-parallel replicas is read one replica at a time (``dp_rank``); pipeline parallelism is
-    refused (:func:`specmodel.trace.hooklog.pick_replica`).
+    refused (:func:`specmodel.engines.hook.records.pick_replica`).
 
     The scheduler's host work (``step`` records, v2 logs): a ``decode`` row is the decode forward
     + the median host work of its server's decode steps at that batch, a ``verify`` row the verify
@@ -167,9 +167,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     work and ``source.host_work`` is "in_rows". Where any server run logged no step (v1 logs, a
     Scheduler seam not found) no row gets any (the notes say why) and predict qualifies the verdict.
     """
+    from specmodel.engines.hook.probe import conditions_note, conditions_of
+    from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, pick_replica
     from specmodel.schema.profile import CostRow, Profile, Source
-    from specmodel.trace.hooklog import Drops, check_one_server_kind, dp_replica, pick_replica
-    from specmodel.trace.probe import conditions_note, conditions_of
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]

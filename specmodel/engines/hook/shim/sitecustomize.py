@@ -10,8 +10,8 @@ import os
 import sys
 
 #: (environment variable naming the output directory, engine package, hook module, tag) per engine
-_HOOKS = (("SPECMODEL_SGLANG_DIR", "sglang", "specmodel.profile.sglang", "specmodel sglang hook"),
-          ("SPECMODEL_VLLM_DIR", "vllm", "specmodel.profile.vllm", "specmodel vllm hook"))
+_HOOKS = (("SPECMODEL_SGLANG_DIR", "sglang", "specmodel.engines.sglang.hook", "specmodel sglang hook"),
+          ("SPECMODEL_VLLM_DIR", "vllm", "specmodel.engines.vllm.hook", "specmodel vllm hook"))
 
 
 def _install() -> None:

@@ -1,8 +1,8 @@
 """Reading the per-rank JSONL the engine hooks write (SGLang: ``specmodel.sglang_forward``; vLLM:
 ``specmodel.vllm_step``): one JSON object per line, a format header on every line, a truncated
 last line (the process died mid-write) ignored with a warning, anything else malformed refused
-with one line naming the file and line. Shared by :mod:`specmodel.trace.sglang_forward` and
-:mod:`specmodel.trace.vllm_forward`."""
+with one line naming the file and line. Shared by :mod:`specmodel.engines.sglang.hooklog` and
+:mod:`specmodel.engines.vllm.hooklog`."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ class Calibrator:
         """Queue (GPU) or run (CPU) one probe now; raises on any failure (the hook's fault path).
         The next one is due :data:`PERIOD_S` later whatever happens, so a probe that keeps failing
         costs one attempt per period."""
-        from specmodel.profile.annotate import Stopwatch
+        from specmodel.engines.hook.annotate import Stopwatch
 
         self.next_at = time.perf_counter() + PERIOD_S
         sw = Stopwatch.for_device(self.device)

@@ -28,10 +28,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.errors import SpecmodelError
-from specmodel.limits import ROUND_SLACK
-from specmodel.model import accept as acc
-from specmodel.trace.engines.base import (
+from specmodel.engines.base import (
     NUM,
     PARTIAL_LAST_LINE,
     AcceptSummary,
@@ -47,6 +44,9 @@ from specmodel.trace.engines.base import (
     num,
     window_skip_reason,
 )
+from specmodel.errors import SpecmodelError
+from specmodel.limits import ROUND_SLACK
+from specmodel.model import accept as acc
 
 NAME = "sglang"
 #: SGLang ``--decode-log-interval`` default (server_args.py, 0.5.5 and 0.5.23).

@@ -12,11 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.errors import SpecmodelError
-from specmodel.io import loads_json
-from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK
-from specmodel.model import accept as acc
-from specmodel.trace.engines.base import (
+from specmodel.engines.base import (
     AcceptSummary,
     DecodeWindow,
     LogFile,
@@ -24,6 +20,10 @@ from specmodel.trace.engines.base import (
     SummaryInputs,
     check_means,
 )
+from specmodel.errors import SpecmodelError
+from specmodel.io import loads_json
+from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK
+from specmodel.model import accept as acc
 
 NAME = "bench_speculative"
 _KEYS = ("batch_size", "steps", "topk", "num_draft_tokens", "acc_length", "step_time", "speed")

@@ -1,6 +1,6 @@
 """Accept length and observed throughput from inference-server logs: the engine-neutral front.
 
-Which files are read, and how, is the engine registry's business (:mod:`specmodel.trace.engines`:
+Which files are read, and how, is the engine registry's business (:mod:`specmodel.engines`:
 one module per engine format, listed in one tuple; docs/engines.md). This module dispatches a
 file to the plug-in that sniffs it, checks the flags every engine shares (``--steps``,
 ``--num-spec-tokens``, ``--decode-log-interval``) against what the logs themselves say, and
@@ -13,18 +13,13 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
-from specmodel.io import atomic_write_json
-from specmodel.limits import MAX_STEPS
-from specmodel.model import accept as acc
-from specmodel.schema.formats import ACCEPT
-from specmodel.trace.engines import engine_of_log, log_format, log_formats
-from specmodel.trace.engines.accept_json import check_saved as _check_saved
-from specmodel.trace.engines.base import (
+from specmodel.engines import engine_of_log, log_format, log_formats
+from specmodel.engines.accept_json import check_saved as _check_saved
+from specmodel.engines.base import (
     CONFIG_FIELDS,
     AcceptSummary,
     DecodeWindow,
@@ -34,10 +29,15 @@ from specmodel.trace.engines.base import (
     read_log_lines,
     window_skip_reason,
 )
-from specmodel.trace.engines.sglang_log import DEFAULT_DECODE_LOG_INTERVAL
-from specmodel.trace.engines.sglang_log import parse_line as parse_sglang_line
-from specmodel.trace.engines.vllm_log import VllmSpecRecord
-from specmodel.trace.engines.vllm_log import parse_line as parse_vllm_line
+from specmodel.engines.sglang.log import DEFAULT_DECODE_LOG_INTERVAL
+from specmodel.engines.sglang.log import parse_line as parse_sglang_line
+from specmodel.engines.vllm.log import VllmSpecRecord
+from specmodel.engines.vllm.log import parse_line as parse_vllm_line
+from specmodel.errors import SpecmodelError
+from specmodel.io import atomic_write_json
+from specmodel.limits import MAX_STEPS
+from specmodel.model import accept as acc
+from specmodel.schema.formats import ACCEPT
 
 __all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "DEFAULT_DECODE_LOG_INTERVAL", "AcceptSummary", "DecodeWindow",
            "EngineConfig", "LogFile", "SeriesPoint", "VllmSpecRecord", "accept_dist_from_logs", "accept_document",
@@ -79,7 +79,7 @@ def parse_lines(spath: str, lines: list[str], unterminated: bool) -> LogFile:
             f"formats read: {wanted})")
     # a JSON document sniffed by several JSON formats goes to the last registered (the most specific)
     fmt = text[0] if text else hits[-1]
-    return fmt.parse(spath, lines, unterminated)
+    return replace(fmt.parse(spath, lines, unterminated), format_description=fmt.description)
 
 
 def logged_config(files: Sequence[LogFile]) -> EngineConfig | None:

@@ -71,7 +71,7 @@ than that, the newest record is dropped and counted (``dropped_steps`` on every 
 events complete first (FIFO on one stream), so keeping them drains the queue soonest -- dropping
 the oldest would throw away the records nearest to being written. The runner's ``shutdown``
 waits for the rest (outside the hook's lock) and writes them. A process that dies loses at most
-the step in flight. (The torch.profiler capture, :mod:`specmodel.profile.vllm_capture`, waits once,
+the step in flight. (The torch.profiler capture, :mod:`specmodel.engines.vllm.capture`, waits once,
 when its window closes.)
 
 On a GPU, ``scripts/gpu_check_trace.py`` checks these clocks on stand-ins of both runners
@@ -99,10 +99,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specmodel.engines.hook.calibration import Calibrator, Probe
+from specmodel.engines.hook.patch import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.limits import MAX_PENDING_VLLM_STEPS
-from specmodel.profile.calibration import Calibrator, Probe
 from specmodel.profile.hardware import cpu_name
-from specmodel.profile.hookutil import PatchOnImport, as_wrapper, open_rank_file
 from specmodel.schema.formats import VLLM_STEP
 from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
 from specmodel.units import from_ms
@@ -639,7 +639,7 @@ def _end_step() -> None:
 
 
 def _probe(cal: Calibrator) -> None:
-    """The box's condition at this step boundary (:mod:`specmodel.profile.calibration`). Never raises:
+    """The box's condition at this step boundary (:mod:`specmodel.engines.hook.calibration`). Never raises:
     a probe that fails is dropped, warned once, and the next period tries again. The next step's gap
     starts after the probe, so no step carries its time."""
     try:
@@ -658,7 +658,7 @@ def _probe(cal: Calibrator) -> None:
         _STATE.last_end = time.perf_counter()
 
 
-# --------------------------------------------------------------------------- the capture (profile/vllm_capture.py)
+# --------------------------------------------------------------------------- the capture (engines/vllm/capture.py)
 
 
 _CAPTURE: Any = None  # this process's Capture, made at its first step
@@ -669,7 +669,7 @@ def _capture_begin(runner: Any, kind: str) -> None:
     global _CAPTURE
     try:
         if _CAPTURE is None:
-            from specmodel.profile.vllm_capture import Capture
+            from specmodel.engines.vllm.capture import Capture
 
             _CAPTURE = Capture()
         _CAPTURE.begin(runner, kind)
@@ -695,7 +695,7 @@ def _wrapper_off(role: str) -> bool:
     """The diagnostic switch (``SPECMODEL_VLLM_NO_ALLREDUCE_WRAPPER=1``): the all-reduce stays unwrapped."""
     if role != "allreduce":
         return False
-    from specmodel.profile.vllm_capture import wrapper_off
+    from specmodel.engines.vllm.capture import wrapper_off
 
     return wrapper_off()
 
@@ -705,7 +705,7 @@ def _annotated(label: str | None, cuda: bool) -> Any:
     None when nothing would see it: on the CPU outside a profile, entering it is pure cost."""
     if label is None:
         return None
-    from specmodel.profile.annotate import phase, profiler_recording
+    from specmodel.engines.hook.annotate import phase, profiler_recording
 
     if not cuda and not profiler_recording():
         return None

@@ -12,8 +12,8 @@ The scheduler of each rank may export; the lowest ``tp_rank`` is read (they log 
 
 from __future__ import annotations
 
-from specmodel.trace.engines.base import MetricsFormat, MetricsSample
-from specmodel.trace.engines.prom import Sample, parse_page
+from specmodel.engines.base import MetricsFormat, MetricsSample
+from specmodel.engines.prom import Sample, parse_page
 
 NAME = "sglang-metrics"
 ACCEPT_LEN = "sglang:spec_accept_length"

@@ -1,5 +1,5 @@
 """SGLang as a record of the engine registry: its methods, and the flags and schedule it reads.
-Readers: :mod:`sglang_log`, :mod:`sglang_metrics`; the hook: ``specmodel.profile.sglang``.
+Readers: :mod:`sglang_log`, :mod:`sglang_metrics`; the hook: ``specmodel.engines.sglang.hook``.
 
 Schedule encoding: SGLang 0.5.23 ``--speculative-adaptive --speculative-adaptive-config FILE``
 (``srt/speculative/adaptive_spec_params.py``): a JSON object keyed by batch size (the slot used is
@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specmodel.engines.base import GAUGES, ConfigLike, EngineSpec, RangeLike, ScheduleLike
+from specmodel.engines.sglang import log as sglang_log
+from specmodel.engines.sglang import metrics as sglang_metrics
 from specmodel.errors import SpecmodelError
 from specmodel.schema.phases import is_host_proposer, methods_of
-from specmodel.trace.engines import sglang_log, sglang_metrics
-from specmodel.trace.engines.base import GAUGES, ConfigLike, EngineSpec, RangeLike, ScheduleLike
 
 NAME = "sglang"
 ADAPTIVE_SOURCE = "sglang 0.5.23: srt/speculative/adaptive_spec_params.py, srt/arg_groups/fields/spec.py"
@@ -99,5 +100,5 @@ SPEC = EngineSpec(
     metric_names=(sglang_metrics.ACCEPT_LEN,), methods=tuple(m.name for m in methods_of(NAME)), method_for=method_for,
     chains_only=False, static_trees=True, paste=paste, base_config=base_config, write_band=write_band,
     check_band=check_band, format_band=format_band, schedule_notes=schedule_notes,
-    schedule_source=f"{ADAPTIVE_SOURCE}; {STATIC_SOURCE}", hook_module="specmodel.profile.sglang",
+    schedule_source=f"{ADAPTIVE_SOURCE}; {STATIC_SOURCE}", hook_module="specmodel.engines.sglang.hook",
     step_format="sglang-forward")

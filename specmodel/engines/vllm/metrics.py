@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
+from specmodel.engines.base import MetricsFormat, MetricsSample
+from specmodel.engines.prom import Sample, parse_page, total
 from specmodel.errors import SpecmodelError
-from specmodel.trace.engines.base import MetricsFormat, MetricsSample
-from specmodel.trace.engines.prom import Sample, parse_page, total
 
 NAME = "vllm-metrics"
 DRAFTS = "vllm:spec_decode_num_drafts_total"

@@ -1,43 +1,51 @@
-"""The engine registry: every log and metrics format specmodel reads, in ONE tuple, and one
-record per serving engine (:class:`~specmodel.trace.engines.base.EngineSpec`), in another.
+"""The engine registry: every serving engine specmodel reads, one package per engine, named in ONE
+tuple (:data:`ENGINE_PACKAGES`).
 
-Adding a format = one module beside these (``sniff`` / ``parse`` / ``summarize`` for a log,
-``sniff`` / ``parse`` for a metrics page; see :mod:`specmodel.trace.engines.base`), one line in
-:data:`ENGINES`, and its fixtures under ``tests/data/``. Adding an engine = its record (methods,
-metrics kind, flag and schedule writers, hook) in one module and one line in :data:`ENGINE_SPECS`.
+Each engine package (``specmodel/engines/<engine>/``) exports ``SPEC`` (its
+:class:`~specmodel.engines.base.EngineSpec`: methods, metrics kind, flag and schedule writers, hook)
+and ``FORMATS`` (its :class:`~specmodel.engines.base.LogFormat` / :class:`~specmodel.engines.base.MetricsFormat`
+plug-ins). Adding an engine = its folder and one line in :data:`ENGINE_PACKAGES`.
 ``accept`` / ``validate`` / ``predict --accept-log`` / ``watch`` / ``plan --engine`` and their help
-strings read the registry; nothing else names an engine (docs/engines.md lists what else a new
-engine touches).
+strings read the registry; nothing else names an engine (docs/engines.md).
 """
 
 from __future__ import annotations
 
+import importlib
+
+from specmodel.engines import accept_json
+from specmodel.engines.base import EngineSpec, LogFormat, MetricsFormat
 from specmodel.errors import SpecmodelError
-from specmodel.trace.engines import (
-    accept_json,
-    bench_speculative,
-    sglang_engine,
-    sglang_log,
-    sglang_metrics,
-    vllm_engine,
-    vllm_log,
-    vllm_metrics,
-)
-from specmodel.trace.engines.base import EngineSpec, LogFormat, MetricsFormat
 
-#: order matters only among JSON formats (a saved specmodel document before bench rows)
-ENGINES: tuple[LogFormat | MetricsFormat, ...] = (
-    sglang_log.FORMAT,
-    vllm_log.FORMAT,
-    bench_speculative.FORMAT,
-    accept_json.FORMAT,
-    vllm_metrics.FORMAT,
-    sglang_metrics.FORMAT,
+#: one package per serving engine; the order is the order engines are listed in (help, plan's flags)
+ENGINE_PACKAGES: tuple[str, ...] = (
+    "specmodel.engines.vllm",
+    "specmodel.engines.sglang",
 )
 
+#: formats that belong to no engine: specmodel's own saved ``accept`` document
+COMMON_FORMATS: tuple[LogFormat | MetricsFormat, ...] = (accept_json.FORMAT,)
 
-#: one record per serving engine
-ENGINE_SPECS: tuple[EngineSpec, ...] = (vllm_engine.SPEC, sglang_engine.SPEC)
+
+def _ordered(formats: list[LogFormat | MetricsFormat]) -> tuple[LogFormat | MetricsFormat, ...]:
+    """Text logs first, by name (the help and a message naming two of them read the same whatever the
+    packages' order), then JSON formats with specmodel's own document last (a JSON document several
+    JSON formats sniff goes to the last: the most specific), then the metrics pages in package order."""
+    def key(e: LogFormat | MetricsFormat) -> tuple[int, str]:
+        if isinstance(e, MetricsFormat):
+            return 3, ""
+        return (0, e.name) if e.text else (2 if e in COMMON_FORMATS else 1, "")
+
+    return tuple(sorted(formats, key=key))
+
+
+def _load(packages: tuple[str, ...]) -> tuple[tuple[EngineSpec, ...], tuple[LogFormat | MetricsFormat, ...]]:
+    mods = [importlib.import_module(p) for p in packages]
+    return tuple(m.SPEC for m in mods), _ordered([*(f for m in mods for f in m.FORMATS), *COMMON_FORMATS])
+
+
+#: one record per serving engine, and every log and metrics format, built from :data:`ENGINE_PACKAGES`
+ENGINE_SPECS, ENGINES = _load(ENGINE_PACKAGES)
 
 
 def register(spec: EngineSpec, *formats: LogFormat | MetricsFormat) -> None:
