@@ -286,7 +286,7 @@ def test_a_stopped_rank_is_named_by_number(tmp_path: Path) -> None:
 def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) -> None:
     from specmodel.engines.hook.run import child_env
 
-    env = child_env(tmp_path / "out")
+    env = child_env(tmp_path / "out", env_var="SPECMODEL_SGLANG_DIR")
     base = getattr(sys, "_base_executable", sys.executable)
     probe = subprocess.run([base, "-c", "import importlib.util as u; print(u.find_spec('sglang') is None)"],
                            capture_output=True, text=True, env={k: v for k, v in env.items() if k != "PYTHONPATH"})

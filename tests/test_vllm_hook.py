@@ -205,7 +205,7 @@ def test_cli_server_that_exits_before_healthy_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_health_url_follows_the_servers_flags() -> None:
-    from specmodel.commands.vllm import health_url
+    from specmodel.engines.vllm.run import health_url
 
     assert health_url(("python", "-m", "x", "--host", "0.0.0.0", "--port", "9001")) == "http://127.0.0.1:9001/health"
     assert health_url(("python", "--port=7")) == "http://127.0.0.1:7/health"
@@ -213,8 +213,8 @@ def test_health_url_follows_the_servers_flags() -> None:
 
 
 def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
-    from specmodel.commands.vllm import ENV_VAR
     from specmodel.engines.hook.run import child_env
+    from specmodel.engines.vllm.hook import ENV_DIR as ENV_VAR
 
     env = child_env(tmp_path / "out", env_var=ENV_VAR)
     env.pop("SPECMODEL_SGLANG_DIR", None)

@@ -14,7 +14,7 @@ from typing import Any
 
 from specmodel.engines import register
 from specmodel.engines.base import COUNTERS, ConfigLike, EngineSpec, MetricsFormat, MetricsSample, ScheduleLike
-from specmodel.engines.prom import parse_page, total
+from specmodel.engines.prom import model_name, parse_page, total
 
 NAME = "toy"
 DRAFTS, ACCEPTED, GEN, RUNNING = "toy:drafts_total", "toy:accepted_total", "toy:generated_total", "toy:running"
@@ -26,10 +26,9 @@ def sniff(text: str) -> bool:
 
 def parse(text: str, where: str) -> MetricsSample:
     page = parse_page(text, where)
-    models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
     return MetricsSample(engine=NAME, drafts=total(page, DRAFTS), accepted_tokens=total(page, ACCEPTED),
                          gen_tokens=total(page, GEN), running=total(page, RUNNING),
-                         model=sorted(m for m in models if m)[0] if models else None)
+                         model=model_name(page))
 
 
 def paste(c: ConfigLike, algorithm: str) -> str | None:

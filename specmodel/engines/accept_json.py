@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.engines.base import AcceptSummary, LogFile, LogFormat, SummaryInputs
+from specmodel.engines.base import SAVED_DOCUMENT, AcceptSummary, LogFile, LogFormat, SummaryInputs, json_kind
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
 from specmodel.limits import MAX_STEPS
@@ -82,13 +82,7 @@ def _bands(doc: dict[str, Any], where: str) -> acc.AcceptByContext | None:
 
 
 def sniff(path: str, lines: Sequence[str], first: str) -> bool:
-    if not first.startswith("{"):
-        return False
-    try:
-        doc = loads_json("\n".join(lines), path)
-    except SpecmodelError:
-        return False
-    return isinstance(doc, dict) and "schema" in doc
+    return json_kind(path, lines, first) == SAVED_DOCUMENT
 
 
 def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:

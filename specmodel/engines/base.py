@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specmodel.errors import SpecmodelError
-from specmodel.io import read_text_lines_ended
+from specmodel.io import loads_json, read_text_lines_ended
 from specmodel.limits import ROUND_SLACK
 from specmodel.model import accept as acc
 
@@ -280,6 +280,22 @@ def read_log_lines(path: str) -> tuple[list[str], bool]:
     """Lines (:func:`strip_ansi`) and whether the last line lacks its newline (a server still writing it)."""
     lines, ended = read_text_lines_ended(path, "a text log")
     return [strip_ansi(line) for line in lines], not ended
+
+
+#: what :func:`json_kind` tells apart
+NOT_JSON, JSON_ROWS, SAVED_DOCUMENT, OTHER_DOCUMENT = "not json", "rows", "saved", "document"
+
+
+def json_kind(path: str, lines: Sequence[str], first: str) -> str:
+    """What a file starting with ``{`` holds: several documents (JSONL rows), one of specmodel's own
+    saved documents (it carries ``schema``) or another single document; :data:`NOT_JSON` otherwise."""
+    if not first.startswith("{"):
+        return NOT_JSON
+    try:
+        doc = loads_json("\n".join(lines), path)
+    except SpecmodelError:
+        return JSON_ROWS
+    return SAVED_DOCUMENT if isinstance(doc, dict) and "schema" in doc else OTHER_DOCUMENT
 
 
 def count(text: str, where: str, key: str) -> int:

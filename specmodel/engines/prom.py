@@ -68,3 +68,9 @@ def total(page: dict[str, list[Sample]], name: str) -> float | None:
     """The sum over every label set of ``name`` (engines / ranks of one server), or None if absent."""
     ss = page.get(name)
     return math.fsum(s.value for s in ss) if ss else None
+
+
+def model_name(page: dict[str, list[Sample]]) -> str | None:
+    """The served model: the page's ``model_name`` label (the first by name where it holds several)."""
+    models = {m for ss in page.values() for s in ss if (m := s.label("model_name"))}
+    return min(models) if models else None

@@ -1,18 +1,23 @@
-"""What the engine-hook commands share (``specmodel sglang``, ``specmodel vllm``): the shim on the
-server's PYTHONPATH, starting the server with the hook, counting what it wrote, and writing the
-``--summarize`` profile. Engine-neutral: neither command imports the other."""
+"""What running a server under an engine hook shares (``specmodel sglang``, ``specmodel vllm``): the
+shim on the server's PYTHONPATH, starting the server with the hook, waiting for it while passing
+SIGTERM on, counting what it wrote, and writing the ``--summarize`` profile. Engine-neutral: each
+engine's run (:mod:`specmodel.engines.vllm.run`, :mod:`specmodel.engines.sglang.run`) calls it and
+neither imports the other."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
+from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.errors import SpecmodelError
 
 if TYPE_CHECKING:
@@ -25,7 +30,7 @@ def shim_dir() -> Path:
     return SHIM_DIR
 
 
-def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str = "SPECMODEL_SGLANG_DIR") -> dict[str, str]:
+def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str) -> dict[str, str]:
     """Environment for the server: the shim first on PYTHONPATH, the output directory named
     (``env_var``: which engine's hook the shim installs)."""
     env = dict(os.environ if base is None else base)
@@ -35,13 +40,11 @@ def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str
     return env
 
 
-def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_var: str = "SPECMODEL_SGLANG_DIR",
+def start(command: tuple[str, ...], out_dir: Path, *, tool: str, env_var: str,
           extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Check ``--out`` and the command, then start the server with the hook."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmodelError(f"--out {out_dir}: exists and is not a directory")
-    from specmodel.engines.hook.records import METRICS_FILE
-
     old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE), *out_dir.glob("capture/rank*")]) \
         if out_dir.is_dir() else []
     if old:
@@ -57,6 +60,36 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str = "sglang", env_
         return subprocess.Popen(list(command), env={**child_env(out_dir, env_var=env_var), **(extra_env or {})})
     except OSError as exc:
         raise SpecmodelError(f"server command: cannot run '{exe}': {exc.strerror}") from None
+
+
+def exit_status(rc: int) -> int:
+    """The server's exit status as a shell reports it (128 + signal when killed)."""
+    return 128 - rc if rc < 0 else rc
+
+
+def run_until_exit(proc: subprocess.Popen[bytes], *, wait_once: Callable[[], int | None] | None = None,
+                   before_forward: Callable[[], None] | None = None) -> int:
+    """Wait for the server to exit and return its :func:`exit_status`. SIGTERM is passed on to it
+    (``before_forward`` first); the terminal's SIGINT reached the whole group, so the server shuts
+    down by itself and this keeps waiting. ``wait_once``: one round of the caller's own waiting,
+    returning the server's return code once it exited (default: wait for it)."""
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if before_forward is not None:
+            before_forward()
+        proc.send_signal(signum)
+
+    prev = signal.signal(signal.SIGTERM, forward)
+    try:
+        while True:
+            try:
+                rc = wait_once() if wait_once is not None else proc.wait()
+                if rc is not None:
+                    break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+    return exit_status(rc)
 
 
 def count_records(out_dir: Path, record_type: str) -> tuple[int, int]:

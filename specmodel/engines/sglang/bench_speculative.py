@@ -13,12 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from specmodel.engines.base import (
+    JSON_ROWS,
+    OTHER_DOCUMENT,
     AcceptSummary,
     DecodeWindow,
     LogFile,
     LogFormat,
     SummaryInputs,
     check_means,
+    json_kind,
 )
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
@@ -37,13 +40,7 @@ def _opt_num(v: Any) -> float | None:
 
 def sniff(path: str, lines: Sequence[str], first: str) -> bool:
     # a JSON document carrying a "schema" is one of specmodel's own files, not a bench row
-    if not first.startswith("{"):
-        return False
-    try:
-        doc = loads_json("\n".join(lines), path)
-    except SpecmodelError:
-        return True  # JSONL: several documents
-    return not (isinstance(doc, dict) and "schema" in doc)
+    return json_kind(path, lines, first) in (JSON_ROWS, OTHER_DOCUMENT)
 
 
 def parse(path: str, lines: list[str], unterminated: bool) -> LogFile:

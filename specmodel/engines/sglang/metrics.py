@@ -13,7 +13,7 @@ The scheduler of each rank may export; the lowest ``tp_rank`` is read (they log 
 from __future__ import annotations
 
 from specmodel.engines.base import MetricsFormat, MetricsSample
-from specmodel.engines.prom import Sample, parse_page
+from specmodel.engines.prom import Sample, model_name, parse_page
 
 NAME = "sglang-metrics"
 ACCEPT_LEN = "sglang:spec_accept_length"
@@ -42,10 +42,9 @@ def from_page(page: dict[str, list[Sample]], where: str) -> MetricsSample:
     running = _rank0(page.get(RUNNING))
     used = _rank0(page.get(USED_TOKENS))
     ctx = used / running if used is not None and running else None
-    models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
     return MetricsSample(engine="sglang", accept_len_gauge=a if a is not None and a >= 1.0 else None,
                          running=running, context_tokens=ctx, gen_tokens_per_s_gauge=_rank0(page.get(GEN_TPUT)),
-                         model=sorted(m for m in models if m)[0] if models else None,
+                         model=model_name(page),
                          drafts=None)
 
 

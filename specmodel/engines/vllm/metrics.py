@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from specmodel.engines.base import MetricsFormat, MetricsSample
-from specmodel.engines.prom import Sample, parse_page, total
+from specmodel.engines.prom import Sample, model_name, parse_page, total
 from specmodel.errors import SpecmodelError
 
 NAME = "vllm-metrics"
@@ -56,11 +56,10 @@ def from_page(page: dict[str, list[Sample]], where: str) -> MetricsSample:
         per_pos = tuple(by[i] for i in range(len(by)))
     running = total(page, RUNNING)
     ctx = _context_tokens(page, running, where)
-    models = {s.label("model_name") for ss in page.values() for s in ss if s.label("model_name")}
     return MetricsSample(engine="vllm", drafts=total(page, DRAFTS), draft_tokens=total(page, DRAFT_TOKENS),
                          accepted_tokens=total(page, ACCEPTED), accepted_per_pos=per_pos, running=running,
                          context_tokens=ctx, gen_tokens=total(page, GEN_TOKENS), engine_steps=total(page, STEPS),
-                         model=sorted(m for m in models if m)[0] if models else None)
+                         model=model_name(page))
 
 
 def _capacity(info: Sample) -> float | None:
