@@ -48,16 +48,6 @@ def _load(packages: tuple[str, ...]) -> tuple[tuple[EngineSpec, ...], tuple[LogF
 ENGINE_SPECS, ENGINES = _load(ENGINE_PACKAGES)
 
 
-def register(spec: EngineSpec, *formats: LogFormat | MetricsFormat) -> None:
-    """Add an engine record and its plug-ins (what a new engine's module does with its one line in
-    the tuples above; tests use it to run a made-up engine through watch and plan)."""
-    global ENGINE_SPECS, ENGINES
-    if any(e.name == spec.name for e in ENGINE_SPECS):
-        raise SpecmodelError(f"engine {spec.name!r} is registered already")
-    ENGINE_SPECS = (*ENGINE_SPECS, spec)
-    ENGINES = (*ENGINES, *formats)
-
-
 def engine_names() -> tuple[str, ...]:
     return tuple(e.name for e in ENGINE_SPECS)
 
