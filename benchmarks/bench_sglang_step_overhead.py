@@ -26,7 +26,7 @@ PASSES = 20_000
 def main() -> int:
     blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     sys.path.insert(0, str(STANDIN))
-    from specmodel.engines.sglang import hook as hook
+    from specmodel.engines.sglang import hook
 
     with tempfile.TemporaryDirectory() as out:
         hook.install(out)

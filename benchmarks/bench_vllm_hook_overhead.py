@@ -66,7 +66,8 @@ def _micro_cost(n_ar_fwd: int, n_ar_draft: int, method: str | None, *, rounds: i
                 steps: int) -> tuple[float, float, float]:
     import types
 
-    from specmodel.engines.vllm import hook as hook
+    from specmodel.engines.vllm import hook
+    from specmodel.engines.vllm import targets as vtargets
 
     def make() -> tuple[object, object]:
         class GroupCoordinator:
@@ -106,10 +107,10 @@ def _micro_cost(n_ar_fwd: int, n_ar_draft: int, method: str | None, *, rounds: i
     for _ in range(rounds):
         for arm in ("off", "on"):
             runner_cls, grp_cls = make()
-            mods = {hook.RUNNER_MODULE: types.ModuleType(hook.RUNNER_MODULE),
-                    hook.PARALLEL_MODULE: types.ModuleType(hook.PARALLEL_MODULE)}
-            mods[hook.RUNNER_MODULE].GPUModelRunner = runner_cls  # type: ignore[attr-defined]
-            mods[hook.PARALLEL_MODULE].GroupCoordinator = grp_cls  # type: ignore[attr-defined]
+            mods = {vtargets.RUNNER_MODULE: types.ModuleType(vtargets.RUNNER_MODULE),
+                    vtargets.PARALLEL_MODULE: types.ModuleType(vtargets.PARALLEL_MODULE)}
+            mods[vtargets.RUNNER_MODULE].GPUModelRunner = runner_cls  # type: ignore[attr-defined]
+            mods[vtargets.PARALLEL_MODULE].GroupCoordinator = grp_cls  # type: ignore[attr-defined]
             saved = {k: sys.modules.get(k) for k in mods}
             sys.modules.update(mods)
             if arm == "on":

@@ -224,7 +224,7 @@ def check_sglang_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
         del sys.modules[k]
     sys.path.insert(0, str(STANDIN))
     os.environ["SGLANG_STANDIN_FLAVOR"] = "0.5.23"
-    from specmodel.engines.sglang import hook as hook
+    from specmodel.engines.sglang import hook
 
     try:
         hook.install(tmp / "hook")

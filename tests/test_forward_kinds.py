@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang import hook
 from specmodel.model.accept import from_mean, from_per_position
 from specmodel.model.costs import FALLBACK
 from specmodel.model.optimize import accept_model, evaluate, evaluate_all, optimize

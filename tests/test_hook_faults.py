@@ -27,8 +27,10 @@ import pytest
 import torch
 
 from specmodel.engines.hook import annotate
+from specmodel.engines.hook import state as hookstate
 from specmodel.engines.sglang import hook as sghook
-from specmodel.engines.vllm import hook as hook
+from specmodel.engines.vllm import hook
+from specmodel.engines.vllm import writer as vwriter
 from tests.rank_files import rank_file, rank_files
 from tests.test_sglang_hook import standin as sglang_standin  # noqa: F401 - the fixture
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
@@ -104,7 +106,7 @@ def _step(runner: Any, batch: int) -> None:
     """One engine step as V1 runs it; the engine's calls must return what the originals return."""
     assert runner.execute_model(_so(batch, k=3 if runner.speculative_config else 0)) is None
     assert runner.sample_tokens(None) == "output"
-    assert hook._STATE.where is None and getattr(hook._STATE, "span", None) is None
+    assert vwriter.STATE.where is None and getattr(vwriter.STATE, "span", None) is None
 
 
 def _warnings(err: str) -> list[str]:
@@ -154,22 +156,22 @@ def _inject(site: str, fault: _Fault, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(hook, "_annotated", lambda label, cuda: Span() if label else None)
     elif site in ("timer start", "timer stop"):
         method = "start" if site == "timer start" else "stop"
-        real_m = getattr(hook._Timer, method)
+        real_m = getattr(vwriter.Timer, method)
 
         def timed(self: Any) -> None:
             fault()
             real_m(self)
 
-        monkeypatch.setattr(hook._Timer, method, timed)
+        monkeypatch.setattr(vwriter.Timer, method, timed)
     elif site == "writer":
-        real_w = hook._write
+        real_w = vwriter.write
 
         def write(obj: dict[str, Any]) -> None:
             if obj.get("type") == "step":
                 fault()
             real_w(obj)
 
-        monkeypatch.setattr(hook, "_write", write)
+        monkeypatch.setattr(vwriter, "write", write)
     else:
         raise AssertionError(site)
 
@@ -222,7 +224,7 @@ def test_vllm_a_fault_in_an_allreduce_timer_inside_the_forward(gpu: Any, monkeyp
     """The forward's own span opened fine; its all-reduce's timer fails: the all-reduce still
     runs, the forward's span still closes (no 'where' left behind), the step is dropped."""
     runner = gpu.gpu_runner(None)
-    real = hook._Timer.start
+    real = vwriter.Timer.start
     calls = {"n": 0}
 
     def start(self: Any) -> None:
@@ -231,7 +233,7 @@ def test_vllm_a_fault_in_an_allreduce_timer_inside_the_forward(gpu: Any, monkeyp
             raise _Boom("injected")
         real(self)
 
-    monkeypatch.setattr(hook._Timer, "start", start)
+    monkeypatch.setattr(vwriter.Timer, "start", start)
     _step(runner, 1)
     _step(runner, 2)
     hook.flush(wait=True)
@@ -254,14 +256,14 @@ def test_vllm_cpu_writer_fault_drops_one_step(standin: Any, monkeypatch: pytest.
 def test_vllm_meta_line_that_cannot_be_written_is_retried(standin: Any,  # noqa: F811
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """No step line without its meta line: a first write that fails leaves no file open."""
-    real = hook._write_fd
+    real = hookstate.write_fd
     fault = _Fault(times=1)
 
     def write_fd(fd: int, obj: dict[str, Any]) -> None:
         fault()
         real(fd, obj)
 
-    monkeypatch.setattr(hook, "_write_fd", write_fd)
+    monkeypatch.setattr(hookstate, "write_fd", write_fd)
     runner = standin.Runner(None)
     _step(runner, 1)
     _step(runner, 2)
@@ -296,14 +298,14 @@ def test_vllm_a_gpu_running_ahead_never_makes_a_step_wait_and_drops_are_counted(
     are dropped and counted on every line written after, and the summary says how many and where."""
     from specmodel.engines.vllm.hooklog import summarize
 
-    m, extra = hook.MAX_PENDING_VLLM_STEPS, 5
+    m, extra = vwriter.MAX_PENDING_VLLM_STEPS, 5
     FakeEvent.hold = True
     runner = gpu.gpu_runner(None)
     for b in range(1, m + extra + 1):
         _step(runner, b)
     hook.flush()  # what the idle flusher does: a query, never a wait
     assert FakeEvent.sync_calls == 0
-    assert len(hook._STATE.pending) == m and _steps(gpu.out) == []
+    assert len(vwriter.STATE.pending) == m and _steps(gpu.out) == []
     runner.shutdown()  # shutdown may wait: the engine is going away
     steps = _steps(gpu.out)
     assert [s["batch"] for s in steps] == list(range(1, m + 1))  # the newest were dropped
@@ -632,7 +634,7 @@ def test_sglang_a_worker_leaving_through_os_exit_keeps_its_records(tmp_path: Pat
     code = f"""
 import os, sys, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang import hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner
@@ -696,7 +698,7 @@ def test_sglang_two_dp_replicas_with_the_same_tp_rank_write_two_files(tmp_path: 
     code = f"""
 import os, sys, time, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang import hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang import hook
 from specmodel.engines.sglang.hooklog import read_forward_log, summarize
 from specmodel.errors import SpecmodelError
 from specmodel.schema.phases import parse_phase_label

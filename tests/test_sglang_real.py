@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.engines.sglang import hook as hook
+from specmodel.engines.sglang import hook
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
 

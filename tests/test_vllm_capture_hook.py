@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specmodel.engines.vllm import capture as vc
-from specmodel.engines.vllm import hook as hook
+from specmodel.engines.vllm import hook
 from tests.rank_files import rank_file
 from tests.test_vllm_hook import _run, _so, _steps, standin  # noqa: F401 - the fixture
 

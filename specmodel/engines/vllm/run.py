@@ -22,7 +22,7 @@ import click
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.engines.hook.run import count_records, run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
-from specmodel.engines.vllm.hook import ENV_DIR, runner_env
+from specmodel.engines.vllm.targets import ENV_DIR, runner_env
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_METRICS_PAGE_BYTES
 from specmodel.procs import stop_tree
