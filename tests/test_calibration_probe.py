@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from specmodel.engines.hook import calibration
-from specmodel.engines.vllm import hook
 from specmodel.engines.vllm import writer as vwriter
 from specmodel.engines.vllm.hooklog import read_step_log
 from tests.rank_files import rank_file

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from specmodel.engines.vllm import hook
 from specmodel.engines.vllm import targets as vtargets
 from specmodel.errors import SpecmodelError
 from tests.rank_files import rank_file
