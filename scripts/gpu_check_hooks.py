@@ -124,7 +124,7 @@ class Device:
         import torch
 
         from specmodel.engines.hook import annotate
-        from specmodel.engines.sglang import hook as sghook
+        from specmodel.engines.sglang import steps as sgsteps
         from specmodel.engines.vllm import hook as vhook
         from specmodel.engines.vllm.capture import ENV_STEPS
 
@@ -148,7 +148,7 @@ class Device:
             self._set(torch.cuda, "is_current_stream_capturing", lambda: False)
             # the calibration probe times nothing on a simulated device
             self._set(vhook, "_probe", lambda cal: None)
-            self._set(sghook, "_probe", lambda cal: None)
+            self._set(sgsteps, "probe", lambda cal: None)
         dev = self
 
         class CountingEvent(event_base):  # type: ignore[misc, valid-type]

@@ -129,15 +129,15 @@ def test_a_forward_span_that_misses_the_replay_fails_the_replay_check(tmp_path: 
 
 @pytest.mark.torch
 def test_a_step_record_that_waits_fails_the_sglang_step_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specmodel.engines.sglang import hook as sghook
+    from specmodel.engines.sglang import steps as sgsteps
 
-    real = sghook._Step.record
+    real = sgsteps.Step.record
 
     def waiting(self: object) -> dict:
         self.end.synchronize()  # type: ignore[attr-defined]
         return real(self)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sghook._Step, "record", waiting)
+    monkeypatch.setattr(sgsteps.Step, "record", waiting)
     res = _run_hook_check("sglang_scheduler_step", tmp_path)
     assert not res["ok"] and res["observed"]["sync_calls_on_step_path"] > 0
 

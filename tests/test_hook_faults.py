@@ -29,6 +29,7 @@ import torch
 from specmodel.engines.hook import annotate
 from specmodel.engines.hook import state as hookstate
 from specmodel.engines.sglang import hook as sghook
+from specmodel.engines.sglang import writer as sgwriter
 from specmodel.engines.vllm import hook
 from specmodel.engines.vllm import writer as vwriter
 from tests.rank_files import rank_file, rank_files
@@ -546,14 +547,14 @@ def _sg_inject(site: str, fault: _Fault, monkeypatch: pytest.MonkeyPatch) -> Non
 
         monkeypatch.setattr(annotate.Stopwatch, method, timed)
     elif site == "writer":
-        real_w = sghook._write_line
+        real_w = sgwriter.write_line
 
         def write(obj: dict[str, Any]) -> None:
             if obj.get("type") == "forward":
                 fault()
             real_w(obj)
 
-        monkeypatch.setattr(sghook, "_write_line", write)
+        monkeypatch.setattr(sgwriter, "write_line", write)
     else:
         raise AssertionError(site)
 
@@ -572,7 +573,7 @@ def test_sglang_a_fault_at_a_seam_drops_that_forward_only(sglang_standin: Any, t
     def forward(batch: int) -> None:
         out = runner.forward(ForwardBatch(ForwardMode.DECODE, batch, torch.zeros(batch, dtype=torch.long)))
         assert isinstance(out, tuple) and out[0].shape[0] == batch  # the original's result
-        assert not getattr(sghook._STATE.tls, "active", False)
+        assert not getattr(sgwriter.STATE.tls, "active", False)
 
     forward(1)
     fault = _Fault(times=1)
@@ -670,13 +671,13 @@ def test_sglang_a_gpu_running_ahead_never_makes_a_forward_wait_and_drops_are_cou
     monkeypatch.setattr(sghook, "_capturing", lambda sw_cuda: False)  # (no CUDA stream to ask on the CPU)
     runner = ModelRunner(tp_rank=0)
     runner.server_args.skip_server_warmup = True
-    m, extra = sghook.MAX_PENDING_SGLANG_FORWARDS, 5
+    m, extra = sgwriter.MAX_PENDING_SGLANG_FORWARDS, 5
     for i in range(m + extra):
         b = 1 + i % 2
         runner.forward(ForwardBatch(ForwardMode.DECODE, b, torch.zeros(b, dtype=torch.long)))
     sghook.flush()  # what the background flusher does: a query, never a wait
     assert FakeEvent.sync_calls == 0
-    assert len(sghook._STATE.pending) == m
+    assert len(sgwriter.STATE.pending) == m
     sghook.flush(wait=True)  # exit: may wait
     fwd = [r for r in json.loads("[" + ",".join(rank_file(tmp_path / "logs", 0).read_text().splitlines()) + "]")
            if r["type"] == "forward"]

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from specmodel.engines.hook.run import count_records, run_until_exit, start, write_hook_profile
-from specmodel.engines.sglang.hook import ENV_DIR
+from specmodel.engines.sglang.targets import ENV_DIR
 
 
 def launch(command: tuple[str, ...], out_dir: Path) -> int:

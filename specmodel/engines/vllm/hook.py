@@ -189,7 +189,7 @@ def _probe(cal: Calibrator) -> None:
             w.write(probe.record())
     except Exception as exc:  # noqa: BLE001 - the probe must never harm the server
         STATE.warn_once("fault:probe", f"vLLM {vllm_version()}: the calibration probe failed ({exc!r}); that probe is "
-                                  "not recorded (steps are)")
+                                       "not recorded (steps are)")
     finally:
         STATE.last_end = time.perf_counter()
 
@@ -444,7 +444,7 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, 
     orig = getattr(cls, method, None) if isinstance(cls, type) else None
     if not callable(orig):
         STATE.warn_once(f"missing:{key}", f"vLLM {vllm_version()}: {module}.{cls_name}.{method} not found; "
-                                     f"{role} timings will be missing (server runs unpatched there)")
+                                          f"{role} timings will be missing (server runs unpatched there)")
         return False
     if getattr(orig, "__specmodel_wrapped__", None) is not None:
         return True
@@ -461,7 +461,7 @@ def _on_import(name: str, mod: ModuleType) -> None:
                 _patch(mod, module, cls_name, method, role, runner_kind)
             except Exception as exc:  # noqa: BLE001
                 STATE.warn_once(f"patch:{module}.{cls_name}.{method}",
-                           f"vLLM {vllm_version()}: patching {cls_name}.{method} failed ({exc!r})")
+                                f"vLLM {vllm_version()}: patching {cls_name}.{method} failed ({exc!r})")
 
 
 def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:

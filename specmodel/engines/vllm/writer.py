@@ -196,7 +196,7 @@ def flush(wait: bool = False) -> int:
                 if STATE.pending and STATE.pending[0] is rec:
                     STATE.pending.popleft()
                 STATE.warn_once("fault:writer", f"vLLM {vllm_version()}: could not write a step to {STATE.path} "
-                                           f"({exc!r}); that step is not recorded")
+                                                f"({exc!r}); that step is not recorded")
     return n
 
 
