@@ -69,6 +69,22 @@ def as_wrapper(wrapper: Callable[..., Any], orig: Callable[..., Any], *, name: s
     return wrapper
 
 
+def process_rank() -> str:
+    """This process's rank where the engine does not say: torch.distributed's, else ``$RANK`` /
+    ``$LOCAL_RANK``, else ``pid<pid>`` (torch is imported here, once, by a hook that found no rank)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return str(dist.get_rank())
+    except Exception:  # noqa: BLE001 - no torch or no process group: the next source
+        pass
+    for env in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(env, "").isdigit():
+            return os.environ[env]
+    return f"pid{os.getpid()}"
+
+
 def rank_file_name(*, rank: str, dp: int | None, pp: int | None, pid: int, attempt: int = 0) -> str:
     """``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``: one file per process (a DP replica or PP stage
     has its own TP rank 0; two servers sharing ``--out`` have their own pids)."""

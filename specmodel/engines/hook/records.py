@@ -51,6 +51,31 @@ def read_records(path: str | os.PathLike[str], fmt: Format, what: str) -> tuple[
     return out, truncated
 
 
+class Runs:
+    """A rank file's records by process run: each meta line opens a run (a file a restarted process
+    appended to holds several); records before any meta line (v1 files) go to a run without one."""
+
+    def __init__(self) -> None:
+        self.metas: list[dict[str, Any]] = []
+        self.runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+
+    def meta(self, rec: dict[str, Any]) -> None:
+        self.metas.append(rec)
+        self.runs.append((rec, []))
+
+    def current(self) -> int:
+        """The index of the run a record read now belongs to."""
+        if not self.runs:
+            self.runs.append(({}, []))
+        return len(self.runs) - 1
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.runs[self.current()][1].append(rec)
+
+    def frozen(self) -> tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...]:
+        return tuple((m, tuple(recs)) for m, recs in self.runs)
+
+
 def log_files(dirs: Iterable[str | os.PathLike[str]], command: str) -> list[Path]:
     """``rank*.jsonl`` under each directory; one line naming the directory when there are none."""
     files: list[Path] = []

@@ -105,40 +105,32 @@ def read_forward_log(path: str | os.PathLike[str]) -> ForwardLog:
     with a warning (the process died mid-write); anything else malformed raises
     :class:`SpecmodelError` naming the file and line."""
     from specmodel.engines.hook.probe import check_probe
-    from specmodel.engines.hook.records import read_records
+    from specmodel.engines.hook.records import Runs, read_records
 
     recs, truncated = read_records(path, SGLANG_FORWARD, "a specmodel sglang forward log")
-    metas: list[dict[str, Any]] = []
+    runs = Runs()
     fwds: list[dict[str, Any]] = []
     probes: list[tuple[int, dict[str, Any]]] = []
     steps: list[tuple[int, dict[str, Any]]] = []
-    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
         if kind == "step":
             _check_step(rec, where)
-            if not runs:
-                runs.append(({}, []))
-            steps.append((len(runs) - 1, rec))
+            steps.append((runs.current(), rec))
         elif PROBE.matches(rec):
             check_probe(rec, where)
-            if not runs:
-                runs.append(({}, []))
-            probes.append((len(runs) - 1, rec))
+            probes.append((runs.current(), rec))
         elif kind == "meta":
             _check_meta(rec, where)
-            metas.append(rec)
-            runs.append((rec, []))
+            runs.meta(rec)
         elif kind == "forward":
             _check_forward(rec, where)
             fwds.append(rec)
-            if not runs:
-                runs.append(({}, []))
-            runs[-1][1].append(rec)
+            runs.add(rec)
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta', 'forward' or 'step', got {kind!r}")
-    return ForwardLog(path=str(path), meta=tuple(metas), forwards=tuple(fwds), truncated=truncated,
-                      runs=tuple((m, tuple(f)) for m, f in runs), probes=tuple(probes), steps=tuple(steps))
+    return ForwardLog(path=str(path), meta=tuple(runs.metas), forwards=tuple(fwds), truncated=truncated,
+                      runs=runs.frozen(), probes=tuple(probes), steps=tuple(steps))
 
 
 def log_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from specmodel.engines.hook.calibration import Probe
+from specmodel.engines.hook.patch import process_rank
 from specmodel.engines.hook.state import HookState
 from specmodel.engines.sglang.targets import DEFAULT_DIR, ENV_DIR
 from specmodel.limits import MAX_PENDING_SGLANG_FORWARDS
@@ -52,19 +53,7 @@ def sglang_version() -> str:
 
 def rank_of(runner: Any) -> str:
     r = getattr(runner, "tp_rank", None)
-    if isinstance(r, int):
-        return str(r)
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return str(dist.get_rank())
-    except Exception:  # noqa: BLE001
-        pass
-    for env in ("RANK", "LOCAL_RANK"):
-        if os.environ.get(env, "").isdigit():
-            return os.environ[env]
-    return f"pid{os.getpid()}"
+    return str(r) if isinstance(r, int) else process_rank()
 
 
 _PROCTITLE = re.compile(r"_(DP|PP)(\d+)")

@@ -154,13 +154,12 @@ def read_step_log(path: str | os.PathLike[str]) -> StepLog:
     """Read one rank file (``rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl``, or v1's ``rank<k>.jsonl``; see
     :func:`specmodel.engines.hook.records.read_records`)."""
     from specmodel.engines.hook.probe import check_probe
-    from specmodel.engines.hook.records import read_records
+    from specmodel.engines.hook.records import Runs, read_records
 
     recs, truncated = read_records(path, VLLM_STEP, "specmodel vllm step log")
-    metas: list[dict[str, Any]] = []
+    runs = Runs()
     steps: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
-    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for where, rec in recs:
         kind = rec.get("type")
         if PROBE.matches(rec):
@@ -168,18 +167,15 @@ def read_step_log(path: str | os.PathLike[str]) -> StepLog:
             probes.append(rec)
         elif kind == "meta":
             _check_meta(rec, where)
-            metas.append(rec)
-            runs.append((rec, []))
+            runs.meta(rec)
         elif kind == "step":
             _check_step(rec, where)
             steps.append(rec)
-            if not runs:
-                runs.append(({}, []))
-            runs[-1][1].append(rec)
+            runs.add(rec)
         else:
             raise SpecmodelError(f"{where}: type: expected 'meta' or 'step', got {kind!r}")
-    return StepLog(path=str(path), meta=tuple(metas), steps=tuple(steps), truncated=truncated,
-                   runs=tuple((m, tuple(st)) for m, st in runs), probes=tuple(probes))
+    return StepLog(path=str(path), meta=tuple(runs.metas), steps=tuple(steps), truncated=truncated,
+                   runs=runs.frozen(), probes=tuple(probes))
 
 
 MIN_SAMPLES = 5

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from specmodel.engines.hook.patch import process_rank
 from specmodel.engines.vllm.targets import LINE_SCHEMA, LINE_SCHEMA_VERSION, PARALLEL_MODULE, RUNNER_CHANGED_ENV
 from specmodel.limits import MAX_PENDING_VLLM_STEPS
 from specmodel.profile.hardware import cpu_name
@@ -44,17 +45,7 @@ def rank() -> str:
             return str(int(ps.get_tensor_model_parallel_rank()))
     except Exception:  # noqa: BLE001
         pass
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return str(dist.get_rank())
-    except Exception:  # noqa: BLE001
-        pass
-    for env in ("RANK", "LOCAL_RANK"):
-        if os.environ.get(env, "").isdigit():
-            return os.environ[env]
-    return f"pid{os.getpid()}"
+    return process_rank()
 
 
 def _group_rank(ps: Any, getter: str) -> int | None:
