@@ -40,15 +40,19 @@ def _imported_modules(path: Path, pkg: Path) -> list[tuple[int, str]]:
     return out
 
 
-def upward_imports(pkg: Path = PKG) -> list[str]:
+def imports_from(layer: str, banned: tuple[str, ...], pkg: Path = PKG) -> list[str]:
+    """Imports under ``specmodel/<layer>/`` of any ``specmodel.<banned>`` package."""
     bad = []
-    for layer in LOWER:
-        for path in sorted((pkg / layer).rglob("*.py")):
-            for line, mod in _imported_modules(path, pkg):
-                parts = mod.split(".")
-                if len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in UPPER:
-                    bad.append(f"{path.relative_to(pkg.parent)}:{line} imports {mod}")
+    for path in sorted((pkg / layer).rglob("*.py")):
+        for line, mod in _imported_modules(path, pkg):
+            parts = mod.split(".")
+            if len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in banned:
+                bad.append(f"{path.relative_to(pkg.parent)}:{line} imports {mod}")
     return bad
+
+
+def upward_imports(pkg: Path = PKG) -> list[str]:
+    return [b for layer in LOWER for b in imports_from(layer, UPPER, pkg)]
 
 
 def test_trace_model_schema_never_import_profile_commands_report():
@@ -93,17 +97,6 @@ def trace_to_model_imports(pkg: Path = PKG) -> list[str]:
 
 def test_trace_does_not_import_the_model():
     assert trace_to_model_imports() == []
-
-
-def imports_from(layer: str, banned: tuple[str, ...], pkg: Path = PKG) -> list[str]:
-    """Imports under ``specmodel/<layer>/`` of any ``specmodel.<banned>`` package."""
-    bad = []
-    for path in sorted((pkg / layer).rglob("*.py")):
-        for line, mod in _imported_modules(path, pkg):
-            parts = mod.split(".")
-            if len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in banned:
-                bad.append(f"{path.relative_to(pkg.parent)}:{line} imports {mod}")
-    return bad
 
 
 def test_the_model_imports_no_reader_and_no_engine():

@@ -74,7 +74,7 @@ def test_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
     user.mkdir()
     (user / "sitecustomize.py").write_text("import sys\nprint('user sitecustomize ran', file=sys.stderr)\n")
     res = run_cli("sglang", "--out", str(tmp_path / "o"), "--", sys.executable, "-c",
-                  "import sys, specmodel.engines.sglang.hook as h; print(h._STATE.finder is not None); sys.exit(5)",
+                  "import sys, specmodel.engines.sglang.hook as h; print(h.STATE.finder is not None); sys.exit(5)",
                   env={"PYTHONPATH": str(user)})
     assert res.returncode == 5
     assert res.stdout.strip() == "True"  # the hook was installed in the child
