@@ -34,9 +34,9 @@ from specmodel.engines.base import (
     EngineSpec,
     LogFile,
     MetricsSample,
-    check_means,
     window_skip_reason,
 )
+from specmodel.engines.parse import check_means
 from specmodel.engines.prom import MAX_PAGE_BYTES
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_LINE_BYTES, SILENT_WINDOW_SHARE, WATCH_HEAD_LINES, WATCH_TAIL_BYTES
@@ -120,7 +120,7 @@ class LogSource:
     restarted: int = 0
 
     def _take(self, line: str) -> None:
-        from specmodel.engines.base import strip_ansi
+        from specmodel.engines.parse import strip_ansi
 
         line = strip_ansi(line)
         if len(self.head) < WATCH_HEAD_LINES and not self.tail:

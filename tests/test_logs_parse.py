@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from specmodel.engines.logs import (
     accept_dist_from_logs,
     parse_log,
-    parse_sglang_line,
-    parse_vllm_line,
     summarize,
     throughput_series,
     window_skip_reason,
     write_accept_json,
 )
+from specmodel.engines.sglang.log import parse_line as parse_sglang_line
+from specmodel.engines.vllm.log import parse_line as parse_vllm_line
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from tests.conftest import DATA

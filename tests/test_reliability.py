@@ -47,12 +47,11 @@ def test_vllm_line_with_a_40k_digit_number_parses_in_bounded_time(tmp_path: Path
     # the old pattern (\d+\.?\d*) backtracked quadratically: 40K digits took ~50 s, 80K ~200 s.
     # The subprocess gets 60 s for an 80K-digit line; linear matching needs milliseconds.
     code = textwrap.dedent("""
-        from specmodel.engines import logs
         from specmodel.engines.vllm import log as vllm_log
         d = "1" * 80000
         line = ("INFO 01-01 00:00:00 [m.py:1] SpecDecoding metrics: Mean acceptance length: " + d + "x, "
                 "Accepted throughput: " + d + " tokens/x, Accepted: 1 tokens, Drafted: 2 tokens")
-        v = logs.parse_vllm_line(line)
+        v = vllm_log.parse_line(line)
         assert v is not None and "accepted_tokens_per_s" not in v and v["accepted"] == "1"
         t = "INFO 01-01 00:00:00 [l.py:1] Avg generation throughput: " + d + " tokens/X, Running: 1 reqs"
         assert vllm_log.TPUT.search(t) is None

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.engines.base import SAVED_DOCUMENT, AcceptSummary, LogFile, LogFormat, SummaryInputs, json_kind
+from specmodel.engines.base import AcceptSummary, LogFile, LogFormat, SummaryInputs
+from specmodel.engines.parse import SAVED_DOCUMENT, json_kind
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
 from specmodel.limits import MAX_STEPS

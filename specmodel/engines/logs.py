@@ -26,13 +26,10 @@ from specmodel.engines.base import (
     EngineConfig,
     LogFile,
     SummaryInputs,
-    read_log_lines,
     window_skip_reason,
 )
+from specmodel.engines.parse import read_log_lines
 from specmodel.engines.sglang.log import DEFAULT_DECODE_LOG_INTERVAL
-from specmodel.engines.sglang.log import parse_line as parse_sglang_line
-from specmodel.engines.vllm.log import VllmSpecRecord
-from specmodel.engines.vllm.log import parse_line as parse_vllm_line
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json
 from specmodel.limits import MAX_STEPS
@@ -40,9 +37,9 @@ from specmodel.model import accept as acc
 from specmodel.schema.formats import ACCEPT
 
 __all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "DEFAULT_DECODE_LOG_INTERVAL", "AcceptSummary", "DecodeWindow",
-           "EngineConfig", "LogFile", "SeriesPoint", "VllmSpecRecord", "accept_dist_from_logs", "accept_document",
+           "EngineConfig", "LogFile", "SeriesPoint", "accept_dist_from_logs", "accept_document",
            "check_flag_against_log", "config_of_logs", "iter_windows", "logged_config",
-           "parse_log", "parse_sglang_line", "parse_vllm_line", "summarize", "throughput_series",
+           "parse_log", "summarize", "throughput_series",
            "window_skip_reason", "write_accept_json"]
 
 ACCEPT_SCHEMA = ACCEPT.name

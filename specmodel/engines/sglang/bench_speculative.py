@@ -12,17 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specmodel.engines.base import (
-    JSON_ROWS,
-    OTHER_DOCUMENT,
-    AcceptSummary,
-    DecodeWindow,
-    LogFile,
-    LogFormat,
-    SummaryInputs,
-    check_means,
-    json_kind,
-)
+from specmodel.engines.base import AcceptSummary, DecodeWindow, LogFile, LogFormat, SummaryInputs
+from specmodel.engines.parse import JSON_ROWS, OTHER_DOCUMENT, check_means, json_kind
 from specmodel.errors import SpecmodelError
 from specmodel.io import loads_json
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK

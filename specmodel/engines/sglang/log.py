@@ -29,21 +29,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from specmodel.engines.base import (
-    NUM,
-    PARTIAL_LAST_LINE,
     AcceptSummary,
     DecodeWindow,
     EngineConfig,
     LogFile,
     LogFormat,
     SummaryInputs,
-    cfg_int,
-    cfg_value,
-    check_means,
-    count,
-    num,
     window_skip_reason,
 )
+from specmodel.engines.parse import NUM, PARTIAL_LAST_LINE, cfg_int, cfg_value, check_means, count, num
 from specmodel.errors import SpecmodelError
 from specmodel.limits import ROUND_SLACK
 from specmodel.model import accept as acc

@@ -33,21 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.engines.base import (
-    NUM,
-    PARTIAL_LAST_LINE,
-    AcceptSummary,
-    DecodeWindow,
-    EngineConfig,
-    LogFile,
-    LogFormat,
-    SummaryInputs,
-    cfg_int,
-    cfg_value,
-    count,
-    num,
-    too_long,
-)
+from specmodel.engines.base import AcceptSummary, DecodeWindow, EngineConfig, LogFile, LogFormat, SummaryInputs
+from specmodel.engines.parse import NUM, PARTIAL_LAST_LINE, cfg_int, cfg_value, count, num, too_long
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, ROUND_SLACK
 from specmodel.model import accept as acc
