@@ -38,8 +38,8 @@ def paired(bare: Callable[[], float], annotated: Callable[[], float], pairs: int
 def main() -> int:
     import torch
 
+    from specmodel.engines.hook.annotate import timed_phase
     from specmodel.profile import configs as C
-    from specmodel.profile.annotate import timed_phase
     from specmodel.profile.models import TargetModel
     from specmodel.profile.tp import RecordingComm
     from specmodel.schema.phases import phase_label

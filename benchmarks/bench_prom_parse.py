@@ -1,4 +1,4 @@
-"""specmodel's Prometheus text reader (``trace/engines/prom.py``) against ``prometheus_client``'s
+"""specmodel's Prometheus text reader (``engines/prom.py``) against ``prometheus_client``'s
 (``text_string_to_metric_families``) on a real vLLM 0.32 ``/metrics`` page: do they read the same
 samples, and how long does each take per page?
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specmodel.trace.engines.prom import parse_page
+from specmodel.engines.prom import parse_page
 
 PAGE = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm_cpu_032" / "tp1_ngram" / "metrics.txt"
 

@@ -26,7 +26,8 @@ PASSES = 20_000
 def main() -> int:
     blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     sys.path.insert(0, str(STANDIN))
-    from specmodel.profile import sglang as hook
+    from specmodel.engines.sglang import hook
+    from specmodel.engines.sglang import steps as sgsteps
 
     with tempfile.TemporaryDirectory() as out:
         hook.install(out)
@@ -42,9 +43,9 @@ def main() -> int:
                     return None
 
             class Wrapped:
-                get_next_batch_to_run = hook._make_step_wrapper(hook.STEP_TARGETS[0], "get_next_batch_to_run",
+                get_next_batch_to_run = sgsteps.make_step_wrapper(hook.STEP_TARGETS[0], "get_next_batch_to_run",
                                                                 Bare.get_next_batch_to_run)
-                run_batch = hook._make_step_wrapper(hook.STEP_TARGETS[1], "run_batch", Bare.run_batch)
+                run_batch = sgsteps.make_step_wrapper(hook.STEP_TARGETS[1], "run_batch", Bare.run_batch)
                 device = "cpu"
 
             assert "Scheduler.get_next_batch_to_run" in hook.patched_members() and Scheduler is not None

@@ -43,7 +43,7 @@ SHAPES = {"tp1_none": (0, 0, None), "tp1_ngram": (0, 0, "ngram"), "tp2_ngram": (
 def micro(rounds: int = 9, steps: int = 2000) -> int:
     """Per-step cost of the wrappers, hook on minus off, for each recorded configuration's shape,
     against that configuration's real step times."""
-    from specmodel.trace.vllm_forward import read_step_log
+    from specmodel.engines.vllm.hooklog import read_step_log
 
     rec = REPO / "tests" / "data" / "vllm_cpu_032"
     worst = 0.0
@@ -66,7 +66,8 @@ def _micro_cost(n_ar_fwd: int, n_ar_draft: int, method: str | None, *, rounds: i
                 steps: int) -> tuple[float, float, float]:
     import types
 
-    from specmodel.profile import vllm as hook
+    from specmodel.engines.vllm import hook
+    from specmodel.engines.vllm import targets as vtargets
 
     def make() -> tuple[object, object]:
         class GroupCoordinator:
@@ -106,10 +107,10 @@ def _micro_cost(n_ar_fwd: int, n_ar_draft: int, method: str | None, *, rounds: i
     for _ in range(rounds):
         for arm in ("off", "on"):
             runner_cls, grp_cls = make()
-            mods = {hook.RUNNER_MODULE: types.ModuleType(hook.RUNNER_MODULE),
-                    hook.PARALLEL_MODULE: types.ModuleType(hook.PARALLEL_MODULE)}
-            mods[hook.RUNNER_MODULE].GPUModelRunner = runner_cls  # type: ignore[attr-defined]
-            mods[hook.PARALLEL_MODULE].GroupCoordinator = grp_cls  # type: ignore[attr-defined]
+            mods = {vtargets.RUNNER_MODULE: types.ModuleType(vtargets.RUNNER_MODULE),
+                    vtargets.PARALLEL_MODULE: types.ModuleType(vtargets.PARALLEL_MODULE)}
+            mods[vtargets.RUNNER_MODULE].GPUModelRunner = runner_cls  # type: ignore[attr-defined]
+            mods[vtargets.PARALLEL_MODULE].GroupCoordinator = grp_cls  # type: ignore[attr-defined]
             saved = {k: sys.modules.get(k) for k in mods}
             sys.modules.update(mods)
             if arm == "on":

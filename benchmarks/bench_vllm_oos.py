@@ -51,11 +51,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from specmodel.engines.vllm.hooklog import summarize  # noqa: E402
 from specmodel.model.accept import from_mean  # noqa: E402
 from specmodel.model.predict import predict  # noqa: E402
 from specmodel.schema.phases import is_host_proposer  # noqa: E402
 from specmodel.schema.profile import Profile, SpecConfig, save_profile  # noqa: E402
-from specmodel.trace.vllm_forward import summarize  # noqa: E402
 from tests.vllm_engine import (  # noqa: E402
     Throughput,
     VllmServer,

@@ -1,5 +1,5 @@
 """The engine hooks' clocks on a device: the checks ``scripts/gpu_check_trace.py`` runs for the vLLM and
-SGLang hooks (``specmodel/profile/vllm.py``, ``profile/sglang.py``) on the stand-ins the tests use
+SGLang hooks (``specmodel/engines/vllm/hook.py``, ``specmodel/engines/sglang/hook.py``) on the stand-ins the tests use
 (``tests/standins.py``: vLLM's V1 and V2 runners, SGLang's scheduler loop in ``tests/data/sglang_standin``).
 
 On a GPU the stand-ins' work is real device work -- a captured ``torch.cuda.CUDAGraph`` replayed as
@@ -123,10 +123,10 @@ class Device:
     def _enter(self) -> Device:
         import torch
 
-        from specmodel.profile import annotate
-        from specmodel.profile import sglang as sghook
-        from specmodel.profile import vllm as vhook
-        from specmodel.profile.vllm_capture import ENV_STEPS
+        from specmodel.engines.hook import annotate
+        from specmodel.engines.sglang import steps as sgsteps
+        from specmodel.engines.vllm import hook as vhook
+        from specmodel.engines.vllm.capture import ENV_STEPS
 
         saved = os.environ.get(ENV_STEPS)
         os.environ[ENV_STEPS] = "0"  # a capture is checked by vllm_hook_capture; here it would time itself
@@ -148,7 +148,7 @@ class Device:
             self._set(torch.cuda, "is_current_stream_capturing", lambda: False)
             # the calibration probe times nothing on a simulated device
             self._set(vhook, "_probe", lambda cal: None)
-            self._set(sghook, "_probe", lambda cal: None)
+            self._set(sgsteps, "probe", lambda cal: None)
         dev = self
 
         class CountingEvent(event_base):  # type: ignore[misc, valid-type]
@@ -412,7 +412,7 @@ def check_vllm_hook_clocks(tmp: Path, cuda: bool) -> dict[str, Any]:
 
 
 def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import writer as vwriter
     from tests import standins
 
     fwd_own: list[tuple[Any, Any]] = []
@@ -455,7 +455,7 @@ def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
         "tolerance": f"|hook span - own events| <= {REPLAY_REL_TOL} x own + {REPLAY_ABS_TOL_S * 1e6:.0f} us",
         "forward_s": [_r(s["forward_s"]) for s in steps], "own_forward_s": [_r(x) for x in fwd_s],
         "draft_s": [_r(s["draft_s"]) for s in steps], "own_draft_s": [_r(x) for x in draft_s],
-        "patched": patched, "max_pending_steps": vhook.MAX_PENDING_VLLM_STEPS,
+        "patched": patched, "max_pending_steps": vwriter.MAX_PENDING_VLLM_STEPS,
     }
     exp = {"model_runner": ["v2"], "steps": STEPS, "kinds": ["verify"], "step_clock": ["cuda_event"],
            "v2_seams_patched": True, "draft_n_allreduce": [3], "forward_within_tolerance": True,
@@ -467,10 +467,11 @@ def check_vllm_hook_v2_runner(tmp: Path, cuda: bool) -> dict[str, Any]:
 
 
 def check_vllm_hook_never_blocks(tmp: Path, cuda: bool) -> dict[str, Any]:
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
+    from specmodel.engines.vllm import writer as vwriter
     from tests import standins
 
-    m = vhook.MAX_PENDING_VLLM_STEPS
+    m = vwriter.MAX_PENDING_VLLM_STEPS
     k = m + EXTRA_STEPS
     with Device(cuda) as dev:
         work = {"allreduce": _nothing, "forward": lambda _s: dev.replay(), "sample": lambda _s: dev.kernel(SAMPLE_S)}
@@ -491,13 +492,13 @@ def check_vllm_hook_never_blocks(tmp: Path, cuda: bool) -> dict[str, Any]:
                 host_loop_s = time.perf_counter() - t0
                 gpu_behind = not busy[1].query()
                 written_during = len(_steps(ns.out)) - before
-                pending = len(vhook._STATE.pending)
-                dropped = vhook._STATE.dropped
+                pending = len(vwriter.STATE.pending)
+                dropped = vwriter.STATE.dropped
             syncs = dev.syncs
             dev.sync()  # the check waits for the GPU (not the hook)
             vhook.flush()  # query-only: the records are complete now
             after = [s for s in _steps(ns.out) if s["batch"] == 2]
-            pending_after = len(vhook._STATE.pending)
+            pending_after = len(vwriter.STATE.pending)
             runner.shutdown()
         busy_s = dev.seconds(busy)
     obs = {"sync_calls_on_step_path": syncs, "gpu_behind_when_host_loop_ended": gpu_behind,
@@ -525,7 +526,7 @@ def check_sglang_scheduler_step(tmp: Path, cuda: bool) -> dict[str, Any]:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.model_executor.model_runner import ModelRunner
 
-        from specmodel.profile import sglang as sghook
+        from specmodel.engines.sglang import hook as sghook
 
         def on_forward(runner: Any, fb: Any) -> None:
             dev.kernel(SGLANG_FORWARD_S[(fb.forward_mode.name, runner.is_draft_worker)])

@@ -15,8 +15,8 @@ Checks (each: expected, observed, ok):
 * ``sglang_hook_capture``: the SGLang hook on the stand-in runner (tests/data/sglang_standin)
   that captures a CUDA graph after two warm-ups inside SGLang's ``model_capture_mode()``:
   no warm-up or capture rows; replays recorded with their forward count (and CUDA-event time).
-* ``vllm_hook_capture``: the vLLM hook's torch.profiler capture (profile/vllm_capture.py) around a
-  stand-in forward -- a CUDA-graph replay on a GPU -- read back by trace/capture.py: on by default
+* ``vllm_hook_capture``: the vLLM hook's torch.profiler capture (engines/vllm/capture.py) around a
+  stand-in forward -- a CUDA-graph replay on a GPU -- read back by engines/vllm/capture_ingest.py: on by default
   only where graphs run, one pass per captured step and phase, every replay's kernels mapped to
   its phase (one GPU shows no all-reduce share: no TP > 1 collective; docs/allreduce-capture.md).
 * the hooks' clocks (``scripts/gpu_check_hooks.py``, on the stand-ins of ``tests/standins.py``):
@@ -224,7 +224,7 @@ def check_sglang_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
         del sys.modules[k]
     sys.path.insert(0, str(STANDIN))
     os.environ["SGLANG_STANDIN_FLAVOR"] = "0.5.23"
-    from specmodel.profile import sglang as hook
+    from specmodel.engines.sglang import hook
 
     try:
         hook.install(tmp / "hook")
@@ -277,10 +277,10 @@ def check_sglang_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
 
 
 def check_vllm_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
-    """The vLLM hook's capture (profile/vllm_capture.py) around a stand-in forward -- a CUDA graph
+    """The vLLM hook's capture (engines/vllm/capture.py) around a stand-in forward -- a CUDA graph
     replay on a GPU (a matmul and, where NCCL lets a one-rank all-reduce be captured, an AVG
     all-reduce inside the graph), eager ops and a gloo all-reduce on the CPU -- read back by
-    trace/capture.py. One GPU (TP 1) shows that replays are captured and their kernels map to the
+    engines/vllm/capture_ingest.py. One GPU (TP 1) shows that replays are captured and their kernels map to the
     phases; it shows no all-reduce share of a real TP > 1 collective (NCCL's one-rank AVG is a
     local kernel): that needs TP > 1 (docs/allreduce-capture.md)."""
     import types
@@ -288,10 +288,10 @@ def check_vllm_hook_capture(tmp: Path, cuda: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from specmodel.profile import vllm_capture as vc
-    from specmodel.profile.annotate import phase
+    from specmodel.engines.hook.annotate import phase
+    from specmodel.engines.vllm import capture as vc
+    from specmodel.engines.vllm.capture_ingest import read_capture
     from specmodel.schema.phases import phase_label
-    from specmodel.trace.capture import read_capture
     from specmodel.trace.kineto import IngestOptions, parse_rank_file
 
     _process_group(cuda)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specmodel.trace.logs import parse_log  # noqa: E402
+from specmodel.engines.logs import parse_log  # noqa: E402
 
 GAUGES = {  # name -> documentation, as in collector.py (0.5.5)
     "sglang:num_running_reqs": "The number of running requests.",

@@ -57,7 +57,7 @@ def load_accept(log: str | Path | Sequence[str | Path], *, steps: int | None = N
     logs, bench_speculative JSONL or a ``specmodel accept -o`` file: what ``specmodel accept``
     reads. ``steps`` (the server's ``--speculative-num-steps``) is needed for SGLang logs; vLLM's
     per-position rates and bench_speculative rows carry it."""
-    from specmodel.trace.logs import summarize
+    from specmodel.engines.logs import summarize
 
     paths = [str(log)] if isinstance(log, (str, Path)) else [str(p) for p in log]
     return summarize(paths, steps + 1 if steps is not None else None, num_spec_tokens=num_spec_tokens).dist

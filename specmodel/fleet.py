@@ -28,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specmodel.engines import engine_spec, metrics_formats
+from specmodel.engines.base import EngineConfig, MetricsFormat
+from specmodel.engines.prom import Sample
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_PROMETHEUS_ANSWER_BYTES, MAX_STEPS, MAX_TP
 from specmodel.schema.formats import WATCH
 from specmodel.schema.profile import Profile
-from specmodel.trace.engines import engine_spec, metrics_formats
-from specmodel.trace.engines.base import EngineConfig, MetricsFormat
-from specmodel.trace.engines.prom import Sample
 from specmodel.units import to_ms
 from specmodel.watch import (
     MetricsWindow,

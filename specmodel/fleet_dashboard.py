@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specmodel.engines.vllm import metrics as vm
 from specmodel.fleet_export import PREFIX
 from specmodel.prom_rules import WINDOW
-from specmodel.trace.engines import vllm_metrics as vm
 
 UID = "specmodel-fleet"
 DS = {"type": "prometheus", "uid": "${datasource}"}

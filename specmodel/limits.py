@@ -91,7 +91,7 @@ MAX_PROMETHEUS_ANSWER_BYTES = 256 << 20  # one fleet query's answer (`watch --pr
 MAX_COMPILED_EVENT_CHARS = 4 << 20
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000  # a larger safetensors header is not a real one (the spec caps it)
 
-# ---- engine hooks (profile/vllm.py, profile/sglang.py): GPU records waiting for their CUDA events;
+# ---- engine hooks (engines/vllm/hook.py, engines/sglang/hook.py): GPU records waiting for their CUDA events;
 # a record that finds the queue full is dropped and counted (the hook never waits on the GPU), so
 # memory and what a dying worker loses stay bounded. vLLM's async scheduling keeps the host one or
 # two steps ahead of the GPU: 16 leaves room for a stall of several steps before anything is lost
@@ -112,7 +112,7 @@ def bounded_int(minimum: int, maximum: int) -> click.IntRange:
     return click.IntRange(min=minimum, max=maximum)
 
 
-# ---- the box's condition (profile/calibration.py writes a probe, model/consistency.py compares two)
+# ---- the box's condition (engines/hook/calibration.py writes a probe, model/consistency.py compares two)
 #: samples one calibration probe record may hold (the hook writes 5)
 MAX_PROBE_SAMPLES = 1_000
 #: two servers' probe medians (the same kernel on the same box) may differ by this share, on top of

@@ -2,7 +2,7 @@
 recording and alerting rules, so a fleet's Prometheus holds each server against it without us.
 
 Recording rules (``W`` the rate window), in the engine's own metric names (vLLM's counters,
-:mod:`specmodel.trace.engines.vllm_metrics`), summed over the engine's ``engine`` label:
+:mod:`specmodel.engines.vllm.metrics`), summed over the engine's ``engine`` label:
 
 * ``specmodel:accept_tokens:rateW`` = 1 + rate(accepted) / rate(drafts) — vLLM's own definition;
 * ``specmodel:proposal_ratio:rateW`` = rate(drafts) / (rate(generated) − rate(accepted)), at most 1;
@@ -26,10 +26,10 @@ import math
 import re
 from typing import Any
 
+from specmodel.engines.vllm import metrics as vm
 from specmodel.errors import SpecmodelError
 from specmodel.model import accept as acc
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.engines import vllm_metrics as vm
 
 WINDOW = "5m"
 FOR = "10m"

@@ -355,7 +355,7 @@ def serve_plan_for(sc: Scenario, batches: list[int] | None, contexts: list[int] 
 
     r = proposal_rate_of(sc.proposal_rate, sc.spec.algorithm, profile)
     if topks is None and profile.source.engine:
-        from specmodel.trace.engines import engine_names, engine_spec
+        from specmodel.engines import engine_names, engine_spec
 
         # a profile of an engine that drafts chains only (vLLM) is planned as that engine runs: no trees
         if profile.source.engine in engine_names() and engine_spec(profile.source.engine).chains_only:
@@ -733,7 +733,7 @@ def _steps_from_logs(args: ScenarioArgs, profile: Profile | None, notes: list[st
     that contradicts the log is an error showing both); says where they came from. Second: why the
     profile's costs are another box's than the logged server's ("" = nothing says so): another TP
     degree or another device than the profile measured."""
-    from specmodel.trace.logs import check_flag_against_log, config_of_logs
+    from specmodel.engines.logs import check_flag_against_log, config_of_logs
     from specmodel.validation import profile_device
 
     cfg = config_of_logs(list(args.accept_logs))
@@ -848,7 +848,7 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, require: bool = True
         return acc.from_chain(args.alpha, spec.steps, source=f"chain alpha {args.alpha:g}"), None
     assert src == "accept_logs"
     # logs: parsed by the trace package (SGLang / vLLM / bench_speculative formats)
-    from specmodel.trace.logs import summarize
+    from specmodel.engines.logs import summarize
 
     s = summarize(list(args.accept_logs), k)
     if notes is not None:

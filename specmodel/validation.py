@@ -8,13 +8,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from specmodel.engines.logs import DecodeWindow, EngineConfig, window_skip_reason
 from specmodel.errors import FieldError, SpecmodelError
 from specmodel.limits import MAX_BATCH, MIN_BUSY_FRACTION, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.logs import DecodeWindow, EngineConfig, window_skip_reason
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 held against a profile's break-even surface, one reading per interval.
 
 Sources: an engine's Prometheus ``/metrics`` page (the metrics plug-ins of the engine registry,
-:mod:`specmodel.trace.engines`) or a server log being written (the log plug-ins). Nothing here
+:mod:`specmodel.engines`) or a server log being written (the log plug-ins). Nothing here
 re-derives the model: the reading is :func:`specmodel.model.predict.predict` at the observed
 point, the advice is :func:`specmodel.model.optimize.optimize` / :func:`batch_limit` there.
 
@@ -26,6 +26,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specmodel.engines import engine_of_log, engine_spec, engines_help, metrics_format_of
+from specmodel.engines.base import (
+    COUNTERS,
+    DecodeWindow,
+    EngineConfig,
+    EngineSpec,
+    LogFile,
+    MetricsSample,
+    window_skip_reason,
+)
+from specmodel.engines.parse import check_means
+from specmodel.engines.prom import MAX_PAGE_BYTES
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_LINE_BYTES, SILENT_WINDOW_SHARE, WATCH_HEAD_LINES, WATCH_TAIL_BYTES
 from specmodel.model import accept as acc
@@ -33,18 +45,6 @@ from specmodel.model.decision import INCONSISTENT
 from specmodel.schema.formats import WATCH
 from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.trace.engines import engine_of_log, engine_spec, engines_help, metrics_format_of
-from specmodel.trace.engines.base import (
-    COUNTERS,
-    DecodeWindow,
-    EngineConfig,
-    EngineSpec,
-    LogFile,
-    MetricsSample,
-    check_means,
-    window_skip_reason,
-)
-from specmodel.trace.engines.prom import MAX_PAGE_BYTES
 
 #: a scrape waits at most this long for the server (bounded; the loop retries on the next interval)
 FETCH_TIMEOUT_S = 5.0
@@ -120,7 +120,7 @@ class LogSource:
     restarted: int = 0
 
     def _take(self, line: str) -> None:
-        from specmodel.trace.engines.base import strip_ansi
+        from specmodel.engines.parse import strip_ansi
 
         line = strip_ansi(line)
         if len(self.head) < WATCH_HEAD_LINES and not self.tail:
@@ -155,7 +155,7 @@ class LogSource:
 
     def read(self) -> tuple[list[DecodeWindow], EngineConfig | None, EngineSpec]:
         """The windows in the kept lines, the logged configuration, and the engine that wrote the log."""
-        from specmodel.trace.logs import parse_lines
+        from specmodel.engines.logs import parse_lines
 
         self._pull()
         lines = self.head + list(self.tail)

@@ -50,7 +50,7 @@ def run(python: Path, models: Any, out: Path, *, spec: str | None, wrapper: bool
 def _spread(py: Path, models: Any, dest: Path, pairs: int) -> None:
     import json
 
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
     from tests.conftest import baseline_standin
 
     for i in range(pairs):

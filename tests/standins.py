@@ -23,7 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from specmodel.profile import vllm as hook
+from specmodel.engines.vllm import hook
+from specmodel.engines.vllm import targets as vtargets
 
 STANDIN = Path(__file__).parent / "data" / "sglang_standin"
 
@@ -96,7 +97,7 @@ def _registered(modules: dict[str, ModuleType], out: Path) -> Iterator[list[str]
 def _parallel_state(work: Work | None, tp_rank: int) -> tuple[types.ModuleType, Any]:
     """A fake ``vllm.distributed.parallel_state`` (both runners import it): its GroupCoordinator's
     all-reduce does the stand-in's all-reduce work; and the TP group."""
-    ps = types.ModuleType(hook.PARALLEL_MODULE)
+    ps = types.ModuleType(vtargets.PARALLEL_MODULE)
 
     class GroupCoordinator:
         def _all_reduce_out_place(self, x: Any) -> Any:
@@ -114,8 +115,8 @@ def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterato
     proposer module), the hook installed. A V1 step: ``execute_model`` (``_model_forward``: three
     all-reduces and the compute) then ``sample_tokens`` (sampling, then the proposal)."""
     ps, tp_group = _parallel_state(work, tp_rank)
-    gmr = types.ModuleType(hook.RUNNER_MODULE)
-    lbp = types.ModuleType(hook.PROPOSER_MODULE)
+    gmr = types.ModuleType(vtargets.RUNNER_MODULE)
+    lbp = types.ModuleType(vtargets.PROPOSER_MODULE)
 
     class SpecDecodeBaseProposer:
         """propose as in vllm/v1/spec_decode/llm_base_proposer.py: the first forward (over the
@@ -174,7 +175,7 @@ def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterato
             return None
 
     gmr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
-    mods = {hook.PARALLEL_MODULE: ps, hook.RUNNER_MODULE: gmr, hook.PROPOSER_MODULE: lbp}
+    mods = {vtargets.PARALLEL_MODULE: ps, vtargets.RUNNER_MODULE: gmr, vtargets.PROPOSER_MODULE: lbp}
     with _registered(mods, out) as patched:
         yield types.SimpleNamespace(Runner=GPUModelRunner, group=tp_group, out=out, patched=patched)
 
@@ -187,14 +188,14 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
     forwards with an all-reduce each, an async output); ``_dummy_run`` calls
     ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do."""
     ps, group = _parallel_state(work, tp_rank)
-    timing = types.ModuleType(hook.V2_TIMING_MODULE)
+    timing = types.ModuleType(vtargets.V2_TIMING_MODULE)
 
     class StepTimingCollector:
         def forward_start(self) -> None:
             return None
 
     timing.StepTimingCollector = StepTimingCollector  # type: ignore[attr-defined]
-    spec_mod = types.ModuleType(f"{hook.V2_SPEC}.standalone_ar.speculator")
+    spec_mod = types.ModuleType(f"{vtargets.V2_SPEC}.standalone_ar.speculator")
 
     class StandaloneARSpeculator:
         def propose(self, input_batch: Any, *a: Any, dummy_run: bool = False, **kw: Any) -> Any:
@@ -204,7 +205,7 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
             return "drafts"
 
     spec_mod.StandaloneARSpeculator = StandaloneARSpeculator  # type: ignore[attr-defined]
-    mr = types.ModuleType(hook.V2_RUNNER_MODULE)
+    mr = types.ModuleType(vtargets.V2_RUNNER_MODULE)
 
     class GPUModelRunner:
         device = "cpu"
@@ -246,8 +247,8 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
             return None
 
     mr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
-    mods = {hook.PARALLEL_MODULE: ps, hook.V2_TIMING_MODULE: timing, spec_mod.__name__: spec_mod,
-            hook.V2_RUNNER_MODULE: mr}
+    mods = {vtargets.PARALLEL_MODULE: ps, vtargets.V2_TIMING_MODULE: timing, spec_mod.__name__: spec_mod,
+            vtargets.V2_RUNNER_MODULE: mr}
     with _registered(mods, out) as patched:
         yield types.SimpleNamespace(Runner=GPUModelRunner, group=group, out=out, patched=patched)
 
@@ -267,7 +268,7 @@ def drop_sglang_modules() -> dict[str, ModuleType]:
 def sglang(out: Path, flavor: str = "0.5.5") -> Iterator[ModuleType]:
     """The SGLang hook installed into ``out``, then the stand-in package (``flavor``) imported
     under SGLang's names, as a TP worker imports it; yields its ``serve`` module. Undone on exit."""
-    from specmodel.profile import sglang as sghook
+    from specmodel.engines.sglang import hook as sghook
 
     saved = drop_sglang_modules()
     saved_flavor = os.environ.get("SGLANG_STANDIN_FLAVOR")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.trace.logs import summarize
+from specmodel.engines.logs import summarize
 from tests.conftest import REFERENCE
 
 #: scheduler_metrics_mixin.py (0.5.5) decode line

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specmodel.profile import annotate
-from specmodel.profile.annotate import NVTX_DOMAIN, PHASE_COLORS, phase
+from specmodel.engines.hook import annotate
+from specmodel.engines.hook.annotate import NVTX_DOMAIN, PHASE_COLORS, phase
 from specmodel.schema.phases import PHASES, phase_label
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm.hooklog import read_step_log
 from specmodel.errors import SpecmodelError
 from specmodel.model.consistency import check_condition, check_same_step
 from specmodel.schema.conditions import Conditions, ServerCondition
@@ -27,7 +28,6 @@ from specmodel.schema.profile import (
     profile_to_dict,
 )
 from specmodel.stats import median
-from specmodel.trace.vllm_forward import read_step_log
 from tests.conftest import DATA, run_cli
 
 REC = DATA / "vllm_cpu_032_condition"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from specmodel.profile.calibration import PERIOD_S, SAMPLES
-from specmodel.trace.vllm_forward import read_step_log, summarize
+from specmodel.engines.hook.calibration import PERIOD_S, SAMPLES
+from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from tests.vllm_engine import hooked
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

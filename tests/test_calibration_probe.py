@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from specmodel.profile import calibration
-from specmodel.profile import vllm as hook
-from specmodel.trace.vllm_forward import read_step_log
+from specmodel.engines.hook import calibration
+from specmodel.engines.vllm import writer as vwriter
+from specmodel.engines.vllm.hooklog import read_step_log
 from tests.rank_files import rank_file
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
 
@@ -28,7 +28,7 @@ def _run(runner: Any, n: int) -> None:
 
 
 def _period_over() -> None:
-    cal = hook._STATE.calibrator
+    cal = vwriter.STATE.calibrator
     assert cal is not None and cal.next_at is not None
     cal.next_at -= calibration.PERIOD_S  # as if a period of steps had passed
 
@@ -79,7 +79,7 @@ def test_a_probe_that_fails_warns_once_and_every_step_is_still_recorded(standin:
     assert [x["type"] for x in lines].count("step") == 6 and not any(x["type"] == "probe" for x in lines)
     warnings = [x for x in capfd.readouterr().err.splitlines() if "hook: warning:" in x]
     assert len(warnings) == 1 and "calibration probe failed" in warnings[0] and "no BLAS here" in warnings[0]
-    assert hook._STATE.step is None and hook._STATE.where is None
+    assert vwriter.STATE.step is None and vwriter.STATE.where is None
 
 
 def test_the_wait_for_a_cpu_is_read_over_steps_never_over_the_engines_start_up(standin: Any,  # noqa: F811

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.trace.capture import read_capture
+from specmodel.engines.vllm.capture_ingest import read_capture
 from specmodel.trace.kineto import IngestOptions, parse_rank_file
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

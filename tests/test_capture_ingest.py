@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm.capture_ingest import read_capture
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, profile_from_dict, profile_to_dict
-from specmodel.trace.capture import read_capture
 from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu_032_capture"
@@ -136,7 +136,7 @@ def test_rows_the_wrapper_did_not_see_take_the_capture_share_of_their_forward(tm
 
 
 def test_steps_inside_the_capture_window_are_left_out_of_the_rows(tmp_path: Path) -> None:
-    from specmodel.trace.vllm_forward import read_step_log
+    from specmodel.engines.vllm.hooklog import read_step_log
 
     base, spec = _copy(tmp_path, False)
     inside = 0

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specmodel.engines.vllm.spec import paste as vllm_speculative_config
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation, parse_observation
@@ -15,7 +16,6 @@ from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, UNMEASURED, serve_plan
 from specmodel.schema.profile import CostRow, Profile, SpecConfig, profile_from_dict, profile_to_dict
-from specmodel.trace.engines.vllm_engine import paste as vllm_speculative_config
 
 BATCHES = (1, 4, 16)
 CONTEXTS = (0, 4096, 32768)

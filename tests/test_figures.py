@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specmodel.engines.logs import parse_log, summarize
+from specmodel.engines.sglang.log import parse_config as sglang_config
+from specmodel.engines.vllm.log import parse_config as vllm_config
 from specmodel.model import cycle as eq
 from specmodel.model.allreduce import allreduce_s
 from specmodel.model.predict import verdict_for
 from specmodel.schema.profile import CostRow, save_profile
-from specmodel.trace.engines.sglang_log import parse_config as sglang_config
-from specmodel.trace.engines.vllm_log import parse_config as vllm_config
-from specmodel.trace.logs import parse_log, summarize
 from specmodel.trace.nccl_tests import load_fit_document
 
 from .conftest import DATA, REFERENCE, run_cli

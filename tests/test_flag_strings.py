@@ -18,7 +18,7 @@ import click
 
 import specmodel
 from specmodel import cli
-from specmodel.trace.engines import ENGINE_SPECS
+from specmodel.engines import ENGINE_SPECS
 
 PKG = Path(specmodel.__file__).resolve().parent
 _TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -27,32 +27,29 @@ _TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 #: (notes, hints, suggested command lines) that the commands do not yet render from field names.
 #: The list only shrinks: an entry no longer found fails too.
 KNOWN: frozenset[tuple[str, str]] = frozenset({
-    ('fleet.py', '--selector'), ('fleet_export.py', '--serve'), ('model/cycle.py', '--batches'),
-    ('model/cycle.py', '--contexts'), ('model/cycle.py', '--phases'), ('model/cycle.py', '--verify-tokens'),
+    ('engines/accept_json.py', '--steps'), ('engines/base.py', '--steps'), ('engines/hook/records.py', '--dp-rank'),
+    ('engines/hook/records.py', '--out'), ('engines/hook/records.py', '--tp'), ('engines/parse.py', '--steps'),
+    ('engines/sglang/bench_speculative.py', '--steps'), ('engines/sglang/hooklog.py', '--summarize'),
+    ('engines/sglang/log.py', '--decode-log-interval'), ('engines/sglang/log.py', '--steps'),
+    ('engines/vllm/hooklog.py', '--capture-steps'), ('engines/vllm/hooklog.py', '--proposal-rate'),
+    ('engines/vllm/hooklog.py', '--summarize'), ('engines/vllm/log.py', '--accept-log'),
+    ('engines/vllm/log.py', '--num-spec-tokens'), ('engines/vllm/log.py', '--steps'), ('fleet.py', '--selector'),
+    ('fleet_export.py', '--serve'), ('model/cycle.py', '--batches'), ('model/cycle.py', '--contexts'),
+    ('model/cycle.py', '--phases'), ('model/cycle.py', '--verify-tokens'),
     ('model/hostdraft.py', '--proposal-rate'), ('model/hostdraft.py', '--summarize'),
-    ('model/predict.py', '--calibrate'), ('model/predict.py', '--draft-ms'),
-    ('model/predict.py', '--overhead-ms'), ('model/predict.py', '--summarize'),
-    ('model/request.py', '--summarize'), ('model/whatif.py', '--tp'), ('profile/launcher.py', '--timeout'),
-    ('profile/output.py', '--accept-len'), ('profile/output.py', '--eager'), ('profile/output.py', '--name'),
-    ('profile/output.py', '--out-dir'), ('profile/output.py', '--profile'),
-    ('profile/output.py', '--spec-loop'), ('report/content.py', '--proposal-rate'),
-    ('report/content.py', '--tp'), ('report/pdf.py', '--baseline-sweep'), ('report/pdf.py', '--contexts'),
-    ('scenario.py', '--accept-len'), ('scenario.py', '--allreduce-frac'), ('scenario.py', '--baseline-tps'),
-    ('scenario.py', '--draft-ms'), ('scenario.py', '--method'), ('scenario.py', '--overhead-ms'),
-    ('scenario.py', '--per-position'), ('scenario.py', '--profile'), ('scenario.py', '--proposal-rate'),
-    ('scenario.py', '--steps'), ('scenario.py', '--tp'), ('scenario.py', '--verify-ms'),
-    ('schema/formats.py', '--export'), ('schema/profile.py', '--output'),
-    ('trace/engines/accept_json.py', '--steps'), ('trace/engines/base.py', '--steps'),
-    ('trace/engines/bench_speculative.py', '--steps'),
-    ('trace/engines/sglang_log.py', '--decode-log-interval'), ('trace/engines/sglang_log.py', '--steps'),
-    ('trace/engines/vllm_log.py', '--accept-log'), ('trace/engines/vllm_log.py', '--num-spec-tokens'),
-    ('trace/engines/vllm_log.py', '--steps'), ('trace/hooklog.py', '--dp-rank'),
-    ('trace/hooklog.py', '--out'), ('trace/hooklog.py', '--tp'), ('trace/ingest.py', '--baseline'),
-    ('trace/ingest.py', '--batch'), ('trace/ingest.py', '--draft-forwards'),
-    ('trace/ingest.py', '--num-draft-tokens'), ('trace/ingest.py', '--step-kind'),
-    ('trace/ingest.py', '--topk'), ('trace/sglang_forward.py', '--summarize'),
-    ('trace/vllm_forward.py', '--capture-steps'), ('trace/vllm_forward.py', '--proposal-rate'),
-    ('trace/vllm_forward.py', '--summarize'), ('watch.py', '--method'),
+    ('model/predict.py', '--calibrate'), ('model/predict.py', '--draft-ms'), ('model/predict.py', '--overhead-ms'),
+    ('model/predict.py', '--summarize'), ('model/request.py', '--summarize'), ('model/whatif.py', '--tp'),
+    ('profile/launcher.py', '--timeout'), ('profile/output.py', '--accept-len'), ('profile/output.py', '--eager'),
+    ('profile/output.py', '--name'), ('profile/output.py', '--out-dir'), ('profile/output.py', '--profile'),
+    ('profile/output.py', '--spec-loop'), ('report/content.py', '--proposal-rate'), ('report/content.py', '--tp'),
+    ('report/pdf.py', '--baseline-sweep'), ('report/pdf.py', '--contexts'), ('scenario.py', '--accept-len'),
+    ('scenario.py', '--allreduce-frac'), ('scenario.py', '--baseline-tps'), ('scenario.py', '--draft-ms'),
+    ('scenario.py', '--method'), ('scenario.py', '--overhead-ms'), ('scenario.py', '--per-position'),
+    ('scenario.py', '--profile'), ('scenario.py', '--proposal-rate'), ('scenario.py', '--steps'),
+    ('scenario.py', '--tp'), ('scenario.py', '--verify-ms'), ('schema/formats.py', '--export'),
+    ('schema/profile.py', '--output'), ('trace/ingest.py', '--baseline'), ('trace/ingest.py', '--batch'),
+    ('trace/ingest.py', '--draft-forwards'), ('trace/ingest.py', '--num-draft-tokens'),
+    ('trace/ingest.py', '--step-kind'), ('trace/ingest.py', '--topk'), ('watch.py', '--method'),
 })
 
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specmodel.engines.sglang import targets as sgtargets
 from specmodel.model.accept import from_mean, from_per_position
 from specmodel.model.costs import FALLBACK
 from specmodel.model.optimize import accept_model, evaluate, evaluate_all, optimize
 from specmodel.model.predict import cycle_costs, predict
 from specmodel.model.serveplan import serve_plan
-from specmodel.profile import sglang as hook
 from specmodel.profile.plan import sweep_points
 from specmodel.schema import phases
 from specmodel.schema.profile import CostRow, SpecConfig, load_profile
@@ -81,8 +81,8 @@ def test_sglang_modes_one_map_for_the_hook_and_the_trace_reader() -> None:
     # disagreed: the reader did not know MIXED / SPLIT_PREFILL, the hook did not know VERIFY / DRAFT)
     for mode, kind in phases.SGLANG_MODE_KINDS.items():
         if mode != "DECODE":
-            assert hook.MODE_PHASES[mode] == kind
-    assert hook.MODE_PHASES["IDLE"] is None and "DECODE" not in hook.MODE_PHASES
+            assert sgtargets.MODE_PHASES[mode] == kind
+    assert sgtargets.MODE_PHASES["IDLE"] is None and "DECODE" not in sgtargets.MODE_PHASES
     assert phases.SGLANG_MODE_KINDS["TARGET_VERIFY"] == "verify"
     assert phases.SGLANG_MODE_KINDS["DRAFT_EXTEND_V2"] == "draft_extend"
 

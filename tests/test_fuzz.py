@@ -36,7 +36,7 @@ def _trace(p: Path) -> object:
 
 
 def _log(p: Path) -> object:
-    from specmodel.trace.logs import summarize
+    from specmodel.engines.logs import summarize
 
     try:
         return summarize([str(p)])
@@ -132,7 +132,7 @@ def _hook_profile(prof: object) -> object:
 def _vllm_hook(p: Path) -> object:
     """A mutated rank file summarized beside the unmutated baseline server's log (so the mutation
     reaches every step of `vllm --summarize`, not only the 'no baseline' refusal)."""
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
 
     run = p.parent / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -146,7 +146,7 @@ def _vllm_hook(p: Path) -> object:
 
 def _vllm_capture(p: Path) -> object:
     """A mutated capture sidecar beside the recorded run's real traces, read as `vllm --summarize` reads it."""
-    from specmodel.trace.capture import read_capture
+    from specmodel.engines.vllm.capture_ingest import read_capture
 
     run = p.parent / "caprun"
     if not run.exists():
@@ -156,7 +156,7 @@ def _vllm_capture(p: Path) -> object:
 
 
 def _sglang_hook(p: Path) -> object:
-    from specmodel.trace.sglang_forward import summarize
+    from specmodel.engines.sglang.hooklog import summarize
 
     run = p.parent / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -192,8 +192,8 @@ def _reading_json(obs: object, engine: str) -> str | None:
 def _metrics(p: Path) -> object:
     """A /metrics page as `watch` reads it: sniffed, parsed, differenced against the seed's own
     first page over the window, assessed and encoded as `watch --json` does."""
+    from specmodel.engines import metrics_format_of
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.engines import metrics_format_of
     from specmodel.watch import MetricsWindow, Scrape, observe_metrics
 
     text = p.read_bytes().decode("utf-8", errors="replace")

@@ -78,13 +78,13 @@ def test_a_hook_that_waits_on_the_gpu_fails_the_never_blocks_check(tmp_path: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A flush that reads its events by waiting on them (a synchronise per record) would stall every
     step behind the GPU: the check counts the calls and sees records written while the GPU is behind."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import writer as vwriter
 
     def waiting_ready(self: object) -> bool:
         self.wait()  # type: ignore[attr-defined]
         return True
 
-    monkeypatch.setattr(vhook._Timer, "ready", waiting_ready)
+    monkeypatch.setattr(vwriter.Timer, "ready", waiting_ready)
     res = _run_hook_check("vllm_hook_never_blocks", tmp_path)
     assert not res["ok"]
     assert res["observed"]["sync_calls_on_step_path"] > 0 and res["observed"]["written_while_gpu_behind"] > 0
@@ -93,16 +93,16 @@ def test_a_hook_that_waits_on_the_gpu_fails_the_never_blocks_check(tmp_path: Pat
 @pytest.mark.torch
 def test_overhead_from_the_host_span_fails_the_clocks_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """overhead_s as host span − GPU forward (two clocks) clamps to 0 where the host returns first."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import writer as vwriter
 
-    real = vhook._resolve
+    real = vwriter.resolve
 
     def host_clock(rec: dict) -> dict:
         out = real(rec)
         out["overhead_s"] = max(out["host_step_s"] - (out["forward_s"] or 0.0) - (out["draft_s"] or 0.0), 0.0)
         return out
 
-    monkeypatch.setattr(vhook, "_resolve", host_clock)
+    monkeypatch.setattr(vwriter, "resolve", host_clock)
     res = _run_hook_check("vllm_hook_clocks", tmp_path)
     assert not res["ok"] and res["observed"]["async_overhead_on_gpu_clock"] is False
     assert set(res["observed"]["async_overhead_s"]) == {0.0}
@@ -112,7 +112,7 @@ def test_overhead_from_the_host_span_fails_the_clocks_check(tmp_path: Path, monk
 def test_a_forward_span_that_misses_the_replay_fails_the_replay_check(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A forward span closed before the model runs (a seam in the wrong place) times nothing."""
-    from specmodel.profile import vllm as vhook
+    from specmodel.engines.vllm import hook as vhook
 
     real = vhook._open_span
 
@@ -129,15 +129,15 @@ def test_a_forward_span_that_misses_the_replay_fails_the_replay_check(tmp_path: 
 
 @pytest.mark.torch
 def test_a_step_record_that_waits_fails_the_sglang_step_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specmodel.profile import sglang as sghook
+    from specmodel.engines.sglang import steps as sgsteps
 
-    real = sghook._Step.record
+    real = sgsteps.Step.record
 
     def waiting(self: object) -> dict:
         self.end.synchronize()  # type: ignore[attr-defined]
         return real(self)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sghook._Step, "record", waiting)
+    monkeypatch.setattr(sgsteps.Step, "record", waiting)
     res = _run_hook_check("sglang_scheduler_step", tmp_path)
     assert not res["ok"] and res["observed"]["sync_calls_on_step_path"] > 0
 

@@ -26,9 +26,12 @@ from typing import Any
 import pytest
 import torch
 
-from specmodel.profile import annotate
-from specmodel.profile import sglang as sghook
-from specmodel.profile import vllm as hook
+from specmodel.engines.hook import annotate
+from specmodel.engines.hook import state as hookstate
+from specmodel.engines.sglang import hook as sghook
+from specmodel.engines.sglang import writer as sgwriter
+from specmodel.engines.vllm import hook
+from specmodel.engines.vllm import writer as vwriter
 from tests.rank_files import rank_file, rank_files
 from tests.test_sglang_hook import standin as sglang_standin  # noqa: F401 - the fixture
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
@@ -104,7 +107,7 @@ def _step(runner: Any, batch: int) -> None:
     """One engine step as V1 runs it; the engine's calls must return what the originals return."""
     assert runner.execute_model(_so(batch, k=3 if runner.speculative_config else 0)) is None
     assert runner.sample_tokens(None) == "output"
-    assert hook._STATE.where is None and getattr(hook._STATE, "span", None) is None
+    assert vwriter.STATE.where is None and getattr(vwriter.STATE, "span", None) is None
 
 
 def _warnings(err: str) -> list[str]:
@@ -154,22 +157,22 @@ def _inject(site: str, fault: _Fault, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(hook, "_annotated", lambda label, cuda: Span() if label else None)
     elif site in ("timer start", "timer stop"):
         method = "start" if site == "timer start" else "stop"
-        real_m = getattr(hook._Timer, method)
+        real_m = getattr(vwriter.Timer, method)
 
         def timed(self: Any) -> None:
             fault()
             real_m(self)
 
-        monkeypatch.setattr(hook._Timer, method, timed)
+        monkeypatch.setattr(vwriter.Timer, method, timed)
     elif site == "writer":
-        real_w = hook._write
+        real_w = vwriter.write
 
         def write(obj: dict[str, Any]) -> None:
             if obj.get("type") == "step":
                 fault()
             real_w(obj)
 
-        monkeypatch.setattr(hook, "_write", write)
+        monkeypatch.setattr(vwriter, "write", write)
     else:
         raise AssertionError(site)
 
@@ -222,7 +225,7 @@ def test_vllm_a_fault_in_an_allreduce_timer_inside_the_forward(gpu: Any, monkeyp
     """The forward's own span opened fine; its all-reduce's timer fails: the all-reduce still
     runs, the forward's span still closes (no 'where' left behind), the step is dropped."""
     runner = gpu.gpu_runner(None)
-    real = hook._Timer.start
+    real = vwriter.Timer.start
     calls = {"n": 0}
 
     def start(self: Any) -> None:
@@ -231,7 +234,7 @@ def test_vllm_a_fault_in_an_allreduce_timer_inside_the_forward(gpu: Any, monkeyp
             raise _Boom("injected")
         real(self)
 
-    monkeypatch.setattr(hook._Timer, "start", start)
+    monkeypatch.setattr(vwriter.Timer, "start", start)
     _step(runner, 1)
     _step(runner, 2)
     hook.flush(wait=True)
@@ -254,14 +257,14 @@ def test_vllm_cpu_writer_fault_drops_one_step(standin: Any, monkeypatch: pytest.
 def test_vllm_meta_line_that_cannot_be_written_is_retried(standin: Any,  # noqa: F811
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """No step line without its meta line: a first write that fails leaves no file open."""
-    real = hook._write_fd
+    real = hookstate.write_fd
     fault = _Fault(times=1)
 
     def write_fd(fd: int, obj: dict[str, Any]) -> None:
         fault()
         real(fd, obj)
 
-    monkeypatch.setattr(hook, "_write_fd", write_fd)
+    monkeypatch.setattr(hookstate, "write_fd", write_fd)
     runner = standin.Runner(None)
     _step(runner, 1)
     _step(runner, 2)
@@ -294,16 +297,16 @@ def test_vllm_a_gpu_running_ahead_never_makes_a_step_wait_and_drops_are_counted(
     """The GPU runs K steps behind the host (its events stay not ready): no wrapped engine call
     synchronises (the fake counts every call, waiting or not), MAX records wait, the K - MAX newest
     are dropped and counted on every line written after, and the summary says how many and where."""
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
 
-    m, extra = hook.MAX_PENDING_VLLM_STEPS, 5
+    m, extra = vwriter.MAX_PENDING_VLLM_STEPS, 5
     FakeEvent.hold = True
     runner = gpu.gpu_runner(None)
     for b in range(1, m + extra + 1):
         _step(runner, b)
     hook.flush()  # what the idle flusher does: a query, never a wait
     assert FakeEvent.sync_calls == 0
-    assert len(hook._STATE.pending) == m and _steps(gpu.out) == []
+    assert len(vwriter.STATE.pending) == m and _steps(gpu.out) == []
     runner.shutdown()  # shutdown may wait: the engine is going away
     steps = _steps(gpu.out)
     assert [s["batch"] for s in steps] == list(range(1, m + 1))  # the newest were dropped
@@ -349,7 +352,7 @@ def test_vllm_overhead_is_on_the_gpu_clock_when_the_host_step_ends_first(gpu: An
     from the stand-in's constants -- not host span − GPU forward clamped to 0; the host span is kept
     apart and is shorter than the GPU's forward."""
     import tests.standins as standin_mod
-    from specmodel.trace.vllm_forward import summarize
+    from specmodel.engines.vllm.hooklog import summarize
     from tests.test_vllm_hook import AR_S, FWD_COMPUTE_S, HOST_S
 
     monkeypatch.setattr(torch.cuda, "Event", StreamEvent)
@@ -449,8 +452,8 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
     replica at a time (and refuses the mix without --dp-rank); each replica's steps stay its own."""
     import types
 
+    from specmodel.engines.vllm.hooklog import read_step_log, summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.vllm_forward import read_step_log, summarize
 
     go = tmp_path / "go"
 
@@ -499,8 +502,8 @@ def test_vllm_a_pipeline_parallel_recording_is_refused_in_one_line(standin: Any)
     refused, naming the file."""
     import types
 
+    from specmodel.engines.vllm.hooklog import summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.vllm_forward import summarize
 
     runner = standin.Runner(None)
     runner.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
@@ -544,14 +547,14 @@ def _sg_inject(site: str, fault: _Fault, monkeypatch: pytest.MonkeyPatch) -> Non
 
         monkeypatch.setattr(annotate.Stopwatch, method, timed)
     elif site == "writer":
-        real_w = sghook._write_line
+        real_w = sgwriter.write_line
 
         def write(obj: dict[str, Any]) -> None:
             if obj.get("type") == "forward":
                 fault()
             real_w(obj)
 
-        monkeypatch.setattr(sghook, "_write_line", write)
+        monkeypatch.setattr(sgwriter, "write_line", write)
     else:
         raise AssertionError(site)
 
@@ -570,7 +573,7 @@ def test_sglang_a_fault_at_a_seam_drops_that_forward_only(sglang_standin: Any, t
     def forward(batch: int) -> None:
         out = runner.forward(ForwardBatch(ForwardMode.DECODE, batch, torch.zeros(batch, dtype=torch.long)))
         assert isinstance(out, tuple) and out[0].shape[0] == batch  # the original's result
-        assert not getattr(sghook._STATE.tls, "active", False)
+        assert not getattr(sgwriter.STATE.tls, "active", False)
 
     forward(1)
     fault = _Fault(times=1)
@@ -632,7 +635,7 @@ def test_sglang_a_worker_leaving_through_os_exit_keeps_its_records(tmp_path: Pat
     code = f"""
 import os, sys, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.profile import sglang as hook
+from specmodel.engines.sglang import hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner
@@ -654,7 +657,7 @@ def test_sglang_a_gpu_running_ahead_never_makes_a_forward_wait_and_drops_are_cou
     """The SGLang hook on a 'GPU' whose events stay not ready: no forward synchronises (every
     call counted), MAX timings wait, the newest beyond are dropped and counted on the lines
     written after, and the summary says how many."""
-    from specmodel.trace.sglang_forward import summarize
+    from specmodel.engines.sglang.hooklog import summarize
 
     sglang_standin("0.5.5")
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
@@ -668,13 +671,13 @@ def test_sglang_a_gpu_running_ahead_never_makes_a_forward_wait_and_drops_are_cou
     monkeypatch.setattr(sghook, "_capturing", lambda sw_cuda: False)  # (no CUDA stream to ask on the CPU)
     runner = ModelRunner(tp_rank=0)
     runner.server_args.skip_server_warmup = True
-    m, extra = sghook.MAX_PENDING_SGLANG_FORWARDS, 5
+    m, extra = sgwriter.MAX_PENDING_SGLANG_FORWARDS, 5
     for i in range(m + extra):
         b = 1 + i % 2
         runner.forward(ForwardBatch(ForwardMode.DECODE, b, torch.zeros(b, dtype=torch.long)))
     sghook.flush()  # what the background flusher does: a query, never a wait
     assert FakeEvent.sync_calls == 0
-    assert len(sghook._STATE.pending) == m
+    assert len(sgwriter.STATE.pending) == m
     sghook.flush(wait=True)  # exit: may wait
     fwd = [r for r in json.loads("[" + ",".join(rank_file(tmp_path / "logs", 0).read_text().splitlines()) + "]")
            if r["type"] == "forward"]
@@ -688,15 +691,15 @@ def test_sglang_two_dp_replicas_with_the_same_tp_rank_write_two_files(tmp_path: 
     """Two SGLang schedulers of a --dp 2 server (TP rank 0 each; the replica in $SGLANG_DP_RANK,
     as SGLang's router sets it) forwarding at the same time write a file each, read back as two
     series; --summarize reads one replica at a time."""
+    from specmodel.engines.sglang.hooklog import read_forward_log, summarize
     from specmodel.errors import SpecmodelError
-    from specmodel.trace.sglang_forward import read_forward_log, summarize
     from tests.test_sglang_hook import STANDIN
 
     go = tmp_path / "go"
     code = f"""
 import os, sys, time, torch
 sys.path.insert(0, {str(STANDIN)!r})
-from specmodel.profile import sglang as hook
+from specmodel.engines.sglang import hook
 hook.install({str(tmp_path / "logs")!r})
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.model_executor.model_runner import ModelRunner

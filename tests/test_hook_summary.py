@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.predict import predict
 from specmodel.schema.profile import load_profile, profile_from_dict, profile_to_dict
-from specmodel.trace.vllm_forward import read_step_log, summarize
 from tests.conftest import DATA, baseline_standin, run_cli
 
 REC = DATA / "vllm_cpu_032"
@@ -298,7 +298,7 @@ EAGLE = {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}
 
 
 def test_sglang_summarize_takes_decode_from_the_baseline_and_refuses_contradictions(tmp_path: Path) -> None:
-    from specmodel.trace.sglang_forward import summarize as sg_summarize
+    from specmodel.engines.sglang.hooklog import summarize as sg_summarize
 
     base = _sg_run(tmp_path / "base", decode_s=0.01)
     spec = _sg_run(tmp_path / "spec", spec=EAGLE, decode_s=0.03)
@@ -318,7 +318,7 @@ def test_sglang_summarize_takes_decode_from_the_baseline_and_refuses_contradicti
 def test_vllm_summarize_does_not_import_the_sglang_command() -> None:
     from tests.conftest import run_python
 
-    r = run_python("import sys, specmodel.commands.vllm, specmodel.commands.hookrun\n"
+    r = run_python("import sys, specmodel.commands.vllm, specmodel.engines.hook.run\n"
                    "assert 'specmodel.commands.sglang' not in sys.modules, 'imported'\n")
     assert r.returncode == 0, r.stderr
 
@@ -339,7 +339,7 @@ def test_a_re_costed_profile_does_not_price_misses_from_steps_measured_beside_th
 def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_path: Path) -> None:
     """vLLM counters over a window: tokens generated, no draft. Not "idle": an observation at
     rate 0, priced from the profile's measured no-proposal steps -> a slowdown -> switch off."""
-    from specmodel.trace.engines.base import MetricsSample
+    from specmodel.engines.base import MetricsSample
     from specmodel.watch import MetricsWindow, Scrape, assess, observe_metrics
 
     base = _write(tmp_path / "base", _meta(), [_step() for _ in range(10)])

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm.hooklog import summarize
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import CostRow, Profile
 from specmodel.trace.ingest import build_profile, ingest
 from specmodel.trace.kineto import IngestOptions
-from specmodel.trace.vllm_forward import summarize
 from tests.conftest import DATA, run_cli
 
 REC = DATA / "vllm_cpu_032"

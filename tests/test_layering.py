@@ -1,8 +1,9 @@
 """The package's arrows point one way: the readers (trace/), the equations (model/) and the formats
-(schema/) never import the profiler (profile/), the commands (commands/) or the report (report/),
-whether at module level or inside a function. Walks every import statement with ast.
+(schema/) never import the profiler (profile/), the engines (engines/), the commands (commands/) or
+the report (report/), whether at module level or inside a function. Walks every import statement with ast.
 
-Edges decided against as well: trace/ → model/ (but the accept-length type), the
+Edges decided against as well: trace/ → model/ (but the accept-length type), model/ → trace/ (the
+equations are pure), engines/ → commands/ or report/ (an engine's code runs under the commands), the
 domain layer (scenario, api, validation) → click/commands/report, and a command-line flag spelled in
 an error raised by model/, schema/ or the domain layer (they name fields; commands/flags.py maps)."""
 
@@ -16,7 +17,7 @@ import specmodel
 
 PKG = Path(specmodel.__file__).resolve().parent
 LOWER = ("trace", "model", "schema")
-UPPER = ("profile", "commands", "report")
+UPPER = ("profile", "engines", "commands", "report")
 
 
 def _imported_modules(path: Path, pkg: Path) -> list[tuple[int, str]]:
@@ -39,15 +40,19 @@ def _imported_modules(path: Path, pkg: Path) -> list[tuple[int, str]]:
     return out
 
 
-def upward_imports(pkg: Path = PKG) -> list[str]:
+def imports_from(layer: str, banned: tuple[str, ...], pkg: Path = PKG) -> list[str]:
+    """Imports under ``specmodel/<layer>/`` of any ``specmodel.<banned>`` package."""
     bad = []
-    for layer in LOWER:
-        for path in sorted((pkg / layer).rglob("*.py")):
-            for line, mod in _imported_modules(path, pkg):
-                parts = mod.split(".")
-                if len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in UPPER:
-                    bad.append(f"{path.relative_to(pkg.parent)}:{line} imports {mod}")
+    for path in sorted((pkg / layer).rglob("*.py")):
+        for line, mod in _imported_modules(path, pkg):
+            parts = mod.split(".")
+            if len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in banned:
+                bad.append(f"{path.relative_to(pkg.parent)}:{line} imports {mod}")
     return bad
+
+
+def upward_imports(pkg: Path = PKG) -> list[str]:
+    return [b for layer in LOWER for b in imports_from(layer, UPPER, pkg)]
 
 
 def test_trace_model_schema_never_import_profile_commands_report():
@@ -59,12 +64,14 @@ def test_the_walk_sees_function_level_and_relative_imports(tmp_path):
     fake = tmp_path / "specmodel"
     for layer in LOWER:
         (fake / layer).mkdir(parents=True)
-    (fake / "trace" / "x.py").write_text("def f():\n    from specmodel.profile.annotate import phase\n")
+    (fake / "trace" / "x.py").write_text("def f():\n    from specmodel.engines.hook.annotate import phase\n"
+                                         "from specmodel.profile import worker\n")
     (fake / "model" / "y.py").write_text("from ..report import pdf\nfrom specmodel import commands\n")
     (fake / "schema" / "z.py").write_text("from specmodel.errors import SpecmodelError\nimport specmodel.model.cycle\n")
     found = {f.split(" imports ")[1] for f in upward_imports(fake)}
-    assert {"specmodel.commands", "specmodel.profile.annotate", "specmodel.report"} <= found
-    assert all(f.startswith(("specmodel.commands", "specmodel.profile", "specmodel.report")) for f in found)
+    assert {"specmodel.commands", "specmodel.engines.hook.annotate", "specmodel.profile.worker", "specmodel.report"} <= found
+    assert all(f.startswith(("specmodel.commands", "specmodel.engines", "specmodel.profile", "specmodel.report"))
+               for f in found)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,12 +99,22 @@ def test_trace_does_not_import_the_model():
     assert trace_to_model_imports() == []
 
 
+def test_the_model_imports_no_reader_and_no_engine():
+    # floors go one way: an engine's record reaches the model as a value (a Protocol there), never as an import
+    assert imports_from("model", ("trace", "engines")) == []
+
+
+def test_engines_import_no_command_and_no_report():
+    assert imports_from("engines", ("commands", "report", "cli")) == []
+
+
 def test_the_domain_layer_imports_no_cli():
     bad = []
     for name in DOMAIN:
         for line, mod in _imported_modules(PKG / name, PKG):
             parts = mod.split(".")
-            if mod == "click" or (len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in UPPER):
+            if mod == "click" or (len(parts) >= 2 and parts[0] == "specmodel" and parts[1] in UPPER
+                                  and parts[1] != "engines"):  # (the domain layer reads logs through the registry)
                 bad.append(f"{name}:{line} imports {mod}")
     assert bad == []
 

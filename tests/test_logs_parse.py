@@ -11,18 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specmodel.errors import SpecmodelError
-from specmodel.model.accept import from_mean
-from specmodel.trace.logs import (
+from specmodel.engines.logs import (
     accept_dist_from_logs,
     parse_log,
-    parse_sglang_line,
-    parse_vllm_line,
     summarize,
     throughput_series,
     window_skip_reason,
     write_accept_json,
 )
+from specmodel.engines.sglang.log import parse_line as parse_sglang_line
+from specmodel.engines.vllm.log import parse_line as parse_vllm_line
+from specmodel.errors import SpecmodelError
+from specmodel.model.accept import from_mean
 from tests.conftest import DATA
 
 SG055 = str(DATA / "logs_sglang_055" / "server.log")

@@ -47,12 +47,11 @@ def test_vllm_line_with_a_40k_digit_number_parses_in_bounded_time(tmp_path: Path
     # the old pattern (\d+\.?\d*) backtracked quadratically: 40K digits took ~50 s, 80K ~200 s.
     # The subprocess gets 60 s for an 80K-digit line; linear matching needs milliseconds.
     code = textwrap.dedent("""
-        from specmodel.trace import logs
-        from specmodel.trace.engines import vllm_log
+        from specmodel.engines.vllm import log as vllm_log
         d = "1" * 80000
         line = ("INFO 01-01 00:00:00 [m.py:1] SpecDecoding metrics: Mean acceptance length: " + d + "x, "
                 "Accepted throughput: " + d + " tokens/x, Accepted: 1 tokens, Drafted: 2 tokens")
-        v = logs.parse_vllm_line(line)
+        v = vllm_log.parse_line(line)
         assert v is not None and "accepted_tokens_per_s" not in v and v["accepted"] == "1"
         t = "INFO 01-01 00:00:00 [l.py:1] Avg generation throughput: " + d + " tokens/X, Running: 1 reqs"
         assert vllm_log.TPUT.search(t) is None
@@ -284,9 +283,9 @@ def test_a_stopped_rank_is_named_by_number(tmp_path: Path) -> None:
 
 
 def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) -> None:
-    from specmodel.commands.hookrun import child_env
+    from specmodel.engines.hook.run import child_env
 
-    env = child_env(tmp_path / "out")
+    env = child_env(tmp_path / "out", env_var="SPECMODEL_SGLANG_DIR")
     base = getattr(sys, "_base_executable", sys.executable)
     probe = subprocess.run([base, "-c", "import importlib.util as u; print(u.find_spec('sglang') is None)"],
                            capture_output=True, text=True, env={k: v for k, v in env.items() if k != "PYTHONPATH"})
@@ -296,6 +295,6 @@ def test_sglang_shim_is_silent_in_an_interpreter_without_sglang(tmp_path: Path) 
     assert r.returncode == 0 and r.stdout == "hello\n"
     assert r.stderr == "", r.stderr
     # an interpreter that has SGLang still gets the hook
-    r2 = subprocess.run([sys.executable, "-c", "import sys; print('specmodel.profile.sglang' in sys.modules)"],
+    r2 = subprocess.run([sys.executable, "-c", "import sys; print('specmodel.engines.sglang.hook' in sys.modules)"],
                         capture_output=True, text=True, env=env)
     assert r2.stdout.strip() == "True", r2.stderr

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from specmodel.engines.vllm.hooklog import summarize
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import load_profile, profile_from_dict, profile_to_dict
-from specmodel.trace.vllm_forward import summarize
 from tests.conftest import DATA, run_cli, specmodel_exe
 from tests.test_hook_summary import NG, _meta, _step, _write
 

@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specmodel.commands.plan_schedule import check_document
+from specmodel.engines.sglang import spec as S
+from specmodel.engines.vllm import spec as V
 from specmodel.errors import SpecmodelError
 from specmodel.model import schedule as sch
 from specmodel.model.optimize import Candidate
 from specmodel.model.serveplan import PlanCell
 from specmodel.schema import formats
-from specmodel.trace.engines import sglang_engine as S
-from specmodel.trace.engines import vllm_engine as V
 from tests.conftest import REFERENCE, run_cli
 
 

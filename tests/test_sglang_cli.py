@@ -74,7 +74,7 @@ def test_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
     user.mkdir()
     (user / "sitecustomize.py").write_text("import sys\nprint('user sitecustomize ran', file=sys.stderr)\n")
     res = run_cli("sglang", "--out", str(tmp_path / "o"), "--", sys.executable, "-c",
-                  "import sys, specmodel.profile.sglang as h; print(h._STATE.finder is not None); sys.exit(5)",
+                  "import sys, specmodel.engines.sglang.hook as h; print(h.STATE.finder is not None); sys.exit(5)",
                   env={"PYTHONPATH": str(user)})
     assert res.returncode == 5
     assert res.stdout.strip() == "True"  # the hook was installed in the child
@@ -156,8 +156,8 @@ def test_report_on_an_old_recording_names_the_unmeasured_host_work(tmp_path: Pat
 
 
 def test_watch_says_the_unmeasured_host_work_beside_its_verdict() -> None:
+    from specmodel.engines.sglang.hooklog import summarize
     from specmodel.model.accept import from_histogram
-    from specmodel.trace.sglang_forward import summarize
     from specmodel.watch import Observed, assess, spec_for
 
     prof = summarize([OLD / "base", OLD / "spec"], name="old")

@@ -16,10 +16,13 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.sglang import hook
+from specmodel.engines.sglang import steps as sgsteps
+from specmodel.engines.sglang import targets as sgtargets
+from specmodel.engines.sglang import writer as sgwriter
+from specmodel.engines.sglang.hooklog import read_forward_log, summarize
 from specmodel.errors import SpecmodelError
-from specmodel.profile import sglang as hook
 from specmodel.schema.phases import parse_phase_label
-from specmodel.trace.sglang_forward import read_forward_log, summarize
 from tests.rank_files import rank_file, rank_files
 from tests.standins import STANDIN, FakeClock, FakeGPU  # noqa: F401 - STANDIN re-exported
 from tests.standins import drop_sglang_modules as _drop_sglang_modules
@@ -98,7 +101,7 @@ def test_055_standin_every_phase_recorded(standin: Any, tmp_path: Path) -> None:
         ("draft_extend", 2, 8, "draft", "ModelRunner.forward", 1): 3,
     })  # IDLE forwards are not recorded
     for r in fw:
-        assert r["schema"] == hook.LINE_SCHEMA and r["schema_version"] == hook.LINE_SCHEMA_VERSION
+        assert r["schema"] == sgtargets.LINE_SCHEMA and r["schema_version"] == sgtargets.LINE_SCHEMA_VERSION
         assert r["cpu_s"] > 0 and "gpu_s" not in r  # CPU stand-in: perf_counter
     starts = [r["t_start_unix_s"] for r in fw]
     assert starts == sorted(starts)
@@ -143,7 +146,7 @@ def test_unsupported_version_warns_and_never_breaks(standin: Any, tmp_path: Path
 
 
 def test_missing_class_warns(capfd: pytest.CaptureFixture[str]) -> None:
-    mod = ModuleType(hook.DRAFT_RUNNER_MODULE)  # a version that renamed the class
+    mod = ModuleType(sgtargets.DRAFT_RUNNER_MODULE)  # a version that renamed the class
     try:
         assert hook._patch_module(mod, hook.TARGETS[1]) is False
         err = capfd.readouterr().err
@@ -286,7 +289,7 @@ def test_malformed_line_names_file_and_line(standin: Any, tmp_path: Path, edit: 
 def test_summarize_needs_a_decode_row(tmp_path: Path) -> None:
     d = tmp_path / "spec-only"
     d.mkdir()
-    line = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
+    line = {"schema": sgtargets.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
             "tokens": 4, "forwards": 1, "runner": "target", "gpu_s": 0.02}
     (d / "rank0.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SpecmodelError, match="no target decode forwards recorded"):
@@ -311,9 +314,9 @@ def test_flush_never_waits_on_unfinished_timings(standin: Any, tmp_path: Path) -
 
     sw1, sw2 = Pending(), Pending()
     sw2.done = True
-    rec = {"schema": hook.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
+    rec = {"schema": sgtargets.LINE_SCHEMA, "schema_version": 1, "type": "forward", "phase": "verify", "batch": 1,
            "tokens": 4, "forwards": 1, "runner": "target"}
-    hook._STATE.pending.extend([(dict(rec), sw1), (dict(rec), sw2)])
+    sgwriter.STATE.pending.extend([(dict(rec), sw1), (dict(rec), sw2)])
     lines = [x for x in _lines(rank_file(tmp_path / "logs", 0)) if x["type"] != "probe"]  # the box's: apart
     assert hook.flush() == 0 and len(lines) == before + 1
     sw1.done = True
@@ -371,7 +374,7 @@ def _run_scheduler(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *
     clock = clock or FakeClock()
     monkeypatch.setattr(time, "perf_counter", clock)
     if not probe:
-        monkeypatch.setattr(hook, "_probe", lambda cal: None)  # the box's probe would time nothing on this clock
+        monkeypatch.setattr(sgsteps, "probe", lambda cal: None)  # the box's probe would time nothing on this clock
     load(flavor)
     from sglang.srt.managers.scheduler import ScheduleBatch, Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -389,8 +392,8 @@ def _run_scheduler(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *
                                                                 for _ in range(cycles)]
     sched.event_loop_normal()
     hook.flush(wait=True)
-    assert hook._STATE.out_dir is not None
-    return hook._STATE.out_dir  # where the fixture's hook writes
+    assert sgwriter.STATE.out_dir is not None
+    return sgwriter.STATE.out_dir  # where the fixture's hook writes
 
 
 def _two_servers(load: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavor: str = "0.5.5") -> list[Path]:
@@ -486,12 +489,12 @@ def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
     host work 0.7 + 0.6 + 0.8 = 2.1 ms (on the host clock the step also spans 29.1 ms)."""
     import torch
 
-    from specmodel.profile import annotate
+    from specmodel.engines.hook import annotate
 
     clock = FakeClock()
     gpu = FakeGPU(clock)
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(hook, "_probe", lambda cal: None)
+    monkeypatch.setattr(sgsteps, "probe", lambda cal: None)
     monkeypatch.setattr(annotate, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
@@ -555,7 +558,7 @@ def test_gpu_step_and_forwards_share_the_gpu_clock(standin: Any, tmp_path: Path,
     ("batch", 0, "batch: expected an integer in 1..65536 or null, got 0"),
 ])
 def test_malformed_step_record_names_file_line_and_field(tmp_path: Path, field: str, bad: Any, message: str) -> None:
-    step = {"schema": hook.LINE_SCHEMA, "schema_version": 2, "type": "step", "forward_mode": "DECODE", "batch": 2,
+    step = {"schema": sgtargets.LINE_SCHEMA, "schema_version": 2, "type": "step", "forward_mode": "DECODE", "batch": 2,
             "phases": {"verify": 1}, "clock": "perf_counter", "step_s": 0.03, "forwards_s": 0.027,
             "overhead_s": 0.003, "host_s": 0.03}
     f = tmp_path / "rank0.jsonl"
@@ -574,7 +577,7 @@ def test_a_failing_step_seam_never_breaks_the_scheduler(standin: Any, tmp_path: 
     def boom(sched: Any) -> None:
         raise RuntimeError("step bound failed")
 
-    monkeypatch.setattr(hook, "_step_boundary", boom)
+    monkeypatch.setattr(sgsteps, "step_boundary", boom)
     logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True)
     err = capfd.readouterr().err
     assert err.count("timing the scheduler's step at Scheduler.get_next_batch_to_run failed "
@@ -588,7 +591,7 @@ def test_a_step_the_calibration_probe_ran_in_is_not_written(standin: Any, tmp_pa
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The box's probe runs after a target forward (first step, then every PERIOD_S): its time
     would pass for the engine's host work, so that step is left out; the others are as by hand."""
-    from specmodel.profile.calibration import PERIOD_S, Calibrator
+    from specmodel.engines.hook.calibration import PERIOD_S, Calibrator
 
     clock = FakeClock()
 
@@ -626,9 +629,9 @@ def test_the_process_place_comes_from_sglangs_own_state(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "setproctitle", title)
     monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context", raising=False)
     runner = types.SimpleNamespace(tp_rank=0)
-    assert hook._place(runner) == {"tp_rank": 0, "pp_rank": 1, "dp_rank": 3, "pp_size": None, "dp_size": None}
+    assert sgwriter.place(runner) == {"tp_rank": 0, "pp_rank": 1, "dp_rank": 3, "pp_size": None, "dp_size": None}
     monkeypatch.setenv("SGLANG_DP_RANK", "2")
-    assert hook._place(runner)["dp_rank"] == 2
+    assert sgwriter.place(runner)["dp_rank"] == 2
 
     class Parallel:  # 0.5.23's ParallelContext: names read through __getattr__, unpublished ones raise
         tp_rank, pp_rank, pp_size = 5, 0, 1
@@ -640,5 +643,5 @@ def test_the_process_place_comes_from_sglangs_own_state(monkeypatch: pytest.Monk
     ctx.get_parallel = Parallel  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", ctx)
     monkeypatch.delenv("SGLANG_DP_RANK")
-    assert hook._place(types.SimpleNamespace()) == {"tp_rank": 5, "pp_rank": 0, "dp_rank": 3, "pp_size": 1,
+    assert sgwriter.place(types.SimpleNamespace()) == {"tp_rank": 5, "pp_rank": 0, "dp_rank": 3, "pp_size": 1,
                                                     "dp_size": None}

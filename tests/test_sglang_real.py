@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.profile import sglang as hook
+from specmodel.engines.sglang import hook
+from specmodel.engines.sglang import targets as sgtargets
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
 
@@ -53,7 +54,7 @@ def test_forward_mode_members_all_mapped() -> None:
     cls = _class(_module("sglang.srt.model_executor.forward_batch_info"), "ForwardMode")
     members = [t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
     assert {"DECODE", "TARGET_VERIFY", "EXTEND", "IDLE"} <= set(members)
-    unknown = [m for m in members if m != "DECODE" and m not in hook.MODE_PHASES]
+    unknown = [m for m in members if m != "DECODE" and m not in sgtargets.MODE_PHASES]
     assert unknown == [], f"ForwardMode members the hook does not map: {unknown}"
 
 
@@ -117,7 +118,7 @@ def test_scheduler_step_seams() -> None:
     ``get_next_batch_to_run`` once, then ``run_batch`` once (its batch the first argument); the
     overlap scheduler queues the forwards on ``forward_stream`` (``run_batch`` enters
     ``forward_stream_ctx``), the stream the hook's step bounds are recorded on there."""
-    cls = _class(_module(hook.SCHEDULER_MODULE), "Scheduler")
+    cls = _class(_module(sgtargets.SCHEDULER_MODULE), "Scheduler")
     methods = _methods(cls)
     for t in hook.STEP_TARGETS:
         assert t.cls == "Scheduler" and t.methods[0] in methods, f"Scheduler.{t.methods[0]} missing"

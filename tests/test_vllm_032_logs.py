@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from specmodel.trace.engines import vllm_metrics
-from specmodel.trace.logs import parse_log, summarize
+from specmodel.engines.logs import parse_log, summarize
+from specmodel.engines.vllm import metrics as vllm_metrics
 from specmodel.validation import MOSTLY_IDLE
 from tests.conftest import DATA
 
@@ -179,7 +179,7 @@ def test_tokens_generated_count_one_logging_period_per_line_across_idle_spells(t
         body += _tput_line(stamp, 50.0) + spec.format(stamp)
     log = tmp_path / "rounds.log"
     log.write_text(body)
-    from specmodel.trace.engines.vllm_log import log_period_s
+    from specmodel.engines.vllm.log import log_period_s
 
     assert log_period_s([10.0, 70.0, 10.0]) == 10.0 and log_period_s([10, 11, 10, 30, 11]) == 10.5
     assert log_period_s([1.0, 2.0, 1.0, 0.0]) == 1.0 and log_period_s([]) is None

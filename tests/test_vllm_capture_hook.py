@@ -1,4 +1,4 @@
-"""The hook's torch.profiler capture (profile/vllm_capture.py) at its step seams, on the stand-in
+"""The hook's torch.profiler capture (engines/vllm/capture.py) at its step seams, on the stand-in
 vLLM classes of tests/test_vllm_hook.py: when it starts and stops, what it writes, the default, the
 diagnostic wrapper switch, and that a capture that fails never harms a step."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from specmodel.profile import vllm as hook
-from specmodel.profile import vllm_capture as vc
+from specmodel.engines.vllm import capture as vc
+from specmodel.engines.vllm import hook
 from tests.rank_files import rank_file
 from tests.test_vllm_hook import _run, _so, _steps, standin  # noqa: F401 - the fixture
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.trace.capture import read_capture
+from specmodel.engines.vllm.capture_ingest import read_capture
 from tests.capture_runs import run
 from tests.conftest import baseline_standin, run_cli
 from tests.rank_files import rank_file

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from specmodel.errors import SpecmodelError
-from specmodel.trace.vllm_forward import read_step_log, summarize
 from tests.conftest import DATA, run_cli
 
 REC = DATA / "vllm_cpu_032"

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm import hook
+from specmodel.engines.vllm import targets as vtargets
+from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from specmodel.errors import SpecmodelError
-from specmodel.profile import vllm as hook
-from specmodel.trace.vllm_forward import read_step_log, summarize
 from tests.rank_files import rank_file, rank_files
 from tests.standins import AR_S, DRAFT_COMPUTE_S, DRAFT_STEP_S, FWD_COMPUTE_S, HOST_S, vllm_v1  # noqa: F401 - re-exported
 from tests.standins import SO as _SO
@@ -43,7 +44,7 @@ def _steps(out: Path) -> list[dict[str, Any]]:
 
 
 def test_every_seam_is_patched(standin: Any) -> None:
-    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _, _ in hook.TARGETS)
+    assert sorted(standin.patched) == sorted(f"{c}.{m}" for _, c, m, _, _ in vtargets.TARGETS)
 
 
 def test_a_verify_step_is_split_into_forward_draft_allreduce_and_host_work(standin: Any) -> None:
@@ -84,11 +85,11 @@ def test_allreduce_outside_a_forward_is_not_counted(standin: Any) -> None:
 
 
 def test_step_kind_rules() -> None:
-    assert hook.step_kind(4, 4, 0) == "decode"
-    assert hook.step_kind(4, 16, 12) == "verify"
-    assert hook.step_kind(2, 30, 3) == "extend"  # a verify batched with a prefill
-    assert hook.step_kind(1, 30, 0) == "extend"
-    assert hook.step_kind(0, 0, 0) is None
+    assert vtargets.step_kind(4, 4, 0) == "decode"
+    assert vtargets.step_kind(4, 16, 12) == "verify"
+    assert vtargets.step_kind(2, 30, 3) == "extend"  # a verify batched with a prefill
+    assert vtargets.step_kind(1, 30, 0) == "extend"
+    assert vtargets.step_kind(0, 0, 0) is None
 
 
 def _record_run(standin: Any, method: str | None, batch: int, n: int) -> None:
@@ -205,7 +206,7 @@ def test_cli_server_that_exits_before_healthy_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_health_url_follows_the_servers_flags() -> None:
-    from specmodel.commands.vllm import health_url
+    from specmodel.engines.vllm.run import health_url
 
     assert health_url(("python", "-m", "x", "--host", "0.0.0.0", "--port", "9001")) == "http://127.0.0.1:9001/health"
     assert health_url(("python", "--port=7")) == "http://127.0.0.1:7/health"
@@ -213,12 +214,12 @@ def test_health_url_follows_the_servers_flags() -> None:
 
 
 def test_the_shim_installs_the_vllm_hook_only_where_vllm_imports(tmp_path: Path) -> None:
-    from specmodel.commands.hookrun import child_env
-    from specmodel.commands.vllm import ENV_VAR
+    from specmodel.engines.hook.run import child_env
+    from specmodel.engines.vllm.targets import ENV_DIR as ENV_VAR
 
     env = child_env(tmp_path / "out", env_var=ENV_VAR)
     env.pop("SPECMODEL_SGLANG_DIR", None)
-    code = "import sys; print('specmodel.profile.vllm' in sys.modules, 'specmodel.profile.sglang' in sys.modules)"
+    code = "import sys; print('specmodel.engines.vllm.hook' in sys.modules, 'specmodel.engines.sglang.hook' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     # this interpreter has no vLLM: the shim stays silent and loads nothing

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.trace.vllm_forward import summarize
+from specmodel.engines.vllm.hooklog import summarize
 from tests.conftest import run_cli, specmodel_exe
 from tests.vllm_engine import counters, hook_steps, hooked, ngram_spec
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from specmodel.engines.vllm import targets as vtargets
 from specmodel.errors import SpecmodelError
-from specmodel.profile import vllm as hook
 from tests.rank_files import rank_file
 from tests.source_ast import class_def as _class
 from tests.source_ast import methods as _methods
@@ -59,12 +59,12 @@ def _calls(fn: ast.AST, attr: str) -> list[ast.Call]:
 
 
 def test_every_v2_member_the_hook_wraps_is_defined_there(vllm_src: Path) -> None:
-    for module, cls_name, method, _, _ in hook.V2_TARGETS + hook.TARGETS:
+    for module, cls_name, method, _, _ in vtargets.V2_TARGETS + vtargets.TARGETS:
         assert method in _methods(_class(_tree(vllm_src, module), cls_name)), f"{module}.{cls_name}.{method}"
 
 
 def test_v2_step_shape_matches_what_the_hook_assumes(vllm_src: Path) -> None:
-    runner = _methods(_class(_tree(vllm_src, hook.V2_RUNNER_MODULE), "GPUModelRunner"))
+    runner = _methods(_class(_tree(vllm_src, vtargets.V2_RUNNER_MODULE), "GPUModelRunner"))
     ex = runner["execute_model"]
     # the hook reads the scheduler output first and dummy_run as the third positional argument
     assert [a.arg for a in ex.args.args][:4] == ["self", "scheduler_output", "intermediate_tensors", "dummy_run"]
@@ -92,7 +92,7 @@ def test_every_v2_speculator_that_proposes_is_wrapped(vllm_src: Path) -> None:
         for node in ast.parse(f.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef) and node.name != "BaseSpeculator" and "propose" in _methods(node):
                 defining.add((mod, node.name))
-    assert defining == set(hook.V2_SPECULATORS)
+    assert defining == set(vtargets.V2_SPECULATORS)
 
 
 # --------------------------------------------------------------------------- stand-ins shaped like V2
@@ -148,13 +148,13 @@ def test_v2_pooling_step_ends_at_pool(v2: Any) -> None:
 
 
 def test_the_meta_line_says_when_specmodel_chose_the_runner(v2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    extra, _ = hook.runner_env({hook.RUNNER_ENV: "v2"})
+    extra, _ = vtargets.runner_env({vtargets.RUNNER_ENV: "v2"})
     for k, v in extra.items():
         monkeypatch.setenv(k, v)
     runner = v2.Runner(None)
     runner.execute_model(_so(1))
     runner.sample_tokens(None)
-    assert _lines(v2.out)[0]["model_runner_changed"] == f"asked by ${hook.RUNNER_ENV}=v2"
+    assert _lines(v2.out)[0]["model_runner_changed"] == f"asked by ${vtargets.RUNNER_ENV}=v2"
 
 
 # --------------------------------------------------------------------------- runner_env
@@ -162,19 +162,19 @@ def test_the_meta_line_says_when_specmodel_chose_the_runner(v2: Any, monkeypatch
 
 def test_runner_env_changes_nothing_by_default() -> None:
     """Both runners are hooked: the one vLLM picks (V2 on a GPU) is the one timed."""
-    assert hook.runner_env({}) == ({}, None)
-    assert hook.runner_env({hook.VLLM_RUNNER_ENV: "1"}) == ({}, None)  # the user's own choice stays
+    assert vtargets.runner_env({}) == ({}, None)
+    assert vtargets.runner_env({vtargets.VLLM_RUNNER_ENV: "1"}) == ({}, None)  # the user's own choice stays
 
 
 def test_runner_env_on_request_sets_says_and_records() -> None:
-    extra, msg = hook.runner_env({hook.RUNNER_ENV: "v1"})
-    assert extra[hook.VLLM_RUNNER_ENV] == "0" and extra[hook.RUNNER_CHANGED_ENV] == f"asked by ${hook.RUNNER_ENV}=v1"
+    extra, msg = vtargets.runner_env({vtargets.RUNNER_ENV: "v1"})
+    assert extra[vtargets.VLLM_RUNNER_ENV] == "0" and extra[vtargets.RUNNER_CHANGED_ENV] == f"asked by ${vtargets.RUNNER_ENV}=v1"
     assert msg is not None and "VLLM_USE_V2_MODEL_RUNNER=0" in msg and "overridden" in msg
-    assert hook.runner_env({hook.RUNNER_ENV: "V2", hook.VLLM_RUNNER_ENV: "1"})[0][hook.VLLM_RUNNER_ENV] == "1"
+    assert vtargets.runner_env({vtargets.RUNNER_ENV: "V2", vtargets.VLLM_RUNNER_ENV: "1"})[0][vtargets.VLLM_RUNNER_ENV] == "1"
     with pytest.raises(SpecmodelError, match="contradicts"):
-        hook.runner_env({hook.RUNNER_ENV: "v2", hook.VLLM_RUNNER_ENV: "0"})
+        vtargets.runner_env({vtargets.RUNNER_ENV: "v2", vtargets.VLLM_RUNNER_ENV: "0"})
     with pytest.raises(SpecmodelError, match="expected v1 or v2"):
-        hook.runner_env({hook.RUNNER_ENV: "v3"})
+        vtargets.runner_env({vtargets.RUNNER_ENV: "v3"})
 
 
 # --------------------------------------------------------------------------- the real classes (slow)
@@ -185,12 +185,13 @@ def test_runner_env_on_request_sets_says_and_records() -> None:
 def test_the_hook_patches_the_installed_v2_classes(vllm_python: Path, tmp_path: Path) -> None:
     code = r"""
 import importlib, inspect, json, sys
-from specmodel.profile import vllm as hook
+from specmodel.engines.vllm import hook
+from specmodel.engines.vllm import targets as vtargets
 hook.install(sys.argv[1])
-for m in dict.fromkeys(t[0] for t in hook.V2_TARGETS):
+for m in dict.fromkeys(t[0] for t in vtargets.V2_TARGETS):
     importlib.import_module(m)
 out = {"patched": hook.patched_members(), "signatures": {}}
-for module, cls, method, _, _ in hook.V2_TARGETS:
+for module, cls, method, _, _ in vtargets.V2_TARGETS:
     fn = getattr(getattr(sys.modules[module], cls), method)
     out["signatures"][f"{cls}.{method}"] = [hasattr(fn, "__specmodel_wrapped__"),
         str(inspect.signature(fn)) == str(inspect.signature(fn.__specmodel_wrapped__))]
@@ -201,7 +202,7 @@ print(json.dumps(out))
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    want = {f"v2:{c}.{m}" for _, c, m, _, _ in hook.V2_TARGETS}
+    want = {f"v2:{c}.{m}" for _, c, m, _, _ in vtargets.V2_TARGETS}
     assert want <= set(got["patched"]), want - set(got["patched"])
     assert all(v == [True, True] for v in got["signatures"].values()), got["signatures"]
     assert "not found" not in r.stderr, r.stderr[-2000:]

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from specmodel.engines.prom import parse_page
+from specmodel.engines.sglang import metrics as sglang_metrics
+from specmodel.engines.vllm import metrics as vllm_metrics
 from specmodel.model.accept import mixture_of_means
-from specmodel.trace.engines import sglang_metrics, vllm_metrics
-from specmodel.trace.engines.prom import parse_page
 from tests.conftest import DATA, REFERENCE, specmodel_exe
 from tests.metrics_server import PageServer
 

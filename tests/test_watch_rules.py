@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from specmodel import watch as W
-from specmodel.trace.engines import vllm_metrics
-from specmodel.trace.engines.base import MetricsSample
+from specmodel.engines.base import MetricsSample
+from specmodel.engines.vllm import metrics as vllm_metrics
 from tests.conftest import DATA, REFERENCE, specmodel_exe
 from tests.metrics_server import PageServer
 
@@ -139,7 +139,7 @@ def test_a_finished_log_is_named_with_the_commands_for_it():
 
 def test_a_recent_vllm_window_with_drafts_counts_though_running_was_0_at_log_time():
     # vLLM prints "Running: 0 reqs" after a burst it counted drafts for: the counters measured it
-    from specmodel.trace.logs import parse_log
+    from specmodel.engines.logs import parse_log
 
     lf = parse_log(DATA / "vllm_cpu_032" / "tp1_ngram" / "server.log")
     obs = W.observe_log(list(lf.windows), "vllm", 3, 1e9, now=0.0)  # (a clock at the log's time)

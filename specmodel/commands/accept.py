@@ -7,10 +7,8 @@ from typing import Any
 
 import click
 
-from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_STEPS, bounded_int
-from specmodel.trace.engines import log_help
-from specmodel.trace.logs import (
+from specmodel.engines import log_help
+from specmodel.engines.logs import (
     DEFAULT_DECODE_LOG_INTERVAL,
     AcceptSummary,
     accept_document,
@@ -18,6 +16,8 @@ from specmodel.trace.logs import (
     throughput_series,
     write_accept_json,
 )
+from specmodel.errors import SpecmodelError
+from specmodel.limits import MAX_STEPS, bounded_int
 
 
 def format_summary(s: AcceptSummary) -> str:

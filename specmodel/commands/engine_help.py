@@ -1,4 +1,4 @@
-"""Help text that lists the registered engine formats (specmodel.trace.engines), built when
+"""Help text that lists the registered engine formats (specmodel.engines), built when
 ``--help`` is shown: importing the registry at start-up would cost ``predict`` its cold start
 (benchmarks/bench_predict_cold_start.py)."""
 
@@ -11,13 +11,13 @@ import click
 
 
 def log_inputs() -> str:
-    from specmodel.trace.engines import log_help
+    from specmodel.engines import log_help
 
     return log_help()
 
 
 def metrics_inputs() -> str:
-    from specmodel.trace.engines import metrics_help
+    from specmodel.engines import metrics_help
 
     return metrics_help()
 

@@ -9,13 +9,13 @@ import click
 
 from specmodel.commands import plan_schedule
 from specmodel.commands.scenario import with_scenario
+from specmodel.engines import ENGINE_SPECS, engines_help
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
 from specmodel.model.decision import GO_MIN_SPEEDUP
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan
 from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import PLAN
-from specmodel.trace.engines import ENGINE_SPECS, engines_help
 
 
 def format_plan(plan: ServePlan, sc: Scenario) -> str:

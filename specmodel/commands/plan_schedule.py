@@ -4,7 +4,7 @@ Kept beside ``commands/plan.py`` (which owns the table and the decision rule) so
 command only adds the flags and one call. The plan is evaluated at every batch 1..B (B the
 largest measured decode batch: interpolated costs count as measured) and at each measured
 context; :mod:`specmodel.model.schedule` encodes its decisions and the engine's record in the
-registry (:func:`specmodel.trace.engines.engine_spec`) writes them in the engine's own flags.
+registry (:func:`specmodel.engines.engine_spec`) writes them in the engine's own flags.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from specmodel.engines import engine_names, engine_spec, engines_help
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_json, loads_json, read_json
 from specmodel.limits import MAX_BATCH, MAX_TP, bounded_int
@@ -23,7 +24,6 @@ from specmodel.model import schedule as sch
 from specmodel.model.costs import measured_contexts
 from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
 from specmodel.schema.formats import SCHEDULE
-from specmodel.trace.engines import engine_names, engine_spec, engines_help
 
 #: vLLM's schedule is clipped at its --max-num-seqs; ours runs to this batch by default (k past
 #: the measured batches is 0, and vLLM carries the last k on, so a larger engine limit is safe).

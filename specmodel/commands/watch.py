@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
+from specmodel.engines import engine_spec, log_help, metrics_help
+from specmodel.engines.base import COUNTERS, EngineConfig
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
-from specmodel.trace.engines import engine_spec, log_help, metrics_help
-from specmodel.trace.engines.base import COUNTERS, EngineConfig
 from specmodel.watch import (
     LogSource,
     MetricsSource,

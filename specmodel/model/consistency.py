@@ -332,7 +332,7 @@ def _condition_differs(base: ServerCondition, spec: ServerCondition) -> bool:
 
 def check_condition(profile: Profile) -> tuple[Inconsistency, ...]:
     """The box's condition while the baseline server was recorded against the speculative server's:
-    the hooks' calibration probe, the same kernel in every worker (:mod:`specmodel.profile.calibration`).
+    the hooks' calibration probe, the same kernel in every worker (:mod:`specmodel.engines.hook.calibration`).
 
     The two medians differ when the gap exceeds two standard errors of their difference (each from
     its samples' IQR, :func:`specmodel.stats.median_se`) plus :data:`CONDITION_REL_TOL` of the larger

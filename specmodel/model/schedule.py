@@ -8,10 +8,10 @@ where the plan says *speculate*, 0 where it says *off*, and 0 where nothing was 
 (beyond the largest measured batch: speculation is never recommended on costs nobody measured).
 Equal neighbours merge into inclusive ranges ``[start, end, k]``.
 
-Engine encodings are the engines' own: each engine record of the registry
-(:class:`specmodel.trace.engines.base.EngineSpec`: ``write_band`` / ``check_band`` /
-``format_band``, with the sources they were read from) turns a :class:`ContextSchedule` into its
-flags; this module names no engine. The caller passes the record.
+Engine encodings are the engines' own: each engine record of the registry (an
+:class:`EngineEncoding`: ``write_band`` / ``check_band``, with the sources they were read from)
+turns a :class:`ContextSchedule` into its flags; this module names no engine and imports no
+engine code. The caller passes the record.
 
 Pure functions; no I/O.
 """
@@ -20,14 +20,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.decision import GO_MIN_SPEEDUP
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, PlanCell
 
-if TYPE_CHECKING:  # the record's type only: the caller passes the engine's record
-    from specmodel.trace.engines.base import EngineSpec
+
+class EngineEncoding(Protocol):
+    """What a schedule document needs of an engine's record (the registry's ``EngineSpec`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def schedule_source(self) -> str: ...
+    @property
+    def write_band(self) -> Callable[[Any, Any, str, dict[str, Any], dict[str, Any]], dict[str, Any]]: ...
+    @property
+    def check_band(self) -> Callable[[dict[str, Any], str], None]: ...
 
 #: Why a range has its k.
 MEASURED_SPECULATE = "measured: speculation pays"
@@ -230,7 +240,7 @@ def check_target(*, profile_name: str, profile_model: str | None, profile_tp: in
                                             f"on {profile_model!r}; profile the engine's model")
 
 
-def schedule_document(schedules: Sequence[ContextSchedule], *, engine: EngineSpec, algorithm: str,
+def schedule_document(schedules: Sequence[ContextSchedule], *, engine: EngineEncoding, algorithm: str,
                       base: dict[str, Any], options: dict[str, Any], header: Mapping[str, Any],
                       about: Mapping[str, Any], static: Sequence[ContextSchedule] | None = None) -> dict[str, Any]:
     """The ``specmodel.schedule`` document: ``header`` (the format's), ``about`` (profile,
@@ -259,7 +269,7 @@ def band_for(doc: Mapping[str, Any], context_tokens: int) -> Mapping[str, Any]:
     return chosen
 
 
-def check_schedule_document(doc: Any, where: str, engine_of: Callable[[str], EngineSpec],
+def check_schedule_document(doc: Any, where: str, engine_of: Callable[[str], EngineEncoding],
                             engines: Sequence[str]) -> None:
     """Validate a ``specmodel.schedule`` body (after the format header was checked): every band's
     ranges contiguous from 1 (the shape every engine's schedule has) and the engine's own settings

@@ -132,7 +132,7 @@ def serve_plan(profile: Profile, model: AcceptModel, *, batches: Sequence[int], 
     each context is planned with its own acceptance (``model`` is then unused) and the plan
     records which (:attr:`ServePlan.accept_bands`); ``topks`` narrows the search to what an
     engine can run (an engine record's ``chains_only``: ``(1,)``). The engine's own flags for a cell
-are its record's ``paste`` (:class:`specmodel.trace.engines.base.EngineSpec`); nothing here names an engine."""
+are its record's ``paste`` (:class:`specmodel.engines.base.EngineSpec`); nothing here names an engine."""
     if not batches or not contexts:
         raise SpecmodelError("serve plan: needs at least one batch and one context")
     cells: list[PlanCell] = []

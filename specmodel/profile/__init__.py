@@ -1,1 +1,1 @@
-"""Measuring: the TP profiler, the annotation seam, the SGLang hook."""
+"""Measuring: the TP profiler (ranks, plan, worker, spec loop)."""

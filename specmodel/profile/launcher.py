@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specmodel.procs import stop_groups
 from specmodel.profile import status
 from specmodel.profile.plan import CHILD_ENV, RunPlan
 from specmodel.profile.result import RunResult
@@ -123,22 +124,6 @@ def forking() -> bool:
     return hasattr(os, "fork") and os.environ.get(SPAWN_ENV) != "1"
 
 
-def _stop(procs: list[Any]) -> None:
-    """SIGTERM every live rank's process group, then SIGKILL what is left after 3 s."""
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        live = [p for p in procs if p.poll() is None]
-        if not live:
-            return
-        for p in live:
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(p.poll() is None for p in live):
-            time.sleep(0.05)
-
-
 def _unit_label(plan: RunPlan, unit: int) -> str:
     units = plan.units()
     return units[unit] if 0 <= unit < len(units) else ("start-up" if unit < 0 else "finishing")
@@ -226,7 +211,7 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
                 time.sleep(GRACE_S)
                 codes = [p.poll() for p in procs]
                 slots = status.read(board, plan.tp)
-                _stop(procs)
+                stop_groups(procs)
                 raise _crash(plan, codes, slots, logs, run_dir)
             slots = status.read(board, plan.tp)
             key = tuple(s.key() for s in slots)
@@ -239,7 +224,7 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
                     last_unit = unit
                     on_progress(unit, n_units, _unit_label(plan, unit))
             if now - last_change > timeout_s:
-                _stop(procs)
+                stop_groups(procs)
                 raise _hang(plan, slots, timeout_s, run_dir)
             time.sleep(POLL_S)
         res_path = run_dir / "result.json"
@@ -250,7 +235,7 @@ def _run_once(plan: RunPlan, *, timeout_s: float, on_progress: Callable[[int, in
         return RunOutput(result=result, trace_dir=run_dir / "traces", run_dir=run_dir,
                          wall_s=time.monotonic() - t_start)
     finally:
-        _stop(procs + ([zygote] if zygote is not None else []))
+        stop_groups(procs + ([zygote] if zygote is not None else []))
         try:
             signal.signal(signal.SIGTERM, prev_term)
         except (ValueError, TypeError):

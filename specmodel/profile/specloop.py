@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from specmodel.engines.hook.annotate import Stopwatch, phase, timed_phase
 from specmodel.limits import MAX_CYCLES
-from specmodel.profile.annotate import Stopwatch, phase, timed_phase
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import RunPlan
 from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from specmodel.engines.hook.annotate import Stopwatch, timed_phase
 from specmodel.io import atomic_write_bytes, gzip_bytes
 from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
-from specmodel.profile.annotate import Stopwatch, timed_phase
 from specmodel.profile.device import Placement, capture_graph, torch_device
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import CHILD_ENV, Point, RunPlan

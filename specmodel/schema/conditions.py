@@ -19,7 +19,7 @@ CONDITIONS_VERSION = 5
 @dataclass(frozen=True, kw_only=True)
 class ServerCondition:
     """One server's box condition over its recording (profile v5, in ``conditions``): the engine
-    hooks' calibration probe (:mod:`specmodel.profile.calibration`) pooled over every probe of every
+    hooks' calibration probe (:mod:`specmodel.engines.hook.calibration`) pooled over every probe of every
     rank.
 
     * ``probe``: what was timed (kernel, size, repetitions, device, clock); two servers compare only

@@ -69,25 +69,25 @@ class Format:
 #: ``requests``, v5 ``conditions``, v6 a row's ``allreduce_source`` (a profile is written at the lowest
 #: version that holds what it has)
 PROFILE = Format(name="specmodel.profile", version=6, readable=(1, 2, 3, 4, 5, 6), what="specmodel profile")
-#: `specmodel accept -o` / `accept --json` (trace/logs.py); read back by --accept-log
+#: `specmodel accept -o` / `accept --json` (engines/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
 ALLREDUCE_FIT = Format(name="specmodel.allreduce_fit", version=1, what="specmodel nccl-tests fit")
-#: the SGLang hook's per-process JSONL, one record per line (profile/sglang.py); v2: ``step`` records (the
+#: the SGLang hook's per-process JSONL, one record per line (engines/sglang/hook.py); v2: ``step`` records (the
 #: scheduler's step: its span, the forwards inside it, its host work), the meta line's tp/pp/dp ranks and
 #: ``max_pending_forwards``, each forward's ``dropped_forwards``; v1 logs hold forwards only
 SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=2, readable=(1, 2),
                         what="specmodel sglang forward log")
-#: the vLLM hook's per-process JSONL, one engine step per line (profile/vllm.py, read by
-#: trace/vllm_forward.py); v2: the meta line's tp/pp/dp ranks and ``max_pending_steps``, each step's
+#: the vLLM hook's per-process JSONL, one engine step per line (engines/vllm/hook.py, read by
+#: engines/vllm/hooklog.py); v2: the meta line's tp/pp/dp ranks and ``max_pending_steps``, each step's
 #: ``host_step_s`` / ``gpu_step_s`` / ``gpu_gap_s`` / ``step_clock`` (``step_s`` and ``overhead_s`` on that
 #: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``
 VLLM_STEP = Format(name="specmodel.vllm_step", version=2, readable=(1, 2), what="specmodel vllm step log")
 #: the vLLM hook's capture sidecar, ``capture/<rank file>.json`` beside its Kineto trace (written by
-#: profile/vllm_capture.py, read by trace/capture.py)
+#: engines/vllm/capture.py, read by engines/vllm/capture_ingest.py)
 VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")
 #: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
-#: (written by profile/calibration.py, read by trace/probe.py)
+#: (written by engines/hook/calibration.py, read by engines/hook/probe.py)
 PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")
 #: `specmodel plan --engine E --export FILE` / `plan --engine E --json`: engine-native speculation
 #: schedules per context band (model/schedule.py); read back by benchmarks and scripts that start the engine

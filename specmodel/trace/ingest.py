@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import FieldError, SpecmodelError
-from specmodel.procs import die_with_parent
+from specmodel.procs import die_with_parent, kill_and_reap
 from specmodel.schema.phases import draft_steps
 from specmodel.schema.profile import KINDS, CostRow, HostProposer, Profile, Source, SpecConfig
 from specmodel.stats import iqr, median, median_ci95_rel
@@ -274,7 +274,6 @@ def _forked(work: list[tuple[str, IngestOptions, bool, bool]]) -> list[RankTrace
     import and its threads cost ~25 ms of a ~0.5 s ingest. Children die with this process
     (SIGKILLed ``ingest``) and are killed and reaped whatever happens here."""
     import pickle
-    import signal
 
     parent = os.getpid()
     children: list[tuple[int, int]] = []
@@ -323,11 +322,7 @@ def _forked(work: list[tuple[str, IngestOptions, bool, bool]]) -> list[RankTrace
                 os.close(r)
             except OSError:
                 pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+            kill_and_reap(pid)
 
 
 def _start_methods() -> list[str]:

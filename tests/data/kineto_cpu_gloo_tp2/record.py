@@ -1,6 +1,6 @@
 """Re-record this fixture: ``.venv/bin/python tests/data/kineto_cpu_gloo_tp2/record.py``.
 
-Two gloo ranks on the CPU, torch.profiler around labelled forwards (specmodel.profile.annotate.phase):
+Two gloo ranks on the CPU, torch.profiler around labelled forwards (specmodel.engines.hook.annotate.phase):
 a toy 2-layer tensor-parallel MLP, one all-reduce per layer, so every pass has exactly 2 all-reduces.
 """
 
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from specmodel.profile.annotate import phase
+from specmodel.engines.hook.annotate import phase
 from specmodel.schema.phases import phase_label
 
 HERE = Path(__file__).resolve().parent
