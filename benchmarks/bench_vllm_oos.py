@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from specmodel.engines.vllm.hooklog import summarize  # noqa: E402
 from specmodel.model.accept import from_mean  # noqa: E402
+from specmodel.model.inputs import OperatingPoint  # noqa: E402
 from specmodel.model.predict import predict  # noqa: E402
 from specmodel.schema.phases import is_host_proposer  # noqa: E402
 from specmodel.schema.profile import Profile, SpecConfig, save_profile  # noqa: E402
@@ -79,7 +80,8 @@ def predict_speedup(profile: Profile, *, method: str, k: int, batch: int, accept
     spec = SpecConfig(algorithm=method.upper(), steps=k, topk=1, num_draft_tokens=k + 1)
     # a forward drafter proposes on every step; a host proposer only where its lookup matched
     r = min(rate, 1.0) if rate is not None and is_host_proposer(method) else None
-    p = predict(profile, from_mean(min(accept, k + 1.0), k + 1), batch=batch, spec=spec, proposal_rate=r)
+    p = predict(profile, from_mean(min(accept, k + 1.0), k + 1), OperatingPoint(batch=batch, spec=spec,
+                                                                                proposal_rate=r))
     return {"speedup": p.speedup, "cycle_s": p.cycle_s, "mean_step_s": p.mean_step_s, "base_s": p.baseline_step_s,
             "verify_s": p.verify_s, "draft_s": p.draft_s, "proposal_s": p.overhead_s,
             "assumed": [a.label for a in p.assumed], "extrapolated": [e.label for e in p.extrapolated]}

@@ -11,27 +11,24 @@
 emitted per verify step INCLUDING the bonus token, 1..steps+1 (SGLang's ``accept len``, vLLM's
 ``Mean acceptance length``); ``"drafts"`` = accepted draft tokens only (one less). It may be a
 mean, a histogram ``{tokens_per_step: count}`` or an :class:`AcceptDist` (e.g. from
-:func:`load_accept`). ``specmodel predict`` builds the same :class:`~specmodel.scenario.Scenario`
-from its flags and calls the same :func:`~specmodel.scenario.run_prediction`.
+:func:`load_accept`). ``specmodel predict`` fills the same :class:`~specmodel.scenario.args.ScenarioArgs`
+from its flags, resolves the same :class:`~specmodel.scenario.resolve.Scenario` and calls the same
+:func:`~specmodel.scenario.resolve.run_prediction`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from specmodel.errors import FieldError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.calibrate import Observation
 from specmodel.model.predict import Prediction, require_consistent
-from specmodel.scenario import (
-    ScenarioArgs,
-    find_profile,
-    reference_profile_path,
-    resolve_scenario,
-    run_prediction,
-    scenario,
-)
+from specmodel.scenario.args import ScenarioArgs
+from specmodel.scenario.profiles import find_profile, reference_profile_path
+from specmodel.scenario.resolve import resolve_scenario, run_prediction
 from specmodel.schema.profile import Profile
 from specmodel.schema.profile import load_profile as _load_profile_file
 
@@ -92,14 +89,27 @@ def predict(profile: Profile | str | Path | None = None, *,
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     try:
-        sc = scenario(prof, accept, batch=batch, context=context, steps=steps, topk=topk,
-                      num_draft_tokens=num_draft_tokens, convention=convention, shape=shape, calibrate=calibrate,
-                      generation_tokens=generation_tokens, proposal_rate=proposal_rate, method=method,
-                      request_tokens=request_tokens, prompt_tokens=prompt_tokens)
-        pred = run_prediction(sc)
+        args = ScenarioArgs(profile=prof, batch=batch, context=context, steps=steps, topk=topk,
+                            num_draft_tokens=num_draft_tokens, convention=convention, shape=shape,
+                            calibrate=calibrate, generation_tokens=generation_tokens, proposal_rate=proposal_rate,
+                            method=method, request_tokens=request_tokens, prompt_tokens=prompt_tokens,
+                            **_accept_source(accept))
+        pred = run_prediction(resolve_scenario(args))
         return require_consistent(pred) if strict else pred
     except FieldError as exc:
         raise exc.renamed(_ARGUMENT_OF) from None
+
+
+def _accept_source(accept: Any) -> dict[str, Any]:
+    """``accept`` as the one :class:`ScenarioArgs` source field it is (a mean, a histogram, a distribution)."""
+    if isinstance(accept, AcceptDist):
+        return {"accept_dist": accept}
+    if isinstance(accept, Mapping):
+        return {"accept_hist": accept}
+    if isinstance(accept, bool) or not isinstance(accept, (int, float)):
+        raise FieldError("accept", f"expected a mean accept length, a histogram {{value: count}} or an AcceptDist, "
+                                   f"got {type(accept).__name__}")
+    return {"accept_len": accept}
 
 
 def predict_args(args: ScenarioArgs) -> Prediction:

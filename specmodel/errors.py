@@ -19,7 +19,7 @@ _REF = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 
 
 class FieldError(SpecmodelError):
-    """Bad value of one named input (a :class:`~specmodel.scenario.ScenarioArgs` field, an API
+    """Bad value of one named input (a :class:`~specmodel.scenario.args.ScenarioArgs` field, an API
     argument), raised below ``commands/``: it names the FIELD, never a command-line flag.
 
     ``detail`` may refer to other inputs as ``{name}``; :meth:`render` spells every name with

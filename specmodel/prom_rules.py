@@ -57,6 +57,7 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW, hold: str
     """The rules document; ``window`` is the rate window (in the recorded names), ``hold`` the alerts' ``for``.
     The recording group runs at Prometheus' global evaluation interval."""
     from specmodel.model.costs import measured_contexts
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
 
     ctxs = measured_contexts(profile, "decode")
@@ -77,7 +78,7 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW, hold: str
     dist = acc.from_mean(spec.max_accept_tokens, spec.max_accept_tokens, source="break-even only")
     cannot = []
     for b, lo, hi in batch_bands([r.batch for r in profile.rows("decode")]):
-        be = predict(profile, dist, batch=b, spec=spec, context_tokens=ctx).break_even_accept_tokens
+        be = predict(profile, dist, OperatingPoint(batch=b, spec=spec, context_tokens=ctx)).break_even_accept_tokens
         if not math.isfinite(be):
             continue
         cond = f"({batch} >= {lo:.6g})" + (f" and ({batch} < {hi:.6g})" if math.isfinite(hi) else "")

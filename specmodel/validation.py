@@ -13,6 +13,7 @@ from specmodel.errors import FieldError, SpecmodelError
 from specmodel.limits import MAX_BATCH, MIN_BUSY_FRACTION, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import Profile, SpecConfig
 
@@ -58,15 +59,16 @@ def _predict(profile: Profile, w: DecodeWindow, spec: SpecConfig | None, obs: Ob
     """The window predicted at its own batch and, when the log says, its own context (KV tokens per request)."""
     ctx = w.context_tokens
     if spec is None:
-        return predict(profile, from_mean(1.0, profile.spec.max_accept_tokens), batch=w.batch, spec=profile.spec,
-                       context_tokens=ctx)
+        return predict(profile, from_mean(1.0, profile.spec.max_accept_tokens), OperatingPoint(batch=w.batch,
+                                                                                               spec=profile.spec,
+                                                                                               context_tokens=ctx))
     k = spec.max_accept_tokens
     a = float(w.accept_len or 1.0)
     if a > k + ROUND_SLACK:
         raise FieldError(None, f"{w.where}: accept len {a:.2f} exceeds steps + 1 = {k} for {{steps}} {spec.steps}; "
                                "pass the {steps} the server ran with (--speculative-num-steps)")
     dist = from_mean(min(max(a, 1.0), float(k)), k, source=w.where)
-    return predict(profile, dist, batch=w.batch, spec=spec, observation=obs, context_tokens=ctx)
+    return predict(profile, dist, OperatingPoint(batch=w.batch, spec=spec, observation=obs, context_tokens=ctx))
 
 
 MOSTLY_IDLE = f"mostly idle: tok/s < {MIN_BUSY_FRACTION:.0%} of the busiest window at its #running-req"

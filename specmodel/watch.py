@@ -498,6 +498,7 @@ def check_method_matches_profile(method: str | None, profile: Profile, where: st
 def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     """Predict at the observed (acceptance, batch, context) and advise (model/ functions only)."""
     from specmodel.model.costs import measured_contexts
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.optimize import accept_model, batch_limit, optimize
     from specmodel.model.predict import predict
 
@@ -509,7 +510,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     # the server's own share of proposing steps, for the server's own method: a host proposer's
     # steps without a match cost a lookup and emit one token (a drafter forward always proposes)
     rate = obs.proposal_rate if obs.proposal_rate is not None and is_host_proposer(spec.algorithm) else None
-    p = predict(profile, dist, batch=b, spec=spec, context_tokens=obs.context_tokens, proposal_rate=rate)
+    p = predict(profile, dist, OperatingPoint(batch=b, spec=spec, context_tokens=obs.context_tokens,
+                                              proposal_rate=rate))
     base = p.baseline_tokens_per_s
     topks = (1,) if engine_spec(obs.engine).chains_only else (1, 2, 4, 8)
     model = accept_model(dist, rates=obs.rates, measured_topk=spec.topk, max_steps=max(8, spec.steps))

@@ -91,12 +91,13 @@ def test_saved_distribution_keeps_its_bands(tmp_path, cli):
 def test_report_context_page_and_serve_plan_use_the_bands(tmp_path):
     from specmodel.report.content import build_report
     from specmodel.report.markdown import render_markdown
-    from specmodel.scenario import ScenarioArgs, resolve_scenario, run_prediction
+    from specmodel.scenario.args import ScenarioArgs
+    from specmodel.scenario.resolve import resolve_scenario, run_prediction
 
     sc = resolve_scenario(ScenarioArgs(profile=str(REFERENCE), accept_logs=(_decaying_log(tmp_path),)))
-    assert sc.by_context is not None
-    c = build_report(profile=sc.profile, dist=sc.dist, spec=sc.spec, prediction=run_prediction(sc), notes=sc.notes,
-                     per_position=sc.per_position, by_context=sc.by_context)
+    assert sc.accept.by_context is not None
+    c = build_report(profile=sc.profile, dist=sc.accept.dist, spec=sc.spec, prediction=run_prediction(sc),
+                     notes=sc.notes, per_position=sc.accept.per_position, by_context=sc.accept.by_context)
     assert c.context is not None and "per context band" in c.context.accept_note
     by_l = {r.context_tokens: r for r in c.context.rows}
     assert by_l[0].accept_mean_tokens == pytest.approx(3.4, abs=0.01) and "0-2K" in by_l[0].accept_band
@@ -106,6 +107,6 @@ def test_report_context_page_and_serve_plan_use_the_bands(tmp_path):
     assert "acceptance per context band of the log" in render_markdown(c)
     # without bands the page says acceptance was assumed constant over context
     flat = resolve_scenario(ScenarioArgs(profile=str(REFERENCE), accept_len=3.0))
-    c2 = build_report(profile=flat.profile, dist=flat.dist, spec=flat.spec, prediction=run_prediction(flat))
+    c2 = build_report(profile=flat.profile, dist=flat.accept.dist, spec=flat.spec, prediction=run_prediction(flat))
     assert c2.context is not None and "assumed constant over context" in c2.context.accept_note
     assert c2.plan is not None and c2.plan.accept_bands == ()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from specmodel.model.accept import from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.report.content import _breakdown
 from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
@@ -23,7 +24,7 @@ def _profile(allreduce_s: float) -> Profile:
 
 def test_the_split_is_known_only_where_a_row_records_allreduce_time() -> None:
     assert _profile(0.5).has_allreduce_split and not _profile(0.0).has_allreduce_split
-    known, unknown = (predict(_profile(f), from_mean(2.5, 4), batch=1, spec=SPEC) for f in (0.5, 0.0))
+    known, unknown = (predict(_profile(f), from_mean(2.5, 4), OperatingPoint(batch=1, spec=SPEC)) for f in (0.5, 0.0))
     assert known.allreduce_known and not unknown.allreduce_known
     d = unknown.to_dict()
     assert d["cycle_allreduce_frac"] is None and d["verify_allreduce_s"] is None and d["allreduce_known"] is False
@@ -60,7 +61,7 @@ def test_rows_a_graph_replay_hid_the_allreduce_of_are_unknown_not_zero() -> None
     prof = Profile(name="p", source=Source.numbers(tp_known=True), tp=2, costs=tuple(rows), spec=SPEC)
     assert [r.kind for r in prof.allreduce_unseen] == ["decode", "verify", "draft"]
     assert not prof.has_allreduce_split
-    p = predict(prof, from_mean(2.5, 4), batch=1, spec=SPEC)
+    p = predict(prof, from_mean(2.5, 4), OperatingPoint(batch=1, spec=SPEC))
     assert not p.allreduce_known and p.to_dict()["cycle_allreduce_frac"] is None
     from specmodel.model.whatif import no_allreduce_split
 
@@ -68,4 +69,5 @@ def test_rows_a_graph_replay_hid_the_allreduce_of_are_unknown_not_zero() -> None
     assert why.startswith("not available: 3 decode, verify, draft row(s) at TP 2 timed no all-reduce")
     # the same rows at TP 1 record no all-reduce because there is none: known, zero
     tp1 = Profile(name="p", source=Source.numbers(tp_known=True), tp=1, costs=tuple(rows), spec=SPEC)
-    assert tp1.allreduce_unseen == () and predict(tp1, from_mean(2.5, 4), batch=1, spec=SPEC).no_allreduce
+    assert tp1.allreduce_unseen == () and predict(tp1, from_mean(2.5, 4), OperatingPoint(batch=1,
+                                                                                         spec=SPEC)).no_allreduce

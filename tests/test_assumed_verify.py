@@ -13,6 +13,7 @@ from pathlib import Path
 
 import specmodel
 from specmodel.model.accept import from_mean, from_per_position
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
@@ -80,7 +81,7 @@ def test_the_api_carries_the_same_qualification(tmp_path: Path) -> None:
 
 
 def test_verify_measured_at_the_context_gives_a_plain_verdict() -> None:
-    p = predict(OWN, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)
+    p = predict(OWN, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC, context_tokens=0))
     assert p.assumed == () and p.extrapolated == () and p.measured
     assert p.verdict_label == p.verdict
 
@@ -97,12 +98,16 @@ def _ref_with_verify_at(contexts: tuple[int, ...]) -> object:
 
 def test_between_measured_verify_contexts_interpolated_beyond_extrapolated() -> None:
     prof = _ref_with_verify_at((0, 32768))
-    mid = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=16384)  # type: ignore[arg-type]
+    mid = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
+                                                          context_tokens=16384))
     assert mid.measured and mid.verdict_label == mid.verdict
-    lo = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=0)  # type: ignore[arg-type]
-    hi = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=32768)  # type: ignore[arg-type]
+    lo = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
+                                                         context_tokens=0))
+    hi = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
+                                                         context_tokens=32768))
     assert lo.verify_s < mid.verify_s < hi.verify_s
-    far = predict(prof, from_mean(3.2, 4), batch=1, spec=SPEC, context_tokens=131072)  # type: ignore[arg-type]
+    far = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
+                                                          context_tokens=131072))
     assert far.assumed == () and any(e.axis == "context" for e in far.extrapolated)
     assert "(extrapolated: context 131072 > measured 32768" in far.verdict_label
 
@@ -125,7 +130,7 @@ def test_plan_never_recommends_from_an_assumed_verify(tmp_path: Path) -> None:
 def test_report_shows_the_same_qualification(tmp_path: Path) -> None:
     prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
     dist = from_mean(3.0, 4)
-    p = predict(prof, dist, batch=1, spec=SPEC, context_tokens=131072)
+    p = predict(prof, dist, OperatingPoint(batch=1, spec=SPEC, context_tokens=131072))
     content = build_report(profile=prof, dist=dist, spec=SPEC, prediction=p, notes=(), per_position=None,
                            observation=None, max_batch=8, inputs=[])
     d = content.to_dict()

@@ -16,6 +16,7 @@ import pytest
 from specmodel.model.accept import from_mean
 from specmodel.model.costs import forward_cost
 from specmodel.model.cycle import speedup_band
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.stats import median_ci95, median_ci95_rel, series_median_ci95_rel
@@ -61,8 +62,8 @@ def test_the_speedup_band_carries_the_baseline_costs_interval() -> None:
 
 def test_predict_gives_a_speedup_band_that_holds_both_cost_intervals() -> None:
     """A baseline measured to +-20 % widens the speedup's band and leaves the tok/s band alone."""
-    tight = predict(_profile(), from_mean(2.5, 4), spec=SPEC)
-    loose = predict(_profile(decode_ci=0.20), from_mean(2.5, 4), spec=SPEC)
+    tight = predict(_profile(), from_mean(2.5, 4), OperatingPoint(spec=SPEC))
+    loose = predict(_profile(decode_ci=0.20), from_mean(2.5, 4), OperatingPoint(spec=SPEC))
     assert tight.speedup_low <= tight.speedup <= tight.speedup_high
     assert (loose.tokens_per_s_low, loose.tokens_per_s_high) == (tight.tokens_per_s_low, tight.tokens_per_s_high)
     sp, tps = loose.speedup, loose.tokens_per_s

@@ -19,6 +19,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.consistency import Inconsistency, median_se_s
 from specmodel.model.costs import forward_cost
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict, require_consistent
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from tests.conftest import run_cli
@@ -46,7 +47,7 @@ def _checks(p: object) -> list[str]:
 
 
 def test_verify_cheaper_than_decode_refuses_with_both_numbers() -> None:
-    p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC)
+    p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     assert p.verdict == "INCONSISTENT" and not p.consistent
     assert "verify_below_decode" in _checks(p) and "break_even_below_one" in _checks(p)
     assert "verify 7.00 ms over 4 tokens" in p.verdict_reason and "decode step 36.00 ms over 1 token" in p.verdict_reason
@@ -60,14 +61,15 @@ def test_verify_cheaper_than_decode_refuses_with_both_numbers() -> None:
 
 def test_a_verify_within_noise_of_decode_is_not_a_contradiction() -> None:
     # 10 % tolerance of the larger: 9.5 ms against 10 ms is noise, 8.5 ms is not (0.10 x 10 = 1.0 ms)
-    assert "verify_below_decode" not in _checks(predict(_profile(10.0, 9.5), from_mean(3.0, 4), spec=SPEC))
-    assert "verify_below_decode" in _checks(predict(_profile(10.0, 8.5), from_mean(3.0, 4), spec=SPEC))
+    assert "verify_below_decode" not in _checks(predict(_profile(10.0, 9.5), from_mean(3.0, 4),
+                                                        OperatingPoint(spec=SPEC)))
+    assert "verify_below_decode" in _checks(predict(_profile(10.0, 8.5), from_mean(3.0, 4), OperatingPoint(spec=SPEC)))
     # the same 1.5 ms gap with noisy medians: IQR 10 ms over 9 steps -> SE = 1.253 * 10/1.349 / 3 = 3.10 ms each,
     # two SE of the difference = 8.76 ms + 1.0 ms > 1.5 ms: not a contradiction
     row = _row("decode", 1, 1, 10.0, iqr_ms=10.0, n=9)
     assert median_se_s(row) == pytest.approx(1.253 * 10e-3 / 1.349 / 3, rel=1e-9)
-    assert "verify_below_decode" not in _checks(predict(_profile(10.0, 8.5, iqr_ms=10.0, n=9),
-                                                        from_mean(3.0, 4), spec=SPEC))
+    assert "verify_below_decode" not in _checks(predict(_profile(10.0, 8.5, iqr_ms=10.0, n=9), from_mean(3.0, 4),
+                                                        OperatingPoint(spec=SPEC)))
 
 
 def test_break_even_below_one_from_plain_numbers_is_refused(tmp_path: Path) -> None:
@@ -87,7 +89,7 @@ def test_running_max_override_is_shown_and_qualifies() -> None:
     prof = _profile(4.0, 8.0, extra=extra)
     assert forward_cost(prof, "verify", 8).total_s == pytest.approx(6.5e-3)
     assert forward_cost(prof, "verify", 4).total_s == pytest.approx(6.5e-3)
-    p = predict(prof, from_mean(3.0, 4), batch=2, spec=SPEC)
+    p = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC))
     assert p.consistent and _checks(p) == ["running_max"]
     assert p.verify_s == pytest.approx(6.5e-3)
     assert "verify at 8 tokens: measured 5.00 ms, used 6.50 ms (monotone fit: 4 tokens measured 8.00 ms" \
@@ -101,12 +103,12 @@ def test_running_max_override_is_shown_and_qualifies() -> None:
     assert forward_cost(heavy, "verify", 8).total_s == pytest.approx((10 * 8.0 + 200 * 5.0) / 210 * 1e-3, rel=1e-9)
     # a dip inside the tolerance is the surface's business, not a finding
     small = _profile(4.0, 8.0, extra=(_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 7.5), _row("draft", 2, 2, 0.3)))
-    assert predict(small, from_mean(3.0, 4), batch=2, spec=SPEC).inconsistencies == ()
+    assert predict(small, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).inconsistencies == ()
     # the 3 ms dip of noisy medians (IQR 6 ms over 4 steps each: SE 2.79 ms, two SE of the difference 7.9 ms)
     noisy = (_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 5.0, iqr_ms=6.0, n=4), _row("draft", 2, 2, 0.3))
     prof_noisy = dataclasses.replace(prof, costs=(_row("decode", 1, 1, 4.0), _row("verify", 1, 4, 8.0, iqr_ms=6.0, n=4),
                                                   _row("draft", 1, 1, 0.2), *noisy))
-    assert predict(prof_noisy, from_mean(3.0, 4), batch=2, spec=SPEC).inconsistencies == ()
+    assert predict(prof_noisy, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).inconsistencies == ()
 
 
 def test_inconsistency_vocabulary_is_closed() -> None:
@@ -117,7 +119,7 @@ def test_inconsistency_vocabulary_is_closed() -> None:
 
 
 def test_consistent_profile_keeps_its_plain_verdict() -> None:
-    p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), spec=SPEC)
+    p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     # by hand: a cycle is the 12 ms verify + 3 draft steps of 0.2 ms + 0.1 ms overhead = 12.7 ms for
     # 3 tokens, 236.2 tok/s against the 10 ms decode step's 100 tok/s: 2.362x, far past GO's 1.10x
     assert p.speedup == pytest.approx(2.36220, rel=1e-5)
@@ -126,7 +128,7 @@ def test_consistent_profile_keeps_its_plain_verdict() -> None:
 
 
 def test_tp1_all_reduce_is_none_not_unknown() -> None:
-    p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), spec=SPEC)
+    p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     assert p.no_allreduce and p.allreduce_known and p.allreduce_word == "none (TP 1)"
     assert dict(p.cost_sources)["all-reduce"].startswith("none: TP 1")
 
@@ -194,7 +196,7 @@ def test_report_writes_the_pdf_for_the_contradiction(messy: Path, tmp_path: Path
 
 
 def test_dataclass_replace_keeps_checks_frozen() -> None:
-    p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC)
+    p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.inconsistencies = ()  # type: ignore[misc]
 
@@ -214,14 +216,15 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
         return dataclasses.replace(_profile(10.0, 12.0), host_proposer=hp)
 
     # same forward (10 ms), the speculative step's host work 2 ms more: agrees; a 5 ms forward does not
-    assert "decode_disagrees" not in _checks(predict(with_spec_decode(10.0), from_mean(3.0, 4), spec=SPEC))
-    cheap = predict(with_spec_decode(5.0), from_mean(3.0, 4), spec=SPEC)
+    assert "decode_disagrees" not in _checks(predict(with_spec_decode(10.0), from_mean(3.0, 4),
+                                                     OperatingPoint(spec=SPEC)))
+    cheap = predict(with_spec_decode(5.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     (i,) = [i for i in cheap.inconsistencies if i.check == "decode_disagrees"]
     assert i.refuses and not cheap.consistent  # the baseline dearer: a false GO in the making
 
     # the speculative server dearer (14 ms against 10 ms; 20 steps each, no spread: 40 % > the 25 % bound):
     # the verdict stands, qualified with both numbers, and P(speedup > 1) is withheld
-    dear = predict(with_spec_decode(14.0), from_mean(3.0, 4), spec=SPEC)
+    dear = predict(with_spec_decode(14.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     (q,) = [i for i in dear.inconsistencies if i.check == "decode_disagrees"]
     # the EAGLE cycle is the consistent profile's (12.7 ms for 3 tokens against a 10 ms decode step:
     # 2.362x); its band's low end stays above 1, so the rule still says GO without P
@@ -231,7 +234,8 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
     assert "speculative forwards dearer" in dear.verdict_label and "costs replaced" not in dear.verdict_label
     assert dear.p_text.startswith("not given (the two servers' same forward disagrees")
     # inside the bound (12 ms: 20 %) nothing is said
-    assert "decode_disagrees" not in _checks(predict(with_spec_decode(12.0), from_mean(3.0, 4), spec=SPEC))
+    assert "decode_disagrees" not in _checks(predict(with_spec_decode(12.0), from_mean(3.0, 4),
+                                                     OperatingPoint(spec=SPEC)))
 
 
 def test_extrapolated_curves_that_cross_are_refused_as_a_failed_extrapolation() -> None:
@@ -246,7 +250,7 @@ def test_extrapolated_curves_that_cross_are_refused_as_a_failed_extrapolation() 
             _row("verify", 4, 16, 7.2), _row("draft", 1, 1, 0.2), _row("draft", 4, 4, 0.3))
     prof = Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC,
                    overhead_s=1e-4)
-    p = predict(prof, from_mean(3.0, 4), batch=8, spec=SPEC)
+    p = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=8, spec=SPEC))
     cross = next(i for i in p.inconsistencies if i.check == "verify_below_decode")
     assert cross.severity == "refuse" and cross.beyond_range
     assert cross.message.startswith("extrapolated costs cross: verify 7.47 ms over 32 tokens"), cross.message
@@ -254,8 +258,8 @@ def test_extrapolated_curves_that_cross_are_refused_as_a_failed_extrapolation() 
     assert p.verdict == "INCONSISTENT" and not p.consistent
     with pytest.raises(SpecmodelError, match=r"^beyond the measured range: extrapolated costs cross"):
         require_consistent(p)
-    far = predict(prof, from_mean(3.0, 4), batch=16, spec=SPEC)
+    far = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=16, spec=SPEC))
     assert far.verdict == "INCONSISTENT" and far.inconsistencies[0].check == "beyond_range"
     assert far.inconsistencies[0].message.startswith("batch 16 is 4x the largest measured (4)")
     # inside the measured range the same kind of contradiction still refuses
-    assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), spec=SPEC).verdict == "INCONSISTENT"
+    assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC)).verdict == "INCONSISTENT"

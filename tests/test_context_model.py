@@ -12,6 +12,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation, parse_observation
 from specmodel.model.costs import context_axis, default_context, forward_cost
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, UNMEASURED, serve_plan
@@ -126,9 +127,9 @@ def test_verify_falls_back_to_decode_at_same_tokens_and_same_context() -> None:
 
 def test_default_context_is_the_smallest_measured_one() -> None:
     assert default_context(PROF) == 0
-    p = predict(PROF, from_mean(3.0, 4), batch=4)
+    p = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4))
     assert p.context_tokens == 0 and "smallest measured" in p.context_source
-    q = predict(PROF, from_mean(3.0, 4), batch=4, context_tokens=32768)
+    q = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4, context_tokens=32768))
     assert q.baseline_tokens_per_s == pytest.approx(4 / _decode_s(4, 32768))
     assert q.baseline_tokens_per_s_per_request == pytest.approx(q.baseline_tokens_per_s / 4)
     assert q.tokens_per_s_per_request == pytest.approx(q.tokens_per_s / 4)
@@ -148,7 +149,7 @@ def test_v1_profile_is_read_as_one_context() -> None:
 
 
 def test_verdict_from_extrapolated_costs_is_qualified() -> None:
-    p = predict(PROF, from_mean(1.2, 4), batch=32)
+    p = predict(PROF, from_mean(1.2, 4), OperatingPoint(batch=32))
     assert p.verdict == "NO-GO"
     assert p.verdict_label.startswith("NO-GO (extrapolated: batch 32 > measured 16")
     assert {e.axis for e in p.extrapolated} >= {"batch", "tokens"}
@@ -158,7 +159,7 @@ def test_verdict_from_extrapolated_costs_is_qualified() -> None:
     # no interval was measured out there: P(speedup > 1) is not given beside it
     assert p.p_text.startswith("not given (rests on a cost extrapolated beyond the measured range: batch 32 > measured")
     assert d["p_speedup_gt_1"] is None and d["p_withheld"].startswith("rests on a cost extrapolated")
-    inside = predict(PROF, from_mean(3.0, 4), batch=4, context_tokens=4096)
+    inside = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4, context_tokens=4096))
     assert inside.extrapolated == () and inside.verdict_label == inside.verdict and not inside.p_withheld
 
 
@@ -168,11 +169,11 @@ def test_calibration_four_fields_is_modelled_at_its_own_context() -> None:
     assert parse_observation("4,3.0,300").context_tokens is None  # the old form: the prediction's context
     dist = from_mean(3.0, 4)
     # predicted at the calibration point itself, the model reproduces the observation exactly
-    same = predict(PROF, dist, batch=4, observation=obs, context_tokens=32768)
+    same = predict(PROF, dist, OperatingPoint(batch=4, observation=obs, context_tokens=32768))
     assert same.tokens_per_s == pytest.approx(300.0)
     # elsewhere the unseen per-cycle seconds are carried unchanged
-    other = predict(PROF, dist, batch=16, observation=obs, context_tokens=4096)
-    plain = predict(PROF, dist, batch=16, context_tokens=4096)
+    other = predict(PROF, dist, OperatingPoint(batch=16, observation=obs, context_tokens=4096))
+    plain = predict(PROF, dist, OperatingPoint(batch=16, context_tokens=4096))
     assert other.overhead_s - plain.overhead_s == pytest.approx(same.calibrated_overhead_s)
     with pytest.raises(SpecmodelError, match="BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"):
         parse_observation("4,1,2,3,4")

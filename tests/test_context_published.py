@@ -26,6 +26,7 @@ import pytest
 
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.profile import SpecConfig
 from specmodel.trace.sweep import sweep_profile
@@ -48,7 +49,7 @@ def _predictions(dcp: int, *, sweep: str | None = None) -> dict[tuple[int, int],
     dist = from_mean(accept, SPEC.max_accept_tokens, shape="point")
     cal = next(c for c in cells if c[:2] == CALIBRATION)
     obs = Observation(batch=cal[0], context_tokens=cal[1], accept_tokens=accept, tokens_per_s=cal[2])
-    return {(b, L): (t, predict(profile, dist, batch=b, spec=SPEC, observation=obs, context_tokens=L))
+    return {(b, L): (t, predict(profile, dist, OperatingPoint(batch=b, spec=SPEC, observation=obs, context_tokens=L)))
             for b, L, t, _ in cells}
 
 

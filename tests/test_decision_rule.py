@@ -17,6 +17,7 @@ from specmodel.limits import GO_MIN_P, GO_MIN_SPEEDUP
 from specmodel.model import decision as D
 from specmodel.model import schedule as sch
 from specmodel.model.accept import from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import Candidate, Optimum, batch_limit
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import PlanCell
@@ -72,14 +73,14 @@ def test_1_05x_is_marginal_for_every_caller() -> None:
     s = sch.batch_schedule([cell], max_batch=1)
     assert s.ranges[0].k == 0 and s.ranges[0].basis == sch.MEASURED_MARGINAL
     # the what-if batch sweep stops paying where the rule stops saying speculate
-    p = predict(REF, from_mean(3.0, 4), batch=1, spec=SPEC)
+    p = predict(REF, from_mean(3.0, 4), OperatingPoint(batch=1, spec=SPEC))
     pts = [dataclasses.replace(p, batch=b, speedup=x) for b, x in ((1, 1.2), (2, 1.05), (4, 0.9))]
     assert stop_paying_batch(pts) == 2
 
 
 @pytest.mark.parametrize("accept", [2.4, 2.6, 2.9, 3.4])
 def test_predict_and_watch_follow_the_rule(accept: float) -> None:
-    p = predict(REF, counted(accept), batch=1, spec=SPEC)
+    p = predict(REF, counted(accept), OperatingPoint(batch=1, spec=SPEC))
     d = D.decide(p.speedup, p.p_speedup_gt_1)
     assert p.verdict == d.verdict
     obs = Observed(engine="vllm", dist=counted(accept), rates=None, steps=3, batch=1.0,

@@ -416,12 +416,13 @@ def test_d2t_mismatch_cites_this_drafters_figures(tmp_path: Path) -> None:
 def test_band_never_straddles_the_baseline_next_to_a_certain_p(counts: list[int], gen: int) -> None:
     """The issue's PDF showed a band below the baseline beside P = 1.00: one se makes that impossible."""
     from specmodel.model.accept import from_histogram
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
     from specmodel.schema.profile import load_profile
 
     prof = load_profile(REFERENCE / "profile.json")
     dist = from_histogram({j + 1: c for j, c in enumerate(counts)}, max_tokens=4)
-    p = predict(prof, dist, generation_tokens=gen)
+    p = predict(prof, dist, OperatingPoint(generation_tokens=gen))
     assert p.p_speedup_gt_1 is not None
     if p.tokens_per_s_low < p.baseline_tokens_per_s * (1 - 1e-9) and p.accept_mean_tokens - 1.0 > 1e-9:
         assert p.p_speedup_gt_1 < 0.976

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from specmodel.engines.sglang import targets as sgtargets
 from specmodel.model.accept import from_mean, from_per_position
 from specmodel.model.costs import FALLBACK
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model, evaluate, evaluate_all, optimize
 from specmodel.model.predict import cycle_costs, predict
 from specmodel.model.serveplan import serve_plan
@@ -100,7 +101,7 @@ def test_measured_has_one_definition_draft_extend_included() -> None:
     spec = SpecConfig(steps=3, topk=1, num_draft_tokens=4)
     cc = cycle_costs(prof, batch=4, spec=spec)  # type: ignore[arg-type]
     assert any(e.kind == "draft_extend" for e in cc.extrapolations) and not cc.measured
-    p = predict(prof, from_mean(3.0, 3), batch=4, spec=spec)  # type: ignore[arg-type]
+    p = predict(prof, from_mean(3.0, 3), OperatingPoint(batch=4, spec=spec))  # type: ignore[arg-type]
     assert any(e.kind == "draft_extend" and e.requested == 16 for e in p.extrapolated)
     assert any("draft_extend cost is extrapolated" in w for w in p.warnings)
     rates = [0.8, 0.6, 0.45]

@@ -63,6 +63,7 @@ def _nccl(p: Path) -> object:
 def _profile(p: Path) -> object:
     from specmodel.commands.predict import format_prediction
     from specmodel.model.accept import from_mean
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
     from specmodel.schema.profile import load_profile
 
@@ -70,8 +71,8 @@ def _profile(p: Path) -> object:
     out = ""
     for request in (None, 64):  # the decode phase, and a request priced end to end (prefill rows or not)
         try:
-            pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec,
-                           request_tokens=request)
+            pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), OperatingPoint(batch=1, spec=prof.spec,
+                                                                                             request_tokens=request))
         except Exception as exc:  # a profile without prefill rows cannot price a request: refused in one line
             from specmodel.errors import SpecmodelError
 
@@ -85,7 +86,7 @@ def _profile(p: Path) -> object:
 
 def _accept_hist(p: Path) -> object:
     from specmodel.model.accept import from_histogram
-    from specmodel.scenario import parse_histogram
+    from specmodel.scenario.parse import parse_histogram
 
     raw = p.read_bytes()
     text = raw.decode("utf-8", errors="replace")
@@ -115,15 +116,16 @@ def _hook_profile(prof: object) -> object:
     """What `--summarize` writes and `predict` prints of a hook's profile, every step of it."""
     from specmodel.commands.predict import format_prediction
     from specmodel.model.accept import from_mean
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
     from specmodel.schema.profile import Profile, profile_from_dict, profile_to_dict
 
     assert isinstance(prof, Profile)
     profile_from_dict(json.loads(json.dumps(profile_to_dict(prof), allow_nan=False)))
     for rate, request in ((None, None), (0.0, None), (None, 128)):
-        pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), batch=1, spec=prof.spec,
-                       proposal_rate=rate if prof.host_proposer is not None else None,
-                       request_tokens=request if prof.requests is not None or prof.has("extend") else None)
+        point = OperatingPoint(batch=1, spec=prof.spec, proposal_rate=rate if prof.host_proposer is not None else None,
+                               request_tokens=request if prof.requests is not None or prof.has("extend") else None)
+        pred = predict(prof, from_mean(2.0, prof.spec.max_accept_tokens), point)
         format_prediction(pred)
         json.dumps(pred.to_dict(), allow_nan=False)
     return prof

@@ -16,6 +16,7 @@ import pytest
 from specmodel.engines.vllm.hooklog import read_step_log, summarize
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.profile import load_profile, profile_from_dict, profile_to_dict
 from tests.conftest import DATA, baseline_standin, run_cli
@@ -135,7 +136,7 @@ def test_a_proposer_that_proposes_nothing_predicts_the_slowdown_it_measured(tmp_
     r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(out))
     assert r.returncode == 0, r.stderr
     prof = load_profile(out)
-    p = predict(prof, from_mean(2.5, 4), batch=1, proposal_rate=0.0)
+    p = predict(prof, from_mean(2.5, 4), OperatingPoint(batch=1, proposal_rate=0.0))
     t_base = 0.004 + 0.002 + 0.001
     t_miss = 0.004 + 0.0038 + 0.001 + 0.00015  # + the median lookup over hits (0.2 ms) and misses (0.1 ms)
     assert p.baseline_step_s == pytest.approx(t_base) and p.mean_step_s == pytest.approx(t_miss)
@@ -161,7 +162,7 @@ def test_rows_are_split_by_context_band_and_a_long_prompt_uses_its_own_costs(tmp
     rows = sorted(prof.rows("decode"), key=lambda r: r.context_tokens)
     assert [r.context_tokens for r in rows] == [100, 3002]
     assert rows[1].total_s == pytest.approx(0.009 + 0.003)
-    p = predict(prof, from_mean(2.0, 4), batch=1, context_tokens=3002)
+    p = predict(prof, from_mean(2.0, 4), OperatingPoint(batch=1, context_tokens=3002))
     assert p.baseline_step_s == pytest.approx(0.012) and not [e for e in p.extrapolated if e.axis == "context"]
 
 
@@ -212,7 +213,7 @@ def test_the_source_counts_runs_and_rank_files(tmp_path: Path) -> None:
 
 def test_a_hook_profile_is_labelled_hook_not_traces() -> None:
     prof = summarize([BASE, NGRAM], name="x")
-    p = predict(prof, from_mean(2.0, 4), batch=1)
+    p = predict(prof, from_mean(2.0, 4), OperatingPoint(batch=1))
     assert dict(p.cost_sources)["baseline"] == "profile x (hook)"
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from specmodel.model.accept import from_mean
 from specmodel.model.cycle import speedup
 from specmodel.model.hostdraft import host_cycle_costs, host_mean_step_s
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import SpecConfig, load_profile
@@ -65,7 +66,7 @@ def test_batch1_row_rederived_from_the_profile() -> None:
 
 def test_the_proposal_time_is_flagged_when_no_ngram_run_was_profiled() -> None:
     p = load_profile(DATA / "profile_base_draft_noisy.json")
-    pr = predict(p, from_mean(3.11, 4), batch=1, spec=NGRAM)
+    pr = predict(p, from_mean(3.11, 4), OperatingPoint(batch=1, spec=NGRAM))
     assert not pr.measured
     assert [a.kind for a in pr.assumed] == ["proposal"]
     assert "proposal not measured: assumed 0 s" in pr.verdict_label
@@ -80,7 +81,7 @@ def test_an_ngram_profile_supplies_its_own_verify_host_work_and_proposal_time() 
     14/3/40 steps, (14 x 3.264 + 3 x 2.945 + 40 x 3.120) / 57, costs.py's monotone rule), its median
     proposal 0.121 ms measured: T_cycle = 6.844 ms, nothing assumed."""
     p = load_profile(DATA / "profile_base_ngram.json")
-    pr = predict(p, from_mean(3.11, 4), batch=1, spec=NGRAM)
+    pr = predict(p, from_mean(3.11, 4), OperatingPoint(batch=1, spec=NGRAM))
     assert pr.measured and pr.assumed == ()
     assert pr.overhead_s == pytest.approx(0.121e-3, abs=0.001e-3)
     host = (14 * 3.264 + 3 * 2.945 + 40 * 3.120) / 57 * 1e-3
@@ -100,7 +101,7 @@ def test_draft_model_predictions_are_unchanged() -> None:
     p = load_profile(DATA / "profile_base_draft_noisy.json")
     row = _row("draft_noisy", 1)
     spec = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
-    pr = predict(p, from_mean(row["accept_tokens"], 4), batch=1, spec=spec)
+    pr = predict(p, from_mean(row["accept_tokens"], 4), OperatingPoint(batch=1, spec=spec))
     assert pr.speedup == pytest.approx(row["predicted_speedup"], rel=0.005)
     assert pr.verify_other_s == pytest.approx((59 * 12.345 + 8.700 + 2 * 11.560) / 62 * 1e-3, abs=0.002e-3)
     assert pr.cycle_s == pytest.approx(30.83e-3 - (12.345 - 12.261) * 1e-3, abs=0.01e-3)
@@ -138,8 +139,8 @@ def test_predict_takes_the_share_of_steps_that_proposed() -> None:
     p = load_profile(DATA / "profile_base_draft_noisy.json")
     row = _row("ngram", 1)
     dist = from_mean(row["accept_tokens"], 4)
-    full = predict(p, dist, batch=1, spec=NGRAM)
-    mixed = predict(p, dist, batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"])
+    full = predict(p, dist, OperatingPoint(batch=1, spec=NGRAM))
+    mixed = predict(p, dist, OperatingPoint(batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"]))
     assert mixed.speedup == pytest.approx(1.609, abs=0.005)
     assert mixed.speedup < full.speedup  # steps without a match emit one token
     assert mixed.proposal_rate == pytest.approx(0.692, abs=0.001)
@@ -155,8 +156,9 @@ def test_predict_takes_the_share_of_steps_that_proposed() -> None:
     # ... while a lookup that costs time on every step moves it up
     ng = load_profile(DATA / "profile_base_ngram.json")  # its lookup measured: 0.121 ms per step
     assert ng.overhead_s > 0
-    slow = predict(ng, dist, batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"])
-    assert slow.break_even_accept_tokens > predict(ng, dist, batch=1, spec=NGRAM).break_even_accept_tokens
+    slow = predict(ng, dist, OperatingPoint(batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"]))
+    assert slow.break_even_accept_tokens > predict(ng, dist, OperatingPoint(batch=1,
+                                                                            spec=NGRAM)).break_even_accept_tokens
     assert full.proposal_rate == 1.0 and full.mean_step_s == full.cycle_s
 
 
@@ -165,7 +167,7 @@ def test_proposal_rate_is_refused_for_a_drafter_forward() -> None:
 
     p = load_profile(DATA / "profile_base_draft_noisy.json")
     with pytest.raises(FieldError, match="proposal_rate"):
-        predict(p, from_mean(2.0, 4), batch=1, proposal_rate=0.5)  # the profile's DRAFT_MODEL
+        predict(p, from_mean(2.0, 4), OperatingPoint(batch=1, proposal_rate=0.5))  # the profile's DRAFT_MODEL
     r = run_cli("predict", "--profile", str(DATA / "profile_base_draft_noisy.json"), "--accept-len", "2",
                 "--proposal-rate", "0.5")
     assert r.returncode == 2 and "--proposal-rate" in r.stderr and "Traceback" not in r.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from specmodel.model.calibrate import SUSPECT_CYCLE_RATIO, Observation, looks_per_request
 from specmodel.model.predict import verdict_for
-from specmodel.scenario import fractions_warning
+from specmodel.scenario.accept import fractions_warning
 from tests.conftest import run_cli
 
 
@@ -72,15 +72,16 @@ def test_no_go_without_the_p_the_go_rule_checks() -> None:
 def test_the_spec_loop_prints_the_speedup_error_the_verdict_rests_on() -> None:
     # tok/s error +4 % while the speedup error is -16 %: the speedup is what decides
     from specmodel.profile.output import compare_loop, format_comparison
-    from specmodel.scenario import reference_profile_path
+    from specmodel.scenario.profiles import reference_profile_path
     from specmodel.schema.profile import load_profile
 
     prof = load_profile(reference_profile_path())
     from specmodel.model.accept import from_histogram
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
 
     hist = {"1": 10, "2": 30, "3": 40, "4": 20}
-    pr = predict(prof, from_histogram({int(k): v for k, v in hist.items()}, max_tokens=4), batch=1)
+    pr = predict(prof, from_histogram({int(k): v for k, v in hist.items()}, max_tokens=4), OperatingPoint(batch=1))
     tps = pr.tokens_per_s / 1.04
     base = tps * 0.84 / pr.speedup
     from specmodel.profile.result import LoopBaseline, LoopSpec, SpecLoopResult

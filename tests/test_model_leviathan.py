@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from specmodel.model import cycle as eq
 from specmodel.model.accept import alpha_for_mean, chain_mean, from_chain
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 
@@ -50,7 +51,7 @@ def _paper_profile(c: float) -> Profile:
 def test_theorem_3_8_improvement_factor(alpha, gamma, c):
     expected = (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
     spec = SpecConfig(steps=gamma, topk=1, num_draft_tokens=gamma + 1)
-    p = predict(_paper_profile(c), from_chain(alpha, gamma), spec=spec)
+    p = predict(_paper_profile(c), from_chain(alpha, gamma), OperatingPoint(spec=spec))
     assert p.speedup == pytest.approx(expected, rel=1e-9)
 
 

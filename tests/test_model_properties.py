@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from specmodel.model import cycle as eq
 from specmodel.model.accept import from_mean, from_tokens, to_tokens
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema import load_profile
 from specmodel.schema.profile import CostRow
@@ -27,8 +28,8 @@ batches = st.sampled_from([1, 2, 3, 4, 8, 16, 24, 32, 64])
 @given(a=accepts, b=accepts, batch=batches)
 def test_tok_s_never_falls_as_acceptance_rises(a, b, batch):
     lo, hi = sorted((a, b))
-    p_lo = predict(REF, from_mean(lo, K), batch=batch)
-    p_hi = predict(REF, from_mean(hi, K), batch=batch)
+    p_lo = predict(REF, from_mean(lo, K), OperatingPoint(batch=batch))
+    p_hi = predict(REF, from_mean(hi, K), OperatingPoint(batch=batch))
     assert p_hi.tokens_per_s >= p_lo.tokens_per_s - 1e-9
 
 
@@ -41,17 +42,18 @@ def test_tok_s_never_falls_as_verify_cost_falls(a, factor, batch):
         for r in REF.costs
     ])
     d = from_mean(a, K)
-    assert predict(cheaper, d, batch=batch).tokens_per_s >= predict(REF, d, batch=batch).tokens_per_s - 1e-9
+    at = OperatingPoint(batch=batch)
+    assert predict(cheaper, d, at).tokens_per_s >= predict(REF, d, at).tokens_per_s - 1e-9
 
 
 @settings(max_examples=60, deadline=None)
 @given(a=accepts, batch=batches)
 def test_break_even_is_cycle_times_baseline_and_speedup_there_is_one(a, batch):
-    p = predict(REF, from_mean(a, K), batch=batch)
+    p = predict(REF, from_mean(a, K), OperatingPoint(batch=batch))
     assert p.break_even_accept_tokens == pytest.approx(p.cycle_s * p.baseline_tokens_per_s / batch, rel=1e-12)
     assert eq.speedup(p.break_even_accept_tokens, p.baseline_step_s, p.cycle_s) == pytest.approx(1.0, rel=1e-12)
     if p.break_even_reachable:
-        at_be = predict(REF, from_mean(p.break_even_accept_tokens, K), batch=batch)
+        at_be = predict(REF, from_mean(p.break_even_accept_tokens, K), OperatingPoint(batch=batch))
         assert at_be.speedup == pytest.approx(1.0, rel=1e-9)
         assert at_be.tokens_per_s == pytest.approx(at_be.baseline_tokens_per_s, rel=1e-9)
 

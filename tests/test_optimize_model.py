@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean, from_per_position
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import (
     SIBLING_CORRELATION,
     AcceptModel,
@@ -89,7 +90,7 @@ def test_evaluate_all_matches_evaluate_config_by_config() -> None:
 def test_default_config_in_the_optimizer_is_the_same_prediction_as_predict() -> None:
     dist = from_mean(2.0, 4)
     opt = optimize(REF, accept_model(dist), batch=1, default=REF.spec)
-    pred = predict(REF, dist, batch=1, spec=REF.spec)
+    pred = predict(REF, dist, OperatingPoint(batch=1, spec=REF.spec))
     assert opt.default.tokens_per_s == pytest.approx(pred.tokens_per_s)
     assert opt.default.accept_tokens == pytest.approx(pred.accept_mean_tokens)
     assert opt.default.speedup == pytest.approx(pred.speedup)

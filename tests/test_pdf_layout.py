@@ -53,13 +53,14 @@ def _render(content: object, path: Path) -> Path:
 @pytest.fixture(scope="module")
 def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from specmodel.model.accept import from_per_position
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
     from specmodel.report.content import DrafterView, FindingRow, build_report
 
     tmp = tmp_path_factory.mktemp("crowded")
     prof = measured_like_profile()
     dist = from_per_position([0.8, 0.6, 0.45], max_tokens=4)
-    pred = predict(prof, dist, batch=1, spec=prof.spec)
+    pred = predict(prof, dist, OperatingPoint(batch=1, spec=prof.spec))
     long_cmd = "specmodel report " + " ".join(f"--accept-log /very/long/path/to/server-{i}.log" for i in range(12))
     c = build_report(profile=prof, dist=dist, spec=prof.spec, prediction=pred, max_batch=64,
                      inputs=(("command", long_cmd),))

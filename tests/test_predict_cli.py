@@ -42,7 +42,7 @@ def test_published_figures_via_json(tmp_path):
 def test_every_accept_source(tmp_path):
     # every accept-length source the command line has (ScenarioArgs.ACCEPT_SOURCES less the API-only one)
     from specmodel.commands.flags import flag_of
-    from specmodel.scenario import ACCEPT_SOURCES
+    from specmodel.scenario.args import ACCEPT_SOURCES
 
     checked = {"--accept-len", "--accept-hist", "--per-position", "--alpha", "--accept-log"}
     assert checked == {flag_of(f) for f in ACCEPT_SOURCES if f != "accept_dist"}

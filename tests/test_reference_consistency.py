@@ -18,6 +18,7 @@ import pytest
 
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema import load_profile
 
@@ -30,7 +31,7 @@ def ref():
 
 
 def _pred(ref, mean, convention="tokens", **kw):
-    return predict(ref, from_mean(mean, ref.spec.max_accept_tokens, convention=convention), **kw)
+    return predict(ref, from_mean(mean, ref.spec.max_accept_tokens, convention=convention), OperatingPoint(**kw))
 
 
 def test_reference_consistency_labelled_as_derived_not_measured(ref):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from specmodel.model.accept import chain_mean, from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.report.content import PAGES, build_report, message_bytes
 from specmodel.report.markdown import render_markdown
@@ -37,7 +38,7 @@ class _DrafterReport:
 
 def _content(accept: float = 2.0, batch: int = 1, **kw: Any):
     dist = from_mean(accept, 4)
-    pred = predict(REF, dist, batch=batch, spec=REF.spec)
+    pred = predict(REF, dist, OperatingPoint(batch=batch, spec=REF.spec))
     return pred, build_report(profile=REF, dist=dist, spec=REF.spec, prediction=pred, max_batch=16, **kw)
 
 
@@ -98,7 +99,7 @@ def test_ngram_report_says_no_drafter_forward_not_free_draft() -> None:
 
     spec = dataclasses.replace(REF.spec, algorithm="NGRAM")
     dist = from_mean(2.0, 4)
-    pred = predict(REF, dist, spec=spec, proposal_rate=0.5)
+    pred = predict(REF, dist, OperatingPoint(spec=spec, proposal_rate=0.5))
     c = build_report(profile=REF, dist=dist, spec=spec, prediction=pred, max_batch=4)
     text = " | ".join(c.assumptions)
     assert "no drafter forward: ngram proposes on the host" in text

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_histogram
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.model.request import decode_speedup_needed, prefill_s, request_speedup
 from specmodel.schema.profile import (
@@ -126,9 +127,9 @@ def test_predict_request_against_an_event_simulation() -> None:
     prof = _with_requests(outside_ms=8.0, spec_prefill_ms=40.0, path=DRAFT)
     prof = dataclasses.replace(prof, costs=tuple(r for r in prof.costs if r.kind != "extend")
                                + (_extend(60, 10.0), _extend(240, 28.0, batch=4)))
-    dec = predict(prof, DIST, batch=1)
+    dec = predict(prof, DIST, OperatingPoint(batch=1))
     # 127 tokens: the prefill's first, then 126 = 42 cycles of DIST's mean 3 accepted tokens
-    p = predict(prof, DIST, batch=1, request_tokens=127)
+    p = predict(prof, DIST, OperatingPoint(batch=1, request_tokens=127))
     rq = p.request
     assert rq is not None and dec.request is None
     # the decode phase is untouched by pricing the request
@@ -148,29 +149,31 @@ def test_predict_request_against_an_event_simulation() -> None:
     assert p.measured and p.p_text != "" and "per request" in p.verdict_reason
     # ... and so does a gain; a host proposer's prefill is the baseline's (+ its lookup when measured):
     # its own prefill rows measure the same forward with their own noise
-    fast = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=40.0), DIST, batch=1, request_tokens=128)
+    fast = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=40.0), DIST,
+                   OperatingPoint(batch=1, request_tokens=128))
     frq = fast.request
     assert frq is not None and 1.0 < frq.speedup < fast.speedup
     assert frq.spec_prefill_s == pytest.approx(frq.base_prefill_s)
     # its break-even accept length is above the decode phase's when the speculative side pays more
-    dear = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=None, spec_outside_ms=60.0), DIST, batch=1,
-                   request_tokens=128)
+    dear = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=None, spec_outside_ms=60.0), DIST,
+                   OperatingPoint(batch=1, request_tokens=128))
     assert dear.request_break_even_accept_tokens > dear.break_even_accept_tokens
 
 
 def test_a_short_request_turns_a_decode_go_into_no_go() -> None:
     # the speculative server's front end 400 ms slower per request (a fixed cost of that side only)
     prof = _with_requests(outside_ms=8.0, spec_prefill_ms=None, spec_outside_ms=400.0)
-    assert predict(prof, DIST, batch=1).verdict == "GO"
-    p = predict(prof, DIST, batch=1, request_tokens=16)
+    assert predict(prof, DIST, OperatingPoint(batch=1)).verdict == "GO"
+    p = predict(prof, DIST, OperatingPoint(batch=1, request_tokens=16))
     assert p.request is not None and p.request.speedup < 1.0 and p.verdict == "NO-GO"
     assert p.p_speedup_gt_1 is not None and p.p_speedup_gt_1 < 0.5
-    assert predict(prof, DIST, batch=1, request_tokens=4096).verdict == "GO"  # a long request still pays
+    assert predict(prof, DIST, OperatingPoint(batch=1,  # a long request still pays
+                                              request_tokens=4096)).verdict == "GO"
 
 
 def test_unmeasured_parts_are_named_and_withhold_p() -> None:
     p = predict(_with_requests(outside_ms=None, spec_prefill_ms=None, path=DRAFT), DIST,
-                batch=1, request_tokens=128)
+                OperatingPoint(batch=1, request_tokens=128))
     kinds = {a.kind for a in p.assumed}
     assert {"time outside the engine's steps", "speculative prefill"} <= kinds
     assert "not measured" in p.verdict_label and p.p_withheld
@@ -218,9 +221,9 @@ def test_another_drafter_kind_does_not_borrow_the_profiled_servers_prefill() -> 
     # a draft-model profile priced as ngram (--method): the draft server's prefill (its drafter over
     # the prompt) is not ngram's; ngram's prefill is the baseline's
     prof = _with_requests(outside_ms=8.0, spec_prefill_ms=40.0, path=DRAFT)
-    own = predict(prof, DIST, batch=1, request_tokens=128).request
+    own = predict(prof, DIST, OperatingPoint(batch=1, request_tokens=128)).request
     spec = dataclasses.replace(prof.spec, algorithm="NGRAM")
-    other = predict(prof, DIST, batch=1, spec=spec, request_tokens=128).request
+    other = predict(prof, DIST, OperatingPoint(batch=1, spec=spec, request_tokens=128)).request
     assert own is not None and other is not None
     assert own.spec_prefill_s == pytest.approx(40e-3)
     assert other.spec_prefill_s == pytest.approx(other.base_prefill_s)
@@ -233,7 +236,7 @@ def test_the_prompt_is_read_off_single_request_prefills() -> None:
     # no single-request step: tokens per request, weighted by the steps (the mixed step reads low)
     assert prompt_tokens_of([(4, 181, 12), (4, 240, 4)]) == 45
     # a v2 profile's extend rows (the draft server's run): its batch-1 row, not the rows' median (46)
-    p = predict(load_profile(DRAFT), DIST, batch=1, request_tokens=64)
+    p = predict(load_profile(DRAFT), DIST, OperatingPoint(batch=1, request_tokens=64))
     assert p.request is not None and p.request.prompt_tokens == 60
 
 

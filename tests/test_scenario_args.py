@@ -12,7 +12,8 @@ import pytest
 from specmodel.commands.flags import FLAGS, flag_of
 from specmodel.commands.scenario import API_ONLY, OPTIONS, scenario_options
 from specmodel.errors import FieldError
-from specmodel.scenario import BOUNDS, INT_FIELDS, ScenarioArgs, resolve_scenario
+from specmodel.scenario.args import BOUNDS, INT_FIELDS, ScenarioArgs
+from specmodel.scenario.resolve import resolve_scenario
 from tests.conftest import DATA, run_cli
 
 

@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from specmodel.model.accept import from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.profile import load_profile
 from tests.conftest import DATA
@@ -26,7 +27,7 @@ def test_sglang_windows_against_the_model(cli, reference_profile):
     assert len(ws) == 14 and doc["skipped"] == {"throughput 0": 1}
     prof = load_profile(reference_profile)
     for w in ws:
-        p = predict(prof, from_mean(w["accept_len"], 4), batch=w["batch"], spec=prof.spec)
+        p = predict(prof, from_mean(w["accept_len"], 4), OperatingPoint(batch=w["batch"], spec=prof.spec))
         assert w["predicted_tokens_per_s"] == pytest.approx(p.tokens_per_s)
         assert w["error"] == pytest.approx((w["predicted_tokens_per_s"] - w["observed_tokens_per_s"]) / w["observed_tokens_per_s"])
     assert doc["summary"]["median_abs_error"] == pytest.approx(statistics.median(abs(w["error"]) for w in ws))
@@ -58,7 +59,7 @@ def test_bench_rows_use_their_own_spec_and_baseline(cli, reference_profile):
     base = [w for w in doc["windows"] if w["steps"] == 0]
     assert len(base) == 3 and all(w["spec"] is None for w in base)
     for w in base:
-        p = predict(prof, from_mean(1.0, 4), batch=w["batch"])
+        p = predict(prof, from_mean(1.0, 4), OperatingPoint(batch=w["batch"]))
         assert w["predicted_tokens_per_s"] == pytest.approx(p.baseline_tokens_per_s)
     deep = [w for w in doc["windows"] if w["steps"] == 5]
     assert deep and all(w["spec"]["num_draft_tokens"] == 6 for w in deep)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import specmodel
 from specmodel.model import decision as D
 from specmodel.model.accept import from_histogram, from_mean
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
@@ -77,13 +78,13 @@ def test_predict_with_p_withheld_by_an_extrapolation_decides_from_its_band() -> 
             _row("draft", 1, 1, 0.5, 0.1, 32), _row("draft", 2, 2, 0.5, 0.1, 32))
     prof = _measured(rows)
     few = from_histogram({1: 3, 2: 1, 3: 1, 4: 1})  # 6 steps, mean 2.0
-    p = predict(prof, few, batch=4, spec=SPEC)
+    p = predict(prof, few, OperatingPoint(batch=4, spec=SPEC))
     assert p.p_withheld.startswith("rests on a cost extrapolated")
     assert p.speedup >= 1.10 and p.speedup_low < 1.0
     assert p.verdict == "MARGINAL" and "not given" in p.verdict_reason
     assert p.speedup == pytest.approx(2.0 * 11.5 / 15.3, rel=1e-6)
     many = from_histogram({1: 3000, 2: 1000, 3: 1000, 4: 1000})  # the same shape, 6,000 steps
-    q = predict(prof, many, batch=4, spec=SPEC)
+    q = predict(prof, many, OperatingPoint(batch=4, spec=SPEC))
     assert q.speedup_low >= 1.0 and q.verdict == "GO"
     # watch acts on the prediction's own decision, not on the hidden P
     obs = Observed(engine="vllm", dist=few, rates=None, steps=3, batch=4.0, context_tokens=0.0, tokens_per_s=None,
@@ -106,7 +107,7 @@ def test_no_speedup_above_the_tokens_a_step_emits(decode_ms: float, verify_rel: 
             _row("verify", 1, 4, decode_ms * verify_rel, 0.5, 20),
             _row("verify", 4, 16, decode_ms * verify_rel * 1.2, 0.5, 20),
             _row("draft", 1, 1, draft_ms, 0.1, 20), _row("draft", 4, 4, draft_ms, 0.1, 20))
-    p = predict(_measured(rows), from_mean(accept, 4), batch=batch, spec=SPEC)
+    p = predict(_measured(rows), from_mean(accept, 4), OperatingPoint(batch=batch, spec=SPEC))
     assert p.speedup <= p.accept_mean_tokens + 1e-9
     assert p.cycle_s >= p.verify_s - 1e-15
     if p.consistent and p.verdict != "NO-GO":
@@ -159,7 +160,7 @@ def test_a_verdict_on_the_shipped_reference_says_whose_costs(tmp_path: Path) -> 
     # the API too; a profile of the user's own box is not qualified
     assert specmodel.predict(accept=3.2).foreign_costs
     own = dataclasses.replace(REF, source=Source.measured(tool="t", description="own", created_utc="", method=""))
-    assert predict(own, from_mean(3.2, 4), spec=SPEC).verdict_label == "GO"
+    assert predict(own, from_mean(3.2, 4), OperatingPoint(spec=SPEC)).verdict_label == "GO"
 
 
 def test_the_report_page_one_carries_the_qualification(tmp_path: Path) -> None:
@@ -197,8 +198,8 @@ def test_request_tokens_set_the_band_and_p_over_the_request() -> None:
     step is 1.96·σ/√C over the C = N/E[A] cycles one N-token generation takes. With --request-tokens
     64 it is 1.96·σ·√(3.2/64), four times the half-width over 1,024 tokens (√(1024/64) = 4)."""
     d = from_mean(3.2, 4)
-    short = predict(REF, d, spec=SPEC, request_tokens=64, prompt_tokens=100, generation_tokens=1024)
-    long_ = predict(REF, d, spec=SPEC, request_tokens=1024, prompt_tokens=100, generation_tokens=64)
+    short = predict(REF, d, OperatingPoint(spec=SPEC, request_tokens=64, prompt_tokens=100, generation_tokens=1024))
+    long_ = predict(REF, d, OperatingPoint(spec=SPEC, request_tokens=1024, prompt_tokens=100, generation_tokens=64))
     w_short = short.tokens_per_s_high - short.tokens_per_s_low
     w_long = long_.tokens_per_s_high - long_.tokens_per_s_low
     assert w_short / w_long == pytest.approx(4.0, rel=1e-9)

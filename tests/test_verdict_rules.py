@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specmodel.model.accept import from_mean, from_per_position
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import MARGINAL, OFF, SPECULATE, Optimum, accept_model, action_for, evaluate, optimize
 from specmodel.model.predict import predict, verdict_for
 from specmodel.model.serveplan import serve_plan
@@ -58,7 +59,7 @@ def test_plan_action_is_predicts_verdict(speedup: float) -> None:
 def test_plan_says_marginal_at_1_05x_and_off_rows_fill_no_configuration(tmp_path: Path) -> None:
     assert action_for(1.05) == MARGINAL and action_for(1.10) == SPECULATE and action_for(0.99) == OFF
     # the reference at 2.6 tokens/step: batch 1 is 1.06x (predict: MARGINAL), so plan must not say "speculate"
-    p = predict(REF, from_mean(2.6, 4), batch=1, spec=SPEC)
+    p = predict(REF, from_mean(2.6, 4), OperatingPoint(batch=1, spec=SPEC))
     assert p.verdict == "MARGINAL"
     r = run_cli("plan", "--accept-len", "2.6", "--batches", "1", "--contexts", "0", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -111,7 +112,7 @@ def test_no_switch_recommended_on_a_difference_inside_the_noise() -> None:
 # ---- a blocking drafter FAIL
 
 def test_a_drafter_fail_blocks_the_report_verdict() -> None:
-    p = predict(REF, from_mean(3.2, 4), batch=1, spec=SPEC)
+    p = predict(REF, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC))
     assert p.verdict == "GO"
     clean = build_report(profile=REF, dist=from_mean(3.2, 4), spec=SPEC, prediction=p, max_batch=2)
     assert clean.verdict == "GO" and clean.blocked_by == ()
@@ -151,7 +152,7 @@ def test_allreduce_whatifs_on_a_sweep_are_na(tmp_path: Path) -> None:
     w = {x.key: x for x in standard_whatifs(prof)[0]}
     for key in ("allreduce_2x", "custom_allreduce", "tp4"):
         assert w[key].unavailable.startswith("not available: the profile records no all-reduce split"), key
-    pred = predict(prof, from_mean(3.0, 4), batch=1, spec=SPEC)
+    pred = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=1, spec=SPEC))
     c = build_report(profile=prof, dist=from_mean(3.0, 4), spec=SPEC, prediction=pred, max_batch=2)
     assert c.allreduce.unavailable.startswith("N/A: no all-reduce data in this profile")
     rows = {r.key: r for r in c.whatifs}

@@ -1,5 +1,5 @@
 """The one table from an input field (what the library's errors name: a
-:class:`~specmodel.scenario.ScenarioArgs` field, an argument) to the command-line flag that sets it.
+:class:`~specmodel.scenario.args.ScenarioArgs` field, an argument) to the command-line flag that sets it.
 
 Below ``commands/`` errors name fields (:class:`~specmodel.errors.FieldError`); ``cli.main`` spells
 them with :func:`flag_of`, so ``specmodel.predict(accept=9.0, steps=3)`` says ``accept`` and

@@ -14,7 +14,8 @@ from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
 from specmodel.model.decision import GO_MIN_SPEEDUP
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, ServePlan
-from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
+from specmodel.scenario.parse import parse_token_list
+from specmodel.scenario.resolve import Scenario, serve_plan_for
 from specmodel.schema.formats import PLAN
 
 
@@ -22,7 +23,7 @@ def format_plan(plan: ServePlan, sc: Scenario) -> str:
     out = [f"note: {n}" for n in sc.notes]
     tp = "TP unknown" if not sc.profile.source.tp_known else f"TP{sc.profile.tp}"  # never a default TP1
     out.append(f"serve plan   profile {sc.profile.name} ({sc.profile.source_kind}), {tp}; "
-               f"acceptance {sc.dist.mean_tokens:.2f} tokens/step ({sc.dist.source}) measured at steps "
+               f"acceptance {sc.accept.dist.mean_tokens:.2f} tokens/step ({sc.accept.dist.source}) measured at steps "
                f"{sc.spec.steps}, topk {sc.spec.topk}")
     if plan.accept_bands:
         for L, label in plan.accept_bands:
@@ -98,7 +99,7 @@ def plan_to_dict(plan: ServePlan, sc: Scenario) -> dict[str, Any]:
         cells.append(d)
     return {**PLAN.header(), "profile": sc.profile.name,
             "profile_path": sc.profile.path, "tp": sc.profile.tp, "algorithm": plan.algorithm,
-            "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
+            "accept_source": sc.accept.dist.source, "accept_mean_tokens": sc.accept.dist.mean_tokens,
             "batches": list(plan.batches), "contexts": list(plan.contexts), "cells": cells, "notes": list(sc.notes),
             "accept_by_context": [{"context_tokens": L, "band": label} for L, label in plan.accept_bands] or None}
 
@@ -131,7 +132,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
     With --engine NAME: the engine's native per-batch schedule per measured context
     (--json prints that document; --export FILE writes it).
     """
-    if scenario.request_tokens is not None or scenario.prompt_tokens is not None:
+    if scenario.point.request_tokens is not None or scenario.point.prompt_tokens is not None:
         # the plan's cells are decode-phase figures (its optimizer ranks by them)
         raise SpecmodelError("--request-tokens/--prompt-tokens: plan prices the decode phase; price a request "
                              "end to end with `specmodel predict` or `specmodel report`")

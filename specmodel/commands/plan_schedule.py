@@ -22,7 +22,8 @@ from specmodel.io import atomic_write_json, loads_json, read_json
 from specmodel.limits import MAX_BATCH, MAX_TP, bounded_int
 from specmodel.model import schedule as sch
 from specmodel.model.costs import measured_contexts
-from specmodel.scenario import Scenario, parse_token_list, serve_plan_for
+from specmodel.scenario.parse import parse_token_list
+from specmodel.scenario.resolve import Scenario, serve_plan_for
 from specmodel.schema.formats import SCHEDULE
 
 #: vLLM's schedule is clipped at its --max-num-seqs; ours runs to this batch by default (k past
@@ -121,7 +122,7 @@ def engine_schedule(sc: Scenario, *, engine: str, contexts: str | None, vllm_bas
     notes = checked + [n for s in scheds for n in s.notes]
     notes += spec.schedule_notes(scheds, base)
     about = {"profile": prof.name, "profile_path": prof.path, "model": model_name, "tp": prof.tp if tp_known else None,
-             "accept_source": sc.dist.source, "accept_mean_tokens": sc.dist.mean_tokens,
+             "accept_source": sc.accept.dist.source, "accept_mean_tokens": sc.accept.dist.mean_tokens,
              "measured_batches": [1, top], "scenario_notes": list(sc.notes), "notes": notes}
     doc = sch.schedule_document(scheds, engine=spec, algorithm=chains.algorithm, base=base,
                                 options={"sglang_config_path": sglang_config_path}, header=SCHEDULE.header(),

@@ -10,7 +10,7 @@ import click
 
 from specmodel.commands.scenario import with_scenario
 from specmodel.model.predict import Prediction, require_consistent
-from specmodel.scenario import Scenario, run_prediction
+from specmodel.scenario.resolve import Scenario, run_prediction
 from specmodel.schema.formats import PREDICTION
 from specmodel.units import ms
 

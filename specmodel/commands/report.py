@@ -16,7 +16,7 @@ from specmodel.commands.scenario import with_scenario
 from specmodel.errors import SpecmodelError
 from specmodel.io import check_output_dir, check_path_components, commit_set, os_error, staging_dir
 from specmodel.limits import MAX_BATCH
-from specmodel.scenario import Scenario, run_prediction
+from specmodel.scenario.resolve import Scenario, run_prediction
 
 REPORTS_DIR = Path("reports")
 
@@ -94,10 +94,12 @@ def report_cmd(scenario: Scenario, output: str | None, max_batch: int, png_dir: 
 
     from specmodel.report.content import build_report
 
-    content = build_report(profile=scenario.profile, dist=scenario.dist, spec=scenario.spec, prediction=pred,
-                           notes=scenario.notes, per_position=scenario.per_position, observation=scenario.observation,
-                           max_batch=max_batch, inputs=[("command", "specmodel " + shlex.join(sys.argv[1:]))],
-                           drafter=drafter_rep, drafter_inputs=drafter_inputs, by_context=scenario.by_context)
+    accept = scenario.accept
+    content = build_report(profile=scenario.profile, dist=accept.dist, spec=scenario.spec, prediction=pred,
+                           notes=scenario.notes, per_position=accept.per_position,
+                           observation=scenario.point.observation, max_batch=max_batch,
+                           inputs=[("command", "specmodel " + shlex.join(sys.argv[1:]))],
+                           drafter=drafter_rep, drafter_inputs=drafter_inputs, by_context=accept.by_context)
     from specmodel.report.markdown import render_markdown
     from specmodel.report.pdf import render_pdf_to_temp, write_pngs
 

@@ -1,8 +1,8 @@
 """The flags shared by ``predict``, ``report``, ``plan`` and ``validate`` (which profile, which
 accept-length source, which operating point), generated from the fields of
-:class:`~specmodel.scenario.ScenarioArgs`: each flag is spelled by the one field → flag table
-(:mod:`specmodel.commands.flags`) and bounded by :data:`~specmodel.scenario.BOUNDS`; the decorator
-fills a ScenarioArgs from click and passes the resolved :class:`~specmodel.scenario.Scenario`."""
+:class:`~specmodel.scenario.args.ScenarioArgs`: each flag is spelled by the one field → flag table
+(:mod:`specmodel.commands.flags`) and bounded by :data:`~specmodel.scenario.args.BOUNDS`; the decorator
+fills a ScenarioArgs from click and passes the resolved :class:`~specmodel.scenario.resolve.Scenario`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import click
 from specmodel.commands.engine_help import RegistryHelpOption
 from specmodel.commands.flags import flag_of
 from specmodel.limits import MAX_CONTEXT_TOKENS, bounded_int
-from specmodel.scenario import BOUNDS, CONVENTIONS, SHAPES, ScenarioArgs, resolve_scenario
+from specmodel.scenario.args import BOUNDS, CONVENTIONS, SHAPES, ScenarioArgs
+from specmodel.scenario.resolve import resolve_scenario
 from specmodel.schema.phases import SPEC_METHODS
 
 

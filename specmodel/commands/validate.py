@@ -11,7 +11,8 @@ from specmodel.engines import log_help
 from specmodel.engines.logs import check_flag_against_log, logged_config, parse_log
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
-from specmodel.scenario import ScenarioArgs, resolve_scenario
+from specmodel.scenario.args import ScenarioArgs
+from specmodel.scenario.resolve import resolve_scenario
 from specmodel.schema.formats import VALIDATION
 from specmodel.validation import check_log_matches_profile, summary, validate_windows
 

@@ -32,7 +32,8 @@ from specmodel.watch import (
 
 
 def _load_profile(path: str | None) -> Any:
-    from specmodel.scenario import ScenarioArgs, resolve_scenario
+    from specmodel.scenario.args import ScenarioArgs
+    from specmodel.scenario.resolve import resolve_scenario
 
     return resolve_scenario(ScenarioArgs(profile=path), require_accept=False).profile
 

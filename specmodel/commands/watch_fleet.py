@@ -14,7 +14,8 @@ from specmodel.schema.profile import Profile
 
 
 def _load_profile(path: str | None) -> Profile:
-    from specmodel.scenario import ScenarioArgs, resolve_scenario
+    from specmodel.scenario.args import ScenarioArgs
+    from specmodel.scenario.resolve import resolve_scenario
 
     return resolve_scenario(ScenarioArgs(profile=path), require_accept=False).profile
 

@@ -38,8 +38,8 @@ from specmodel.schema.formats import ACCEPT
 
 __all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "DEFAULT_DECODE_LOG_INTERVAL", "AcceptSummary", "DecodeWindow",
            "EngineConfig", "LogFile", "SeriesPoint", "accept_dist_from_logs", "accept_document",
-           "check_flag_against_log", "config_of_logs", "iter_windows", "logged_config",
-           "parse_log", "summarize", "throughput_series",
+           "check_flag_against_log", "iter_windows", "logged_config",
+           "parse_log", "summarize", "summarize_files", "throughput_series",
            "window_skip_reason", "write_accept_json"]
 
 ACCEPT_SCHEMA = ACCEPT.name
@@ -102,11 +102,6 @@ def logged_config(files: Sequence[LogFile]) -> EngineConfig | None:
     return cfg
 
 
-def config_of_logs(paths: Sequence[str]) -> EngineConfig | None:
-    """:func:`logged_config` of files on disk (parses them; used to resolve --steps before predicting)."""
-    return logged_config([parse_log(p) for p in paths])
-
-
 def check_flag_against_log(flag: str, value: int | None, logged: int | None, cfg: EngineConfig | None) -> int | None:
     """A flag that contradicts the server's logged value is an error showing both; else the known one."""
     if value is not None and logged is not None and value != logged and cfg is not None:
@@ -129,21 +124,36 @@ def _against_log(field: str, value: int | None, logged: int | None, cfg: EngineC
 
 def summarize(paths: Sequence[str], max_tokens: int | None = None, *, num_spec_tokens: int | None = None,
               decode_log_interval: int | None = None) -> AcceptSummary:
-    """Parse every file and build one accept-length distribution on 1..max_tokens.
-
-    ``max_tokens`` = steps + 1; None infers it from what the files carry (the server's logged
-    configuration, vLLM per-position rates, bench rows, a saved distribution); SGLang decode
-    lines do not carry the step count, so there it is required.
-    """
+    """Parse every file and build one accept-length distribution on 1..max_tokens
+    (:func:`summarize_files` of the parsed files)."""
     if not paths:
         raise SpecmodelError("give at least one log file")
+    _check_summary_args(max_tokens, num_spec_tokens, decode_log_interval)
+    return summarize_files(tuple(parse_log(p) for p in paths), max_tokens, num_spec_tokens=num_spec_tokens,
+                           decode_log_interval=decode_log_interval)
+
+
+def _check_summary_args(max_tokens: int | None, num_spec_tokens: int | None, decode_log_interval: int | None) -> None:
     if decode_log_interval is not None and decode_log_interval < 1:
         raise FieldError("decode_log_interval", f"must be >= 1, got {decode_log_interval}")
     if num_spec_tokens is not None and not 1 <= num_spec_tokens <= MAX_STEPS:
         raise FieldError("num_spec_tokens", f"must be in 1..{MAX_STEPS}, got {num_spec_tokens}")
     if max_tokens is not None and not 2 <= max_tokens <= MAX_STEPS + 1:
         raise FieldError("steps", f"must be in 1..{MAX_STEPS}, got {max_tokens - 1}")
-    files = tuple(parse_log(p) for p in paths)
+
+
+def summarize_files(files: Sequence[LogFile], max_tokens: int | None = None, *, num_spec_tokens: int | None = None,
+                    decode_log_interval: int | None = None) -> AcceptSummary:
+    """One accept-length distribution on 1..max_tokens from files already parsed (:func:`parse_log`).
+
+    ``max_tokens`` = steps + 1; None infers it from what the files carry (the server's logged
+    configuration, vLLM per-position rates, bench rows, a saved distribution); SGLang decode
+    lines do not carry the step count, so there it is required.
+    """
+    files = tuple(files)
+    if not files:
+        raise SpecmodelError("give at least one log file")
+    _check_summary_args(max_tokens, num_spec_tokens, decode_log_interval)
     cfg = logged_config(files)
     notes: list[str] = []
     if cfg is not None:

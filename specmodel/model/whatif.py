@@ -16,6 +16,7 @@ from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
 from specmodel.model.decision import SPECULATE, action_for
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.memory import per_rank_weight_bytes
 from specmodel.model.predict import Prediction, predict
 from specmodel.schema.phases import DRAFT_KINDS
@@ -323,8 +324,9 @@ def batch_sweep(profile: Profile, dist: AcceptDist, *, spec: SpecConfig, batches
     """
     if not batches:
         raise SpecmodelError("batch sweep: needs at least one batch size")
-    return tuple(predict(profile, dist, batch=b, spec=spec, generation_tokens=generation_tokens,
-                         context_tokens=context_tokens, proposal_rate=proposal_rate) for b in batches)
+    return tuple(predict(profile, dist, OperatingPoint(batch=b, spec=spec, generation_tokens=generation_tokens,
+                                                       context_tokens=context_tokens,
+                                                       proposal_rate=proposal_rate)) for b in batches)
 
 
 def stop_paying_batch(points: Sequence[Prediction]) -> int | None:

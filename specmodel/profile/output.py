@@ -192,6 +192,7 @@ def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
     drops the per-cycle overhead; ``predicted_with_loop_overhead`` adds the overhead the loop measured.
     """
     from specmodel.model.accept import from_histogram
+    from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
 
     spec = SpecConfig(algorithm="EAGLE3", steps=loop.steps, topk=loop.topk,
@@ -203,7 +204,7 @@ def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
     base_meas = loop.baseline.tokens_per_s
 
     def one(p: Profile) -> dict[str, Any]:
-        pr = predict(p, dist, batch=b, spec=spec)
+        pr = predict(p, dist, OperatingPoint(batch=b, spec=spec))
         return {"tokens_per_s": pr.tokens_per_s, "cycle_s": pr.cycle_s, "overhead_s": pr.overhead_s,
                 "speedup": pr.speedup, "baseline_tokens_per_s": pr.baseline_tokens_per_s,
                 "rel_error": pr.tokens_per_s / measured - 1.0}

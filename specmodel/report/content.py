@@ -22,6 +22,7 @@ from specmodel.model.accept import AcceptByContext, AcceptDist, chain_mean
 from specmodel.model.allreduce import allreduce_s, oneshot_allreduce_s
 from specmodel.model.costs import FALLBACK, measured_contexts
 from specmodel.model.decision import BLOCKED as _BLOCKED
+from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
 from specmodel.model.serveplan import ServePlan, band_models, serve_plan
@@ -610,8 +611,8 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
                       baseline_tokens_per_s=p.baseline_tokens_per_s, tokens_per_s=p.tokens_per_s, speedup=p.speedup,
                       break_even_accept_tokens=p.break_even_accept_tokens, cycle_s=p.cycle_s, verdict=p.verdict)]
     for w in whatifs:
-        wp = predict(w.profile, dist, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
-                     context_tokens=p.context_tokens, proposal_rate=p.proposal_rate)
+        wp = predict(w.profile, dist, OperatingPoint(batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
+                                                     context_tokens=p.context_tokens, proposal_rate=p.proposal_rate))
         label = w.label + (" (memory fit unknown)" if w.memory.startswith("unknown") else "")
         rows.append(_whatif_row(w.key, label, w.assumptions, wp, unavailable=w.unavailable, memory=w.memory))
 
@@ -694,8 +695,8 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
     for L in grid:
         # acceptance measured per context band (the log's): each context uses its band's
         d, band = by_context.at(L) if by_context is not None else (dist, "")
-        q = predict(profile, d, batch=p.batch, spec=spec, generation_tokens=p.generation_tokens, context_tokens=L,
-                    proposal_rate=p.proposal_rate)
+        q = predict(profile, d, OperatingPoint(batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
+                                               context_tokens=L, proposal_rate=p.proposal_rate))
         rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.baseline_tokens_per_s,
                                tokens_per_s=q.tokens_per_s, speedup=q.speedup,
                                break_even_accept_tokens=q.break_even_accept_tokens, verdict=q.verdict,
