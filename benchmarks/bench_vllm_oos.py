@@ -82,9 +82,9 @@ def predict_speedup(profile: Profile, *, method: str, k: int, batch: int, accept
     r = min(rate, 1.0) if rate is not None and is_host_proposer(method) else None
     p = predict(profile, from_mean(min(accept, k + 1.0), k + 1), OperatingPoint(batch=batch, spec=spec,
                                                                                 proposal_rate=r))
-    return {"speedup": p.speedup, "cycle_s": p.cycle_s, "mean_step_s": p.mean_step_s, "base_s": p.baseline_step_s,
-            "verify_s": p.verify_s, "draft_s": p.draft_s, "proposal_s": p.overhead_s,
-            "assumed": [a.label for a in p.assumed], "extrapolated": [e.label for e in p.extrapolated]}
+    return {"speedup": p.figures.speedup, "cycle_s": p.costs.cycle_s, "mean_step_s": p.costs.mean_step_s, "base_s": p.costs.baseline_step_s,
+            "verify_s": p.costs.verify_s, "draft_s": p.costs.draft_s, "proposal_s": p.costs.overhead_s,
+            "assumed": [a.label for a in p.outcome.assumed], "extrapolated": [e.label for e in p.outcome.extrapolated]}
 
 
 def steps_window(hook_dir: Path, pad_s: float = 5.0) -> tuple[float, float]:

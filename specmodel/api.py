@@ -3,7 +3,7 @@
 >>> import specmodel
 >>> prof = specmodel.load_profile("profiles/my-box")          # or the shipped reference
 >>> pred = specmodel.predict(prof, accept=3.2, batch=4, context="32K")
->>> pred.tokens_per_s, pred.speedup, pred.verdict
+>>> pred.figures.tokens_per_s, pred.figures.speedup, pred.outcome.verdict
 >>> pred.to_frame()                                          # pandas, one row
 >>> prof.costs_frame()                                       # pandas, one row per cost row
 
@@ -25,7 +25,8 @@ from typing import Any
 from specmodel.errors import FieldError
 from specmodel.model.accept import AcceptDist
 from specmodel.model.calibrate import Observation
-from specmodel.model.predict import Prediction, require_consistent
+from specmodel.model.predict import require_consistent
+from specmodel.model.prediction import Prediction
 from specmodel.scenario.args import ScenarioArgs
 from specmodel.scenario.profiles import find_profile, reference_profile_path
 from specmodel.scenario.resolve import resolve_scenario, run_prediction

@@ -78,7 +78,7 @@ def rules(profile: Profile, spec: SpecConfig, *, window: str = WINDOW, hold: str
     dist = acc.from_mean(spec.max_accept_tokens, spec.max_accept_tokens, source="break-even only")
     cannot = []
     for b, lo, hi in batch_bands([r.batch for r in profile.rows("decode")]):
-        be = predict(profile, dist, OperatingPoint(batch=b, spec=spec, context_tokens=ctx)).break_even_accept_tokens
+        be = predict(profile, dist, OperatingPoint(batch=b, spec=spec, context_tokens=ctx)).figures.break_even_accept_tokens
         if not math.isfinite(be):
             continue
         cond = f"({batch} >= {lo:.6g})" + (f" and ({batch} < {hi:.6g})" if math.isfinite(hi) else "")

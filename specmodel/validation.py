@@ -14,7 +14,8 @@ from specmodel.limits import MAX_BATCH, MIN_BUSY_FRACTION, ROUND_SLACK
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.inputs import OperatingPoint
-from specmodel.model.predict import Prediction, predict
+from specmodel.model.predict import predict
+from specmodel.model.prediction import Prediction
 from specmodel.schema.profile import Profile, SpecConfig
 
 
@@ -116,19 +117,19 @@ def validate_windows(profile: Profile, spec: SpecConfig, windows: list[DecodeWin
                               context_tokens=round(w.context_tokens) if w.context_tokens is not None else None)
             obs_spec = sp
             p = _predict(profile, w, sp, obs)
-            results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=p.tokens_per_s, calibration=True))
+            results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=p.figures.tokens_per_s, calibration=True))
             continue
         p = _predict(profile, w, sp, obs if sp == obs_spec else None)
-        for msg in p.warnings:
+        for msg in p.outcome.warnings:
             # per-window extrapolation is counted once below, not repeated per context
             if msg not in warnings and _EXTRAPOLATED not in msg and not msg.startswith("calibration point:"):
                 warnings.append(msg)
-        pred = p.tokens_per_s if sp is not None else p.baseline_tokens_per_s
+        pred = p.figures.tokens_per_s if sp is not None else p.figures.baseline_tokens_per_s
         # a baseline window's prediction uses the decode step only: no verify to assume
-        assumed = tuple(dict.fromkeys(a.label for a in p.assumed)) if sp is not None else ()
-        bad = tuple(dict.fromkeys(i.message for i in p.inconsistencies if i.refuses)) if sp is not None else ()
+        assumed = tuple(dict.fromkeys(a.label for a in p.outcome.assumed)) if sp is not None else ()
+        bad = tuple(dict.fromkeys(i.message for i in p.outcome.inconsistencies if i.refuses)) if sp is not None else ()
         results.append(WindowResult(window=w, spec=sp, predicted_tokens_per_s=pred,
-                                    extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated)),
+                                    extrapolated=tuple(dict.fromkeys(e.label for e in p.outcome.extrapolated)),
                                     assumed=assumed, inconsistent=bad))
     n_ext = sum(1 for r in results if r.extrapolated)
     if n_ext:

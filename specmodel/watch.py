@@ -512,14 +512,14 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     rate = obs.proposal_rate if obs.proposal_rate is not None and is_host_proposer(spec.algorithm) else None
     p = predict(profile, dist, OperatingPoint(batch=b, spec=spec, context_tokens=obs.context_tokens,
                                               proposal_rate=rate))
-    base = p.baseline_tokens_per_s
+    base = p.figures.baseline_tokens_per_s
     topks = (1,) if engine_spec(obs.engine).chains_only else (1, 2, 4, 8)
     model = accept_model(dist, rates=obs.rates, measured_topk=spec.topk, max_steps=max(8, spec.steps))
     opt = optimize(profile, model, batch=b, default=spec, top=1, topks=topks, context_tokens=obs.context_tokens,
-                   proposal_rate=p.proposal_rate)
+                   proposal_rate=p.accept.proposal_rate)
     batches = sorted({r.batch for r in profile.rows("decode")} | {b})
     limit = batch_limit([optimize(profile, model, batch=x, default=spec, top=1, topks=topks,
-                                  context_tokens=obs.context_tokens, proposal_rate=p.proposal_rate)
+                                  context_tokens=obs.context_tokens, proposal_rate=p.accept.proposal_rate)
                          for x in batches])
     notes: list[str] = []
     if obs.method is None:
@@ -529,13 +529,13 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
         ctxs = measured_contexts(profile, "decode")
         notes.append(f"the source gives no context: costs at the profile's context {min(ctxs) if ctxs else 0}")
     # a cost the verdict rests on that nobody measured is said beside it, as predict's label says it
-    notes.extend(dict.fromkeys(a.label for a in p.assumed))
+    notes.extend(dict.fromkeys(a.label for a in p.outcome.assumed))
     run = opt.to_run
     # the one decision rule (model/decision.py) on the current configuration; a different k is
     # advised only when it is GO itself and beats the current one beyond the noise band
     # (the prediction's own decision: inputs that contradict each other give none, a withheld P decides nothing)
     d = p.decision
-    better = d.verdict != INCONSISTENT and run is not None and run.steps != spec.steps and run.tokens_per_s > p.tokens_per_s_high
+    better = d.verdict != INCONSISTENT and run is not None and run.steps != spec.steps and run.tokens_per_s > p.figures.tokens_per_s_high
     if better and run is not None:
         advice = f"use k = {run.steps} (predicted {run.speedup:.2f}x)"
     elif d.verdict == INCONSISTENT:  # no figure to advise from here, not even a batch limit
@@ -547,11 +547,11 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
         advice = d.advice()
         if limit is not None and limit < max(batches):
             advice += f" (switch off above batch {limit})"
-    return Reading(observed=obs, spec=spec, speedup=p.speedup, speedup_low=p.speedup_low,
-                   speedup_high=p.speedup_high, break_even_tokens=p.break_even_accept_tokens,
-                   margin_tokens=p.margin_tokens, predicted_tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base,
+    return Reading(observed=obs, spec=spec, speedup=p.figures.speedup, speedup_low=p.figures.speedup_low,
+                   speedup_high=p.figures.speedup_high, break_even_tokens=p.figures.break_even_accept_tokens,
+                   margin_tokens=p.figures.margin_tokens, predicted_tokens_per_s=p.figures.tokens_per_s, baseline_tokens_per_s=base,
                    advice=advice, switch_off_above_batch=limit, best_steps=run.steps if run is not None else None,
-                   extrapolated=tuple(dict.fromkeys(e.label for e in p.extrapolated)), notes=tuple(notes),
+                   extrapolated=tuple(dict.fromkeys(e.label for e in p.outcome.extrapolated)), notes=tuple(notes),
                    verdict=d.verdict, verdict_reason=d.reason)
 
 

@@ -25,7 +25,7 @@ def _profile(allreduce_s: float) -> Profile:
 def test_the_split_is_known_only_where_a_row_records_allreduce_time() -> None:
     assert _profile(0.5).has_allreduce_split and not _profile(0.0).has_allreduce_split
     known, unknown = (predict(_profile(f), from_mean(2.5, 4), OperatingPoint(batch=1, spec=SPEC)) for f in (0.5, 0.0))
-    assert known.allreduce_known and not unknown.allreduce_known
+    assert known.source.allreduce_known and not unknown.source.allreduce_known
     d = unknown.to_dict()
     assert d["cycle_allreduce_frac"] is None and d["verify_allreduce_s"] is None and d["allreduce_known"] is False
     assert known.to_dict()["cycle_allreduce_frac"] > 0
@@ -62,7 +62,7 @@ def test_rows_a_graph_replay_hid_the_allreduce_of_are_unknown_not_zero() -> None
     assert [r.kind for r in prof.allreduce_unseen] == ["decode", "verify", "draft"]
     assert not prof.has_allreduce_split
     p = predict(prof, from_mean(2.5, 4), OperatingPoint(batch=1, spec=SPEC))
-    assert not p.allreduce_known and p.to_dict()["cycle_allreduce_frac"] is None
+    assert not p.source.allreduce_known and p.to_dict()["cycle_allreduce_frac"] is None
     from specmodel.model.whatif import no_allreduce_split
 
     why = no_allreduce_split(prof)

@@ -67,11 +67,11 @@ def test_api_predict_equals_cli_json(tmp_path, cli_args, api_kwargs):
 def test_accept_conventions_and_sources_agree():
     tokens = specmodel.predict(accept=2.5)
     drafts = specmodel.predict(accept=1.5, convention="drafts")
-    assert math.isclose(tokens.tokens_per_s, drafts.tokens_per_s, rel_tol=1e-12)
+    assert math.isclose(tokens.figures.tokens_per_s, drafts.figures.tokens_per_s, rel_tol=1e-12)
     dist = specmodel.load_accept(DATA / "logs_vllm_new" / "server.log")
     from_dist = specmodel.predict(accept=dist)
-    assert math.isclose(from_dist.accept_mean_tokens, dist.mean_tokens, rel_tol=1e-12)
-    assert from_dist.accept_samples == dist.samples > 0
+    assert math.isclose(from_dist.accept.mean_tokens, dist.mean_tokens, rel_tol=1e-12)
+    assert from_dist.accept.samples == dist.samples > 0
 
 
 def test_api_errors_are_specmodel_errors_naming_the_argument_not_a_flag():
@@ -110,8 +110,8 @@ def test_prediction_frame_has_one_row_of_the_dict():
     pred = specmodel.predict(accept=3.0, batch=2)
     frame = pred.to_frame()
     assert len(frame) == 1
-    assert frame.loc[0, "tokens_per_s"] == pred.tokens_per_s
-    assert frame.loc[0, "verdict"] == pred.verdict
+    assert frame.loc[0, "tokens_per_s"] == pred.figures.tokens_per_s
+    assert frame.loc[0, "verdict"] == pred.outcome.verdict
     assert set(frame.columns) == set(pred.to_dict())
 
 

@@ -73,17 +73,17 @@ def test_the_api_carries_the_same_qualification(tmp_path: Path) -> None:
     prof = sweep_profile(str(_sweep(tmp_path)), tp=4)
     p = specmodel.predict(prof, accept=3.0, context="128K")
     # a sweep measured neither verify nor a drafter: both are named, and P(speedup > 1) is not given
-    assert [a.kind for a in p.assumed] == ["verify", "draft"] and not p.measured
+    assert [a.kind for a in p.outcome.assumed] == ["verify", "draft"] and not p.measured
     assert "(verify not measured at 128K: assumed = decode at 4 tokens; draft not measured: assumed 0 s" \
         in p.verdict_label
-    assert p.p_withheld and p.to_dict()["p_speedup_gt_1"] is None and "not given" in p.p_text
+    assert p.figures.p_withheld and p.to_dict()["p_speedup_gt_1"] is None and "not given" in p.p_text
     assert p.to_dict()["assumed"][0]["context_tokens"] == 131072
 
 
 def test_verify_measured_at_the_context_gives_a_plain_verdict() -> None:
     p = predict(OWN, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC, context_tokens=0))
-    assert p.assumed == () and p.extrapolated == () and p.measured
-    assert p.verdict_label == p.verdict
+    assert p.outcome.assumed == () and p.outcome.extrapolated == () and p.measured
+    assert p.verdict_label == p.outcome.verdict
 
 
 def _ref_with_verify_at(contexts: tuple[int, ...]) -> object:
@@ -100,15 +100,15 @@ def test_between_measured_verify_contexts_interpolated_beyond_extrapolated() -> 
     prof = _ref_with_verify_at((0, 32768))
     mid = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
                                                           context_tokens=16384))
-    assert mid.measured and mid.verdict_label == mid.verdict
+    assert mid.measured and mid.verdict_label == mid.outcome.verdict
     lo = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
                                                          context_tokens=0))
     hi = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
                                                          context_tokens=32768))
-    assert lo.verify_s < mid.verify_s < hi.verify_s
+    assert lo.costs.verify_s < mid.costs.verify_s < hi.costs.verify_s
     far = predict(prof, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC,  # type: ignore[arg-type]
                                                           context_tokens=131072))
-    assert far.assumed == () and any(e.axis == "context" for e in far.extrapolated)
+    assert far.outcome.assumed == () and any(e.axis == "context" for e in far.outcome.extrapolated)
     assert "(extrapolated: context 131072 > measured 32768" in far.verdict_label
 
 

@@ -64,14 +64,14 @@ def test_predict_gives_a_speedup_band_that_holds_both_cost_intervals() -> None:
     """A baseline measured to +-20 % widens the speedup's band and leaves the tok/s band alone."""
     tight = predict(_profile(), from_mean(2.5, 4), OperatingPoint(spec=SPEC))
     loose = predict(_profile(decode_ci=0.20), from_mean(2.5, 4), OperatingPoint(spec=SPEC))
-    assert tight.speedup_low <= tight.speedup <= tight.speedup_high
-    assert (loose.tokens_per_s_low, loose.tokens_per_s_high) == (tight.tokens_per_s_low, tight.tokens_per_s_high)
-    sp, tps = loose.speedup, loose.tokens_per_s
-    h_hi = (loose.tokens_per_s_high - tps) / tps
-    assert loose.speedup_high == pytest.approx(sp * (1 + math.sqrt(h_hi**2 + 0.20**2)), rel=1e-9)
-    assert tight.speedup_high == pytest.approx(sp * (1 + h_hi), rel=1e-9)
+    assert tight.figures.speedup_low <= tight.figures.speedup <= tight.figures.speedup_high
+    assert (loose.figures.tokens_per_s_low, loose.figures.tokens_per_s_high) == (tight.figures.tokens_per_s_low, tight.figures.tokens_per_s_high)
+    sp, tps = loose.figures.speedup, loose.figures.tokens_per_s
+    h_hi = (loose.figures.tokens_per_s_high - tps) / tps
+    assert loose.figures.speedup_high == pytest.approx(sp * (1 + math.sqrt(h_hi**2 + 0.20**2)), rel=1e-9)
+    assert tight.figures.speedup_high == pytest.approx(sp * (1 + h_hi), rel=1e-9)
     d = loose.to_dict()
-    assert d["speedup_low"] == loose.speedup_low and d["speedup_high"] == loose.speedup_high
+    assert d["speedup_low"] == loose.figures.speedup_low and d["speedup_high"] == loose.figures.speedup_high
 
 
 def test_a_drifting_series_gets_a_wider_interval_than_independent_samples() -> None:

@@ -43,20 +43,20 @@ def _profile(decode_ms: float, verify_ms: float, *, iqr_ms: float = 0.0, n: int 
 
 
 def _checks(p: object) -> list[str]:
-    return [i.check for i in p.inconsistencies]  # type: ignore[attr-defined]
+    return [i.check for i in p.outcome.inconsistencies]  # type: ignore[attr-defined]
 
 
 def test_verify_cheaper_than_decode_refuses_with_both_numbers() -> None:
     p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
-    assert p.verdict == "INCONSISTENT" and not p.consistent
+    assert p.outcome.verdict == "INCONSISTENT" and not p.consistent
     assert "verify_below_decode" in _checks(p) and "break_even_below_one" in _checks(p)
-    assert "verify 7.00 ms over 4 tokens" in p.verdict_reason and "decode step 36.00 ms over 1 token" in p.verdict_reason
+    assert "verify 7.00 ms over 4 tokens" in p.outcome.reason and "decode step 36.00 ms over 1 token" in p.outcome.reason
     assert p.p_text.startswith("not given") and p.to_dict()["p_speedup_gt_1"] is None
     assert p.verdict_label == "INCONSISTENT"
     with pytest.raises(SpecmodelError, match="inconsistent inputs: verify 7.00 ms"):
         specmodel.predict(_profile(36.0, 7.0), accept=3.0)
     loose = specmodel.predict(_profile(36.0, 7.0), accept=3.0, strict=False)
-    assert loose.verdict == "INCONSISTENT"
+    assert loose.outcome.verdict == "INCONSISTENT"
 
 
 def test_a_verify_within_noise_of_decode_is_not_a_contradiction() -> None:
@@ -91,10 +91,10 @@ def test_running_max_override_is_shown_and_qualifies() -> None:
     assert forward_cost(prof, "verify", 4).total_s == pytest.approx(6.5e-3)
     p = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC))
     assert p.consistent and _checks(p) == ["running_max"]
-    assert p.verify_s == pytest.approx(6.5e-3)
+    assert p.costs.verify_s == pytest.approx(6.5e-3)
     assert "verify at 8 tokens: measured 5.00 ms, used 6.50 ms (monotone fit: 4 tokens measured 8.00 ms" \
         in p.verdict_label
-    assert p.p_withheld and any("re-measure verify at 8 and 4 tokens" in m for m in p.to_measure)
+    assert p.figures.p_withheld and any("re-measure verify at 8 and 4 tokens" in m for m in p.to_measure)
     # weighted by the steps behind each: 10 steps at 8 ms against 200 at 5 ms pool to
     # (10·8 + 200·5) / 210 = 5.143 ms; the running max carried the 10-step row's 8 ms to the 200-step one
     heavy = dataclasses.replace(prof, costs=(_row("decode", 1, 1, 4.0, n=200), _row("verify", 1, 4, 8.0, n=10),
@@ -103,12 +103,12 @@ def test_running_max_override_is_shown_and_qualifies() -> None:
     assert forward_cost(heavy, "verify", 8).total_s == pytest.approx((10 * 8.0 + 200 * 5.0) / 210 * 1e-3, rel=1e-9)
     # a dip inside the tolerance is the surface's business, not a finding
     small = _profile(4.0, 8.0, extra=(_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 7.5), _row("draft", 2, 2, 0.3)))
-    assert predict(small, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).inconsistencies == ()
+    assert predict(small, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).outcome.inconsistencies == ()
     # the 3 ms dip of noisy medians (IQR 6 ms over 4 steps each: SE 2.79 ms, two SE of the difference 7.9 ms)
     noisy = (_row("decode", 2, 2, 4.2), _row("verify", 2, 8, 5.0, iqr_ms=6.0, n=4), _row("draft", 2, 2, 0.3))
     prof_noisy = dataclasses.replace(prof, costs=(_row("decode", 1, 1, 4.0), _row("verify", 1, 4, 8.0, iqr_ms=6.0, n=4),
                                                   _row("draft", 1, 1, 0.2), *noisy))
-    assert predict(prof_noisy, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).inconsistencies == ()
+    assert predict(prof_noisy, from_mean(3.0, 4), OperatingPoint(batch=2, spec=SPEC)).outcome.inconsistencies == ()
 
 
 def test_inconsistency_vocabulary_is_closed() -> None:
@@ -122,15 +122,15 @@ def test_consistent_profile_keeps_its_plain_verdict() -> None:
     p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     # by hand: a cycle is the 12 ms verify + 3 draft steps of 0.2 ms + 0.1 ms overhead = 12.7 ms for
     # 3 tokens, 236.2 tok/s against the 10 ms decode step's 100 tok/s: 2.362x, far past GO's 1.10x
-    assert p.speedup == pytest.approx(2.36220, rel=1e-5)
-    assert p.consistent and p.inconsistencies == () and p.verdict == "GO"
-    assert not p.p_withheld and p.p_speedup_gt_1 is not None and p.p_text == f"{p.p_speedup_gt_1:.2f}"
+    assert p.figures.speedup == pytest.approx(2.36220, rel=1e-5)
+    assert p.consistent and p.outcome.inconsistencies == () and p.outcome.verdict == "GO"
+    assert not p.figures.p_withheld and p.figures.p_speedup_gt_1 is not None and p.p_text == f"{p.figures.p_speedup_gt_1:.2f}"
 
 
 def test_tp1_all_reduce_is_none_not_unknown() -> None:
     p = predict(_profile(10.0, 12.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
-    assert p.no_allreduce and p.allreduce_known and p.allreduce_word == "none (TP 1)"
-    assert dict(p.cost_sources)["all-reduce"].startswith("none: TP 1")
+    assert p.no_allreduce and p.source.allreduce_known and p.allreduce_word == "none (TP 1)"
+    assert dict(p.source.cost_sources)["all-reduce"].startswith("none: TP 1")
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +167,10 @@ def test_method_reprices_with_the_assumption_named(tmp_path: Path) -> None:
     # an ngram-free forward profile priced as ngram: no drafter, the lookup assumed 0 s and said
     prof = _profile(10.0, 12.0)
     p = specmodel.predict(prof, accept=2.5, method="ngram")
-    assert p.draft_s == 0.0 and any(a.kind == "proposal" for a in p.assumed) and p.p_withheld
+    assert p.costs.draft_s == 0.0 and any(a.kind == "proposal" for a in p.outcome.assumed) and p.figures.p_withheld
     # priced as draft_model from an EAGLE3 profile: the EAGLE3 drafter's forward stands in, named
     q = specmodel.predict(prof, accept=2.5, method="draft_model")
-    assert q.draft_s > 0 and any("eagle3 drafter's measured forward" in a.label for a in q.assumed)
+    assert q.costs.draft_s > 0 and any("eagle3 drafter's measured forward" in a.label for a in q.outcome.assumed)
     with pytest.raises(SpecmodelError, match="method"):
         specmodel.predict(prof, accept=2.5, method="medusa-9")
 
@@ -179,7 +179,7 @@ def test_k_below_the_profiled_k_interpolates_from_decode() -> None:
     # k = 1 (verify 2 tokens) from a k = 3 profile: between decode (10 ms, 1 token) and verify (12 ms, 4 tokens)
     prof = _profile(10.0, 12.0)
     p = specmodel.predict(prof, accept=1.8, steps=1)
-    assert p.extrapolated == () and p.verify_s == pytest.approx(10e-3 + (2 - 1) / (4 - 1) * 2e-3)
+    assert p.outcome.extrapolated == () and p.costs.verify_s == pytest.approx(10e-3 + (2 - 1) / (4 - 1) * 2e-3)
 
 
 def test_report_writes_the_pdf_for_the_contradiction(messy: Path, tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_report_writes_the_pdf_for_the_contradiction(messy: Path, tmp_path: Path
 def test_dataclass_replace_keeps_checks_frozen() -> None:
     p = predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        p.inconsistencies = ()  # type: ignore[misc]
+        p.outcome.inconsistencies = ()  # type: ignore[misc]
 
 
 def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
@@ -206,7 +206,7 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
 
     # the loaded recording: the baseline's decode forward 14.46 ms against the ngram server's own 2.79 ms
     p = specmodel.predict(str(messy), accept=2.97, strict=False)
-    dis = [i for i in p.inconsistencies if i.check == "decode_disagrees"]
+    dis = [i for i in p.outcome.inconsistencies if i.check == "decode_disagrees"]
     assert dis and dis[0].refuses and "14.46 ms" in dis[0].message and "2.79 ms" in dis[0].message
 
     def with_spec_decode(fwd_ms: float) -> Profile:
@@ -219,17 +219,17 @@ def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
     assert "decode_disagrees" not in _checks(predict(with_spec_decode(10.0), from_mean(3.0, 4),
                                                      OperatingPoint(spec=SPEC)))
     cheap = predict(with_spec_decode(5.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
-    (i,) = [i for i in cheap.inconsistencies if i.check == "decode_disagrees"]
+    (i,) = [i for i in cheap.outcome.inconsistencies if i.check == "decode_disagrees"]
     assert i.refuses and not cheap.consistent  # the baseline dearer: a false GO in the making
 
     # the speculative server dearer (14 ms against 10 ms; 20 steps each, no spread: 40 % > the 25 % bound):
     # the verdict stands, qualified with both numbers, and P(speedup > 1) is withheld
     dear = predict(with_spec_decode(14.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC))
-    (q,) = [i for i in dear.inconsistencies if i.check == "decode_disagrees"]
+    (q,) = [i for i in dear.outcome.inconsistencies if i.check == "decode_disagrees"]
     # the EAGLE cycle is the consistent profile's (12.7 ms for 3 tokens against a 10 ms decode step:
     # 2.362x); its band's low end stays above 1, so the rule still says GO without P
-    assert not q.refuses and dear.consistent and dear.verdict == "GO"
-    assert dear.speedup == pytest.approx(2.36220, rel=1e-5) and dear.speedup_low > 1.0
+    assert not q.refuses and dear.consistent and dear.outcome.verdict == "GO"
+    assert dear.figures.speedup == pytest.approx(2.36220, rel=1e-5) and dear.figures.speedup_low > 1.0
     assert "10.00 ms" in q.message and "14.00 ms" in q.message and "40%" in q.message
     assert "speculative forwards dearer" in dear.verdict_label and "costs replaced" not in dear.verdict_label
     assert dear.p_text.startswith("not given (the two servers' same forward disagrees")
@@ -251,15 +251,15 @@ def test_extrapolated_curves_that_cross_are_refused_as_a_failed_extrapolation() 
     prof = Profile(name="t", source={"kind": "measured", "description": "test"}, tp=1, costs=rows, spec=SPEC,
                    overhead_s=1e-4)
     p = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=8, spec=SPEC))
-    cross = next(i for i in p.inconsistencies if i.check == "verify_below_decode")
+    cross = next(i for i in p.outcome.inconsistencies if i.check == "verify_below_decode")
     assert cross.severity == "refuse" and cross.beyond_range
     assert cross.message.startswith("extrapolated costs cross: verify 7.47 ms over 32 tokens"), cross.message
     assert "decode step 8.67 ms" in cross.message
-    assert p.verdict == "INCONSISTENT" and not p.consistent
+    assert p.outcome.verdict == "INCONSISTENT" and not p.consistent
     with pytest.raises(SpecmodelError, match=r"^beyond the measured range: extrapolated costs cross"):
         require_consistent(p)
     far = predict(prof, from_mean(3.0, 4), OperatingPoint(batch=16, spec=SPEC))
-    assert far.verdict == "INCONSISTENT" and far.inconsistencies[0].check == "beyond_range"
-    assert far.inconsistencies[0].message.startswith("batch 16 is 4x the largest measured (4)")
+    assert far.outcome.verdict == "INCONSISTENT" and far.outcome.inconsistencies[0].check == "beyond_range"
+    assert far.outcome.inconsistencies[0].message.startswith("batch 16 is 4x the largest measured (4)")
     # inside the measured range the same kind of contradiction still refuses
-    assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC)).verdict == "INCONSISTENT"
+    assert predict(_profile(36.0, 7.0), from_mean(3.0, 4), OperatingPoint(spec=SPEC)).outcome.verdict == "INCONSISTENT"

@@ -128,11 +128,11 @@ def test_verify_falls_back_to_decode_at_same_tokens_and_same_context() -> None:
 def test_default_context_is_the_smallest_measured_one() -> None:
     assert default_context(PROF) == 0
     p = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4))
-    assert p.context_tokens == 0 and "smallest measured" in p.context_source
+    assert p.point.context_tokens == 0 and "smallest measured" in p.point.context_source
     q = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4, context_tokens=32768))
-    assert q.baseline_tokens_per_s == pytest.approx(4 / _decode_s(4, 32768))
-    assert q.baseline_tokens_per_s_per_request == pytest.approx(q.baseline_tokens_per_s / 4)
-    assert q.tokens_per_s_per_request == pytest.approx(q.tokens_per_s / 4)
+    assert q.figures.baseline_tokens_per_s == pytest.approx(4 / _decode_s(4, 32768))
+    assert q.baseline_tokens_per_s_per_request == pytest.approx(q.figures.baseline_tokens_per_s / 4)
+    assert q.tokens_per_s_per_request == pytest.approx(q.figures.tokens_per_s / 4)
 
 
 def test_v1_profile_is_read_as_one_context() -> None:
@@ -150,9 +150,9 @@ def test_v1_profile_is_read_as_one_context() -> None:
 
 def test_verdict_from_extrapolated_costs_is_qualified() -> None:
     p = predict(PROF, from_mean(1.2, 4), OperatingPoint(batch=32))
-    assert p.verdict == "NO-GO"
+    assert p.outcome.verdict == "NO-GO"
     assert p.verdict_label.startswith("NO-GO (extrapolated: batch 32 > measured 16")
-    assert {e.axis for e in p.extrapolated} >= {"batch", "tokens"}
+    assert {e.axis for e in p.outcome.extrapolated} >= {"batch", "tokens"}
     d = p.to_dict()
     batch_entry = next(e for e in d["extrapolated"] if e["axis"] == "batch")
     assert {"axis": "batch", "requested": 32.0, "measured_min": 1.0, "measured_max": 16.0}.items() <= batch_entry.items()
@@ -160,7 +160,7 @@ def test_verdict_from_extrapolated_costs_is_qualified() -> None:
     assert p.p_text.startswith("not given (rests on a cost extrapolated beyond the measured range: batch 32 > measured")
     assert d["p_speedup_gt_1"] is None and d["p_withheld"].startswith("rests on a cost extrapolated")
     inside = predict(PROF, from_mean(3.0, 4), OperatingPoint(batch=4, context_tokens=4096))
-    assert inside.extrapolated == () and inside.verdict_label == inside.verdict and not inside.p_withheld
+    assert inside.outcome.extrapolated == () and inside.verdict_label == inside.outcome.verdict and not inside.figures.p_withheld
 
 
 def test_calibration_four_fields_is_modelled_at_its_own_context() -> None:
@@ -170,11 +170,11 @@ def test_calibration_four_fields_is_modelled_at_its_own_context() -> None:
     dist = from_mean(3.0, 4)
     # predicted at the calibration point itself, the model reproduces the observation exactly
     same = predict(PROF, dist, OperatingPoint(batch=4, observation=obs, context_tokens=32768))
-    assert same.tokens_per_s == pytest.approx(300.0)
+    assert same.figures.tokens_per_s == pytest.approx(300.0)
     # elsewhere the unseen per-cycle seconds are carried unchanged
     other = predict(PROF, dist, OperatingPoint(batch=16, observation=obs, context_tokens=4096))
     plain = predict(PROF, dist, OperatingPoint(batch=16, context_tokens=4096))
-    assert other.overhead_s - plain.overhead_s == pytest.approx(same.calibrated_overhead_s)
+    assert other.costs.overhead_s - plain.costs.overhead_s == pytest.approx(same.costs.calibrated_overhead_s)
     with pytest.raises(SpecmodelError, match="BATCH,CONTEXT,ACCEPT_LEN,TOKENS_PER_S"):
         parse_observation("4,1,2,3,4")
     with pytest.raises(SpecmodelError, match="context must be >= 0"):

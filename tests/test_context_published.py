@@ -27,7 +27,8 @@ import pytest
 from specmodel.model.accept import from_mean
 from specmodel.model.calibrate import Observation
 from specmodel.model.inputs import OperatingPoint
-from specmodel.model.predict import Prediction, predict
+from specmodel.model.predict import predict
+from specmodel.model.prediction import Prediction
 from specmodel.schema.profile import SpecConfig
 from specmodel.trace.sweep import sweep_profile
 
@@ -54,13 +55,13 @@ def _predictions(dcp: int, *, sweep: str | None = None) -> dict[tuple[int, int],
 
 
 def _errors(preds: dict[tuple[int, int], tuple[float, Prediction]]) -> dict[tuple[int, int], float]:
-    return {k: (p.tokens_per_s - t) / t for k, (t, p) in preds.items() if k != CALIBRATION and not p.extrapolated}
+    return {k: (p.figures.tokens_per_s - t) / t for k, (t, p) in preds.items() if k != CALIBRATION and not p.outcome.extrapolated}
 
 
 def test_calibration_point_is_reproduced() -> None:
     for dcp in (8, 1):
         t, p = _predictions(dcp)[CALIBRATION]
-        assert p.tokens_per_s == pytest.approx(t, rel=1e-9)
+        assert p.figures.tokens_per_s == pytest.approx(t, rel=1e-9)
 
 
 def test_dcp8_inside_the_measured_range() -> None:
@@ -72,7 +73,7 @@ def test_dcp8_inside_the_measured_range() -> None:
     # outside it the verify (B x 4 tokens at L) was not measured: flagged, never silent
     for k, (_, p) in preds.items():
         if k not in inside and k != CALIBRATION:
-            assert any(e.axis == "tokens" for e in p.extrapolated)
+            assert any(e.axis == "tokens" for e in p.outcome.extrapolated)
     med = statistics.median(abs(e) for e in errs.values())
     assert med < 0.03  # the median target: met
     assert med == pytest.approx(0.016, abs=0.002)
@@ -101,7 +102,7 @@ def test_context_zero_sweep_is_flagged_at_long_context(tmp_path: Path) -> None:
     preds = _predictions(8, sweep=str(p))
     for (b, L), (_, pred) in preds.items():
         if L > 0:
-            assert any(e.axis == "context" and e.measured_max == 0 for e in pred.extrapolated), (b, L)
+            assert any(e.axis == "context" and e.measured_max == 0 for e in pred.outcome.extrapolated), (b, L)
             # a sweep has no verify rows: qualified for that first, then the context
-            assert pred.verdict_label.startswith(f"{pred.verdict} (verify not measured at "), pred.verdict_label
+            assert pred.verdict_label.startswith(f"{pred.outcome.verdict} (verify not measured at "), pred.verdict_label
             assert "extrapolated: context" in pred.verdict_label

@@ -74,19 +74,21 @@ def test_1_05x_is_marginal_for_every_caller() -> None:
     assert s.ranges[0].k == 0 and s.ranges[0].basis == sch.MEASURED_MARGINAL
     # the what-if batch sweep stops paying where the rule stops saying speculate
     p = predict(REF, from_mean(3.0, 4), OperatingPoint(batch=1, spec=SPEC))
-    pts = [dataclasses.replace(p, batch=b, speedup=x) for b, x in ((1, 1.2), (2, 1.05), (4, 0.9))]
+    pts = [dataclasses.replace(p, point=dataclasses.replace(p.point, batch=b),
+                               figures=dataclasses.replace(p.figures, speedup=x))
+           for b, x in ((1, 1.2), (2, 1.05), (4, 0.9))]
     assert stop_paying_batch(pts) == 2
 
 
 @pytest.mark.parametrize("accept", [2.4, 2.6, 2.9, 3.4])
 def test_predict_and_watch_follow_the_rule(accept: float) -> None:
     p = predict(REF, counted(accept), OperatingPoint(batch=1, spec=SPEC))
-    d = D.decide(p.speedup, p.p_speedup_gt_1)
-    assert p.verdict == d.verdict
+    d = D.decide(p.figures.speedup, p.figures.p_speedup_gt_1)
+    assert p.outcome.verdict == d.verdict
     obs = Observed(engine="vllm", dist=counted(accept), rates=None, steps=3, batch=1.0,
                    context_tokens=0.0, tokens_per_s=None, span_s=10.0, verify_steps=5000.0, method="EAGLE3")
     r = assess(REF, obs, spec_for(REF, obs, None))
-    assert r.verdict == d.verdict and r.speedup == pytest.approx(p.speedup)
+    assert r.verdict == d.verdict and r.speedup == pytest.approx(p.figures.speedup)
     if d.verdict == D.GO:
         assert r.advice.startswith(("keep", "use k"))
     else:

@@ -423,11 +423,11 @@ def test_band_never_straddles_the_baseline_next_to_a_certain_p(counts: list[int]
     prof = load_profile(REFERENCE / "profile.json")
     dist = from_histogram({j + 1: c for j, c in enumerate(counts)}, max_tokens=4)
     p = predict(prof, dist, OperatingPoint(generation_tokens=gen))
-    assert p.p_speedup_gt_1 is not None
-    if p.tokens_per_s_low < p.baseline_tokens_per_s * (1 - 1e-9) and p.accept_mean_tokens - 1.0 > 1e-9:
-        assert p.p_speedup_gt_1 < 0.976
-    if p.p_speedup_gt_1 >= 0.976:
-        assert p.tokens_per_s_low >= p.baseline_tokens_per_s * (1 - 1e-9)
+    assert p.figures.p_speedup_gt_1 is not None
+    if p.figures.tokens_per_s_low < p.figures.baseline_tokens_per_s * (1 - 1e-9) and p.accept.mean_tokens - 1.0 > 1e-9:
+        assert p.figures.p_speedup_gt_1 < 0.976
+    if p.figures.p_speedup_gt_1 >= 0.976:
+        assert p.figures.tokens_per_s_low >= p.figures.baseline_tokens_per_s * (1 - 1e-9)
 
 
 def test_accept_json_records_the_servers_config(tmp_path: Path) -> None:

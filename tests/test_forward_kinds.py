@@ -102,8 +102,8 @@ def test_measured_has_one_definition_draft_extend_included() -> None:
     cc = cycle_costs(prof, batch=4, spec=spec)  # type: ignore[arg-type]
     assert any(e.kind == "draft_extend" for e in cc.extrapolations) and not cc.measured
     p = predict(prof, from_mean(3.0, 3), OperatingPoint(batch=4, spec=spec))  # type: ignore[arg-type]
-    assert any(e.kind == "draft_extend" and e.requested == 16 for e in p.extrapolated)
-    assert any("draft_extend cost is extrapolated" in w for w in p.warnings)
+    assert any(e.kind == "draft_extend" and e.requested == 16 for e in p.outcome.extrapolated)
+    assert any("draft_extend cost is extrapolated" in w for w in p.outcome.warnings)
     rates = [0.8, 0.6, 0.45]
     model = accept_model(from_per_position(rates), rates=rates, max_steps=8)  # measured to depth 3
     c = evaluate(prof, model, batch=4, steps=3, topk=1, num_draft_tokens=4)  # type: ignore[arg-type]

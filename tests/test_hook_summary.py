@@ -139,9 +139,9 @@ def test_a_proposer_that_proposes_nothing_predicts_the_slowdown_it_measured(tmp_
     p = predict(prof, from_mean(2.5, 4), OperatingPoint(batch=1, proposal_rate=0.0))
     t_base = 0.004 + 0.002 + 0.001
     t_miss = 0.004 + 0.0038 + 0.001 + 0.00015  # + the median lookup over hits (0.2 ms) and misses (0.1 ms)
-    assert p.baseline_step_s == pytest.approx(t_base) and p.mean_step_s == pytest.approx(t_miss)
-    assert p.speedup == pytest.approx(t_base / t_miss) and p.speedup < 0.85 and p.verdict == "NO-GO"
-    assert not p.break_even_reachable
+    assert p.costs.baseline_step_s == pytest.approx(t_base) and p.costs.mean_step_s == pytest.approx(t_miss)
+    assert p.figures.speedup == pytest.approx(t_base / t_miss) and p.figures.speedup < 0.85 and p.outcome.verdict == "NO-GO"
+    assert not p.figures.break_even_reachable
     r = run_cli("predict", "--profile", str(out), "--accept-len", "2.5", "--proposal-rate", "0", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -163,7 +163,7 @@ def test_rows_are_split_by_context_band_and_a_long_prompt_uses_its_own_costs(tmp
     assert [r.context_tokens for r in rows] == [100, 3002]
     assert rows[1].total_s == pytest.approx(0.009 + 0.003)
     p = predict(prof, from_mean(2.0, 4), OperatingPoint(batch=1, context_tokens=3002))
-    assert p.baseline_step_s == pytest.approx(0.012) and not [e for e in p.extrapolated if e.axis == "context"]
+    assert p.costs.baseline_step_s == pytest.approx(0.012) and not [e for e in p.outcome.extrapolated if e.axis == "context"]
 
 
 # --------------------------------------------------------------------------- refusals
@@ -214,7 +214,7 @@ def test_the_source_counts_runs_and_rank_files(tmp_path: Path) -> None:
 def test_a_hook_profile_is_labelled_hook_not_traces() -> None:
     prof = summarize([BASE, NGRAM], name="x")
     p = predict(prof, from_mean(2.0, 4), OperatingPoint(batch=1))
-    assert dict(p.cost_sources)["baseline"] == "profile x (hook)"
+    assert dict(p.source.cost_sources)["baseline"] == "profile x (hook)"
 
 
 # --------------------------------------------------------------------------- every field read is checked

@@ -68,11 +68,11 @@ def test_the_proposal_time_is_flagged_when_no_ngram_run_was_profiled() -> None:
     p = load_profile(DATA / "profile_base_draft_noisy.json")
     pr = predict(p, from_mean(3.11, 4), OperatingPoint(batch=1, spec=NGRAM))
     assert not pr.measured
-    assert [a.kind for a in pr.assumed] == ["proposal"]
+    assert [a.kind for a in pr.outcome.assumed] == ["proposal"]
     assert "proposal not measured: assumed 0 s" in pr.verdict_label
     assert "specmodel vllm" in pr.to_measure[0]
-    assert pr.overhead_s == 0.0
-    assert "proposes on the host" in dict(pr.cost_sources)["draft"]
+    assert pr.costs.overhead_s == 0.0
+    assert "proposes on the host" in dict(pr.source.cost_sources)["draft"]
 
 
 def test_an_ngram_profile_supplies_its_own_verify_host_work_and_proposal_time() -> None:
@@ -82,15 +82,15 @@ def test_an_ngram_profile_supplies_its_own_verify_host_work_and_proposal_time() 
     proposal 0.121 ms measured: T_cycle = 6.844 ms, nothing assumed."""
     p = load_profile(DATA / "profile_base_ngram.json")
     pr = predict(p, from_mean(3.11, 4), OperatingPoint(batch=1, spec=NGRAM))
-    assert pr.measured and pr.assumed == ()
-    assert pr.overhead_s == pytest.approx(0.121e-3, abs=0.001e-3)
+    assert pr.measured and pr.outcome.assumed == ()
+    assert pr.costs.overhead_s == pytest.approx(0.121e-3, abs=0.001e-3)
     host = (14 * 3.264 + 3 * 2.945 + 40 * 3.120) / 57 * 1e-3
-    assert pr.verify_other_s == pytest.approx(host, abs=0.002e-3)  # its own verify steps: no forward drafter
-    assert pr.cycle_s == pytest.approx(3.576e-3 + host + 0.121e-3, abs=0.005e-3)
+    assert pr.costs.verify_other_s == pytest.approx(host, abs=0.002e-3)  # its own verify steps: no forward drafter
+    assert pr.costs.cycle_s == pytest.approx(3.576e-3 + host + 0.121e-3, abs=0.005e-3)
     # T_cycle = verify forward + the step's host work + the lookup
-    assert pr.cycle_s == pytest.approx(pr.verify_compute_s + pr.verify_allreduce_s + pr.verify_other_s + pr.overhead_s,
+    assert pr.costs.cycle_s == pytest.approx(pr.costs.verify_compute_s + pr.costs.verify_allreduce_s + pr.costs.verify_other_s + pr.costs.overhead_s,
                                        rel=1e-12)
-    assert "measured ngram proposal" in dict(pr.cost_sources)["overhead"]
+    assert "measured ngram proposal" in dict(pr.source.cost_sources)["overhead"]
 
 
 def test_draft_model_predictions_are_unchanged() -> None:
@@ -102,9 +102,9 @@ def test_draft_model_predictions_are_unchanged() -> None:
     row = _row("draft_noisy", 1)
     spec = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
     pr = predict(p, from_mean(row["accept_tokens"], 4), OperatingPoint(batch=1, spec=spec))
-    assert pr.speedup == pytest.approx(row["predicted_speedup"], rel=0.005)
-    assert pr.verify_other_s == pytest.approx((59 * 12.345 + 8.700 + 2 * 11.560) / 62 * 1e-3, abs=0.002e-3)
-    assert pr.cycle_s == pytest.approx(30.83e-3 - (12.345 - 12.261) * 1e-3, abs=0.01e-3)
+    assert pr.figures.speedup == pytest.approx(row["predicted_speedup"], rel=0.005)
+    assert pr.costs.verify_other_s == pytest.approx((59 * 12.345 + 8.700 + 2 * 11.560) / 62 * 1e-3, abs=0.002e-3)
+    assert pr.costs.cycle_s == pytest.approx(30.83e-3 - (12.345 - 12.261) * 1e-3, abs=0.01e-3)
 
 
 def test_is_host_proposer() -> None:
@@ -141,25 +141,25 @@ def test_predict_takes_the_share_of_steps_that_proposed() -> None:
     dist = from_mean(row["accept_tokens"], 4)
     full = predict(p, dist, OperatingPoint(batch=1, spec=NGRAM))
     mixed = predict(p, dist, OperatingPoint(batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"]))
-    assert mixed.speedup == pytest.approx(1.609, abs=0.005)
-    assert mixed.speedup < full.speedup  # steps without a match emit one token
-    assert mixed.proposal_rate == pytest.approx(0.692, abs=0.001)
+    assert mixed.figures.speedup == pytest.approx(1.609, abs=0.005)
+    assert mixed.figures.speedup < full.figures.speedup  # steps without a match emit one token
+    assert mixed.accept.proposal_rate == pytest.approx(0.692, abs=0.001)
     # mean step r·T_cycle + (1 − r)·T_base (proposal time 0 here)
-    assert mixed.mean_step_s == pytest.approx(0.692 * 6.083e-3 + 0.308 * 3.445e-3, rel=2e-3)
+    assert mixed.costs.mean_step_s == pytest.approx(0.692 * 6.083e-3 + 0.308 * 3.445e-3, rel=2e-3)
     # break-even stays in E[A] of the proposing steps: at it the mixture speedup is exactly 1
-    be = mixed.break_even_accept_tokens
-    assert mixed_speedup(be, row["proposal_rate"], mixed.baseline_step_s, mixed.cycle_s, mixed.overhead_s) == \
+    be = mixed.figures.break_even_accept_tokens
+    assert mixed_speedup(be, row["proposal_rate"], mixed.costs.baseline_step_s, mixed.costs.cycle_s, mixed.costs.overhead_s) == \
         pytest.approx(1.0, rel=1e-9)
     # at batch 1 with a free lookup a step that proposes nothing is itself at break-even (one token
     # in one base step), so the break-even of the proposing steps does not move with r ...
-    assert be == pytest.approx(full.break_even_accept_tokens, rel=1e-9)
+    assert be == pytest.approx(full.figures.break_even_accept_tokens, rel=1e-9)
     # ... while a lookup that costs time on every step moves it up
     ng = load_profile(DATA / "profile_base_ngram.json")  # its lookup measured: 0.121 ms per step
     assert ng.overhead_s > 0
     slow = predict(ng, dist, OperatingPoint(batch=1, spec=NGRAM, proposal_rate=row["proposal_rate"]))
-    assert slow.break_even_accept_tokens > predict(ng, dist, OperatingPoint(batch=1,
-                                                                            spec=NGRAM)).break_even_accept_tokens
-    assert full.proposal_rate == 1.0 and full.mean_step_s == full.cycle_s
+    assert slow.figures.break_even_accept_tokens > predict(ng, dist, OperatingPoint(batch=1,
+                                                                            spec=NGRAM)).figures.break_even_accept_tokens
+    assert full.accept.proposal_rate == 1.0 and full.costs.mean_step_s == full.costs.cycle_s
 
 
 def test_proposal_rate_is_refused_for_a_drafter_forward() -> None:
@@ -184,9 +184,9 @@ def test_proposal_rate_from_the_cli_the_api_and_plan_agree() -> None:
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     api = specmodel.predict(str(prof), accept=3.11, proposal_rate=0.69)
-    assert d["speedup"] == pytest.approx(api.speedup, rel=1e-12) and d["proposal_rate"] == 0.69
+    assert d["speedup"] == pytest.approx(api.figures.speedup, rel=1e-12) and d["proposal_rate"] == 0.69
     plain = specmodel.predict(str(prof), accept=3.11)
-    assert api.speedup < plain.speedup
+    assert api.figures.speedup < plain.figures.speedup
     text = run_cli("predict", "--profile", str(prof), "--accept-len", "3.11", "--proposal-rate", "0.69")
     assert "69% of request-steps proposed" in text.stdout
     # the plan's default (measured) configuration at batch 1 carries the same mixture
@@ -194,4 +194,4 @@ def test_proposal_rate_from_the_cli_the_api_and_plan_agree() -> None:
     assert pl.returncode == 0, pl.stderr
     cells = [c for c in json.loads(pl.stdout)["cells"] if c["batch"] == 1]
     dflt = cells[0]["default"]
-    assert dflt["speedup"] == pytest.approx(api.speedup, rel=1e-9)
+    assert dflt["speedup"] == pytest.approx(api.figures.speedup, rel=1e-9)

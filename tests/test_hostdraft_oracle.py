@@ -69,7 +69,7 @@ def test_the_mixture_at_batch_b_matches_the_simulated_scheduler(batch: int, rate
     prof = load_profile(DATA / "profile_base_ngram.json")
     dist = from_mean(3.11, 4)
     sim = simulate(prof, dist, batch=batch, rate=rate, seed=batch * 100 + int(rate * 10))
-    model = predict(prof, dist, OperatingPoint(batch=batch, spec=NGRAM, proposal_rate=rate)).tokens_per_s
+    model = predict(prof, dist, OperatingPoint(batch=batch, spec=NGRAM, proposal_rate=rate)).figures.tokens_per_s
     # sampling error of 40k steps is ~0.3 %; the rest is T(E[tokens]) vs E[T(tokens)] on
     # piecewise-linear rows (the model prices the mean verify size once)
     # the oracle's own sampling error: its exact expectation over the binomial number of proposers

@@ -82,8 +82,8 @@ def test_the_spec_loop_prints_the_speedup_error_the_verdict_rests_on() -> None:
 
     hist = {"1": 10, "2": 30, "3": 40, "4": 20}
     pr = predict(prof, from_histogram({int(k): v for k, v in hist.items()}, max_tokens=4), OperatingPoint(batch=1))
-    tps = pr.tokens_per_s / 1.04
-    base = tps * 0.84 / pr.speedup
+    tps = pr.figures.tokens_per_s / 1.04
+    base = tps * 0.84 / pr.figures.speedup
     from specmodel.profile.result import LoopBaseline, LoopSpec, SpecLoopResult
 
     loop = SpecLoopResult(

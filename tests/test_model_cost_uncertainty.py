@@ -44,14 +44,14 @@ def test_predict_uses_the_rows_intervals():
     prof = load_profile(REFERENCE)
     dist = from_mean(2.6, prof.spec.max_accept_tokens)
     plain = predict(prof, dist)
-    assert plain.cycle_cost_ci95_rel == 0.0  # the published case carries no intervals
+    assert plain.costs.cycle_ci95_rel == 0.0  # the published case carries no intervals
     noisy = dataclasses.replace(prof, costs=tuple(dataclasses.replace(r, ci95_rel=0.10) for r in prof.costs))
     assert row_ci95_rel(noisy, "verify", 4) == pytest.approx(0.10)
     p = predict(noisy, dist)
-    assert p.tokens_per_s == pytest.approx(plain.tokens_per_s)  # the point estimate does not move
-    assert p.tokens_per_s_low < plain.tokens_per_s_low and p.tokens_per_s_high > plain.tokens_per_s_high
-    assert 0.0 < p.cycle_cost_ci95_rel <= 0.10 + 1e-12 and p.baseline_cost_ci95_rel == pytest.approx(0.10)
-    assert abs(p.p_speedup_gt_1 - 0.5) < abs(plain.p_speedup_gt_1 - 0.5)
+    assert p.figures.tokens_per_s == pytest.approx(plain.figures.tokens_per_s)  # the point estimate does not move
+    assert p.figures.tokens_per_s_low < plain.figures.tokens_per_s_low and p.figures.tokens_per_s_high > plain.figures.tokens_per_s_high
+    assert 0.0 < p.costs.cycle_ci95_rel <= 0.10 + 1e-12 and p.costs.baseline_ci95_rel == pytest.approx(0.10)
+    assert abs(p.figures.p_speedup_gt_1 - 0.5) < abs(plain.figures.p_speedup_gt_1 - 0.5)
 
 
 def test_cost_row_interval_is_optional_validated_and_round_trips():
@@ -90,8 +90,8 @@ def test_the_band_says_it_includes_the_cost_interval():
     assert plain.band_label == "over 256 tokens"
     noisy = predict(dataclasses.replace(prof, costs=tuple(dataclasses.replace(r, ci95_rel=0.10) for r in prof.costs)),
                     dist)
-    assert noisy.band_label == f"over 256 tokens, cost interval ±{noisy.cycle_cost_ci95_rel:.1%}"
+    assert noisy.band_label == f"over 256 tokens, cost interval ±{noisy.costs.cycle_ci95_rel:.1%}"
     line = next(a for a in _assumptions(noisy, dist, prof, None) if a.startswith("band and P"))
-    assert f"plus the measured costs' 95 % interval (cycle ±{noisy.cycle_cost_ci95_rel:.1%})" in line
+    assert f"plus the measured costs' 95 % interval (cycle ±{noisy.costs.cycle_ci95_rel:.1%})" in line
     line = next(a for a in _assumptions(plain, dist, prof, None) if a.startswith("band and P"))
     assert line.endswith("costs taken as exact (no interval measured)")

@@ -52,7 +52,7 @@ def test_theorem_3_8_improvement_factor(alpha, gamma, c):
     expected = (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
     spec = SpecConfig(steps=gamma, topk=1, num_draft_tokens=gamma + 1)
     p = predict(_paper_profile(c), from_chain(alpha, gamma), OperatingPoint(spec=spec))
-    assert p.speedup == pytest.approx(expected, rel=1e-9)
+    assert p.figures.speedup == pytest.approx(expected, rel=1e-9)
 
 
 @given(st.floats(0.01, 0.99), st.floats(0.0, 0.99))

@@ -30,7 +30,7 @@ def test_tok_s_never_falls_as_acceptance_rises(a, b, batch):
     lo, hi = sorted((a, b))
     p_lo = predict(REF, from_mean(lo, K), OperatingPoint(batch=batch))
     p_hi = predict(REF, from_mean(hi, K), OperatingPoint(batch=batch))
-    assert p_hi.tokens_per_s >= p_lo.tokens_per_s - 1e-9
+    assert p_hi.figures.tokens_per_s >= p_lo.figures.tokens_per_s - 1e-9
 
 
 @settings(max_examples=60, deadline=None)
@@ -43,19 +43,19 @@ def test_tok_s_never_falls_as_verify_cost_falls(a, factor, batch):
     ])
     d = from_mean(a, K)
     at = OperatingPoint(batch=batch)
-    assert predict(cheaper, d, at).tokens_per_s >= predict(REF, d, at).tokens_per_s - 1e-9
+    assert predict(cheaper, d, at).figures.tokens_per_s >= predict(REF, d, at).figures.tokens_per_s - 1e-9
 
 
 @settings(max_examples=60, deadline=None)
 @given(a=accepts, batch=batches)
 def test_break_even_is_cycle_times_baseline_and_speedup_there_is_one(a, batch):
     p = predict(REF, from_mean(a, K), OperatingPoint(batch=batch))
-    assert p.break_even_accept_tokens == pytest.approx(p.cycle_s * p.baseline_tokens_per_s / batch, rel=1e-12)
-    assert eq.speedup(p.break_even_accept_tokens, p.baseline_step_s, p.cycle_s) == pytest.approx(1.0, rel=1e-12)
-    if p.break_even_reachable:
-        at_be = predict(REF, from_mean(p.break_even_accept_tokens, K), OperatingPoint(batch=batch))
-        assert at_be.speedup == pytest.approx(1.0, rel=1e-9)
-        assert at_be.tokens_per_s == pytest.approx(at_be.baseline_tokens_per_s, rel=1e-9)
+    assert p.figures.break_even_accept_tokens == pytest.approx(p.costs.cycle_s * p.figures.baseline_tokens_per_s / batch, rel=1e-12)
+    assert eq.speedup(p.figures.break_even_accept_tokens, p.costs.baseline_step_s, p.costs.cycle_s) == pytest.approx(1.0, rel=1e-12)
+    if p.figures.break_even_reachable:
+        at_be = predict(REF, from_mean(p.figures.break_even_accept_tokens, K), OperatingPoint(batch=batch))
+        assert at_be.figures.speedup == pytest.approx(1.0, rel=1e-9)
+        assert at_be.figures.tokens_per_s == pytest.approx(at_be.figures.baseline_tokens_per_s, rel=1e-9)
 
 
 @given(st.floats(-5, 50, allow_nan=False), st.sampled_from(["tokens", "drafts"]))
@@ -95,4 +95,4 @@ def test_verdict_thresholds(speedup, p, verdict):
 
 def test_marginal_near_break_even_on_the_reference():
     p = predict(REF, from_mean(2.6, K))  # break-even 2.46: +5.7 %
-    assert p.verdict == "MARGINAL" and 1.0 < p.speedup < 1.1
+    assert p.outcome.verdict == "MARGINAL" and 1.0 < p.figures.speedup < 1.1

@@ -91,9 +91,9 @@ def test_default_config_in_the_optimizer_is_the_same_prediction_as_predict() -> 
     dist = from_mean(2.0, 4)
     opt = optimize(REF, accept_model(dist), batch=1, default=REF.spec)
     pred = predict(REF, dist, OperatingPoint(batch=1, spec=REF.spec))
-    assert opt.default.tokens_per_s == pytest.approx(pred.tokens_per_s)
-    assert opt.default.accept_tokens == pytest.approx(pred.accept_mean_tokens)
-    assert opt.default.speedup == pytest.approx(pred.speedup)
+    assert opt.default.tokens_per_s == pytest.approx(pred.figures.tokens_per_s)
+    assert opt.default.accept_tokens == pytest.approx(pred.accept.mean_tokens)
+    assert opt.default.speedup == pytest.approx(pred.figures.speedup)
 
 
 @pytest.mark.parametrize("accept", [1.6, 2.0, 3.2])

@@ -46,13 +46,13 @@ def test_content_carries_the_prediction_itself_and_consistent_views() -> None:
     pred, c = _content(batch=2)
     assert c.prediction is pred
     assert c.pages == PAGES
-    assert c.whatifs[0].key == "as_is" and c.whatifs[0].tokens_per_s == pred.tokens_per_s
+    assert c.whatifs[0].key == "as_is" and c.whatifs[0].tokens_per_s == pred.figures.tokens_per_s
     row = next(r for r in c.batch_sweep if r.batch == 2)
-    assert row.speedup == pytest.approx(pred.speedup) and row.tokens_per_s == pytest.approx(pred.tokens_per_s)
-    assert sum(s.seconds for s in c.breakdown.cycle) == pytest.approx(pred.cycle_s)
-    assert sum(s.seconds for s in c.breakdown.baseline) == pytest.approx(pred.baseline_step_s)
-    i = min(range(len(c.curve.accept_grid)), key=lambda j: abs(c.curve.accept_grid[j] - pred.break_even_accept_tokens))
-    assert c.curve.tokens_per_s[i] == pytest.approx(pred.baseline_tokens_per_s, rel=0.05)
+    assert row.speedup == pytest.approx(pred.figures.speedup) and row.tokens_per_s == pytest.approx(pred.figures.tokens_per_s)
+    assert sum(s.seconds for s in c.breakdown.cycle) == pytest.approx(pred.costs.cycle_s)
+    assert sum(s.seconds for s in c.breakdown.baseline) == pytest.approx(pred.costs.baseline_step_s)
+    i = min(range(len(c.curve.accept_grid)), key=lambda j: abs(c.curve.accept_grid[j] - pred.figures.break_even_accept_tokens))
+    assert c.curve.tokens_per_s[i] == pytest.approx(pred.figures.baseline_tokens_per_s, rel=0.05)
     assert [b.batch for b in c.batch_sweep] == [1, 2, 4, 8, 16]
     data = c.to_dict()
     json.dumps(data, allow_nan=False)  # strict JSON: no NaN/inf anywhere
@@ -88,7 +88,7 @@ def test_markdown_has_every_section_and_the_same_figures() -> None:
     md = render_markdown(c)
     for head in ("## Verdict", "## Where the cycle goes", "## All-reduce", "## What if", "## Recommended configuration"):
         assert head in md
-    assert f"{pred.tokens_per_s:.1f} tok/s" in md and f"{pred.speedup:.2f}x" in md
+    assert f"{pred.figures.tokens_per_s:.1f} tok/s" in md and f"{pred.figures.speedup:.2f}x" in md
     assert c.optimizer.best.sglang_flags() in md
 
 

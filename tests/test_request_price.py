@@ -133,50 +133,50 @@ def test_predict_request_against_an_event_simulation() -> None:
     rq = p.request
     assert rq is not None and dec.request is None
     # the decode phase is untouched by pricing the request
-    assert (p.speedup, p.tokens_per_s) == (dec.speedup, dec.tokens_per_s)
+    assert (p.figures.speedup, p.figures.tokens_per_s) == (dec.figures.speedup, dec.figures.tokens_per_s)
     assert rq.base_prefill_s == pytest.approx(10e-3) and rq.spec_prefill_s == pytest.approx(40e-3)
     # the decode phase's own figures drive the simulation: a baseline step emits one token in
     # 1 / X_base s, a speculative cycle DIST's 3 tokens in 3 / X_spec s
-    base = _simulate_request(outside_s=8e-3, prefill_step_s=10e-3, tokens=127, step_s=1.0 / p.baseline_tokens_per_s,
+    base = _simulate_request(outside_s=8e-3, prefill_step_s=10e-3, tokens=127, step_s=1.0 / p.figures.baseline_tokens_per_s,
                              tokens_per_step=1)
-    spec = _simulate_request(outside_s=8e-3, prefill_step_s=40e-3, tokens=127, step_s=3.0 / p.tokens_per_s,
+    spec = _simulate_request(outside_s=8e-3, prefill_step_s=40e-3, tokens=127, step_s=3.0 / p.figures.tokens_per_s,
                              tokens_per_step=3)
     assert rq.base_s == pytest.approx(base, rel=1e-9) and rq.spec_s == pytest.approx(spec, rel=1e-9)
     assert rq.speedup == pytest.approx(base / spec, rel=1e-9)
     assert rq.tokens_per_s == pytest.approx(127 / spec, rel=1e-9)
-    assert p.speedup < rq.speedup < 1.0  # a loss shrinks toward 1 ...
+    assert p.figures.speedup < rq.speedup < 1.0  # a loss shrinks toward 1 ...
     assert rq.speedup_low <= rq.speedup <= rq.speedup_high
-    assert p.measured and p.p_text != "" and "per request" in p.verdict_reason
+    assert p.measured and p.p_text != "" and "per request" in p.outcome.reason
     # ... and so does a gain; a host proposer's prefill is the baseline's (+ its lookup when measured):
     # its own prefill rows measure the same forward with their own noise
     fast = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=40.0), DIST,
                    OperatingPoint(batch=1, request_tokens=128))
     frq = fast.request
-    assert frq is not None and 1.0 < frq.speedup < fast.speedup
+    assert frq is not None and 1.0 < frq.speedup < fast.figures.speedup
     assert frq.spec_prefill_s == pytest.approx(frq.base_prefill_s)
     # its break-even accept length is above the decode phase's when the speculative side pays more
     dear = predict(_with_requests(outside_ms=8.0, spec_prefill_ms=None, spec_outside_ms=60.0), DIST,
                    OperatingPoint(batch=1, request_tokens=128))
-    assert dear.request_break_even_accept_tokens > dear.break_even_accept_tokens
+    assert dear.figures.request_break_even_accept_tokens > dear.figures.break_even_accept_tokens
 
 
 def test_a_short_request_turns_a_decode_go_into_no_go() -> None:
     # the speculative server's front end 400 ms slower per request (a fixed cost of that side only)
     prof = _with_requests(outside_ms=8.0, spec_prefill_ms=None, spec_outside_ms=400.0)
-    assert predict(prof, DIST, OperatingPoint(batch=1)).verdict == "GO"
+    assert predict(prof, DIST, OperatingPoint(batch=1)).outcome.verdict == "GO"
     p = predict(prof, DIST, OperatingPoint(batch=1, request_tokens=16))
-    assert p.request is not None and p.request.speedup < 1.0 and p.verdict == "NO-GO"
-    assert p.p_speedup_gt_1 is not None and p.p_speedup_gt_1 < 0.5
+    assert p.request is not None and p.request.speedup < 1.0 and p.outcome.verdict == "NO-GO"
+    assert p.figures.p_speedup_gt_1 is not None and p.figures.p_speedup_gt_1 < 0.5
     assert predict(prof, DIST, OperatingPoint(batch=1,  # a long request still pays
-                                              request_tokens=4096)).verdict == "GO"
+                                              request_tokens=4096)).outcome.verdict == "GO"
 
 
 def test_unmeasured_parts_are_named_and_withhold_p() -> None:
     p = predict(_with_requests(outside_ms=None, spec_prefill_ms=None, path=DRAFT), DIST,
                 OperatingPoint(batch=1, request_tokens=128))
-    kinds = {a.kind for a in p.assumed}
+    kinds = {a.kind for a in p.outcome.assumed}
     assert {"time outside the engine's steps", "speculative prefill"} <= kinds
-    assert "not measured" in p.verdict_label and p.p_withheld
+    assert "not measured" in p.verdict_label and p.figures.p_withheld
     assert any("specmodel vllm" in m for m in p.to_measure)
 
 

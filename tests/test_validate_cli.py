@@ -28,7 +28,7 @@ def test_sglang_windows_against_the_model(cli, reference_profile):
     prof = load_profile(reference_profile)
     for w in ws:
         p = predict(prof, from_mean(w["accept_len"], 4), OperatingPoint(batch=w["batch"], spec=prof.spec))
-        assert w["predicted_tokens_per_s"] == pytest.approx(p.tokens_per_s)
+        assert w["predicted_tokens_per_s"] == pytest.approx(p.figures.tokens_per_s)
         assert w["error"] == pytest.approx((w["predicted_tokens_per_s"] - w["observed_tokens_per_s"]) / w["observed_tokens_per_s"])
     assert doc["summary"]["median_abs_error"] == pytest.approx(statistics.median(abs(w["error"]) for w in ws))
     assert doc["summary"]["windows_compared"] == 14
@@ -60,7 +60,7 @@ def test_bench_rows_use_their_own_spec_and_baseline(cli, reference_profile):
     assert len(base) == 3 and all(w["spec"] is None for w in base)
     for w in base:
         p = predict(prof, from_mean(1.0, 4), OperatingPoint(batch=w["batch"]))
-        assert w["predicted_tokens_per_s"] == pytest.approx(p.baseline_tokens_per_s)
+        assert w["predicted_tokens_per_s"] == pytest.approx(p.figures.baseline_tokens_per_s)
     deep = [w for w in doc["windows"] if w["steps"] == 5]
     assert deep and all(w["spec"]["num_draft_tokens"] == 6 for w in deep)
 

@@ -79,13 +79,13 @@ def test_predict_with_p_withheld_by_an_extrapolation_decides_from_its_band() -> 
     prof = _measured(rows)
     few = from_histogram({1: 3, 2: 1, 3: 1, 4: 1})  # 6 steps, mean 2.0
     p = predict(prof, few, OperatingPoint(batch=4, spec=SPEC))
-    assert p.p_withheld.startswith("rests on a cost extrapolated")
-    assert p.speedup >= 1.10 and p.speedup_low < 1.0
-    assert p.verdict == "MARGINAL" and "not given" in p.verdict_reason
-    assert p.speedup == pytest.approx(2.0 * 11.5 / 15.3, rel=1e-6)
+    assert p.figures.p_withheld.startswith("rests on a cost extrapolated")
+    assert p.figures.speedup >= 1.10 and p.figures.speedup_low < 1.0
+    assert p.outcome.verdict == "MARGINAL" and "not given" in p.outcome.reason
+    assert p.figures.speedup == pytest.approx(2.0 * 11.5 / 15.3, rel=1e-6)
     many = from_histogram({1: 3000, 2: 1000, 3: 1000, 4: 1000})  # the same shape, 6,000 steps
     q = predict(prof, many, OperatingPoint(batch=4, spec=SPEC))
-    assert q.speedup_low >= 1.0 and q.verdict == "GO"
+    assert q.figures.speedup_low >= 1.0 and q.outcome.verdict == "GO"
     # watch acts on the prediction's own decision, not on the hidden P
     obs = Observed(engine="vllm", dist=few, rates=None, steps=3, batch=4.0, context_tokens=0.0, tokens_per_s=None,
                    span_s=10.0, verify_steps=6.0, method="EAGLE3")
@@ -108,10 +108,10 @@ def test_no_speedup_above_the_tokens_a_step_emits(decode_ms: float, verify_rel: 
             _row("verify", 4, 16, decode_ms * verify_rel * 1.2, 0.5, 20),
             _row("draft", 1, 1, draft_ms, 0.1, 20), _row("draft", 4, 4, draft_ms, 0.1, 20))
     p = predict(_measured(rows), from_mean(accept, 4), OperatingPoint(batch=batch, spec=SPEC))
-    assert p.speedup <= p.accept_mean_tokens + 1e-9
-    assert p.cycle_s >= p.verify_s - 1e-15
-    if p.consistent and p.verdict != "NO-GO":
-        assert p.speedup_low <= p.speedup <= p.speedup_high
+    assert p.figures.speedup <= p.accept.mean_tokens + 1e-9
+    assert p.costs.cycle_s >= p.costs.verify_s - 1e-15
+    if p.consistent and p.outcome.verdict != "NO-GO":
+        assert p.figures.speedup_low <= p.figures.speedup <= p.figures.speedup_high
 
 
 def test_batch_far_beyond_the_measured_ones_is_refused_with_the_range(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_a_verdict_on_the_shipped_reference_says_whose_costs(tmp_path: Path) -> 
                                                                       "reference profile kimi-k2.5-int4-tp8-pcie")
     assert "kimi-k2.5-int4-tp8-pcie" in doc["foreign_costs"]
     # the API too; a profile of the user's own box is not qualified
-    assert specmodel.predict(accept=3.2).foreign_costs
+    assert specmodel.predict(accept=3.2).source.foreign_costs
     own = dataclasses.replace(REF, source=Source.measured(tool="t", description="own", created_utc="", method=""))
     assert predict(own, from_mean(3.2, 4), OperatingPoint(spec=SPEC)).verdict_label == "GO"
 
@@ -200,11 +200,11 @@ def test_request_tokens_set_the_band_and_p_over_the_request() -> None:
     d = from_mean(3.2, 4)
     short = predict(REF, d, OperatingPoint(spec=SPEC, request_tokens=64, prompt_tokens=100, generation_tokens=1024))
     long_ = predict(REF, d, OperatingPoint(spec=SPEC, request_tokens=1024, prompt_tokens=100, generation_tokens=64))
-    w_short = short.tokens_per_s_high - short.tokens_per_s_low
-    w_long = long_.tokens_per_s_high - long_.tokens_per_s_low
+    w_short = short.figures.tokens_per_s_high - short.figures.tokens_per_s_low
+    w_long = long_.figures.tokens_per_s_high - long_.figures.tokens_per_s_low
     assert w_short / w_long == pytest.approx(4.0, rel=1e-9)
     half_tokens = 1.96 * d.std_tokens * math.sqrt(3.2 / 64)
-    assert (short.tokens_per_s_high - short.tokens_per_s) * short.cycle_s == pytest.approx(half_tokens, rel=1e-9)
+    assert (short.figures.tokens_per_s_high - short.figures.tokens_per_s) * short.costs.cycle_s == pytest.approx(half_tokens, rel=1e-9)
     assert "over 64 tokens" in short.band_label and "over 1024 tokens" in long_.band_label
 
 

@@ -60,7 +60,7 @@ def test_plan_says_marginal_at_1_05x_and_off_rows_fill_no_configuration(tmp_path
     assert action_for(1.05) == MARGINAL and action_for(1.10) == SPECULATE and action_for(0.99) == OFF
     # the reference at 2.6 tokens/step: batch 1 is 1.06x (predict: MARGINAL), so plan must not say "speculate"
     p = predict(REF, from_mean(2.6, 4), OperatingPoint(batch=1, spec=SPEC))
-    assert p.verdict == "MARGINAL"
+    assert p.outcome.verdict == "MARGINAL"
     r = run_cli("plan", "--accept-len", "2.6", "--batches", "1", "--contexts", "0", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [row] = [ln.split() for ln in r.stdout.splitlines() if ln[:6].strip().isdigit()]
@@ -113,7 +113,7 @@ def test_no_switch_recommended_on_a_difference_inside_the_noise() -> None:
 
 def test_a_drafter_fail_blocks_the_report_verdict() -> None:
     p = predict(REF, from_mean(3.2, 4), OperatingPoint(batch=1, spec=SPEC))
-    assert p.verdict == "GO"
+    assert p.outcome.verdict == "GO"
     clean = build_report(profile=REF, dist=from_mean(3.2, 4), spec=SPEC, prediction=p, max_batch=2)
     assert clean.verdict == "GO" and clean.blocked_by == ()
     fail = DrafterView(status="FAIL", findings=(FindingRow(name="weights.d2t", status="FAIL", message="d2t differs"),),

@@ -49,8 +49,8 @@ def test_allreduce_2x_halves_every_row_and_keeps_totals_consistent(ref: Profile)
         assert n.total_s == pytest.approx(n.allreduce_s + n.compute_s + n.other_s)
     dist = from_mean(2.0, 4)
     before, after = predict(ref, dist), predict(fast, dist)
-    assert after.baseline_tokens_per_s > before.baseline_tokens_per_s
-    assert after.cycle_s < before.cycle_s
+    assert after.figures.baseline_tokens_per_s > before.figures.baseline_tokens_per_s
+    assert after.costs.cycle_s < before.costs.cycle_s
     assert "all-reduce 2x faster" in fast.label
 
 
@@ -61,8 +61,8 @@ def test_faster_allreduce_never_slows_anything(f1: float, f2: float) -> None:
     lo, hi = sorted((f1, f2))
     dist = from_mean(2.5, 4)
     a, b = predict(allreduce_faster(ref, lo), dist), predict(allreduce_faster(ref, hi), dist)
-    assert b.cycle_s <= a.cycle_s + 1e-15
-    assert b.baseline_tokens_per_s >= a.baseline_tokens_per_s - 1e-9
+    assert b.costs.cycle_s <= a.costs.cycle_s + 1e-15
+    assert b.figures.baseline_tokens_per_s >= a.figures.baseline_tokens_per_s - 1e-9
 
 
 def test_custom_allreduce_uses_oneshot_per_call_but_never_slower_and_keeps_skew(ref: Profile) -> None:
@@ -110,7 +110,7 @@ def test_drafter_without_tp_removes_draft_allreduce_and_multiplies_its_compute(r
         else:
             assert n == r
     dist = from_mean(2.0, 4)
-    assert predict(solo, dist).draft_s < predict(ref, dist).draft_s  # 3 x 0.85 ms of mostly all-reduce
+    assert predict(solo, dist).costs.draft_s < predict(ref, dist).costs.draft_s  # 3 x 0.85 ms of mostly all-reduce
 
 
 def test_choose_fit_prefers_fit_then_points_then_rows_then_default(ref: Profile) -> None:
@@ -135,13 +135,13 @@ def test_standard_whatifs_cover_the_issue_list(ref: Profile) -> None:
 def test_batch_sweep_finds_where_speculation_stops_paying(ref: Profile) -> None:
     dist = from_mean(3.0, 4)  # pays at batch 1 on the reference box (break-even 2.46)
     pts = batch_sweep(ref, dist, spec=ref.spec, batches=powers_of_two(64), generation_tokens=256)
-    assert [p.batch for p in pts] == [1, 2, 4, 8, 16, 32, 64]
+    assert [p.point.batch for p in pts] == [1, 2, 4, 8, 16, 32, 64]
     stop = stop_paying_batch(pts)
-    assert pts[0].speedup > 1.0
+    assert pts[0].figures.speedup > 1.0
     assert stop is not None
     # where the one decision rule stops saying speculate (GO): a MARGINAL batch does not pay either
-    assert all(round(p.speedup, 2) >= GO_MIN_SPEEDUP for p in pts if p.batch < stop)
-    assert round(next(p for p in pts if p.batch == stop).speedup, 2) < GO_MIN_SPEEDUP
+    assert all(round(p.figures.speedup, 2) >= GO_MIN_SPEEDUP for p in pts if p.point.batch < stop)
+    assert round(next(p for p in pts if p.point.batch == stop).figures.speedup, 2) < GO_MIN_SPEEDUP
     assert stop_paying_batch(pts[:1]) is None
 
 

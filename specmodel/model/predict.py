@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specmodel.errors import FieldError
 from specmodel.limits import ROUND_SLACK
@@ -21,17 +21,25 @@ from specmodel.model.cycle import Assumption, CycleCosts
 # the one decision rule lives in model/decision.py; re-exported for predict's callers
 from specmodel.model.decision import GO_MIN_P as GO_MIN_P
 from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
-from specmodel.model.decision import Decision
 from specmodel.model.decision import verdict_for as verdict_for
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.model.inputs import Acceptance, OperatingPoint
+from specmodel.model.prediction import (
+    AcceptFigures,
+    CostFigures,
+    Figures,
+    Outcome,
+    Prediction,
+    PricedPoint,
+    Provenance,
+)
 from specmodel.model.request import RequestPrice, price_request
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.units import ms
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None = None,
                 context_tokens: float | None = None) -> CycleCosts:
@@ -221,292 +229,6 @@ def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
     return dataclasses.replace(profile, overhead_s=new_overhead), cal, warnings
 
 
-@dataclass(frozen=True, kw_only=True)
-class Prediction:
-    """Every figure a user sees. The report draws from this and never recomputes."""
-
-    profile_name: str
-    profile_label: str
-    profile_source_kind: str
-    profile_path: str
-    tp: int
-    batch: int
-    steps: int
-    topk: int
-    num_draft_tokens: int
-    generation_tokens: int
-    accept_source: str
-    accept_convention: str
-    accept_mean_tokens: float
-    accept_mean_drafts: float
-    accept_std_tokens: float
-    accept_samples: int
-    accept_probs: tuple[float, ...]
-    baseline_step_s: float
-    baseline_allreduce_s: float
-    baseline_tokens_per_s: float
-    verify_tokens: int
-    verify_s: float
-    verify_allreduce_s: float
-    verify_compute_s: float
-    verify_other_s: float
-    draft_step_s: float
-    draft_s: float
-    draft_allreduce_s: float
-    overhead_s: float
-    cycle_s: float
-    cycle_allreduce_s: float
-    cycle_allreduce_frac: float
-    tokens_per_s: float
-    tokens_per_s_low: float
-    tokens_per_s_high: float
-    speedup: float
-    break_even_accept_tokens: float
-    accept_for_plus20_tokens: float
-    break_even_reachable: bool
-    plus20_reachable: bool
-    margin_tokens: float
-    p_speedup_gt_1: float | None  # None: the accept distribution's sample size is unknown
-    verdict: str
-    verdict_reason: str
-    calibrated_overhead_s: float | None = None
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-    context_tokens: float = 0.0
-    context_source: str = ""
-    extrapolated: tuple[Extrapolation, ...] = ()
-    #: costs never measured for their kind (a fallback curve used): the verdict is qualified
-    assumed: tuple[Assumption, ...] = ()
-
-    @property
-    def baseline_tokens_per_s_per_request(self) -> float:
-        return self.baseline_tokens_per_s / self.batch
-
-    @property
-    def tokens_per_s_per_request(self) -> float:
-        return self.tokens_per_s / self.batch
-
-    @property
-    def verdict_label(self) -> str:
-        """The verdict, qualified when any cost it rests on was not measured:
-        ``NO-GO (extrapolated: batch 32 > measured 16)``,
-        ``GO (verify not measured at 128K: assumed = decode at 4 tokens)``."""
-        if not self.consistent:
-            return self.verdict  # no verdict to qualify: the reason names the contradiction
-        label = qualified_verdict(self.verdict, self.extrapolated, self.assumed)
-        quals = [("costs replaced: " if i.check == "running_max" else "") + i.message
-                 for i in self.inconsistencies if not i.refuses]
-        if self.foreign_costs:
-            quals.insert(0, f"on another box's costs: {self.foreign_costs}")
-        if quals:
-            sep = "; " if label.endswith(")") else " ("
-            label = (label[:-1] if label.endswith(")") else label) + sep + "; ".join(quals) + ")"
-        return label
-
-    @property
-    def measured(self) -> bool:
-        """Every cost the verdict rests on was measured (no extrapolation, no assumption)."""
-        return not (self.extrapolated or self.assumed)
-
-    @property
-    def to_measure(self) -> tuple[str, ...]:
-        """What to measure to remove each assumption."""
-        return tuple(dict.fromkeys([i.to_measure for i in self.inconsistencies] + [a.to_measure for a in self.assumed]))
-
-    tp_known: bool = True  # False: plain numbers without --tp (printed as "TP unknown")
-    draft_extend_s: float | None = None  # the first drafter forward when measured separately
-    accept_samples_unknown: bool = False
-    cost_sources: tuple[tuple[str, str], ...] = ()  # (cost, where it came from)
-    #: False when the profile has no all-reduce split: every *allreduce* figure is then unknown (not 0)
-    allreduce_known: bool = True
-    #: cycle kinds whose rows' all-reduce came from a torch.profiler capture (the hook's wrapper did not
-    #: see it: a CUDA-graph replay), not from the wrapper's own timing
-    allreduce_capture: tuple[str, ...] = ()
-
-    @property
-    def no_allreduce(self) -> bool:
-        """TP 1 (known): no forward carries a collective, so every all-reduce figure is zero by
-        construction -- printed "none (TP 1)", neither "unknown" nor a measured 0."""
-        return self.tp_known and self.tp == 1
-
-    @property
-    def allreduce_word(self) -> str:
-        """How an all-reduce figure reads when it is not a measured time."""
-        return "none (TP 1)" if self.no_allreduce else "unknown"
-
-    @property
-    def allreduce_source(self) -> str:
-        """Where the all-reduce figures come from: "none (TP 1)", "unknown" (no split), "measured
-        (capture)" (some cycle rows' split is a profiler capture's share × their forward time),
-        "measured" (on this box: timed around each all-reduce, a trace's collectives, a fit), or
-        the profile's own kind where nobody measured it here ("reference")."""
-        if self.no_allreduce or not self.allreduce_known:
-            return self.allreduce_word
-        if self.allreduce_capture:
-            return "measured (capture)"
-        from specmodel.schema.profile import OWN_BOX_KINDS
-
-        return "measured" if self.profile_source_kind in OWN_BOX_KINDS else self.profile_source_kind
-
-    @property
-    def tp_label(self) -> str:
-        return f"TP{self.tp}" if self.tp_known else "TP unknown"
-
-    @property
-    def band_label(self) -> str:
-        """The qualifier shared by the band and P(speedup > 1) wherever they are shown: what they
-        include (one generation; the mean's sampling error; the measured costs' 95 % interval)."""
-        if self.accept_samples_unknown:
-            label = f"over {self.generation_tokens} tokens, sample size unknown"
-        elif self.accept_samples > 0:
-            label = f"over {self.generation_tokens} tokens, {self.accept_samples} observed steps"
-        else:
-            label = f"over {self.generation_tokens} tokens"
-        if self.cycle_cost_ci95_rel > 0:
-            label += f", cost interval ±{self.cycle_cost_ci95_rel:.1%}"
-        if self.accept_drift_rel > 0:
-            label += f", acceptance drift between windows ±{1.96 * self.accept_drift_rel:.1%}"
-        return label
-
-    @property
-    def p_text(self) -> str:
-        """P(speedup > 1) as shown: two decimals, or why it cannot be given."""
-        if self.p_withheld:
-            return f"not given ({self.p_withheld})"
-        return "needs counts" if self.p_speedup_gt_1 is None else f"{self.p_speedup_gt_1:.2f}"
-
-    @property
-    def draft_parts(self) -> str:
-        """The draft sum with its parts: extend + (steps-1) x step, or steps x step."""
-        if self.draft_extend_s is not None:
-            return (f"extend {ms(self.draft_extend_s)} + {self.steps - 1} x "
-                    f"{ms(self.draft_step_s)}")
-        return f"{self.steps} steps x {ms(self.draft_step_s)}"
-
-    #: relative 95 % half-widths of the measured costs (0: the profile gives none), already in
-    #: the tok/s band and P(speedup > 1)
-    cycle_cost_ci95_rel: float = 0.0
-    baseline_cost_ci95_rel: float = 0.0
-    #: share of request-steps that proposed (host proposers; 1.0 = every step) and the mean step
-    #: it implies (= cycle_s at 1.0): tok/s and speedup are over the mean step
-    proposal_rate: float = 1.0
-    mean_step_s: float = 0.0
-    #: costs that contradict each other (model/consistency.py): a "refuse" one makes the verdict
-    #: INCONSISTENT, a "qualify" one qualifies it
-    inconsistencies: tuple[Inconsistency, ...] = ()
-    #: why P(speedup > 1) is not given although it could be computed ("" = it is given): a
-    #: probability computed from an assumed or contradicted cost would state a confidence nobody has
-    p_withheld: str = ""
-    #: the drafter kind priced (``spec.algorithm``: EAGLE3, NGRAM, DRAFT_MODEL, ...)
-    algorithm: str = ""
-
-    #: where r came from: "--proposal-rate", the profile's hook measurement, or "" (every step)
-    proposal_rate_source: str = ""
-    #: the speedup's 95 % band (:func:`specmodel.model.cycle.speedup_band`): the tok/s band over the
-    #: baseline, widened by the baseline cost's own interval (0.0: not computed)
-    speedup_low: float = 0.0
-    speedup_high: float = 0.0
-    #: the accept log's drift of tokens per request-step between windows (relative standard
-    #: deviation), in the band and P; 0: none measured
-    accept_drift_rel: float = 0.0
-    #: a request priced end to end (``--request-tokens``): its prefill and the time outside the
-    #: engine's steps beside the decode phase; the verdict then rests on its speedup. None: the
-    #: figures above are the decode phase's only
-    request: RequestPrice | None = None
-    #: the accept length (tokens/step incl. bonus) at which the request breaks even (= the decode
-    #: phase's break-even when no request is priced)
-    request_break_even_accept_tokens: float = math.nan
-    #: why the costs are another box's than the one the user named ("" = the user's own profile):
-    #: the verdict label is qualified with it
-    foreign_costs: str = ""
-
-    @property
-    def decision(self) -> Decision:
-        """The verdict and its reason as one :class:`Decision` (watch and the schedules act on it)."""
-        return Decision(verdict=self.verdict, reason=self.verdict_reason)
-
-    @property
-    def host_proposer(self) -> bool:
-        """The priced method proposes on the host (ngram, suffix): no drafter forward by design."""
-        return is_host_proposer(self.algorithm)
-
-    @property
-    def consistent(self) -> bool:
-        """No two inputs contradict each other beyond their spreads."""
-        return not any(i.refuses for i in self.inconsistencies)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["accept_probs"] = list(self.accept_probs)
-        d["warnings"] = list(self.warnings)
-        # tok/s fields without a suffix are totals over all `batch` requests
-        d["baseline_tokens_per_s_per_request"] = self.baseline_tokens_per_s_per_request
-        d["tokens_per_s_per_request"] = self.tokens_per_s_per_request
-        d["extrapolated"] = [e.to_dict() for e in self.extrapolated]
-        d["assumed"] = [a.to_dict() for a in self.assumed]
-        d["measured"] = self.measured
-        d["allreduce_capture"] = list(self.allreduce_capture)
-        d["allreduce_source"] = self.allreduce_source
-        d["to_measure"] = list(self.to_measure)
-        d["verdict_label"] = self.verdict_label
-        d["tp"] = self.tp if self.tp_known else None
-        d["cost_sources"] = dict(self.cost_sources)
-        d["band_label"] = self.band_label
-        d["inconsistencies"] = [i.to_dict() for i in self.inconsistencies]
-        d["consistent"] = self.consistent
-        if self.p_withheld:
-            d["p_speedup_gt_1"] = None
-        for k in ("break_even_accept_tokens", "accept_for_plus20_tokens", "margin_tokens"):
-            if not math.isfinite(d[k]):
-                d[k] = None  # proposal rate 0: no accept length breaks even
-        d["request"] = _request_dict(self)
-        d.pop("request_break_even_accept_tokens", None)
-        if not self.allreduce_known:  # unknown is not zero
-            for k in ("baseline_allreduce_s", "verify_allreduce_s", "draft_allreduce_s", "cycle_allreduce_s",
-                      "cycle_allreduce_frac", "verify_compute_s", "verify_other_s"):
-                d[k] = None
-        return d
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row: every scalar of :meth:`to_dict` as a column (SI units, as named); list
-        fields (``accept_probs``, ``warnings``, ``extrapolated``) are kept as one cell each.
-        ``pd.concat([p.to_frame() for p in preds])`` tabulates a sweep."""
-        import pandas as pd  # only here: pandas stays off predict's cold path
-
-        return pd.DataFrame([self.to_dict()])
-
-
-def _request_dict(p: Prediction) -> dict[str, Any] | None:
-    """The request priced end to end (SI, totals over the batch), JSON-safe (None for infinities)."""
-    rq = p.request
-    if rq is None:
-        return None
-
-    def fin(v: float) -> float | None:
-        return v if math.isfinite(v) else None
-
-    return {"request_tokens": rq.request_tokens, "prompt_tokens": rq.prompt_tokens, "prompt_source": rq.prompt_source,
-            "baseline_s": rq.base_s, "spec_s": fin(rq.spec_s),
-            "baseline_prefill_s": rq.base_prefill_s, "spec_prefill_s": rq.spec_prefill_s,
-            "baseline_outside_s": rq.base_outside_s, "spec_outside_s": rq.spec_outside_s,
-            "baseline_decode_s": rq.base_decode_s, "spec_decode_s": fin(rq.spec_decode_s),
-            "baseline_tokens_per_s": rq.baseline_tokens_per_s, "tokens_per_s": rq.tokens_per_s,
-            "speedup": rq.speedup, "speedup_low": rq.speedup_low, "speedup_high": rq.speedup_high,
-            "decode_speedup_needed": fin(rq.decode_speedup_needed),
-            "break_even_accept_tokens": fin(p.request_break_even_accept_tokens),
-            "assumed": [a.to_dict() for a in rq.assumed], "extrapolated": [e.to_dict() for e in rq.extrapolated]}
-
-
-def qualified_verdict(verdict: str, extrapolated: Sequence[Extrapolation],
-                      assumed: Sequence[Assumption] = ()) -> str:
-    """``verdict`` alone when every cost was measured, else qualified:
-    ``GO (verify not measured at 128K: assumed = decode at 4 tokens; extrapolated: a; b)``."""
-    parts = list(dict.fromkeys(a.label for a in assumed))
-    labels = list(dict.fromkeys(e.label for e in extrapolated))
-    if labels:
-        parts.append(f"extrapolated: {'; '.join(labels)}")
-    return f"{verdict} ({'; '.join(parts)})" if parts else verdict
-
-
 def check_verified_tokens(spec: SpecConfig, accept_tokens: float) -> None:
     """Refuse an acceptance the configuration cannot emit.
 
@@ -572,48 +294,51 @@ def predict(profile: Profile, accept: Acceptance | AcceptDist, point: OperatingP
     req = _request(cyc, step, band, pt, spec, acceptance.window_drift_rel, r)
     verdict, reason, withheld = _verdict(cyc, step, band, req, pt, spec, r)
     profile, cc, cal = cyc.profile, cyc.costs, cyc.calibration
-    t_base, t_cyc, e = step.base_s, cc.cycle_s, dist.mean_tokens
+    e = dist.mean_tokens
     return Prediction(
-        profile_name=profile.name, profile_label=profile.label, profile_source_kind=profile.source_kind,
-        profile_path=profile.path, tp=profile.tp, batch=pt.batch, steps=spec.steps, topk=spec.topk,
-        num_draft_tokens=spec.num_draft_tokens, generation_tokens=band.generation_tokens,
-        accept_source=dist.source, accept_convention=dist.convention, accept_mean_tokens=e,
-        accept_mean_drafts=e - 1.0, accept_std_tokens=dist.std_tokens, accept_samples=dist.samples,
-        accept_probs=dist.probs,
-        baseline_step_s=t_base, baseline_allreduce_s=cc.base.allreduce_s,
-        baseline_tokens_per_s=eq.baseline_tokens_per_s(pt.batch, t_base),
-        verify_tokens=forward_tokens("verify", pt.batch, spec), verify_s=cc.verify.total_s,
-        verify_allreduce_s=cc.verify.allreduce_s, verify_compute_s=cc.verify.compute_s,
-        verify_other_s=cc.verify.other_s, draft_step_s=cc.draft_step.total_s, draft_s=cc.draft_total_s,
-        draft_allreduce_s=cc.draft_allreduce_s, overhead_s=cc.overhead_s, cycle_s=t_cyc,
-        cycle_allreduce_s=cc.cycle_allreduce_s, cycle_allreduce_frac=cc.cycle_allreduce_s / t_cyc,
-        tokens_per_s=band.tokens_per_s, tokens_per_s_low=band.low, tokens_per_s_high=band.high,
-        speedup=band.speedup, speedup_low=band.speedup_low, speedup_high=band.speedup_high,
-        break_even_accept_tokens=band.break_even, accept_for_plus20_tokens=band.plus20,
-        break_even_reachable=band.break_even <= spec.max_accept_tokens,
-        plus20_reachable=band.plus20 <= spec.max_accept_tokens,
-        margin_tokens=e - band.break_even, p_speedup_gt_1=req.p_speedup_gt_1, verdict=verdict, verdict_reason=reason,
-        calibrated_overhead_s=cal.added_overhead_s if cal else None, warnings=cyc.warnings,
-        context_tokens=cc.context_tokens,
-        context_source="requested" if pt.context_tokens is not None else "the profile's smallest measured context",
-        # a calibration modelled off measured costs carries that into every prediction made with it
-        extrapolated=_unique(cyc.extrapolated + req.extrapolated),
-        # (a calibration's own assumption is absorbed at its point: the observed cycle pins the total there)
-        assumed=req.assumed,
-        tp_known=profile.source.tp_known,
-        draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
-        accept_samples_unknown=dist.samples_unknown, cost_sources=step.provenance,
-        # at TP 1 there is no all-reduce to split: zero is known, not unmeasured
-        allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
-        allreduce_capture=profile.allreduce_captured,
-        cycle_cost_ci95_rel=band.cycle_ci95_rel, baseline_cost_ci95_rel=band.baseline_ci95_rel,
-        proposal_rate=r, mean_step_s=step.step_s, inconsistencies=step.issues, p_withheld=withheld,
-        algorithm=spec.algorithm,
-        proposal_rate_source=(acceptance.proposal_rate_source if pt.proposal_rate is None
-                              and acceptance.proposal_rate is not None
-                              else hd.proposal_rate_note(given_rate, spec.algorithm, profile)),
-        accept_drift_rel=acceptance.window_drift_rel, request=req.price,
-        request_break_even_accept_tokens=req.break_even, foreign_costs=_foreign_costs(pt, profile),
+        source=Provenance(
+            profile_name=profile.name, profile_label=profile.label, profile_source_kind=profile.source_kind,
+            profile_path=profile.path, tp=profile.tp, tp_known=profile.source.tp_known, algorithm=spec.algorithm,
+            cost_sources=step.provenance,
+            # at TP 1 there is no all-reduce to split: zero is known, not unmeasured
+            allreduce_known=profile.has_allreduce_split or (profile.tp == 1 and profile.source.tp_known),
+            allreduce_capture=profile.allreduce_captured, foreign_costs=_foreign_costs(pt, profile)),
+        point=PricedPoint(
+            batch=pt.batch, steps=spec.steps, topk=spec.topk, num_draft_tokens=spec.num_draft_tokens,
+            generation_tokens=band.generation_tokens, context_tokens=cc.context_tokens,
+            context_source="requested" if pt.context_tokens is not None else "the profile's smallest measured context"),
+        accept=AcceptFigures(
+            source=dist.source, convention=dist.convention, mean_tokens=e, mean_drafts=e - 1.0,
+            std_tokens=dist.std_tokens, samples=dist.samples, probs=dist.probs, samples_unknown=dist.samples_unknown,
+            drift_rel=acceptance.window_drift_rel, proposal_rate=r,
+            proposal_rate_source=(acceptance.proposal_rate_source if pt.proposal_rate is None
+                                  and acceptance.proposal_rate is not None
+                                  else hd.proposal_rate_note(given_rate, spec.algorithm, profile))),
+        costs=CostFigures(
+            baseline_step_s=step.base_s, baseline_allreduce_s=cc.base.allreduce_s,
+            verify_tokens=forward_tokens("verify", pt.batch, spec), verify_s=cc.verify.total_s,
+            verify_allreduce_s=cc.verify.allreduce_s, verify_compute_s=cc.verify.compute_s,
+            verify_other_s=cc.verify.other_s, draft_step_s=cc.draft_step.total_s, draft_s=cc.draft_total_s,
+            draft_allreduce_s=cc.draft_allreduce_s, overhead_s=cc.overhead_s, cycle_s=cc.cycle_s,
+            cycle_allreduce_s=cc.cycle_allreduce_s, cycle_allreduce_frac=cc.cycle_allreduce_s / cc.cycle_s,
+            draft_extend_s=cc.draft_extend.total_s if cc.draft_extend is not None else None,
+            calibrated_overhead_s=cal.added_overhead_s if cal else None, mean_step_s=step.step_s,
+            cycle_ci95_rel=band.cycle_ci95_rel, baseline_ci95_rel=band.baseline_ci95_rel),
+        figures=Figures(
+            baseline_tokens_per_s=eq.baseline_tokens_per_s(pt.batch, step.base_s), tokens_per_s=band.tokens_per_s,
+            tokens_per_s_low=band.low, tokens_per_s_high=band.high, speedup=band.speedup,
+            speedup_low=band.speedup_low, speedup_high=band.speedup_high,
+            break_even_accept_tokens=band.break_even, accept_for_plus20_tokens=band.plus20,
+            break_even_reachable=band.break_even <= spec.max_accept_tokens,
+            plus20_reachable=band.plus20 <= spec.max_accept_tokens, margin_tokens=e - band.break_even,
+            p_speedup_gt_1=req.p_speedup_gt_1, p_withheld=withheld, request_break_even_accept_tokens=req.break_even),
+        outcome=Outcome(
+            verdict=verdict, reason=reason, warnings=cyc.warnings,
+            # a calibration modelled off measured costs carries that into every prediction made with it
+            extrapolated=_unique(cyc.extrapolated + req.extrapolated),
+            # (a calibration's own assumption is absorbed at its point: the observed cycle pins the total there)
+            assumed=req.assumed, inconsistencies=step.issues),
+        request=req.price,
     )
 
 
@@ -810,7 +535,7 @@ def require_consistent(p: Prediction) -> Prediction:
     """``p`` when its inputs agree; else the refusal (exit 2) naming the first contradiction and what
     to re-measure: predict and the API give no figures built on inputs that contradict each other
     (the report still draws them, with the contradiction on its first page)."""
-    bad = [i for i in p.inconsistencies if i.refuses]
+    bad = [i for i in p.outcome.inconsistencies if i.refuses]
     if bad:
         from specmodel.errors import SpecmodelError
 

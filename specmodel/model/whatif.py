@@ -18,7 +18,8 @@ from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_sc
 from specmodel.model.decision import SPECULATE, action_for
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.memory import per_rank_weight_bytes
-from specmodel.model.predict import Prediction, predict
+from specmodel.model.predict import predict
+from specmodel.model.prediction import Prediction
 from specmodel.schema.phases import DRAFT_KINDS
 from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
 from specmodel.schema.shapes import ModelShape
@@ -334,8 +335,8 @@ def stop_paying_batch(points: Sequence[Prediction]) -> int | None:
     decision rule's speedup thresholds (:func:`specmodel.model.decision.action_for`) stop saying
     speculate (a MARGINAL batch runs nothing in the plan and the schedules either)."""
     for p in points:
-        if action_for(p.speedup) != SPECULATE:
-            return p.batch
+        if action_for(p.figures.speedup) != SPECULATE:
+            return p.point.batch
     return None
 
 

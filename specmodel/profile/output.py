@@ -205,9 +205,9 @@ def compare_loop(profile: Profile, loop: SpecLoopResult) -> dict[str, Any]:
 
     def one(p: Profile) -> dict[str, Any]:
         pr = predict(p, dist, OperatingPoint(batch=b, spec=spec))
-        return {"tokens_per_s": pr.tokens_per_s, "cycle_s": pr.cycle_s, "overhead_s": pr.overhead_s,
-                "speedup": pr.speedup, "baseline_tokens_per_s": pr.baseline_tokens_per_s,
-                "rel_error": pr.tokens_per_s / measured - 1.0}
+        return {"tokens_per_s": pr.figures.tokens_per_s, "cycle_s": pr.costs.cycle_s, "overhead_s": pr.costs.overhead_s,
+                "speedup": pr.figures.speedup, "baseline_tokens_per_s": pr.figures.baseline_tokens_per_s,
+                "rel_error": pr.figures.tokens_per_s / measured - 1.0}
 
     main = one(profile)
     return {

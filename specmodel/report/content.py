@@ -24,7 +24,8 @@ from specmodel.model.costs import FALLBACK, measured_contexts
 from specmodel.model.decision import BLOCKED as _BLOCKED
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import Candidate, accept_model, batch_limit, evaluate_all, optimize
-from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, Prediction, calibrate, predict
+from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP, calibrate, predict
+from specmodel.model.prediction import Prediction
 from specmodel.model.serveplan import ServePlan, band_models, serve_plan
 from specmodel.model.whatif import (
     FitChoice,
@@ -258,7 +259,7 @@ class ReportContent:
     @property
     def verdict(self) -> str:
         """The report's verdict: the model's (``prediction.verdict``), or BLOCKED by the drafter check."""
-        return BLOCKED if self.blocked_by else self.prediction.verdict
+        return BLOCKED if self.blocked_by else self.prediction.outcome.verdict
 
     @property
     def verdict_label(self) -> str:
@@ -269,8 +270,8 @@ class ReportContent:
         p = self.prediction
         if self.blocked_by:
             return (f"check-drafter: {'; '.join(self.blocked_by)} (drafter-check page). Fix the drafter first; "
-                    f"the model alone says {p.verdict} at {p.speedup:.2f}x")
-        return p.verdict_reason
+                    f"the model alone says {p.outcome.verdict} at {p.figures.speedup:.2f}x")
+        return p.outcome.reason
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -362,14 +363,14 @@ def short_tokens(tokens: float) -> str:
 
 
 def _curve(p: Prediction, ceiling_tokens: float | None) -> AcceptCurve:
-    be = p.break_even_accept_tokens if math.isfinite(p.break_even_accept_tokens) else 0.0
-    hi = float(max(p.steps + 1, be * 1.1, (ceiling_tokens or 0.0) * 1.05))
+    be = p.figures.break_even_accept_tokens if math.isfinite(p.figures.break_even_accept_tokens) else 0.0
+    hi = float(max(p.point.steps + 1, be * 1.1, (ceiling_tokens or 0.0) * 1.05))
     n = 60
     grid = tuple(1.0 + (hi - 1.0) * i / (n - 1) for i in range(n))
-    return AcceptCurve(accept_grid=grid, tokens_per_s=tuple(eq.spec_tokens_per_s(p.batch, a, p.cycle_s) for a in grid),
-                       baseline_tokens_per_s=p.baseline_tokens_per_s, break_even_tokens=p.break_even_accept_tokens,
-                       plus20_tokens=p.accept_for_plus20_tokens, accept_mean_tokens=p.accept_mean_tokens,
-                       accept_probs=p.accept_probs, predicted_tokens_per_s=p.tokens_per_s, max_tokens=p.steps + 1,
+    return AcceptCurve(accept_grid=grid, tokens_per_s=tuple(eq.spec_tokens_per_s(p.point.batch, a, p.costs.cycle_s) for a in grid),
+                       baseline_tokens_per_s=p.figures.baseline_tokens_per_s, break_even_tokens=p.figures.break_even_accept_tokens,
+                       plus20_tokens=p.figures.accept_for_plus20_tokens, accept_mean_tokens=p.accept.mean_tokens,
+                       accept_probs=p.accept.probs, predicted_tokens_per_s=p.figures.tokens_per_s, max_tokens=p.point.steps + 1,
                        ceiling_tokens=ceiling_tokens)
 
 
@@ -378,47 +379,47 @@ def speedup_text(p: Prediction) -> str:
     was priced (the verdict then rests on that one)."""
     rq = p.request
     if rq is None:
-        return f"{p.speedup:.2f}x"
-    return f"{rq.speedup:.2f}x per request, {p.speedup:.2f}x decode"
+        return f"{p.figures.speedup:.2f}x"
+    return f"{rq.speedup:.2f}x per request, {p.figures.speedup:.2f}x decode"
 
 
 def cycle_allreduce_text(p: Prediction) -> str:
     """The cycle with its all-reduce share as the report prints it (one wording for PDF and Markdown)."""
     if p.no_allreduce:
-        return f"{ms(p.cycle_s)}, all-reduce none (TP 1)"
-    if not p.allreduce_known:
-        return f"{ms(p.cycle_s)}, all-reduce unknown (no split)"
-    return f"{ms(p.cycle_s)}, all-reduce {p.cycle_allreduce_frac:.1%} ({p.allreduce_source})"
+        return f"{ms(p.costs.cycle_s)}, all-reduce none (TP 1)"
+    if not p.source.allreduce_known:
+        return f"{ms(p.costs.cycle_s)}, all-reduce unknown (no split)"
+    return f"{ms(p.costs.cycle_s)}, all-reduce {p.costs.cycle_allreduce_frac:.1%} ({p.allreduce_source})"
 
 
 def _breakdown(p: Prediction) -> Breakdown:
     if p.no_allreduce:  # TP 1: nothing to split off; no "all-reduce 0" segment
         return Breakdown(
-            baseline=(Segment(label="compute + other", seconds=p.baseline_step_s),),
-            cycle=(Segment(label="verify compute", seconds=p.verify_compute_s),
-                   Segment(label="verify other", seconds=p.verify_other_s),
-                   Segment(label="draft", seconds=p.draft_s),
-                   Segment(label="overhead", seconds=p.overhead_s)),
-            baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
-            accept_mean_tokens=p.accept_mean_tokens)
-    if not p.allreduce_known:  # no split measured: one segment per forward, never an "all-reduce 0" bar
+            baseline=(Segment(label="compute + other", seconds=p.costs.baseline_step_s),),
+            cycle=(Segment(label="verify compute", seconds=p.costs.verify_compute_s),
+                   Segment(label="verify other", seconds=p.costs.verify_other_s),
+                   Segment(label="draft", seconds=p.costs.draft_s),
+                   Segment(label="overhead", seconds=p.costs.overhead_s)),
+            baseline_per_token_s=p.costs.baseline_step_s, cycle_per_token_s=p.costs.cycle_s / p.accept.mean_tokens,
+            accept_mean_tokens=p.accept.mean_tokens)
+    if not p.source.allreduce_known:  # no split measured: one segment per forward, never an "all-reduce 0" bar
         return Breakdown(
-            baseline=(Segment(label="decode step (all-reduce split unknown)", seconds=p.baseline_step_s),),
-            cycle=(Segment(label="verify (all-reduce split unknown)", seconds=p.verify_s),
-                   Segment(label="draft", seconds=p.draft_s),
-                   Segment(label="overhead", seconds=p.overhead_s)),
-            baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
-            accept_mean_tokens=p.accept_mean_tokens)
+            baseline=(Segment(label="decode step (all-reduce split unknown)", seconds=p.costs.baseline_step_s),),
+            cycle=(Segment(label="verify (all-reduce split unknown)", seconds=p.costs.verify_s),
+                   Segment(label="draft", seconds=p.costs.draft_s),
+                   Segment(label="overhead", seconds=p.costs.overhead_s)),
+            baseline_per_token_s=p.costs.baseline_step_s, cycle_per_token_s=p.costs.cycle_s / p.accept.mean_tokens,
+            accept_mean_tokens=p.accept.mean_tokens)
     return Breakdown(
-        baseline=(Segment(label="all-reduce", seconds=p.baseline_allreduce_s),
-                  Segment(label="compute + other", seconds=p.baseline_step_s - p.baseline_allreduce_s)),
-        cycle=(Segment(label="verify all-reduce", seconds=p.verify_allreduce_s),
-               Segment(label="verify compute", seconds=p.verify_compute_s),
-               Segment(label="verify other", seconds=p.verify_other_s),
-               Segment(label="draft", seconds=p.draft_s),
-               Segment(label="overhead", seconds=p.overhead_s)),
-        baseline_per_token_s=p.baseline_step_s, cycle_per_token_s=p.cycle_s / p.accept_mean_tokens,
-        accept_mean_tokens=p.accept_mean_tokens)
+        baseline=(Segment(label="all-reduce", seconds=p.costs.baseline_allreduce_s),
+                  Segment(label="compute + other", seconds=p.costs.baseline_step_s - p.costs.baseline_allreduce_s)),
+        cycle=(Segment(label="verify all-reduce", seconds=p.costs.verify_allreduce_s),
+               Segment(label="verify compute", seconds=p.costs.verify_compute_s),
+               Segment(label="verify other", seconds=p.costs.verify_other_s),
+               Segment(label="draft", seconds=p.costs.draft_s),
+               Segment(label="overhead", seconds=p.costs.overhead_s)),
+        baseline_per_token_s=p.costs.baseline_step_s, cycle_per_token_s=p.costs.cycle_s / p.accept.mean_tokens,
+        accept_mean_tokens=p.accept.mean_tokens)
 
 
 def message_bytes(profile: Profile, kind: str, tokens: int) -> float | None:
@@ -442,7 +443,7 @@ def _allreduce(profile: Profile, p: Prediction, choice: FitChoice) -> AllReduceV
     fit = choice.fit
     tp = max(profile.tp, 2)
     sizes = []
-    for label, kind, toks in ((k, k, forward_tokens(k, p.batch, p)) for k in ("decode", "verify", "draft")):
+    for label, kind, toks in ((k, k, forward_tokens(k, p.point.batch, p.point)) for k in ("decode", "verify", "draft")):
         b = message_bytes(profile, kind, toks)
         if b is not None:
             sizes.append(MessageSize(label=label, tokens=toks, msg_bytes=b, per_call_s=allreduce_s(b, tp, fit)))
@@ -475,10 +476,10 @@ def _allreduce_unavailable(profile: Profile, choice: FitChoice) -> str:
 
 def _whatif_row(key: str, label: str, assumptions: tuple[str, ...], w: Prediction, *, unavailable: str = "",
                 memory: str = "") -> WhatIfRow:
-    return WhatIfRow(key=key, label=label, assumptions=assumptions, baseline_tokens_per_s=w.baseline_tokens_per_s,
-                     tokens_per_s=w.tokens_per_s, speedup=w.speedup,
-                     break_even_accept_tokens=w.break_even_accept_tokens, cycle_s=w.cycle_s,
-                     verdict="N/A" if unavailable else w.verdict, unavailable=unavailable, memory=memory)
+    return WhatIfRow(key=key, label=label, assumptions=assumptions, baseline_tokens_per_s=w.figures.baseline_tokens_per_s,
+                     tokens_per_s=w.figures.tokens_per_s, speedup=w.figures.speedup,
+                     break_even_accept_tokens=w.figures.break_even_accept_tokens, cycle_s=w.costs.cycle_s,
+                     verdict="N/A" if unavailable else w.outcome.verdict, unavailable=unavailable, memory=memory)
 
 
 def measurement_text(profile: Profile) -> str:
@@ -498,39 +499,39 @@ NOISE_OK_REL = 0.02
 
 def _assumptions(p: Prediction, dist: AcceptDist, profile: Profile,
                  per_position: Sequence[float] | None) -> tuple[str, ...]:
-    acc = f"accept length: {p.accept_source}"
+    acc = f"accept length: {p.accept.source}"
     if per_position:
         acc += " rates " + ", ".join(f"{r:.2f}" for r in per_position)
-    elif p.accept_samples == 0 and p.accept_source.startswith("mean"):
+    elif p.accept.samples == 0 and p.accept.source.startswith("mean"):
         acc += " (constant per-draft acceptance assumed around the mean)"
     out = [measurement_text(profile), acc]
-    out.append(f"costs from the {p.profile_source_kind} profile '{p.profile_name}', interpolated at "
-               f"batch {p.batch} ({p.verify_tokens} verify tokens)")
-    method = p.algorithm.lower()
+    out.append(f"costs from the {p.source.profile_source_kind} profile '{p.source.profile_name}', interpolated at "
+               f"batch {p.point.batch} ({p.costs.verify_tokens} verify tokens)")
+    method = p.source.algorithm.lower()
     if p.host_proposer:  # no drafter forward by design: nothing was left unmeasured
         out.append(f"no drafter forward: {method} proposes on the host (its lookup is the per-cycle overhead)")
     else:
-        out.append(f"draft = {p.draft_parts}" if p.draft_s > 0
+        out.append(f"draft = {p.draft_parts}" if p.costs.draft_s > 0
                    else "draft cost not measured: assumed free (upper bound)")
-    over = f"per-cycle overhead {ms(p.overhead_s)}"
+    over = f"per-cycle overhead {ms(p.costs.overhead_s)}"
     if p.host_proposer:
         over += f" ({method} lookup per step)"
-    if p.proposal_rate < 1.0:
-        over += f"; {p.proposal_rate:.0%} of request-steps proposed, the rest decoded"
-    if p.calibrated_overhead_s is not None:
-        over += f" (calibration added {ms(p.calibrated_overhead_s)})"
+    if p.accept.proposal_rate < 1.0:
+        over += f"; {p.accept.proposal_rate:.0%} of request-steps proposed, the rest decoded"
+    if p.costs.calibrated_overhead_s is not None:
+        over += f" (calibration added {ms(p.costs.calibrated_overhead_s)})"
     out.append(over)
-    if p.proposal_rate < 1.0 or p.proposal_rate_source:
-        out.append(f"{p.proposal_rate:.0%} of request-steps proposed ({p.proposal_rate_source or '--proposal-rate'}); the others decode one token "
-                   f"at the baseline step plus the lookup: mean step {ms(p.mean_step_s)}")
-    if p.p_speedup_gt_1 is None:
+    if p.accept.proposal_rate < 1.0 or p.accept.proposal_rate_source:
+        out.append(f"{p.accept.proposal_rate:.0%} of request-steps proposed ({p.accept.proposal_rate_source or '--proposal-rate'}); the others decode one token "
+                   f"at the baseline step plus the lookup: mean step {ms(p.costs.mean_step_s)}")
+    if p.figures.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
                    f"the band ({p.band_label}) covers one generation's variability"
-                   + _cost_part(p.cycle_cost_ci95_rel, only=True))
+                   + _cost_part(p.costs.cycle_ci95_rel, only=True))
     else:
         out.append(f"band and P(speedup > 1) {p.band_label}: one generation's variability"
                    + (" plus the sampling error of the measured mean" if dist.samples > 0 else
-                      " (accept length taken as exact)") + _cost_part(p.cycle_cost_ci95_rel))
+                      " (accept length taken as exact)") + _cost_part(p.costs.cycle_ci95_rel))
     out.append(f"GO needs speedup >= {GO_MIN_SPEEDUP:.2f}x and P(speedup > 1) >= {GO_MIN_P:.2f}; "
                "NO-GO below 1.00x")
     if profile.source_kind == "reference":
@@ -545,17 +546,17 @@ def _provenance(profile: Profile, p: Prediction, inputs: Sequence[tuple[str, str
             ("profile source", profile.label),
             ("hardware", hw_txt or "not recorded"),
             ("model", str(profile.model.get("name", "not recorded"))),
-            ("backend / TP", f"{profile.backend or 'not recorded'} / {f'TP {p.tp}' if p.tp_known else 'TP unknown'}")]
+            ("backend / TP", f"{profile.backend or 'not recorded'} / {f'TP {p.source.tp}' if p.source.tp_known else 'TP unknown'}")]
     versions = profile.source.versions()
     if versions:
         rows.append(("profile versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))))
     rows.append(("specmodel", f"{__version__}; python {platform.python_version()}; numpy {_version('numpy')}; "
                               f"matplotlib {_version('matplotlib')}"))
-    rows.append(("accept source", p.accept_source))
-    if len({o for _, o in p.cost_sources}) == 1:
-        rows.append(("costs from", p.cost_sources[0][1]))
+    rows.append(("accept source", p.accept.source))
+    if len({o for _, o in p.source.cost_sources}) == 1:
+        rows.append(("costs from", p.source.cost_sources[0][1]))
     else:
-        rows.extend((f"{what} from", origin) for what, origin in p.cost_sources)
+        rows.extend((f"{what} from", origin) for what, origin in p.source.cost_sources)
     rows.extend(inputs)
     return tuple(rows)
 
@@ -582,10 +583,10 @@ def _drafter(report: DrafterReportLike, p: Prediction, inputs: Sequence[tuple[st
     ceiling_tokens = None
     warning = None
     if ceiling is not None and math.isfinite(ceiling) and 0.0 <= ceiling <= 1.0:
-        ceiling_tokens = chain_mean(float(ceiling), p.steps)
-        if p.accept_mean_tokens > ceiling_tokens + 1e-9:
-            warning = (f"the accept length {p.accept_mean_tokens:.2f} exceeds the drafter's vocabulary ceiling "
-                       f"{ceiling_tokens:.2f} tokens/step (coverage {ceiling:.1%} at {p.steps} steps): "
+        ceiling_tokens = chain_mean(float(ceiling), p.point.steps)
+        if p.accept.mean_tokens > ceiling_tokens + 1e-9:
+            warning = (f"the accept length {p.accept.mean_tokens:.2f} exceeds the drafter's vocabulary ceiling "
+                       f"{ceiling_tokens:.2f} tokens/step (coverage {ceiling:.1%} at {p.point.steps} steps): "
                        "the accept-length source does not describe this drafter")
     return DrafterView(status=str(report.status), findings=findings, acceptance_ceiling=ceiling,
                        ceiling_tokens=ceiling_tokens, warning=warning, inputs=tuple(inputs), raw=report.to_dict())
@@ -603,62 +604,62 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
     given its unseen cost is folded in once here so every what-if carries it too.
     """
     p = prediction
-    base = calibrate(profile, observation, spec, prediction.context_tokens)[0] if observation is not None else profile
+    base = calibrate(profile, observation, spec, prediction.point.context_tokens)[0] if observation is not None else profile
     batches = powers_of_two(max_batch)
 
     whatifs, choice = standard_whatifs(base)
     rows = [WhatIfRow(key="as_is", label=f"as profiled (TP {profile.tp})", assumptions=(),
-                      baseline_tokens_per_s=p.baseline_tokens_per_s, tokens_per_s=p.tokens_per_s, speedup=p.speedup,
-                      break_even_accept_tokens=p.break_even_accept_tokens, cycle_s=p.cycle_s, verdict=p.verdict)]
+                      baseline_tokens_per_s=p.figures.baseline_tokens_per_s, tokens_per_s=p.figures.tokens_per_s, speedup=p.figures.speedup,
+                      break_even_accept_tokens=p.figures.break_even_accept_tokens, cycle_s=p.costs.cycle_s, verdict=p.outcome.verdict)]
     for w in whatifs:
-        wp = predict(w.profile, dist, OperatingPoint(batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
-                                                     context_tokens=p.context_tokens, proposal_rate=p.proposal_rate))
+        wp = predict(w.profile, dist, OperatingPoint(batch=p.point.batch, spec=spec, generation_tokens=p.point.generation_tokens,
+                                                     context_tokens=p.point.context_tokens, proposal_rate=p.accept.proposal_rate))
         label = w.label + (" (memory fit unknown)" if w.memory.startswith("unknown") else "")
         rows.append(_whatif_row(w.key, label, w.assumptions, wp, unavailable=w.unavailable, memory=w.memory))
 
-    sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.generation_tokens,
-                        context_tokens=p.context_tokens, proposal_rate=p.proposal_rate)
+    sweep = batch_sweep(base, dist, spec=spec, batches=batches, generation_tokens=p.point.generation_tokens,
+                        context_tokens=p.point.context_tokens, proposal_rate=p.accept.proposal_rate)
     # a batch whose costs would be read further beyond the measured range than a prediction may go is
     # not priced: the sweeps (and their charts) stop before it, and the warnings say where
-    unpriced = [s.batch for s in sweep if any(i.refuses and i.beyond_range for i in s.inconsistencies)]
+    unpriced = [s.point.batch for s in sweep if any(i.refuses and i.beyond_range for i in s.outcome.inconsistencies)]
     cut = unpriced[0] if unpriced and unpriced[0] > batches[0] else None
     if cut is not None:
-        sweep = tuple(s for s in sweep if s.batch < cut)
+        sweep = tuple(s for s in sweep if s.point.batch < cut)
         batches = tuple(b for b in batches if b < cut)
-    brows = tuple(BatchRow(batch=s.batch, baseline_tokens_per_s=s.baseline_tokens_per_s, tokens_per_s=s.tokens_per_s,
-                           speedup=s.speedup, break_even_accept_tokens=s.break_even_accept_tokens,
-                           extrapolated=any("extrapolated" in w for w in s.warnings)) for s in sweep)
+    brows = tuple(BatchRow(batch=s.point.batch, baseline_tokens_per_s=s.figures.baseline_tokens_per_s, tokens_per_s=s.figures.tokens_per_s,
+                           speedup=s.figures.speedup, break_even_accept_tokens=s.figures.break_even_accept_tokens,
+                           extrapolated=any("extrapolated" in w for w in s.outcome.warnings)) for s in sweep)
 
     model = accept_model(dist, rates=per_position, measured_topk=spec.topk, max_steps=max(SEARCH_MAX_STEPS, spec.steps))
-    ctx = p.context_tokens
-    r = p.proposal_rate
-    opt = optimize(base, model, batch=p.batch, default=spec, context_tokens=ctx, proposal_rate=r)
-    optima = [opt if b == p.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx,
+    ctx = p.point.context_tokens
+    r = p.accept.proposal_rate
+    opt = optimize(base, model, batch=p.point.batch, default=spec, context_tokens=ctx, proposal_rate=r)
+    optima = [opt if b == p.point.batch else optimize(base, model, batch=b, default=spec, context_tokens=ctx,
                                                 proposal_rate=r)
               for b in batches]
     grid: dict[tuple[int, int], float] = {}
-    for c in evaluate_all(base, model, batch=p.batch, context_tokens=ctx, proposal_rate=r):
+    for c in evaluate_all(base, model, batch=p.point.batch, context_tokens=ctx, proposal_rate=r):
         grid[(c.steps, c.topk)] = max(grid.get((c.steps, c.topk), 0.0), c.tokens_per_s)
-    optv = OptimizerView(batch=p.batch, accept_source=model.source, accept_notes=model.notes,
+    optv = OptimizerView(batch=p.point.batch, accept_source=model.source, accept_notes=model.notes,
                          conditional_rates=model.conditional, default=opt.default, best=opt.best,
                          best_measured_topk=opt.best_measured_topk, ranked=opt.ranked, evaluated=opt.evaluated,
                          gain=opt.gain, per_batch=tuple(o.best for o in optima), batch_limit=batch_limit(optima),
                          max_batch=max_batch, grid=tuple((s, k, t) for (s, k), t in sorted(grid.items())),
                          recommended=opt.recommended, best_any=opt.best_any,
-                         recommendation=opt.recommendation_text(noise_rel=p.cycle_cost_ci95_rel),
+                         recommendation=opt.recommendation_text(noise_rel=p.costs.cycle_ci95_rel),
                          recommends_off=opt.to_run is None,
                          smallest_batch_unmeasured=optima[0].recommended is None,
                          measured_max_batch=max((r.batch for r in base.rows("decode")), default=None))
 
     dview = _drafter(drafter, p, drafter_inputs) if drafter is not None else None
-    warnings = list(p.warnings)
+    warnings = list(p.outcome.warnings)
     if cut is not None:
         warnings.append(f"batch sweeps stop at batch {batches[-1]}: from batch {cut} on the costs would be "
                         "extrapolated further beyond the measured range than a prediction goes (profile there to "
                         "see them)")
     if dview is not None and dview.warning:
         warnings.append(dview.warning)
-    blocked = blocking_reasons(dview, p.accept_mean_tokens) if dview is not None else ()
+    blocked = blocking_reasons(dview, p.accept.mean_tokens) if dview is not None else ()
     if blocked:
         # the model's figures stay (the prediction is predict's, pages 2-7 show it); the verdict and the
         # recommendation do not: a drafter the engine refuses, or one that cannot reach the accept length, is no GO
@@ -668,7 +669,7 @@ def build_report(*, profile: Profile, dist: AcceptDist, spec: SpecConfig, predic
         # figures built on contradicting inputs are drawn (to see which), never recommended from
         optv = dataclasses.replace(optv, recommendation=("none: the inputs contradict each other (page 1 names the "
                                                          "two figures and what to re-measure)"), recommends_off=True)
-    title = f"Speculative decoding go/no-go: {p.profile_name}"
+    title = f"Speculative decoding go/no-go: {p.source.profile_name}"
     return ReportContent(
         title=title, version=__version__, prediction=p, notes=tuple(notes),
         assumptions=_assumptions(p, dist, profile, per_position),
@@ -690,22 +691,22 @@ def context_view(profile: Profile, dist: AcceptDist, spec: SpecConfig, p: Predic
     """The prediction at the user's batch over the measured contexts, :data:`CONTEXT_GRID` and the user's
     context; each row says which axes were extrapolated."""
     measured = measured_contexts(profile, "decode")
-    grid = sorted(set(measured) | set(CONTEXT_GRID) | {int(p.context_tokens)})
+    grid = sorted(set(measured) | set(CONTEXT_GRID) | {int(p.point.context_tokens)})
     rows = []
     for L in grid:
         # acceptance measured per context band (the log's): each context uses its band's
         d, band = by_context.at(L) if by_context is not None else (dist, "")
-        q = predict(profile, d, OperatingPoint(batch=p.batch, spec=spec, generation_tokens=p.generation_tokens,
-                                               context_tokens=L, proposal_rate=p.proposal_rate))
-        rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.baseline_tokens_per_s,
-                               tokens_per_s=q.tokens_per_s, speedup=q.speedup,
-                               break_even_accept_tokens=q.break_even_accept_tokens, verdict=q.verdict,
-                               extrapolated=tuple(dict.fromkeys(e.label for e in q.extrapolated)),
+        q = predict(profile, d, OperatingPoint(batch=p.point.batch, spec=spec, generation_tokens=p.point.generation_tokens,
+                                               context_tokens=L, proposal_rate=p.accept.proposal_rate))
+        rows.append(ContextRow(context_tokens=L, baseline_tokens_per_s=q.figures.baseline_tokens_per_s,
+                               tokens_per_s=q.figures.tokens_per_s, speedup=q.figures.speedup,
+                               break_even_accept_tokens=q.figures.break_even_accept_tokens, verdict=q.outcome.verdict,
+                               extrapolated=tuple(dict.fromkeys(e.label for e in q.outcome.extrapolated)),
                                accept_mean_tokens=d.mean_tokens, accept_band=band))
     extra = {} if by_context is None else {"accept_note": f"acceptance per context band of the log "
                                                           f"({len(by_context.bands)} bands; each row says which)"}
-    return ContextView(batch=p.batch, context_tokens=int(p.context_tokens), measured_contexts=measured,
-                       accept_mean_tokens=p.accept_mean_tokens, rows=tuple(rows), **extra)
+    return ContextView(batch=p.point.batch, context_tokens=int(p.point.context_tokens), measured_contexts=measured,
+                       accept_mean_tokens=p.accept.mean_tokens, rows=tuple(rows), **extra)
 
 
 def _cost_part(u: float, only: bool = False) -> str:

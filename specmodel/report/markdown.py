@@ -25,16 +25,16 @@ def render_markdown(c: ReportContent) -> str:
     o = c.optimizer
     lines = [f"# {c.title}", "", f"## Verdict: **{c.verdict_label}**", "", c.verdict_reason, ""]
     lines += _table(["figure", "value"], [
-        ["configuration", f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, draft tokens {p.num_draft_tokens}"],
-        ["predicted", f"{p.tokens_per_s:.1f} tok/s (95% band {p.band_label}: {p.tokens_per_s_low:.1f}-"
-                      f"{p.tokens_per_s_high:.1f})"],
-        ["baseline", f"{p.baseline_tokens_per_s:.1f} tok/s"],
+        ["configuration", f"{p.tp_label}, batch {p.point.batch}, steps {p.point.steps}, topk {p.point.topk}, draft tokens {p.point.num_draft_tokens}"],
+        ["predicted", f"{p.figures.tokens_per_s:.1f} tok/s (95% band {p.band_label}: {p.figures.tokens_per_s_low:.1f}-"
+                      f"{p.figures.tokens_per_s_high:.1f})"],
+        ["baseline", f"{p.figures.baseline_tokens_per_s:.1f} tok/s"],
         ["speedup", speedup_text(p)],
-        ["break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)],
-        ["drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"],
-        ["margin", (f"{p.margin_tokens:+.2f} tokens/step" if math.isfinite(p.margin_tokens) else "none")],
+        ["break-even accept length", tokens_per_step_text(p.figures.break_even_accept_tokens)],
+        ["drafter accept length", f"{p.accept.mean_tokens:.2f} tokens/step ({p.accept.mean_drafts:.2f} drafts)"],
+        ["margin", (f"{p.figures.margin_tokens:+.2f} tokens/step" if math.isfinite(p.figures.margin_tokens) else "none")],
         [f"P(speedup > 1, {p.band_label})", p.p_text],
-        ["+20% needs", tokens_per_step_text(p.accept_for_plus20_tokens)],
+        ["+20% needs", tokens_per_step_text(p.figures.accept_for_plus20_tokens)],
         ["cycle", cycle_allreduce_text(p)],
     ])
     lines += ["", "### Assumptions", ""] + [f"- {a}" for a in c.assumptions]

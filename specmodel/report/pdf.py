@@ -132,7 +132,7 @@ def _frame(fig: Any, c: ReportContent, n: int, title: str, when: str) -> None:
     fig.text(0.04, 0.955, title, fontsize=16, weight="bold", va="top")
     fig.text(0.96, 0.955, f"{c.verdict}", fontsize=14, weight="bold", ha="right", va="top",
              color=VERDICT_COLORS.get(c.verdict, "black"))
-    fig.text(0.04, 0.02, f"specmodel {c.version} | {c.prediction.profile_name} | {when}", fontsize=7, color="#555555")
+    fig.text(0.04, 0.02, f"specmodel {c.version} | {c.prediction.source.profile_name} | {when}", fontsize=7, color="#555555")
     fig.text(0.96, 0.02, f"page {n}/{total}", fontsize=7, color="#555555", ha="right")
 
 
@@ -143,13 +143,13 @@ def page_verdict(c: ReportContent) -> Any:
     p = c.prediction
     fig = _figure()
     fig.text(0.04, 0.955, c.title, fontsize=14, weight="bold", va="top")
-    fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.batch}, steps {p.steps}, topk {p.topk}, "
-             f"draft tokens {p.num_draft_tokens}", fontsize=10, va="top", color="#333333")
+    fig.text(0.04, 0.915, f"{p.tp_label}, batch {p.point.batch}, steps {p.point.steps}, topk {p.point.topk}, "
+             f"draft tokens {p.point.num_draft_tokens}", fontsize=10, va="top", color="#333333")
     fig.text(0.04, 0.88, c.verdict, fontsize=64 if len(c.verdict) <= 8 else 40, weight="bold", va="top",
              color=VERDICT_COLORS.get(c.verdict, "black"))
-    if p.verdict_label != p.verdict and not c.blocked_by and p.consistent:
+    if p.verdict_label != p.outcome.verdict and not c.blocked_by and p.consistent:
         # a verdict from costs nobody measured here (or another box's) is qualified, in red, next to the verdict
-        ext = p.verdict_label[len(p.verdict):].strip()
+        ext = p.verdict_label[len(p.outcome.verdict):].strip()
         fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
     if p.consistent:
         _flow(fig, 0.04, 0.755, 0.92, [c.verdict_reason], 10, 0.71, bullet="")
@@ -181,18 +181,18 @@ def page_verdict(c: ReportContent) -> Any:
     bottom = prov_top + 0.015
 
     figures = [
-        ("Predicted (total)", f"{p.tokens_per_s:.1f} tok/s ({p.tokens_per_s_per_request:.1f}/req; "
-                              f"95% {p.tokens_per_s_low:.1f}-{p.tokens_per_s_high:.1f})"),
-        ("Baseline (total)", f"{p.baseline_tokens_per_s:.1f} tok/s ({p.baseline_tokens_per_s_per_request:.1f}/req)"),
-        ("Context", f"{p.context_tokens:.0f} KV tokens/request" + ("" if p.context_source == "requested"
+        ("Predicted (total)", f"{p.figures.tokens_per_s:.1f} tok/s ({p.tokens_per_s_per_request:.1f}/req; "
+                              f"95% {p.figures.tokens_per_s_low:.1f}-{p.figures.tokens_per_s_high:.1f})"),
+        ("Baseline (total)", f"{p.figures.baseline_tokens_per_s:.1f} tok/s ({p.baseline_tokens_per_s_per_request:.1f}/req)"),
+        ("Context", f"{p.point.context_tokens:.0f} KV tokens/request" + ("" if p.point.context_source == "requested"
                                                                     else " (smallest measured)")),
         ("Speedup", speedup_text(p)),
-        ("Break-even accept length", tokens_per_step_text(p.break_even_accept_tokens)
-         + ("" if p.break_even_reachable else f" (unreachable: max {p.steps + 1})")),
-        ("Drafter accept length", f"{p.accept_mean_tokens:.2f} tokens/step ({p.accept_mean_drafts:.2f} drafts)"),
-        ("Margin", (f"{p.margin_tokens:+.2f} tokens/step" if math.isfinite(p.margin_tokens) else "none")),
+        ("Break-even accept length", tokens_per_step_text(p.figures.break_even_accept_tokens)
+         + ("" if p.figures.break_even_reachable else f" (unreachable: max {p.point.steps + 1})")),
+        ("Drafter accept length", f"{p.accept.mean_tokens:.2f} tokens/step ({p.accept.mean_drafts:.2f} drafts)"),
+        ("Margin", (f"{p.figures.margin_tokens:+.2f} tokens/step" if math.isfinite(p.figures.margin_tokens) else "none")),
         ("P(speedup > 1)", p.p_text),
-        ("+20% needs", tokens_per_step_text(p.accept_for_plus20_tokens)),
+        ("+20% needs", tokens_per_step_text(p.figures.accept_for_plus20_tokens)),
         ("Cycle", cycle_allreduce_text(p)),
     ]
     y = 0.70
@@ -252,7 +252,7 @@ def page_curve(c: ReportContent) -> Any:
     fig = _figure()
     ax = fig.add_axes((0.08, 0.12, 0.84, 0.72))
     ax.plot(cv.accept_grid, cv.tokens_per_s, color="#1f77b4", lw=2.2,
-            label=f"speculative, TP{p.tp} B={p.batch} steps {p.steps} topk {p.topk} ndt {p.num_draft_tokens}")
+            label=f"speculative, TP{p.source.tp} B={p.point.batch} steps {p.point.steps} topk {p.point.topk} ndt {p.point.num_draft_tokens}")
     ax.axhline(cv.baseline_tokens_per_s, color="black", lw=1.5, ls="--",
                label=f"baseline {cv.baseline_tokens_per_s:.1f} tok/s")
     if math.isfinite(cv.break_even_tokens):  # (a proposer that proposes nothing breaks even at no accept length)
@@ -309,7 +309,7 @@ def page_breakdown(c: ReportContent) -> Any:
         ax.text(x, bottom, f"{bottom:.2f} ms", ha="center", va="bottom", fontsize=10, weight="bold")
     ax.set_xticks([0, 1], ["baseline decode step", "speculative cycle"])
     ax.set_ylabel("milliseconds")
-    extrap = [w for w in c.prediction.warnings if "extrapolated" in w]
+    extrap = [w for w in c.prediction.outcome.warnings if "extrapolated" in w]
     ax.set_title("one step vs one cycle" + ("\n(some costs extrapolated beyond the measured range)" if extrap else ""),
                  fontsize=11)
     ax.legend(loc="upper left", fontsize=8)
@@ -504,7 +504,7 @@ def page_recommendation(c: ReportContent) -> Any:
     ax.set_xlabel("steps")
     ax.set_ylabel("best tok/s over draft tokens")
     ax.legend(fontsize=7, ncol=2)
-    depth = c.prediction.steps  # the accept distribution covers 1..steps+1: deeper is the optimizer's extrapolation
+    depth = c.prediction.point.steps  # the accept distribution covers 1..steps+1: deeper is the optimizer's extrapolation
     if o.grid and max(st for st, _, _ in o.grid) > depth:
         # acceptance deeper than measured is the last-conditional-rate extrapolation
         ax.axvspan(depth + 0.5, max(st for st, _, _ in o.grid) + 0.5, facecolor="none", edgecolor="#bbbbbb",
@@ -605,7 +605,7 @@ def page_drafter(c: ReportContent) -> Any:
     fig = _figure()
     lines = [f"status: {dv.status}"]
     if dv.acceptance_ceiling is not None:
-        ct = f" = at most {dv.ceiling_tokens:.2f} tokens/step at {c.prediction.steps} steps" if dv.ceiling_tokens else ""
+        ct = f" = at most {dv.ceiling_tokens:.2f} tokens/step at {c.prediction.point.steps} steps" if dv.ceiling_tokens else ""
         lines.append(f"acceptance ceiling (target-token mass the draft vocabulary covers): {dv.acceptance_ceiling:.1%}{ct}")
     if dv.warning:
         lines.append("WARNING: " + dv.warning)

@@ -12,8 +12,9 @@ from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model.calibrate import Observation
 from specmodel.model.costs import default_context, measured_contexts
 from specmodel.model.inputs import Acceptance, OperatingPoint
-from specmodel.model.predict import Prediction, predict
 from specmodel.model.predict import calibrate as calibrate_profile
+from specmodel.model.predict import predict
+from specmodel.model.prediction import Prediction
 from specmodel.scenario.accept import resolve_accept
 from specmodel.scenario.args import ScenarioArgs
 from specmodel.scenario.numbers import apply_allreduce_fit, apply_numbers, missing_plain_pieces, with_origins
