@@ -254,25 +254,29 @@ def predict(profile: Profile, accept: Acceptance | AcceptDist, point: OperatingP
     and smallest measured context) at the acceptance ``accept`` (a distribution, or the
     :class:`~specmodel.model.inputs.Acceptance` record of a source that measured more beside it).
 
-    ``proposal_rate`` r (host proposers only: ngram, suffix): the share of request-steps in which
-    the lookup proposed. The engines' accept length counts only those steps (vLLM: 1 + accepted /
-    drafts), so at r < 1 a request-step emits r·E[A] + 1 − r tokens and the mean engine step is
+    The point's ``proposal_rate`` r (else the one the acceptance's source measured; host
+    proposers only: ngram, suffix): the share of request-steps in which the lookup proposed. The
+    engines' accept length counts only those steps (vLLM: 1 + accepted / drafts), so at r < 1 a
+    request-step emits r·E[A] + 1 − r tokens and the mean engine step is
     :func:`specmodel.model.hostdraft.host_mean_step_s`; break-even and "for +20 %" stay in E[A] of
     the proposing steps. None: every step proposes (r = 1).
 
-    ``window_drift_rel``: how far the tokens per request-step moved between the accept log's
-    windows beyond sampling (relative standard deviation; :func:`specmodel.model.accept.window_drift_rel`):
-    a run of new traffic lands anywhere in that spread, so the band (±1.96·d) and P carry it.
+    The acceptance's ``window_drift_rel``: how far the tokens per request-step moved between the
+    accept log's windows beyond sampling (relative standard deviation;
+    :func:`specmodel.model.accept.window_drift_rel`): a run of new traffic lands anywhere in that
+    spread, so the band (±1.96·d) and P carry it.
 
-    ``request_tokens`` N (with ``prompt_tokens``, default the profiled prompt): price a request of
-    N output tokens end to end (:mod:`specmodel.model.request`): each server's prefill and time
-    outside the engine's steps are added to its decode phase, and the verdict, P(speedup > 1) and
-    the request's break-even rest on the request's speedup; the band and P are then over the request's
-    N tokens (one request's acceptance is what varies), not ``generation_tokens``.
+    The point's ``request_tokens`` N (with ``prompt_tokens``, default the profiled prompt): price a
+    request of N output tokens end to end (:mod:`specmodel.model.request`): each server's prefill
+    and time outside the engine's steps are added to its decode phase, and the verdict,
+    P(speedup > 1) and the request's break-even rest on the request's speedup; the band and P are
+    then over the request's N tokens (one request's acceptance is what varies), not
+    ``generation_tokens``.
 
-    ``foreign_costs``: why the profile's costs are another box's than the one the user named (e.g. an
-    accept log of a server at another TP); the shipped reference profile is always another box's.
-    The verdict is then qualified in its label (CLI, JSON, PDF): the figures are the other box's.
+    The point's ``foreign_costs``: why the profile's costs are another box's than the one the user
+    named (e.g. an accept log of a server at another TP); the shipped reference profile is always
+    another box's. The verdict is then qualified in its label (CLI, JSON, PDF): the figures are
+    the other box's.
 
     Physical bounds (the one place for every path that prices a cycle through here): a speculative
     step holds a verify forward over at least the baseline step's tokens, so its cost is floored at
