@@ -23,8 +23,8 @@ from specmodel.schema.phases import canonical_method, default_num_draft_tokens
 from specmodel.schema.profile import Profile, SpecConfig, load_profile
 
 if TYPE_CHECKING:
-    from specmodel.model.serveplan import ServePlan
     from specmodel.engines.base import LogFile
+    from specmodel.model.serveplan import ServePlan
 
 
 @dataclass(frozen=True, kw_only=True)
