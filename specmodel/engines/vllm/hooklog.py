@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from specmodel.engines.hook.records import METRICS_FILE, check_place
+from specmodel.engines.hook.records import METRICS_FILE, Drops, check_place, dp_replica
 from specmodel.errors import SpecmodelError
 from specmodel.limits import (
     MAX_BATCH,
@@ -52,7 +52,7 @@ from specmodel.limits import (
     MAX_TP,
 )
 from specmodel.schema.formats import PROBE, VLLM_STEP
-from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS
+from specmodel.schema.phases import VLLM_FORWARD_DRAFTERS, is_host_proposer
 from specmodel.stats import iqr, median, series_median_ci95_rel
 from specmodel.units import ms
 
@@ -360,6 +360,140 @@ def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: i
             "window left out of the rows (the profiler stretches them).")
 
 
+@dataclass(kw_only=True)
+class _Recording:
+    """What :func:`summarize` gathers from every step of every rank file before it builds a row
+    (filled by :meth:`add_log`, then read once)."""
+
+    base_cells: dict[tuple[str, int, int, int], _Cell] = field(default_factory=dict)
+    spec_cells: dict[tuple[str, int, int, int], _Cell] = field(default_factory=dict)
+    nodraft_cells: dict[tuple[str, int, int, int], _Cell] = field(default_factory=dict)  # a host proposer's decode-shaped steps
+    drafts: dict[tuple[int, int], _Cell] = field(default_factory=dict)
+    extends: dict[tuple[int, int, int], _Cell] = field(default_factory=dict)  # (batch, tokens, band): first drafter forwards
+    spec_prefill_cells: dict[tuple[str, int, int, int], _Cell] = field(default_factory=dict)  # the speculative server's extend steps
+    base_prompts: list[tuple[int, int, int]] = field(default_factory=list)  # (batch, tokens, 1) of the extend steps, each server apart
+    spec_prompts: list[tuple[int, int, int]] = field(default_factory=list)
+    spec_dirs: dict[str, bool] = field(default_factory=dict)  # --summarize directory -> whether its server speculates
+    lookups: list[float] = field(default_factory=list)
+    request_steps: int = 0
+    proposed: int = 0
+    versions: dict[str, str] = field(default_factory=dict)
+    tps: dict[int, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    served: set[str] = field(default_factory=set)
+    runners: set[str] = field(default_factory=set)
+    clocks: set[str] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)
+    cpu_names: set[str] = field(default_factory=set)
+    spec_meta: dict[str, Any] = field(default_factory=dict)
+    run_ranks: dict[tuple[str, int, int], set[str]] = field(default_factory=dict)  # (directory, DP replica, segment) -> ranks
+    n_steps: int = 0
+    step_spec: set[tuple[str, int]] = field(default_factory=set)  # (method, k) of the speculative steps: what actually ran
+    probes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # --summarize directory -> its servers' probes
+    step_clocks: set[str] = field(default_factory=set)  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
+    drops: Drops = field(default_factory=lambda: Drops("step"))  # steps the hook dropped (its queue of GPU records full)
+    in_capture: int = 0  # steps run under the torch.profiler capture: left out of the rows
+
+    def add_log(self, lg: StepLog, *, replica: int | None, captures: dict[str, Any], max_gap_s: float) -> None:
+        run_dir = str(os.path.dirname(lg.path))
+        self.spec_dirs.setdefault(run_dir, False)
+        if replica is None or all(dp_replica(m) == replica for m, _ in lg.runs):
+            self.probes.setdefault(run_dir, []).extend(lg.probes)
+        for seg, (m, steps) in enumerate(lg.runs):
+            if replica is not None and dp_replica(m) != replica:
+                continue  # another DP replica: another engine
+            self.drops.add_run(m, steps, "kind")
+            if m:
+                self.versions.setdefault(str(m.get("vllm_version")), lg.path)
+                self.clocks.add(str(m.get("clock") or "perf_counter"))
+                if m.get("tp_size") is not None:
+                    self.tps.setdefault(m["tp_size"], lg.path)
+                if m.get("model_path"):
+                    self.models.setdefault(str(m["model_path"]), lg.path)
+                if m.get("served_model_name"):
+                    self.served.add(str(m["served_model_name"]))
+                if m.get("model_runner"):
+                    changed = m.get("model_runner_changed")
+                    self.runners.add(str(m["model_runner"]) + (f" (chosen by specmodel: {changed})" if changed else
+                                                          " (vLLM's choice)"))
+                if m.get("device_name"):
+                    self.devices.add(str(m["device_name"]))
+                if str(m.get("device") or "").startswith("cpu"):
+                    self.cpu_names.add(str(m.get("cpu_name") or "CPU"))
+                if isinstance(m.get("spec"), dict) and not self.spec_meta:
+                    self.spec_meta = m["spec"]
+            self.run_ranks.setdefault((run_dir, dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
+            self.n_steps += len(steps)
+            cap = captures.get(run_dir)
+            for r in steps:
+                if cap is not None and cap.holds(r):
+                    self.in_capture += 1
+                    continue
+                self._add_step(r, m, run_dir, max_gap_s)
+
+    def _add_step(self, r: dict[str, Any], m: dict[str, Any], run_dir: str, max_gap_s: float) -> None:
+        """One step into its cell: the baseline's, the speculative server's, its prefill or drafts."""
+        method, k = r.get("draft_method"), r.get("draft_k")
+        speculative = method is not None
+        if speculative:
+            self.spec_dirs[run_dir] = True
+        if speculative and k is not None:
+            self.step_spec.add((str(method), int(k)))
+        if r.get("forward_s") is None:
+            return  # the forward was not seen (a step that ran no model)
+        # the host part on the step's own clock: a GPU step's overhead and gap are the GPU's
+        on_gpu = r.get("step_clock") == "cuda_event"
+        self.step_clocks.add(str(r.get("step_clock") or
+                                 ("host_less_gpu" if m.get("clock") == "cuda_event" else "perf_counter")))
+        gap = r.get("gpu_gap_s") if on_gpu else r.get("gap_s")
+        # the gap before a prefill is mostly the engine waiting for the request (queue time on
+        # /metrics), not scheduling: a prefill step's cost is its own time
+        host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s
+                                         and r["kind"] != "extend" else 0.0)
+        ctx = float(r.get("context_tokens") or 0.0)
+        host_prop = speculative and is_host_proposer(str(method))
+        spec_tokens = int(r.get("spec_tokens") or 0)
+        if speculative and r.get("draft_s") is not None:
+            if host_prop and r["kind"] in ("decode", "verify"):
+                self.lookups.append(float(r["draft_s"]))  # every lookup: a miss costs one too
+            self.request_steps += r["batch"]
+            if spec_tokens:
+                # a proposing request brings 1..k drafts; at least ceil(spec / k) of them proposed
+                self.proposed += min(r["batch"], -(-spec_tokens // k) if k else r["batch"])
+        if not speculative:
+            cells = self.base_cells if r["kind"] != "verify" else self.spec_cells
+        elif r["kind"] == "verify":
+            cells = self.spec_cells
+        elif r["kind"] == "decode" and host_prop:
+            cells = self.nodraft_cells
+        elif r["kind"] == "extend":
+            # the speculative server's prefill: requests.spec_prefill, never the baseline's rows.
+            # The proposal after it (draft_s) is the drafter over the prompt -- a forward drafter's
+            # prefill and first k drafts, an ngram's lookup -- so it is part of this step's cost
+            self.spec_prompts.append((r["batch"], r["tokens"], 1))
+            d_s = float(r.get("draft_s") or 0.0)
+            g = self.spec_prefill_cells.setdefault(("extend", r["batch"], r["tokens"], context_band(ctx)), _cell())
+            g.total.append(float(r["forward_s"]) + d_s + host)
+            g.ar.append(float(r.get("forward_allreduce_s") or 0.0) + float(r.get("draft_allreduce_s") or 0.0))
+            g.fwd.append(float(r["forward_s"]) + d_s)
+            g.n_ar.append(float(r.get("forward_n_allreduce") or 0) + float(r.get("draft_n_allreduce") or 0))
+            g.ctx.append(ctx)
+            return
+        else:
+            return  # a speculative server's post-prefill step: not the baseline's
+        if not speculative and r["kind"] == "extend":
+            self.base_prompts.append((r["batch"], r["tokens"], 1))
+        g = cells.setdefault((r["kind"], r["batch"], r["tokens"], context_band(ctx)), _cell())
+        g.total.append(float(r["forward_s"]) + host)
+        g.ar.append(float(r.get("forward_allreduce_s") or 0.0))
+        g.fwd.append(float(r["forward_s"]))
+        g.n_ar.append(float(r.get("forward_n_allreduce") or 0))
+        g.ctx.append(ctx)
+        if r["kind"] == "verify" and r.get("draft_s") is not None and method in VLLM_FORWARD_DRAFTERS \
+                and k:
+            _add_draft(r, int(k), ctx, self.drafts, self.extends)
+
+
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
               max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
@@ -382,9 +516,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     steps' own clock: on a GPU (``step_clock`` cuda_event) the GPU's overhead and GPU gap, never a
     host span less GPU forwards."""
     from specmodel.engines.hook.probe import conditions_note, conditions_of
-    from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, log_files, pick_replica
+    from specmodel.engines.hook.records import check_one_server_kind, log_files, pick_replica
     from specmodel.engines.vllm.capture_ingest import merged_shares, read_capture
-    from specmodel.schema.phases import is_host_proposer
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
 
     files = log_files(dirs, COMMAND)
@@ -392,177 +525,59 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     # each run directory's torch.profiler capture: its steps ran under the profiler (left out of the
     # rows); its shares price the all-reduce of the rows the wrapper did not see
     captures = {d: read_capture(d) for d in dict.fromkeys(str(os.path.dirname(lg.path)) for lg in logs)}
-    in_capture = 0
     where = ", ".join(str(d) for d in dirs)
     replica = pick_replica([(m, lg.path) for lg in logs for m, _ in lg.runs if m], dp_rank, where)
-    base_cells: dict[tuple[str, int, int, int], _Cell] = {}
-    spec_cells: dict[tuple[str, int, int, int], _Cell] = {}
-    nodraft_cells: dict[tuple[str, int, int, int], _Cell] = {}  # a host proposer's decode-shaped steps
-    drafts: dict[tuple[int, int], _Cell] = {}
-    extends: dict[tuple[int, int, int], _Cell] = {}  # (batch, tokens, band): first drafter forwards
-    spec_prefill_cells: dict[tuple[str, int, int, int], _Cell] = {}  # the speculative server's extend steps
-    base_prompts: list[tuple[int, int, int]] = []  # (batch, tokens, 1) of the extend steps, each server apart
-    spec_prompts: list[tuple[int, int, int]] = []
-    spec_dirs: dict[str, bool] = {}  # --summarize directory -> whether its server speculates
-    lookups: list[float] = []
-    request_steps = proposed = 0
-    versions: dict[str, str] = {}
-    tps: dict[int, str] = {}
-    models: dict[str, str] = {}
-    served: set[str] = set()
-    runners: set[str] = set()
-    clocks: set[str] = set()
-    devices: set[str] = set()
-    cpu_names: set[str] = set()
-    spec_meta: dict[str, Any] = {}
-    run_ranks: dict[tuple[str, int, int], set[str]] = {}  # (directory, DP replica, segment) -> ranks
-    n_steps = 0
-    step_spec: set[tuple[str, int]] = set()  # (method, k) of the speculative steps: what actually ran
-    probes: dict[str, list[dict[str, Any]]] = {}  # --summarize directory -> its servers' probes
-    step_clocks: set[str] = set()  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
-    drops = Drops("step")  # steps the hook dropped (its queue of GPU records full)
+    a = _Recording()
     for lg in logs:
-        run_dir = str(os.path.dirname(lg.path))
-        spec_dirs.setdefault(run_dir, False)
-        if replica is None or all(dp_replica(m) == replica for m, _ in lg.runs):
-            probes.setdefault(run_dir, []).extend(lg.probes)
-        for seg, (m, steps) in enumerate(lg.runs):
-            if replica is not None and dp_replica(m) != replica:
-                continue  # another DP replica: another engine
-            drops.add_run(m, steps, "kind")
-            if m:
-                versions.setdefault(str(m.get("vllm_version")), lg.path)
-                clocks.add(str(m.get("clock") or "perf_counter"))
-                if m.get("tp_size") is not None:
-                    tps.setdefault(m["tp_size"], lg.path)
-                if m.get("model_path"):
-                    models.setdefault(str(m["model_path"]), lg.path)
-                if m.get("served_model_name"):
-                    served.add(str(m["served_model_name"]))
-                if m.get("model_runner"):
-                    changed = m.get("model_runner_changed")
-                    runners.add(str(m["model_runner"]) + (f" (chosen by specmodel: {changed})" if changed else
-                                                          " (vLLM's choice)"))
-                if m.get("device_name"):
-                    devices.add(str(m["device_name"]))
-                if str(m.get("device") or "").startswith("cpu"):
-                    cpu_names.add(str(m.get("cpu_name") or "CPU"))
-                if isinstance(m.get("spec"), dict) and not spec_meta:
-                    spec_meta = m["spec"]
-            run_ranks.setdefault((run_dir, dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
-            n_steps += len(steps)
-            cap = captures.get(run_dir)
-            for r in steps:
-                if cap is not None and cap.holds(r):
-                    in_capture += 1
-                    continue
-                method, k = r.get("draft_method"), r.get("draft_k")
-                speculative = method is not None
-                if speculative:
-                    spec_dirs[run_dir] = True
-                if speculative and k is not None:
-                    step_spec.add((str(method), int(k)))
-                if r.get("forward_s") is None:
-                    continue  # the forward was not seen (a step that ran no model)
-                # the host part on the step's own clock: a GPU step's overhead and gap are the GPU's
-                on_gpu = r.get("step_clock") == "cuda_event"
-                step_clocks.add(str(r.get("step_clock") or
-                                    ("host_less_gpu" if m.get("clock") == "cuda_event" else "perf_counter")))
-                gap = r.get("gpu_gap_s") if on_gpu else r.get("gap_s")
-                # the gap before a prefill is mostly the engine waiting for the request (queue time on
-                # /metrics), not scheduling: a prefill step's cost is its own time
-                host = float(r["overhead_s"]) + (float(gap) if gap is not None and gap <= max_gap_s
-                                                 and r["kind"] != "extend" else 0.0)
-                ctx = float(r.get("context_tokens") or 0.0)
-                host_prop = speculative and is_host_proposer(str(method))
-                spec_tokens = int(r.get("spec_tokens") or 0)
-                if speculative and r.get("draft_s") is not None:
-                    if host_prop and r["kind"] in ("decode", "verify"):
-                        lookups.append(float(r["draft_s"]))  # every lookup: a miss costs one too
-                    request_steps += r["batch"]
-                    if spec_tokens:
-                        # a proposing request brings 1..k drafts; at least ceil(spec / k) of them proposed
-                        proposed += min(r["batch"], -(-spec_tokens // k) if k else r["batch"])
-                if not speculative:
-                    cells = base_cells if r["kind"] != "verify" else spec_cells
-                elif r["kind"] == "verify":
-                    cells = spec_cells
-                elif r["kind"] == "decode" and host_prop:
-                    cells = nodraft_cells
-                elif r["kind"] == "extend":
-                    # the speculative server's prefill: requests.spec_prefill, never the baseline's rows.
-                    # The proposal after it (draft_s) is the drafter over the prompt -- a forward drafter's
-                    # prefill and first k drafts, an ngram's lookup -- so it is part of this step's cost
-                    spec_prompts.append((r["batch"], r["tokens"], 1))
-                    d_s = float(r.get("draft_s") or 0.0)
-                    g = spec_prefill_cells.setdefault(("extend", r["batch"], r["tokens"], context_band(ctx)), _cell())
-                    g.total.append(float(r["forward_s"]) + d_s + host)
-                    g.ar.append(float(r.get("forward_allreduce_s") or 0.0) + float(r.get("draft_allreduce_s") or 0.0))
-                    g.fwd.append(float(r["forward_s"]) + d_s)
-                    g.n_ar.append(float(r.get("forward_n_allreduce") or 0) + float(r.get("draft_n_allreduce") or 0))
-                    g.ctx.append(ctx)
-                    continue
-                else:
-                    continue  # a speculative server's post-prefill step: not the baseline's
-                if not speculative and r["kind"] == "extend":
-                    base_prompts.append((r["batch"], r["tokens"], 1))
-                g = cells.setdefault((r["kind"], r["batch"], r["tokens"], context_band(ctx)), _cell())
-                g.total.append(float(r["forward_s"]) + host)
-                g.ar.append(float(r.get("forward_allreduce_s") or 0.0))
-                g.fwd.append(float(r["forward_s"]))
-                g.n_ar.append(float(r.get("forward_n_allreduce") or 0))
-                g.ctx.append(ctx)
-                if r["kind"] == "verify" and r.get("draft_s") is not None and method in VLLM_FORWARD_DRAFTERS \
-                        and k:
-                    _add_draft(r, int(k), ctx, drafts, extends)
-    check_one_server_kind(tp=tp, tp_sizes=tps, models=models, versions=versions, version_key="vllm_version",
+        a.add_log(lg, replica=replica, captures=captures, max_gap_s=max_gap_s)
+    check_one_server_kind(tp=tp, tp_sizes=a.tps, models=a.models, versions=a.versions, version_key="vllm_version",
                           engine="vLLM")
-    if not (base_cells or spec_cells or nodraft_cells):
+    if not (a.base_cells or a.spec_cells or a.nodraft_cells):
         raise SpecmodelError(f"{where}: no engine steps recorded (the logs hold only meta lines; did the server "
                              "serve a request under `specmodel vllm`?)")
-    if not any(k[0] == "decode" for k in base_cells):
+    if not any(k[0] == "decode" for k in a.base_cells):
         raise SpecmodelError(f"{where}: no decode steps recorded without speculation; a profile needs the baseline "
                              "step: also run the server without --speculative-config under `specmodel vllm` and "
                              "pass both directories to --summarize")
-    if len(step_spec) > 1:
+    if len(a.step_spec) > 1:
         raise SpecmodelError(f"{where}: the logs mix speculative configurations "
-                             f"({', '.join(f'{m} k={k}' for m, k in sorted(step_spec))}); summarize one at a time")
-    ranks_per_run = max(len(v) for v in run_ranks.values()) if run_ranks else 1
-    tp_val = tp if tp is not None else (next(iter(tps)) if tps else max(1, ranks_per_run))
+                             f"({', '.join(f'{m} k={k}' for m, k in sorted(a.step_spec))}); summarize one at a time")
+    ranks_per_run = max(len(v) for v in a.run_ranks.values()) if a.run_ranks else 1
+    tp_val = tp if tp is not None else (next(iter(a.tps)) if a.tps else max(1, ranks_per_run))
     n_ranks = max(1, min(tp_val, ranks_per_run))
     dropped: list[str] = []
     few_kinds: list[str] = []
-    draft_cells = {("draft", b, b, band): d for (b, band), d in drafts.items()}
-    draft_cells.update({("draft_extend", b, t, band): d for (b, t, band), d in extends.items()})
-    band_ctx = _band_contexts(base_cells, spec_cells, nodraft_cells)
+    draft_cells = {("draft", b, b, band): d for (b, band), d in a.drafts.items()}
+    draft_cells.update({("draft_extend", b, t, band): d for (b, t, band), d in a.extends.items()})
+    band_ctx = _band_contexts(a.base_cells, a.spec_cells, a.nodraft_cells)
     caps = [c for c in captures.values() if c is not None]
     shares = merged_shares(caps)
-    costs, no_ar_timed = _rows({**base_cells, **spec_cells}, min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
+    costs, no_ar_timed = _rows({**a.base_cells, **a.spec_cells}, min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
                                dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx, shares=shares,
                                capture_tp=tp_val)
-    nodraft, _ = _rows(dict(nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
+    nodraft, _ = _rows(dict(a.nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
                        dropped=dropped, few_kinds=[], band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     draft_rows, _ = _rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
                           few_kinds=few_kinds, band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
     costs += draft_rows
-    requests, requests_note = _request_costs(base_prompts, spec_prompts, spec_prefill_cells, spec_dirs,
+    requests, requests_note = _request_costs(a.base_prompts, a.spec_prompts, a.spec_prefill_cells, a.spec_dirs,
                                              min_samples=min_samples, n_ranks=n_ranks, tp=tp_val)
     # each directory is one server's recording (a speculative one if any of its steps speculated)
-    conditions = conditions_of([p for d, ps in probes.items() if not spec_dirs[d] for p in ps],
-                               [p for d, ps in probes.items() if spec_dirs[d] for p in ps])
-    method, k = next(iter(step_spec)) if step_spec else (spec_meta.get("method"), spec_meta.get("num_speculative_tokens"))
+    conditions = conditions_of([p for d, ps in a.probes.items() if not a.spec_dirs[d] for p in ps],
+                               [p for d, ps in a.probes.items() if a.spec_dirs[d] for p in ps])
+    method, k = next(iter(a.step_spec)) if a.step_spec else (a.spec_meta.get("method"), a.spec_meta.get("num_speculative_tokens"))
     method = method if isinstance(method, str) else None
     k = k if isinstance(k, int) else None
     spec = SpecConfig(algorithm=str(method).upper(), steps=k, topk=1, num_draft_tokens=k + 1) if method and k else SpecConfig()
     host_method = method if method and is_host_proposer(method) else None
-    overhead = median(lookups) if host_method and lookups else 0.0
+    overhead = median(a.lookups) if host_method and a.lookups else 0.0
     hp = None
-    if host_method and request_steps:
-        proposed = min(proposed, request_steps)
-        hp = HostProposer(method=host_method, proposal_rate=proposed / request_steps, request_steps=request_steps,
-                          proposed_request_steps=proposed, lookup_s=overhead, lookup_steps=len(lookups),
+    if host_method and a.request_steps:
+        proposed = min(a.proposed, a.request_steps)
+        hp = HostProposer(method=host_method, proposal_rate=proposed / a.request_steps, request_steps=a.request_steps,
+                          proposed_request_steps=proposed, lookup_s=overhead, lookup_steps=len(a.lookups),
                           decode=tuple(nodraft))
-    clock = "cuda_event" if clocks == {"cuda_event"} else "perf_counter"
+    clock = "cuda_event" if a.clocks == {"cuda_event"} else "perf_counter"
     notes = ["vLLM rows are engine steps: forward (all-reduce split timed around vLLM's all-reduce) + the step's "
              "host work (sampling/rejection, bookkeeping, input prep, scheduling gap) in other_s; draft rows are "
              "one drafter forward (draft_extend: the first, over the verified tokens, with the proposal's set-up, "
@@ -579,19 +594,19 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     notes.append(requests_note)
     if conditions is not None:
         notes.append(conditions_note(conditions))
-    if runners:
-        notes.append(f"vLLM model runner: {', '.join(sorted(runners))}")
+    if a.runners:
+        notes.append(f"vLLM model runner: {', '.join(sorted(a.runners))}")
     if clock == "perf_counter":
         notes.append("Timed with perf_counter on the host (a CPU engine): not GPU figures.")
-    if "cuda_event" in step_clocks:
+    if "cuda_event" in a.step_clocks:
         notes.append("GPU steps: other_s (the step's host work) is on the CUDA events' clock: the GPU's span of the "
                      "step less its forward and proposal, plus the GPU's gap since the previous step; the host's "
                      "span (host_step_s in the logs) is not used: under async scheduling it ends before the GPU's.")
-    if "host_less_gpu" in step_clocks:
+    if "host_less_gpu" in a.step_clocks:
         notes.append("older GPU logs (vllm_step v1): other_s is the host's step less the GPU's forwards, two clocks; "
                      "under async scheduling the GPU's time past the host's step end is lost (clamped at 0): "
                      "re-record under this specmodel for the GPU's own overhead.")
-    dropped_note = drops.note()
+    dropped_note = a.drops.note()
     if dropped_note:
         notes.append(dropped_note)
     if no_ar_timed:
@@ -601,17 +616,17 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                         "; `specmodel vllm --capture-steps N` measures it from a torch.profiler capture."))
     from_capture = [r for r in costs if r.allreduce_source == "capture"]
     if caps:
-        notes.append(capture_note(caps, from_capture, in_capture))
+        notes.append(capture_note(caps, from_capture, a.in_capture))
     if dropped:
         notes.append(f"{len(dropped)} cell(s) seen fewer than {min_samples} times per rank left out (ramp steps): "
                      + ", ".join(sorted(dropped)[:8]) + (" …" if len(dropped) > 8 else ""))
     if few_kinds:
         notes.append(f"{', '.join(sorted(few_kinds))}: no cell seen {min_samples} times per rank; every cell kept "
                      "(a short run: costs rest on few steps)")
-    n_runs = len(run_ranks)
-    source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(versions)),
+    n_runs = len(a.run_ranks)
+    source = Source.hook_summary(engine="vllm", engine_version=", ".join(sorted(a.versions)),
                                  files=tuple(str(f) for f in files), clock=clock,
-                                 description=f"vLLM step hook (hook): {n_steps} steps from {n_runs} server run(s), "
+                                 description=f"vLLM step hook (hook): {a.n_steps} steps from {n_runs} server run(s), "
                                              f"{len(files)} rank file(s), TP {tp_val}")
     if no_ar_timed:
         source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
@@ -621,16 +636,16 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     # the keys the model/device checks read (validation.profile_device, check_log_model_matches_profile):
     # vLLM logs the model as the --model value, which is what the hook recorded
     hardware: dict[str, Any] = {}
-    if devices:
-        hardware = {"gpu_name": sorted(devices)[0], "gpu_count": tp_val}
-    elif cpu_names:
-        hardware = {"cpu_name": sorted(cpu_names)[0]}
+    if a.devices:
+        hardware = {"gpu_name": sorted(a.devices)[0], "gpu_count": tp_val}
+    elif a.cpu_names:
+        hardware = {"cpu_name": sorted(a.cpu_names)[0]}
     model: dict[str, Any] = {}
-    if models:
-        path = next(iter(models))
+    if a.models:
+        path = next(iter(a.models))
         model = {"name": path, "path": path}
-        if served:
-            model["served_name"] = ", ".join(sorted(served))
+        if a.served:
+            model["served_name"] = ", ".join(sorted(a.served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests,
                    conditions=conditions)
