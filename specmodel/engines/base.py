@@ -183,7 +183,7 @@ class AcceptSummary:
 
 @dataclass(frozen=True, kw_only=True)
 class SummaryInputs:
-    """What a plug-in's ``summarize`` gets besides the parsed files (checked by trace.logs.summarize)."""
+    """What a plug-in's ``summarize`` gets besides the parsed files (checked by :func:`specmodel.engines.logs.summarize_files`)."""
 
     max_tokens: int
     label: str
