@@ -16,14 +16,15 @@ from specmodel.cli import _end_now
 sys.stdout.write("x" * 200000)  # more than a pipe holds: only a flush gets it out
 print("unflushed tail", end="")
 _end_now({rv})
+{after}
 print(" and teardown ran", end="")
 sys.exit(7)
 """
 
 
-def _run(setup: str, rv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _END.format(setup=setup, rv=rv)], capture_output=True, text=True,
-                          timeout=60)
+def _run(setup: str, rv: str, after: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _END.format(setup=setup, rv=rv, after=after)], capture_output=True,
+                          text=True, timeout=300)
 
 
 def test_it_ends_the_process_with_the_status_and_all_output() -> None:
@@ -41,7 +42,9 @@ def test_it_steps_aside_for_an_atexit_callback() -> None:
 
 
 def test_it_steps_aside_for_another_thread() -> None:
-    r = _run("import threading, time; threading.Thread(target=time.sleep, args=(0.5,)).start()", "None")
+    # the thread lives until the script goes on past _end_now (a timed sleep could end first on a slow box)
+    r = _run("import threading; ev = threading.Event(); threading.Thread(target=ev.wait, args=(120,)).start()",
+             "None", after="ev.set()")
     assert r.returncode == 7
     assert r.stdout.endswith("and teardown ran")
 
