@@ -84,6 +84,19 @@ def run_load(url: str, *, concurrency: int, requests: int, prompt_words: int, ma
     return tokens[0] / wall
 
 
+
+def complete_together(url: str, *, n: int, prompt_words: int, max_tokens: int, timeout_s: float = 600.0) -> None:
+    """``n`` greedy completions of exactly ``max_tokens`` tokens in ONE request (a list of prompts):
+    the engine receives them at once and runs them side by side to the same end. ``n`` concurrent
+    HTTP requests leave the batch size to how a loaded box schedules the clients and the API server
+    (seen: served one after another at batch 1)."""
+    body = {"model": "tiny", "prompt": [prompt_text(prompt_words)] * n, "max_tokens": max_tokens,
+            "temperature": 0.0, "ignore_eos": True}
+    out = _post(url + "/v1/completions", body, timeout_s)
+    if len(out.get("choices", ())) != n:
+        raise RuntimeError(f"asked for {n} completions in one request, got {len(out.get('choices', ()))}")
+
+
 COUNTERS = {"vllm:spec_decode_num_drafts_total": "drafts", "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
             "vllm:spec_decode_num_accepted_tokens_total": "accepted", "vllm:generation_tokens_total": "generated"}
 

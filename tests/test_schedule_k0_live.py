@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks._vllm_live import metrics_counters, prompt_text, run_load
+from benchmarks._vllm_live import complete_together, metrics_counters, run_load
 from tests.conftest import specmodel_exe
 from tests.vllm_engine import VllmServer
 
@@ -45,15 +44,7 @@ def test_a_k0_step_still_runs_the_draft_models_forward(vllm_python: Path, tiny_m
                     wrap=[*specmodel_exe(), "vllm", "--out", str(hook), "--"]) as srv:
         run_load(srv.url, concurrency=1, requests=1, prompt_words=30, max_tokens=4)  # warm-up
         before = metrics_counters(srv.url)
-        # four prompts in ONE request: the engine gets them at once and runs them side by side to the
-        # same end (ignore_eos); four concurrent HTTP requests were seen served one after another at
-        # batch 1 on a loaded box (no k = 0 step at all)
-        body = {"model": "tiny", "prompt": [prompt_text(30)] * 4, "max_tokens": TOKENS, "temperature": 0.0,
-                "ignore_eos": True}
-        req = urllib.request.Request(srv.url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            assert len(json.loads(resp.read())["choices"]) == 4
+        complete_together(srv.url, n=4, prompt_words=30, max_tokens=TOKENS)  # side by side: batch 4
         four = {k: v - before[k] for k, v in metrics_counters(srv.url).items()}
     steps = _steps(hook)
     # k = 0 steps: a decode of 2..4 requests (nothing to verify: the previous step drafted nothing)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks._vllm_live import metrics_counters, prompt_text, run_load
+from benchmarks._vllm_live import complete_together, metrics_counters, run_load
 from tests.conftest import run_cli
 from tests.vllm_engine import VllmServer
 
@@ -55,15 +54,7 @@ def test_exported_schedule_is_accepted_and_used_by_the_live_engine(vllm_python: 
         # k = 3 at batch 1 (a draft can be cut short only where max_tokens ends the request)
         assert 2.5 <= solo["draft_tokens"] / solo["drafts"] <= 3.0, solo
         before = metrics_counters(srv.url)
-        # four prompts in ONE request: the engine gets them at the same moment and runs them side by side
-        # to the same end (ignore_eos). Four concurrent HTTP requests leave the batch size to how a
-        # loaded box schedules four client threads and the API server (seen: a ratio above the solo one)
-        body = {"model": "tiny", "prompt": [prompt_text(30)] * 4, "max_tokens": BATCHED_TOKENS, "temperature": 0.0,
-                "ignore_eos": True}
-        req = urllib.request.Request(srv.url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            assert len(json.loads(resp.read())["choices"]) == 4
+        complete_together(srv.url, n=4, prompt_words=30, max_tokens=BATCHED_TOKENS)  # side by side: batch 4
         four = {k: v - before[k] for k, v in metrics_counters(srv.url).items()}
         assert four["generated"] >= 4 * BATCHED_TOKENS, four
         # per generated token, four at once draft far less than one alone: k = 0 at batch >= 2. Static
