@@ -4,7 +4,9 @@ rule, the all-reduce sweep's per-call time, kernel-busy time from a trace."""
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import pytest
 
@@ -81,17 +83,27 @@ def test_graph_mode_times_replays_of_a_captured_forward(tmp_path):
         for _ in range(warmup):
             fn()
         fn()  # the captured call
-        captured.append(fn)
+        # a real graph holds the input tensors' device addresses, not the tensors: here only a
+        # weak reference, so a replay after the forward (and its inputs) were freed fails
+        ref = weakref.ref(fn)
+        captured.append(fn.__name__)
         pools.append(pool)
 
         def replay():
+            live = ref()
+            assert live is not None, "replayed a graph whose captured inputs were freed"
             replays[0] += 1
-            fn()
+            live()
         return replay, f"pool{len(captured)}"
 
     r.capture = fake_capture
     r.build()
     assert all(layer.mlp.static for layer in r.target.layers if hasattr(layer.mlp, "static"))
+    fns = [r.point_callable(pt) for pt in plan.points[:1]]
+    gc.collect()  # the forward of that point is referenced by its replay alone
+    fns[0]()
+    captured.clear(), pools.clear()
+    replays[0], r.graph_pool = 0, None
     recs = r.measure_points(tmp_path)
     assert len(captured) == len(plan.points) and pools == [None] + [f"pool{i}" for i in range(1, len(plan.points))]
     passes = recs[0]["passes"]

@@ -89,7 +89,9 @@ def free_memory_bytes_local() -> int:
 def capture_graph(fn: Any, *, warmup: int, pool: Any = None) -> tuple[Any, Any]:
     """Run ``fn`` ``warmup`` times (≥ 1) on a side stream, then capture one call of it in a
     ``torch.cuda.CUDAGraph`` (as SGLang's CUDA-graph runners do); returns (replay, memory pool).
-    Pass the pool back for the next capture: points replay one at a time, so they share it."""
+    Pass the pool back for the next capture: points replay one at a time, so they share it.
+    The graph reads ``fn``'s input tensors at their captured addresses: the caller keeps ``fn``
+    (and so those tensors) alive for as long as it replays (:class:`~specmodel.profile.worker._Replay`)."""
     import torch
 
     s = torch.cuda.Stream()

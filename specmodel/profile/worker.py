@@ -83,6 +83,23 @@ class Fault:
         raise RuntimeError(f"injected fault at {where}")
 
 
+class _Replay:
+    """A captured graph's replay that keeps the captured forward (and so its input tensors) alive.
+
+    A CUDA graph holds device addresses, not tensors: once the forward's ``ids``/``hidden`` are
+    freed, the caching allocator hands their blocks to the next tensor and every replay reads
+    that tensor's bytes as token ids (on an H200: an embedding index out of range, a device-side
+    assert, in the interleaved passes)."""
+
+    __slots__ = ("_replay", "_captured")
+
+    def __init__(self, replay: Any, captured: Any) -> None:
+        self._replay, self._captured = replay, captured
+
+    def __call__(self) -> None:
+        self._replay()
+
+
 class Rank:
     """Everything one rank holds: plan, process group, models, inputs."""
 
@@ -151,7 +168,7 @@ class Rank:
         if p.graphs:
             self.comm.barrier()
             replay, self.graph_pool = self.capture(fn, warmup=p.warmup, pool=self.graph_pool)
-            return replay
+            return _Replay(replay, fn)
         for _ in range(p.warmup):
             self.comm.barrier()
             fn()
