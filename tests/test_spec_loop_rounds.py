@@ -142,6 +142,57 @@ def test_the_loop_reads_its_speedup_off_the_median_of_its_rounds():
     assert res.ci95_rel is not None
 
 
+@pytest.mark.torch
+def test_in_graph_mode_the_loop_replays_each_forward_it_captured():
+    """With ``plan.graphs`` the loop runs as the engines do on a GPU: the baseline decode step,
+    the draft-extend, each draft step and the verify are each captured once and then replayed,
+    reading their inputs from buffers that outlive the capture. The stand-in graph keeps only a
+    weak reference to what it captured (a real one keeps device addresses), so a replay whose
+    inputs were freed fails here as it read garbage on an H200."""
+    import gc
+    import weakref
+
+    from specmodel.profile import configs as C
+    from specmodel.profile.plan import RunPlan, SpecLoopPlan
+    from specmodel.profile.specloop import run_loop
+    from specmodel.profile.worker import Rank
+
+    s, _ = C.load_shape(None, "llama-3.1-8b")
+    t, d, sc = C.scale(s, C.drafter_for(s), 1, layers=1, hidden=64, reason="test")
+    loop = SpecLoopPlan(batch=2, cycles=4, warmup=1, cycles_per_round=2, accept_probs=(0.25, 0.25, 0.25, 0.25),
+                        accept_len=2.5, ci_target_rel=1.0, budget_s=0.0)
+    plan = RunPlan(name="t", tp=1, backend="gloo", device="cpu", dtype="float32", target=t, drafter=d, scaling=sc,
+                   model_source="test", context_len=0, contexts=(0,), spec_loop=loop, graphs=True, warmup=2)
+    r = Rank(plan, rank=0, world=1, local_rank=0, local_world=1, board=None)
+    captured: list[int] = []
+    replays = [0]
+
+    def fake_capture(fn, *, warmup, pool=None):
+        for _ in range(warmup + 1):  # the warm-ups and the captured call
+            fn()
+        captured.append(warmup)
+        ref = weakref.ref(fn)
+        del fn
+        gc.collect()
+
+        def replay():
+            live = ref()
+            assert live is not None, "replayed a graph whose captured inputs were freed"
+            replays[0] += 1
+            live()
+        return replay, "loop-pool"
+
+    r.capture = fake_capture
+    r.build()
+    res = run_loop(r)
+    assert captured == [2] * (1 + 1 + (plan.steps - 1) + 1), captured  # decode, draft-extend, drafts, verify
+    assert r.loop_pool == "loop-pool"
+    # every forward after the captures is a replay: warm-ups, then per round one chunk of each side
+    per_cycle = 1 + (plan.steps - 1) + 1
+    assert replays[0] == loop.warmup * (1 + per_cycle) + res.rounds * res.cycles_per_round * (1 + per_cycle)
+    assert res.spec.verify_s > 0 and res.spec.draft_extend_s > 0 and sum(res.spec.accept_hist.values()) == 2 * res.cycles
+
+
 @pytest.mark.parametrize("args, says", [
     (["--loop-budget", "5"], "--loop-budget: only with --spec-loop"),
     (["--spec-loop", "--loop-budget", "-1"], "--loop-budget"),

@@ -86,12 +86,29 @@ def free_memory_bytes_local() -> int:
     return free_memory_bytes(int(os.environ.get("LOCAL_RANK", "0") or 0))
 
 
+class Replay:
+    """A captured graph's replay that keeps the captured forward (and so its input tensors) alive.
+
+    A CUDA graph holds device addresses, not tensors: once the forward's ``ids``/``hidden`` are
+    freed, the caching allocator hands their blocks to the next tensor and every replay reads
+    that tensor's bytes as token ids (on an H200: an embedding index out of range, a device-side
+    assert, in the interleaved passes)."""
+
+    __slots__ = ("_replay", "_captured")
+
+    def __init__(self, replay: Any, captured: Any) -> None:
+        self._replay, self._captured = replay, captured
+
+    def __call__(self) -> None:
+        self._replay()
+
+
 def capture_graph(fn: Any, *, warmup: int, pool: Any = None) -> tuple[Any, Any]:
     """Run ``fn`` ``warmup`` times (≥ 1) on a side stream, then capture one call of it in a
     ``torch.cuda.CUDAGraph`` (as SGLang's CUDA-graph runners do); returns (replay, memory pool).
     Pass the pool back for the next capture: points replay one at a time, so they share it.
     The graph reads ``fn``'s input tensors at their captured addresses: the caller keeps ``fn``
-    (and so those tensors) alive for as long as it replays (:class:`~specmodel.profile.worker._Replay`)."""
+    (and so those tensors) alive for as long as it replays (:class:`Replay`)."""
     import torch
 
     s = torch.cuda.Stream()

@@ -30,6 +30,7 @@ import torch
 
 from specmodel.engines.hook.annotate import Stopwatch, phase, timed_phase
 from specmodel.limits import MAX_CYCLES
+from specmodel.profile.device import Replay
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import RunPlan
 from specmodel.profile.result import CycleOverhead, LoopBaseline, LoopSpec, SpecLoopResult
@@ -40,7 +41,7 @@ from specmodel.stats import median, median_ci95_rel
 
 class Rank(Protocol):
     """What the loop and the overhead pass use of a rank (:class:`specmodel.profile.worker.Rank`):
-    its plan, models, process group and progress board."""
+    its plan, models, process group, progress board and graph capture."""
 
     plan: RunPlan
     rank: int
@@ -50,6 +51,8 @@ class Rank(Protocol):
     comm: Comm
     target: TargetModel | None
     drafter: Drafter | None
+    capture: Callable[..., tuple[Any, Any]]  # the CUDA-graph seam (profile/device.py:capture_graph)
+    loop_pool: Any
 
     def next_unit(self, label: str) -> None: ...
 
@@ -132,7 +135,13 @@ def cycle_overhead_s(cycle_s: float, draft_extend_s: float, draft_step_s: float,
 
 
 class _Cycle:
-    """One speculative cycle at ``batch`` requests, as a loop runs it, forwards timed one by one."""
+    """One speculative cycle at ``batch`` requests, as a loop runs it, forwards timed one by one.
+
+    Every forward reads and writes static buffers (the tokens, the drafter's hidden state, the
+    target's aux states), as the engines' CUDA-graph runners do; with ``plan.graphs`` each forward
+    is captured once and replayed (draft-extend, each draft step, verify), so the loop runs what
+    the profile's rows time and what SGLang and vLLM run on a GPU. The greedy check and the
+    acceptance draw stay on the host, between replays, as in an engine."""
 
     def __init__(self, r: Rank, batch: int, probs: np.ndarray, rng: np.random.Generator,
                  g: torch.Generator) -> None:
@@ -140,37 +149,36 @@ class _Cycle:
         assert r.target is not None and r.drafter is not None
         self.r, self.b, self.probs, self.rng = r, batch, probs, rng
         self.labels = {k: phase_label(k, batch, forward_tokens(k, batch, p)) for k in ("draft_extend", "draft", "verify")}
-        self.ver_ids = torch.randint(0, p.target.vocab_size, (batch, p.num_draft_tokens), generator=g).to(r.device)
-        _, self.aux = r.target(self.ver_ids)
+        steps, topk, ndt = p.steps, p.topk, p.num_draft_tokens
+        self.ver_ids = torch.randint(0, p.target.vocab_size, (batch, ndt), generator=g).to(r.device)
+        with torch.inference_mode():
+            _, aux = r.target(self.ver_ids)
+        self.aux = aux.clone()
+        self.tok = torch.zeros(batch, topk, dtype=self.ver_ids.dtype, device=r.device)
+        self.hidden = torch.zeros(batch, topk, p.drafter.hidden_size, dtype=aux.dtype, device=r.device)
+        self.drafted = torch.zeros(steps, batch, topk, dtype=self.ver_ids.dtype, device=r.device)
+        self.pred = torch.zeros_like(self.ver_ids)
+        fwd = _Forwards(r, self)
+        self.draft_extend = graphed(r, fwd.draft_extend)
+        self.drafts = [graphed(r, fwd.draft(j)) for j in range(1, steps)]
+        self.verify = graphed(r, fwd.verify)
         self.watches: dict[str, list[Stopwatch]] = {"draft_extend": [], "draft": [], "verify": []}
-        self.hist = np.zeros(p.steps + 1, dtype=np.int64)
+        self.hist = np.zeros(steps + 1, dtype=np.int64)
 
     def __call__(self, record: bool) -> None:
-        r, p, b = self.r, self.r.plan, self.b
-        target, drafter, dev = r.target, r.drafter, r.device
-        assert target is not None and drafter is not None
-        steps, topk, ndt = p.steps, p.topk, p.num_draft_tokens
-        V, H = p.target.vocab_size, p.drafter.hidden_size
+        dev, steps = self.r.device, self.r.plan.steps
         with timed_phase(self.labels["draft_extend"], dev) as sw:
-            logits, h = drafter(self.ver_ids, self.aux, "causal", last_only=True)
-        tok = logits[:, -1].topk(topk, dim=-1).indices % V  # (b, topk)
-        hidden = h[:, -1:].expand(b, topk, H).contiguous()
-        drafted = [tok]
+            self.draft_extend()
         ws = [("draft_extend", sw)]
-        for _ in range(steps - 1):
+        for step in self.drafts:
             with timed_phase(self.labels["draft"], dev) as sw:
-                logits, hidden = drafter(tok, hidden, "diag" if topk > 1 else "causal")
+                step()
             ws.append(("draft", sw))
-            tok = logits.argmax(dim=-1) % V
-            drafted.append(tok)
-        tree = torch.cat([self.ver_ids[:, -1:], *drafted], dim=1)[:, :ndt]
         with timed_phase(self.labels["verify"], dev) as sw:
-            logits_v, self.aux = target(tree, "causal")
+            self.verify()
         ws.append(("verify", sw))
-        pred = logits_v.argmax(dim=-1)
-        _ = int((pred[:, :-1] == tree[:, 1:]).sum())  # the greedy check a real verify does
-        emitted = self.rng.choice(np.arange(1, steps + 2), size=b, p=self.probs)
-        self.ver_ids = tree
+        _ = int((self.pred[:, :-1] == self.ver_ids[:, 1:]).sum())  # the greedy check a real verify does
+        emitted = self.rng.choice(np.arange(1, steps + 2), size=self.b, p=self.probs)
         if record:
             for k, w in ws:
                 self.watches[k].append(w)
@@ -188,6 +196,57 @@ class _Cycle:
     def reset(self) -> None:
         for w in self.watches.values():
             w.clear()
+
+
+class _Forwards:
+    """The cycle's forwards over its static buffers (``c``): each reads its inputs from them and
+    writes its outputs into them, so a captured graph of it stays valid replay after replay."""
+
+    def __init__(self, r: Rank, c: _Cycle) -> None:
+        self.r, self.c = r, c
+        p = r.plan
+        self.V, self.topk, self.ndt = p.target.vocab_size, p.topk, p.num_draft_tokens
+
+    @torch.inference_mode()
+    def draft_extend(self) -> None:
+        c, b = self.c, self.c.b
+        assert self.r.drafter is not None
+        logits, h = self.r.drafter(c.ver_ids, c.aux, "causal", last_only=True)
+        c.tok.copy_(logits[:, -1].topk(self.topk, dim=-1).indices % self.V)  # (b, topk)
+        c.hidden.copy_(h[:, -1:].expand(b, self.topk, c.hidden.shape[-1]))
+        c.drafted[0].copy_(c.tok)
+
+    def draft(self, j: int) -> Callable[[], None]:
+        @torch.inference_mode()
+        def step() -> None:
+            c = self.c
+            assert self.r.drafter is not None
+            logits, hidden = self.r.drafter(c.tok, c.hidden, "diag" if self.topk > 1 else "causal")
+            c.tok.copy_(logits.argmax(dim=-1) % self.V)
+            c.hidden.copy_(hidden)
+            c.drafted[j].copy_(c.tok)
+        return step
+
+    @torch.inference_mode()
+    def verify(self) -> None:
+        c = self.c
+        assert self.r.target is not None
+        tree = torch.cat([c.ver_ids[:, -1:], *c.drafted.unbind(0)], dim=1)[:, : self.ndt]
+        logits, aux = self.r.target(tree, "causal")
+        c.pred.copy_(logits.argmax(dim=-1))
+        c.aux.copy_(aux)
+        c.ver_ids.copy_(tree)
+
+
+def graphed(r: Rank, fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` as the loop runs it: with ``plan.graphs`` captured once (after the plan's warm-ups)
+    and replayed, the replay holding ``fn`` and so the buffers it reads; otherwise ``fn`` itself.
+    The loop's graphs share one memory pool (they run one at a time)."""
+    if not r.plan.graphs:
+        return fn
+    r.comm.barrier()
+    replay, r.loop_pool = r.capture(fn, warmup=r.plan.warmup, pool=r.loop_pool)
+    return Replay(replay, fn)
 
 
 def _timed(r: Rank, fn: Any, n: int) -> float:
@@ -244,15 +303,17 @@ def run_loop(r: Rank) -> SpecLoopResult:
 
     # ---------------------------------------------------------------- baseline decode loop
     r.next_unit("spec loop: baseline")
-    ids = torch.randint(0, V, (b, 1), generator=g).to(dev)
+    ids = torch.randint(0, V, (b, 1), generator=g).to(dev)  # the step's static input and output
     dec_label = phase_label("decode", b, b)
 
-    def decode_step(x: torch.Tensor) -> torch.Tensor:
-        logits, _ = target(x)
-        return logits[:, -1:].argmax(dim=-1) % V
+    @torch.inference_mode()
+    def decode_step() -> None:
+        logits, _ = target(ids)
+        ids.copy_(logits[:, -1:].argmax(dim=-1) % V)
 
+    decode = graphed(r, decode_step)
     for _ in range(sl.warmup):
-        ids = decode_step(ids)
+        decode()
 
     # ---------------------------------------------------------------- speculative loop
     r.next_unit("spec loop: speculative")
@@ -263,9 +324,8 @@ def run_loop(r: Rank) -> SpecLoopResult:
     # interleaved, as pyperf compares two things (measure_rounds): drift on the box lands on
     # both; each chunk starts after a barrier and ends on the slowest rank
     def base_step() -> None:
-        nonlocal ids
         with phase(dec_label):
-            ids = decode_step(ids)
+            decode()
 
     def time_chunk(which: str, n: int) -> float:
         return _timed(r, base_step, n) if which == "baseline" else _timed(r, lambda: cycle(True), n)

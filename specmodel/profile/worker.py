@@ -36,7 +36,7 @@ from specmodel.engines.hook.annotate import Stopwatch, timed_phase
 from specmodel.io import atomic_write_bytes, gzip_bytes
 from specmodel.procs import die_with_parent
 from specmodel.profile import analysis, hardware, status
-from specmodel.profile.device import Placement, capture_graph, torch_device
+from specmodel.profile.device import Placement, Replay, capture_graph, torch_device
 from specmodel.profile.models import Drafter, TargetModel
 from specmodel.profile.plan import CHILD_ENV, Point, RunPlan
 from specmodel.profile.result import AllReduceResult, RankResult, RankRow, RowResult, RunResult
@@ -83,23 +83,6 @@ class Fault:
         raise RuntimeError(f"injected fault at {where}")
 
 
-class _Replay:
-    """A captured graph's replay that keeps the captured forward (and so its input tensors) alive.
-
-    A CUDA graph holds device addresses, not tensors: once the forward's ``ids``/``hidden`` are
-    freed, the caching allocator hands their blocks to the next tensor and every replay reads
-    that tensor's bytes as token ids (on an H200: an embedding index out of range, a device-side
-    assert, in the interleaved passes)."""
-
-    __slots__ = ("_replay", "_captured")
-
-    def __init__(self, replay: Any, captured: Any) -> None:
-        self._replay, self._captured = replay, captured
-
-    def __call__(self) -> None:
-        self._replay()
-
-
 class Rank:
     """Everything one rank holds: plan, process group, models, inputs."""
 
@@ -119,6 +102,7 @@ class Rank:
         self.drafter: Drafter | None = None
         self.capture = capture_graph  # the CUDA-graph seam (tests pass a CPU stand-in)
         self.graph_pool: Any = None
+        self.loop_pool: Any = None  # the spec loop's and the overhead pass's graphs
 
     # ------------------------------------------------------------ setup
     def build(self) -> None:
@@ -168,7 +152,7 @@ class Rank:
         if p.graphs:
             self.comm.barrier()
             replay, self.graph_pool = self.capture(fn, warmup=p.warmup, pool=self.graph_pool)
-            return _Replay(replay, fn)
+            return Replay(replay, fn)
         for _ in range(p.warmup):
             self.comm.barrier()
             fn()
