@@ -112,8 +112,9 @@ def test_the_vllm_accuracy_table_is_the_recorded_runs_and_quotes_the_newest() ->
                 assert list(gng) == res["summary"]["go_no_go"] and list(marg) == res["summary"]["marginal"]
 
 
-def test_the_spec_loop_figure_is_the_newest_recorded_run() -> None:
-    newest = _newest("spec_loop_oos_*.txt")
+@pytest.mark.parametrize("pattern", ["spec_loop_oos_*.txt", "spec_loop_gpu_*.txt"], ids=["cpu-stack", "h200-stack"])
+def test_the_spec_loop_figure_is_the_newest_recorded_run(pattern: str) -> None:
+    newest = _newest(pattern)
     text = README.read_text()
     assert f"`{newest.name}`" in text
     recorded = re.search(r"median \|speedup error\| over \d+ runs: ([\d.]+)%", newest.read_text())
