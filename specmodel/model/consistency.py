@@ -140,7 +140,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
 
     ``base_s``: the baseline step used; ``mean_step_s``: the speculative step the speedup divides by
     (= the cycle when every step proposes); ``provenance``: cost -> where it came from, as printed
-    (:func:`specmodel.model.predict.cost_provenance`)."""
+    (:func:`specmodel.model.provenance.cost_provenance`)."""
     out: list[Inconsistency] = [*check_condition(profile)]  # first: the cause, when it is the box
     b, L = cc.batch, cc.context_tokens
     base_from = provenance.get("baseline", "the profile")

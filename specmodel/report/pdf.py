@@ -19,13 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.io import atomic_write_bytes
-from specmodel.report.content import (
-    ReportContent,
-    cycle_allreduce_text,
-    short_tokens,
-    speedup_text,
-    tokens_per_step_text,
-)
+from specmodel.report.text import cycle_allreduce_text, short_tokens, speedup_text, tokens_per_step_text
+from specmodel.report.view import ReportContent
 from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape

@@ -11,8 +11,8 @@ from specmodel.errors import FieldError, SpecmodelError
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model.calibrate import Observation
 from specmodel.model.costs import default_context, measured_contexts
+from specmodel.model.cyclecost import calibrate as calibrate_profile
 from specmodel.model.inputs import Acceptance, OperatingPoint
-from specmodel.model.predict import calibrate as calibrate_profile
 from specmodel.model.predict import predict
 from specmodel.model.prediction import Prediction
 from specmodel.scenario.accept import resolve_accept
