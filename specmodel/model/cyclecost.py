@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from specmodel.errors import FieldError
+from specmodel.errors import FieldError, field_name
 from specmodel.model import cycle as eq
 from specmodel.model.calibrate import (
     Calibration,
@@ -22,7 +22,7 @@ from specmodel.model.calibrate import (
 from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.model.hostdraft import host_cycle_costs
-from specmodel.model.provenance import cost_origins
+from specmodel.model.provenance import cost_origins, pass_or_calibrate
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
 from specmodel.units import ms
@@ -58,14 +58,14 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
         draft_step = ZERO_COST
         total = ar = 0.0
         warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
-                        "(pass --draft-ms or --calibrate)")
+                        f"({pass_or_calibrate('draft_ms')})")
     for fc in (f for f in (base, verify, draft_step, draft_extend) if f is not None):
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")
     if oh == 0.0 and "overhead" not in cost_origins(profile) and not profile.source.host_work_in_rows:
         # same caveat as a missing draft: an unmeasured cost is not a free one
         warnings.append("no per-cycle overhead measured or given (0.00 ms): tok/s is an upper bound "
-                        "(pass --overhead-ms or --calibrate)")
+                        f"({pass_or_calibrate('overhead_ms')})")
     for fc in (f for f in (base, verify, draft_extend) if f is not None):
         if fc.note:
             warnings.append(fc.note)
@@ -83,7 +83,7 @@ def _draft_assumptions(profile: Profile, spec: SpecConfig, batch: int, ctx: floa
     method = canonical_method(spec.algorithm) or spec.algorithm.lower()
     profiled = canonical_method(profile.spec.algorithm)
     hint = (f"run the server with method {method} under `specmodel vllm` (or `specmodel sglang`) and "
-            "`--summarize` it with the baseline run, or pass --draft-ms")
+            f"`{field_name('summarize')}` it with the baseline run, or pass {field_name('draft_ms')}")
     if not profile.has("draft"):
         return (Assumption(kind="draft", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
                            assumed_as=f"0 s per drafter forward (no {method} drafter measured)", measure_hint=hint),)
@@ -113,7 +113,8 @@ def _host_work_assumptions(profile: Profile, batch: int, ctx: float, overhead_s:
     return (Assumption(kind="host", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
                        said=SGLANG_HOST_WORK_UNMEASURED,
                        measure_hint="record both servers again under `specmodel sglang` (it times the scheduler's "
-                                    "step) and --summarize them, or pass --overhead-ms / --calibrate"),)
+                                    f"step) and {field_name('summarize')} them, or pass {field_name('overhead_ms')} / "
+                                    f"{field_name('calibrate')}"),)
 
 
 

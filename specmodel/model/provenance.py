@@ -4,6 +4,7 @@ whoever replaced a cost), the profile itself, a fallback curve or a calibration 
 
 from __future__ import annotations
 
+from specmodel.errors import field_name
 from specmodel.model.calibrate import Calibration
 from specmodel.model.cycle import CycleCosts
 from specmodel.schema.phases import is_host_proposer
@@ -14,6 +15,11 @@ from specmodel.units import ms
 _KIND_WORDS = {"measured": "measured", "reference": "reference, derived from a published write-up, not measured",
                "ingested": "ingested from traces", "sweep": "your sweep", "numbers": "your flags",
                "derived": "derived from a profile and a measured all-reduce fit"}
+
+
+def pass_or_calibrate(field: str) -> str:
+    """The advice beside a cost nobody measured: give it (``field``), or calibrate on an observed point."""
+    return f"pass {field_name(field)} or {field_name('calibrate')}"
 
 
 def cost_origins(profile: Profile) -> dict[str, str]:
@@ -54,12 +60,12 @@ def cost_provenance(profile: Profile, cc: CycleCosts, cal: Calibration | None) -
     elif cal is not None:
         draft = "not measured: covered by the calibration (folded into overhead)"
     else:
-        draft = "none: assumed free (pass --draft-ms or --calibrate)"
+        draft = f"none: assumed free ({pass_or_calibrate('draft_ms')})"
     own_overhead_s = profile.overhead_s - (cal.added_overhead_s if cal is not None else 0.0)
     overhead = given.get("overhead", own if own_overhead_s > 0
                          else f"in the rows: {own}'s step times include each step's host work"
                          if profile.source.host_work_in_rows
-                         else "none: 0 assumed (pass --overhead-ms or --calibrate)")
+                         else f"none: 0 assumed ({pass_or_calibrate('overhead_ms')})")
     if is_host_proposer(cc.spec.algorithm) and "overhead" not in given:
         overhead = ("assumed 0 (no run of this proposer profiled)" if any(a.kind == "proposal" for a in cc.assumptions)
                     else f"{own}: measured {cc.spec.algorithm.lower()} proposal time per step")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from specmodel import __version__
+from specmodel.errors import field_name
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model.accept import AcceptByContext, AcceptDist, chain_mean
@@ -284,7 +285,8 @@ def _allreduce_unavailable(profile: Profile, choice: FitChoice) -> str:
         tp = "" if profile.source.tp_known else "; its TP degree is unknown"
         return f"N/A: no all-reduce data in this profile: {why}{tp}"
     if not profile.source.tp_known:
-        return "N/A: the profile's TP degree is unknown (pass --tp): curves at a default TP would be invented"
+        return (f"N/A: the profile's TP degree is unknown (pass {field_name('tp')}): curves at a default TP would be "
+                "invented")
     return ""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from specmodel import __version__
+from specmodel.errors import field_name
 from specmodel.model.accept import AcceptDist
 from specmodel.model.predict import GO_MIN_P, GO_MIN_SPEEDUP
 from specmodel.model.prediction import Prediction
@@ -87,7 +88,8 @@ def assumption_lines(p: Prediction, dist: AcceptDist, profile: Profile,
         over += f" (calibration added {ms(p.costs.calibrated_overhead_s)})"
     out.append(over)
     if p.accept.proposal_rate < 1.0 or p.accept.proposal_rate_source:
-        out.append(f"{p.accept.proposal_rate:.0%} of request-steps proposed ({p.accept.proposal_rate_source or '--proposal-rate'}); the others decode one token "
+        rate_from = p.accept.proposal_rate_source or field_name("proposal_rate")
+        out.append(f"{p.accept.proposal_rate:.0%} of request-steps proposed ({rate_from}); the others decode one token "
                    f"at the baseline step plus the lookup: mean step {ms(p.costs.mean_step_s)}")
     if p.figures.p_speedup_gt_1 is None:
         out.append("P(speedup > 1) needs counts: the histogram was given as fractions (sample size unknown); "
