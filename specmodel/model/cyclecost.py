@@ -118,7 +118,6 @@ def _host_work_assumptions(profile: Profile, batch: int, ctx: float, overhead_s:
 
 
 
-
 def calibrate(profile: Profile, obs: Observation, spec: SpecConfig,
               context_tokens: float | None = None) -> tuple[Profile, Calibration, list[str]]:
     """Fold the unseen cost of one observed point into the profile's per-cycle overhead.
