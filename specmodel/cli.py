@@ -15,7 +15,15 @@ import click
 
 from specmodel import __version__
 from specmodel.commands.flags import flag_of
-from specmodel.errors import EXIT_FINDINGS, EXIT_USAGE, FieldError, FindingsFailed, Interrupted, SpecmodelError
+from specmodel.errors import (
+    EXIT_FINDINGS,
+    EXIT_USAGE,
+    FieldError,
+    FindingsFailed,
+    Interrupted,
+    SpecmodelError,
+    fields_named,
+)
 
 #: command name -> "module:attribute" of its click.Command (one module per command).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -129,7 +137,8 @@ def _run(argv: list[str] | None) -> Any:
     completion = getattr(cli, "_main_shell_completion", None)  # what cli.main does first (shell tab completion)
     if completion is not None:
         completion({}, "specmodel")
-    with cli.make_context("specmodel", args) as ctx:
+    # notes, hints and cost origins name input fields; the user typed flags: the same table as errors
+    with fields_named(flag_of), cli.make_context("specmodel", args) as ctx:
         return cli.invoke(ctx)
 
 

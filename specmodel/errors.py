@@ -1,9 +1,11 @@
-"""The one exception type that user-facing commands turn into one line and exit 2."""
+"""The one exception type that user-facing commands turn into one line and exit 2, and how the
+library names an input field in what it says (:class:`FieldError`, :func:`field_name`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class SpecmodelError(Exception):
@@ -48,6 +50,30 @@ class FieldError(SpecmodelError):
 
         return FieldError(names.get(self.field, self.field) if self.field else None,
                           _REF.sub(lambda m: sub(m.group(1)), self.detail))
+
+
+#: how :func:`field_name` spells a field: the innermost of :func:`fields_named` (the field's own name
+#: when none is active, as a Python caller passed it)
+_NAMERS: list[Callable[[str], str]] = [str]
+
+
+def field_name(field: str) -> str:
+    """An input field (``draft_ms``) as the running front end names it in a note, a hint or a cost's
+    origin: its own name from Python, the flag that sets it under the CLI (``--draft-ms``: ``cli.main``
+    runs every command inside :func:`fields_named` with its one field -> flag table). The library
+    names fields through this, never a command-line flag; :meth:`FieldError.render` does the same
+    for an error, when it is shown."""
+    return _NAMERS[-1](field)
+
+
+@contextmanager
+def fields_named(name_of: Callable[[str], str]) -> Iterator[None]:
+    """:func:`field_name` spells fields with ``name_of`` inside the block (the process's threads too)."""
+    _NAMERS.append(name_of)
+    try:
+        yield
+    finally:
+        _NAMERS.pop()
 
 
 class FindingsFailed(Exception):

@@ -133,7 +133,7 @@ def test_an_accept_log_whose_acceptance_moved_widens_the_band_and_says_so(tmp_pa
 def test_an_interpolated_costs_interval_blends_its_two_knots() -> None:
     """Verify at 6.9 tokens between a knot at 6 tokens (+-40 %) and one at 7 (+-12 %): w = 0.9, so
     0.1 x 0.40 + 0.9 x 0.12 = 0.148 (before: the larger, 0.40, for a cost that is 90 % the second)."""
-    from specmodel.model.predict import row_ci95_rel
+    from specmodel.model.cyclecost import row_ci95_rel
 
     rows = (_row("decode", 1, 1.0, 0.5, ci=0.05), _row("verify", 6, 2.0, 2.0, ci=0.40),
             _row("verify", 7, 2.1, 2.0, ci=0.12))

@@ -1,7 +1,7 @@
 """Below ``commands/`` (and ``cli.py``) no string that reaches a user spells one of specmodel's own
 command-line flags: the library names the input *field* (:class:`~specmodel.errors.FieldError`,
-``{field}`` references) and ``cli.main`` spells it with the one field -> flag table
-(``commands/flags.py``). The flags are the ones the click commands define (read from the commands
+``{field}`` references; :func:`~specmodel.errors.field_name` in notes and hints) and ``cli.main`` spells
+it with the one field -> flag table (``commands/flags.py``). The flags are the ones the click commands define (read from the commands
 themselves); the engines' own flags (``--speculative-config`` on vLLM's command line) are facts about
 a server, read from the engine records' flag writers. Docstrings may mention a flag to explain;
 comments are not strings."""
@@ -34,21 +34,9 @@ KNOWN: frozenset[tuple[str, str]] = frozenset({
     ('engines/vllm/hooklog.py', '--capture-steps'), ('engines/vllm/hooklog.py', '--proposal-rate'),
     ('engines/vllm/hooklog.py', '--summarize'), ('engines/vllm/log.py', '--accept-log'),
     ('engines/vllm/log.py', '--num-spec-tokens'), ('engines/vllm/log.py', '--steps'), ('fleet.py', '--selector'),
-    ('fleet_export.py', '--serve'), ('model/cycle.py', '--batches'), ('model/cycle.py', '--contexts'),
-    ('model/cycle.py', '--phases'), ('model/cycle.py', '--verify-tokens'),
-    ('model/hostdraft.py', '--proposal-rate'), ('model/hostdraft.py', '--summarize'),
-    ('model/predict.py', '--calibrate'), ('model/predict.py', '--draft-ms'), ('model/predict.py', '--overhead-ms'),
-    ('model/predict.py', '--summarize'), ('model/request.py', '--summarize'), ('model/whatif.py', '--tp'),
-    ('profile/launcher.py', '--timeout'), ('profile/output.py', '--accept-len'), ('profile/output.py', '--eager'),
-    ('profile/output.py', '--name'), ('profile/output.py', '--out-dir'), ('profile/output.py', '--profile'),
-    ('profile/output.py', '--spec-loop'), ('report/content.py', '--proposal-rate'), ('report/content.py', '--tp'),
-    ('report/pdf.py', '--baseline-sweep'), ('report/pdf.py', '--contexts'),
-    ('scenario/accept.py', '--per-position'), ('scenario/accept.py', '--proposal-rate'),
-    ('scenario/accept.py', '--steps'), ('scenario/numbers.py', '--allreduce-frac'),
-    ('scenario/numbers.py', '--baseline-tps'), ('scenario/numbers.py', '--draft-ms'),
-    ('scenario/numbers.py', '--overhead-ms'), ('scenario/numbers.py', '--verify-ms'),
-    ('scenario/profiles.py', '--profile'), ('scenario/profiles.py', '--tp'), ('scenario/resolve.py', '--accept-len'),
-    ('scenario/resolve.py', '--method'), ('schema/formats.py', '--export'),
+    ('fleet_export.py', '--serve'), ('profile/launcher.py', '--timeout'), ('profile/output.py', '--accept-len'),
+    ('profile/output.py', '--eager'), ('profile/output.py', '--name'), ('profile/output.py', '--out-dir'),
+    ('profile/output.py', '--profile'), ('profile/output.py', '--spec-loop'), ('schema/formats.py', '--export'),
     ('schema/profile.py', '--output'), ('trace/ingest.py', '--baseline'), ('trace/ingest.py', '--batch'),
     ('trace/ingest.py', '--draft-forwards'), ('trace/ingest.py', '--num-draft-tokens'),
     ('trace/ingest.py', '--step-kind'), ('trace/ingest.py', '--topk'), ('watch.py', '--method'),
@@ -116,7 +104,7 @@ def _library_files() -> list[Path]:
 def test_the_library_spells_no_specmodel_flag():
     flags = specmodel_flags() - engine_flags()
     found = flag_literals(_library_files(), flags)
-    assert sorted(found - KNOWN) == [], "name the field (FieldError / {field}); commands/flags.py spells it"
+    assert sorted(found - KNOWN) == [], "name the field (FieldError / {field} / field_name); commands/flags.py spells it"
     assert sorted(KNOWN - found) == [], "no longer found: take it off KNOWN"
 
 
@@ -132,3 +120,15 @@ def test_the_scan_finds_a_flag_in_a_string_but_not_in_a_docstring(tmp_path):
                  'def f(x):\n    """--topk here too."""\n    raise SpecmodelError(f"--steps: {x}")\n'
                  'def g():\n    return "pass --speculative-num-steps 3; 1--2 is a range"  # --topk\n')
     assert flag_literals([p], {"--steps", "--topk"}, tmp_path) == {("m.py", "--steps")}
+
+
+def test_a_note_names_the_field_from_python_and_the_flag_under_the_cli():
+    from specmodel.commands.flags import flag_of
+    from specmodel.errors import field_name, fields_named
+
+    args = specmodel.ScenarioArgs(baseline_tps=82, verify_ms=27, draft_ms=0.85, accept_len=2.0)
+    assert dict(specmodel.predict_args(args).source.cost_sources)["verify"] == "your flag verify_ms 27"
+    with fields_named(flag_of):  # what cli.main runs every command inside
+        assert field_name("draft_ms") == "--draft-ms"
+        assert dict(specmodel.predict_args(args).source.cost_sources)["verify"] == "your flag --verify-ms 27"
+    assert field_name("draft_ms") == "draft_ms"

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from specmodel.engines.sglang import targets as sgtargets
 from specmodel.model.accept import from_mean, from_per_position
 from specmodel.model.costs import FALLBACK
+from specmodel.model.cyclecost import cycle_costs
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model, evaluate, evaluate_all, optimize
-from specmodel.model.predict import cycle_costs, predict
+from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.profile.plan import sweep_points
 from specmodel.schema import phases

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from specmodel.model import cycle as eq
 from specmodel.model.accept import from_mean
-from specmodel.model.predict import predict, row_ci95_rel
+from specmodel.model.cyclecost import row_ci95_rel
+from specmodel.model.predict import predict
 from specmodel.schema import load_profile
 
 from .conftest import REFERENCE
@@ -82,7 +83,7 @@ def test_median_interval_from_order_statistics():
 def test_the_band_says_it_includes_the_cost_interval():
     # the band is widened by the costs' interval, so its label must not read
     # as one generation's variability alone
-    from specmodel.report.content import _assumptions
+    from specmodel.report.text import assumption_lines
 
     prof = load_profile(REFERENCE)
     dist = from_mean(2.6, prof.spec.max_accept_tokens)
@@ -91,7 +92,7 @@ def test_the_band_says_it_includes_the_cost_interval():
     noisy = predict(dataclasses.replace(prof, costs=tuple(dataclasses.replace(r, ci95_rel=0.10) for r in prof.costs)),
                     dist)
     assert noisy.band_label == f"over 256 tokens, cost interval ±{noisy.costs.cycle_ci95_rel:.1%}"
-    line = next(a for a in _assumptions(noisy, dist, prof, None) if a.startswith("band and P"))
+    line = next(a for a in assumption_lines(noisy, dist, prof, None) if a.startswith("band and P"))
     assert f"plus the measured costs' 95 % interval (cycle ±{noisy.costs.cycle_ci95_rel:.1%})" in line
-    line = next(a for a in _assumptions(plain, dist, prof, None) if a.startswith("band and P"))
+    line = next(a for a in assumption_lines(plain, dist, prof, None) if a.startswith("band and P"))
     assert line.endswith("costs taken as exact (no interval measured)")

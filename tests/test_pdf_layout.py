@@ -55,7 +55,8 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from specmodel.model.accept import from_per_position
     from specmodel.model.inputs import OperatingPoint
     from specmodel.model.predict import predict
-    from specmodel.report.content import DrafterView, FindingRow, build_report
+    from specmodel.report.content import build_report
+    from specmodel.report.view import DrafterView, FindingRow
 
     tmp = tmp_path_factory.mktemp("crowded")
     prof = measured_like_profile()

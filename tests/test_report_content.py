@@ -11,8 +11,9 @@ import pytest
 from specmodel.model.accept import chain_mean, from_mean
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
-from specmodel.report.content import PAGES, build_report, message_bytes
+from specmodel.report.content import build_report, message_bytes
 from specmodel.report.markdown import render_markdown
+from specmodel.report.view import PAGES
 from specmodel.schema.profile import load_profile
 from tests.conftest import REFERENCE
 

@@ -192,7 +192,7 @@ def test_spawned_workers_time_the_scheduler_step_and_the_summary_carries_it(tmp_
     res = run_cli("sglang", "--summarize", str(dirs[0]), "--summarize", str(dirs[1]), "-o", str(prof))
     assert res.returncode == 0, res.stderr
     assert "note: decode and verify rows carry the scheduler's host work" in res.stdout
-    from specmodel.model.predict import cycle_costs
+    from specmodel.model.cyclecost import cycle_costs
 
     loaded = load_profile(prof)  # (a busy box's CPU timings: the costs themselves are not the point here)
     assert loaded.source.to_dict()["host_work"] == "in_rows" and loaded.source.host_work_in_rows

@@ -437,7 +437,7 @@ def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
 
 
 def test_summary_cycle_includes_the_host_work(standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specmodel.model.predict import cycle_costs
+    from specmodel.model.cyclecost import cycle_costs
     from specmodel.schema.profile import profile_from_dict, profile_to_dict
 
     prof = summarize(_two_servers(standin, tmp_path, monkeypatch), name="stepped")
@@ -456,7 +456,7 @@ def test_summary_cycle_includes_the_host_work(standin: Any, tmp_path: Path, monk
 
 def test_missing_scheduler_seam_warns_and_leaves_the_host_work_unmeasured(
         standin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
-    from specmodel.model.predict import SGLANG_HOST_WORK_UNMEASURED, cycle_costs
+    from specmodel.model.cyclecost import SGLANG_HOST_WORK_UNMEASURED, cycle_costs
 
     # the "broken" stand-in's Scheduler has no get_next_batch_to_run (a version that renamed it)
     logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True, flavor="broken")

@@ -18,7 +18,9 @@ from specmodel.model.optimize import MARGINAL, OFF, SPECULATE, Optimum, accept_m
 from specmodel.model.predict import predict, verdict_for
 from specmodel.model.serveplan import serve_plan
 from specmodel.model.whatif import standard_whatifs
-from specmodel.report.content import DrafterView, FindingRow, build_report, measurement_text
+from specmodel.report.content import build_report
+from specmodel.report.text import measurement_text
+from specmodel.report.view import DrafterView, FindingRow
 from specmodel.schema.profile import Source, SpecConfig, load_profile
 from specmodel.trace.sweep import sweep_profile
 from tests.conftest import REFERENCE, run_cli

@@ -68,7 +68,8 @@ def test_a_vllm_hook_profile_does_not_call_its_host_work_unmeasured() -> None:
     """The vLLM hook's rows are whole engine steps (host work and the gap before each step in
     them): predict must not warn "no per-cycle overhead measured" beside such a profile, and says
     where that work is. A profile of forwards only (an ingest of traces) still gets the warning."""
-    from specmodel.model.predict import cost_provenance, cycle_costs
+    from specmodel.model.cyclecost import cycle_costs
+    from specmodel.model.provenance import cost_provenance
 
     prof = summarize([REC / "tp1_none" / "hook", REC / "tp1_draft_model" / "hook"], name="rec")
     assert prof.overhead_s == 0.0 and prof.source.host_work_in_rows

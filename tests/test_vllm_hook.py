@@ -287,7 +287,7 @@ def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(sta
     drafter forward (draft, B tokens) and the measured first forward (draft_extend, B·4), not as
     a mean forward of the k = 3 run."""
     from specmodel.model.costs import forward_cost
-    from specmodel.model.predict import cycle_costs
+    from specmodel.model.cyclecost import cycle_costs
     from specmodel.schema.profile import SpecConfig
 
     _record_k3_and_baseline(standin)

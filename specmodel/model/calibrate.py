@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from specmodel.errors import FieldError
 from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_STEPS, ROUND_SLACK
+from specmodel.model.costs import Extrapolation
+from specmodel.model.cycle import Assumption
 from specmodel.units import ms
 
 #: an observed cycle shorter than this share of the modelled forwards (verify + draft, no
@@ -139,3 +141,17 @@ def parse_observation(text: str) -> Observation:
     except ValueError:
         raise FieldError("calibrate", f"expected {_FORMS} (BATCH and CONTEXT integers), got {text!r}") from None
     return Observation(batch=b, accept_tokens=a, tokens_per_s=t, context_tokens=ctx)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """One observed point folded into a profile (:func:`specmodel.model.cyclecost.calibrate`): the
+    cycle modelled there and the one observed; their difference went into the per-cycle overhead."""
+
+    observation: Observation
+    modelled_cycle_s: float
+    observed_cycle_s: float
+    added_overhead_s: float
+    context_tokens: float = 0.0
+    extrapolated: tuple[Extrapolation, ...] = ()
+    assumed: tuple[Assumption, ...] = ()

@@ -140,7 +140,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
 
     ``base_s``: the baseline step used; ``mean_step_s``: the speculative step the speedup divides by
     (= the cycle when every step proposes); ``provenance``: cost -> where it came from, as printed
-    (:func:`specmodel.model.predict.cost_provenance`)."""
+    (:func:`specmodel.model.provenance.cost_provenance`)."""
     out: list[Inconsistency] = [*check_condition(profile)]  # first: the cause, when it is the box
     b, L = cc.batch, cc.context_tokens
     base_from = provenance.get("baseline", "the profile")
@@ -151,12 +151,14 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
     # the remedy is a row where the prediction is asked for
     beyond = [e.label for fc in (cc.verify, cc.base) for e in fc.extrapolations]
     out.extend(check_range(cc))
+    # the two medians' noise: what a cost below the baseline step must exceed to contradict it
+    se_base, se_verify = noise_s(profile, "decode", cc.base.tokens, L), noise_s(profile, "verify", cc.verify.tokens, L)
     if not cc.verify.from_kind:  # a fallback verify is the decode curve itself: nothing to compare
         v_fwd = cc.verify.total_s
         base_from = f"{base_from}; {_rows_text(profile, 'decode', cc.base.tokens, L)}"
         verify_from = f"{verify_from}; {_rows_text(profile, 'verify', cc.verify.tokens, L)}"
-        if _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
-                     noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL) and beyond:
+        below = _disagree(v_fwd, base_s, se_base, se_verify, COST_ORDER_REL_TOL)
+        if below and beyond:
             out.append(Inconsistency(
                 check="verify_below_decode", severity="refuse",
                 message=(f"extrapolated costs cross: verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} "
@@ -165,8 +167,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
                          "a forward over more tokens cannot cost less, so the extrapolation has failed there"),
                 beyond_range=True,
                 to_measure=f"profile both servers at batch {b}{ctx} (the extrapolation, not the recordings, fails)"))
-        elif _disagree(v_fwd, base_s, noise_s(profile, "decode", cc.base.tokens, L),
-                       noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
+        elif below:
             out.append(Inconsistency(
                 check="verify_below_decode", severity="refuse",
                 message=(f"verify {ms(v_fwd)} over {_tokens(cc.verify.tokens)} ({verify_from}) is cheaper than the "
@@ -175,7 +176,8 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
                          "(a loaded box, a profiler left on)"),
                 to_measure=(f"re-record the baseline (speculation off) and the speculative server on the same idle box, "
                             f"at batch {b}{ctx}, and summarize both again")))
-    if break_even_tokens < 1.0 - 1e-9 and beyond:
+    below_one = break_even_tokens < 1.0 - 1e-9
+    if below_one and beyond:
         out.append(Inconsistency(
             check="break_even_below_one", severity="refuse",
             message=(f"break-even {break_even_tokens:.2f} tokens/step < 1 from extrapolated costs (a speculative "
@@ -184,9 +186,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
                      "step emits, which no cycle holding a verify forward can give"),
             beyond_range=True,
             to_measure=f"profile both servers at batch {b}{ctx}"))
-    elif break_even_tokens < 1.0 - 1e-9 and not _disagree(
-            mean_step_s, base_s, noise_s(profile, "decode", cc.base.tokens, L),
-            noise_s(profile, "verify", cc.verify.tokens, L), COST_ORDER_REL_TOL):
+    elif below_one and not _disagree(mean_step_s, base_s, se_base, se_verify, COST_ORDER_REL_TOL):
         # one speculative step as dear as a baseline step up to the two medians' noise: no contradiction
         # to refuse on (a 6.84 ms step against a 6.93 ms one, IQRs ~1.8 ms over 13 steps each), but a
         # break-even below 1 is no figure to act on either
@@ -195,7 +195,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
             message=(f"break-even {break_even_tokens:.2f} tokens/step < 1 within the costs' noise: a speculative step "
                      f"of {ms(mean_step_s)} ({verify_from}) against the baseline step {ms(base_s)} ({base_from})"),
             to_measure=f"re-measure the baseline decode step and the verify step at batch {b}{ctx} with more steps"))
-    elif break_even_tokens < 1.0 - 1e-9:
+    elif below_one:
         out.append(Inconsistency(
             check="break_even_below_one", severity="refuse",
             message=(f"break-even {break_even_tokens:.2f} tokens/step < 1: a speculative step of {ms(mean_step_s)} "

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.model.costs import Extrapolation, ForwardCost, Override
 from specmodel.schema.profile import SpecConfig
 from specmodel.units import tokens_text
@@ -209,9 +209,10 @@ class Assumption:
         if self.measure_hint:
             return self.measure_hint
         b, per, ctx = self.batch, max(int(round(self.tokens / max(self.batch, 1))), 1), int(self.context_tokens)
+        f = field_name
         return (f"measure {self.kind} at batch {b} x {per} tokens, context {ctx}: "
-                f"`specmodel profile --phases decode,{self.kind} --batches {b} --verify-tokens {per} "
-                f"--contexts {ctx}`, or on the server with speculation on at batch {b} and {ctx}-token prompts: "
+                f"`specmodel profile {f('phases')} decode,{self.kind} {f('batches')} {b} {f('verify_tokens')} {per} "
+                f"{f('contexts')} {ctx}`, or on the server with speculation on at batch {b} and {ctx}-token prompts: "
                 f"SGLang under `specmodel sglang` (or vLLM with --profiler-config) -> POST /start_profile, "
                 f"POST /stop_profile, then `specmodel ingest` the traces")
 

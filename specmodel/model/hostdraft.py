@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from specmodel.errors import FieldError
+from specmodel.errors import FieldError, field_name
 from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.schema.phases import forward_tokens, is_host_proposer
@@ -55,9 +55,9 @@ def proposal_rate_of(proposal_rate: float | None, algorithm: str, profile: Profi
 def proposal_rate_note(proposal_rate: float | None, algorithm: str, profile: Profile) -> str:
     """What a printer says about where r came from ("" when every step is taken to propose)."""
     if proposal_rate is not None:
-        return "--proposal-rate"
+        return field_name("proposal_rate")
     if measured_proposal_rate(profile, algorithm) is not None:
-        return f"measured by the hook in profile {profile.name}; --proposal-rate overrides"
+        return f"measured by the hook in profile {profile.name}; {field_name('proposal_rate')} overrides"
     return ""
 
 
@@ -183,7 +183,7 @@ def host_cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, context_
         stated = (Assumption(kind="proposal", fallback="", batch=batch, tokens=0.0, context_tokens=ctx,
                              assumed_as=f"0 s per step (the {method} lookup's host time; no {method} run profiled)",
                              measure_hint=f"run the server with --speculative-config method {method} under "
-                                          "`specmodel vllm` and `--summarize` it with the baseline run: the median "
+                                          f"`specmodel vllm` and `{field_name('summarize')}` it with the baseline run: the median "
                                           "proposal time becomes the profile's overhead"),)
     return CycleCosts(batch=batch, spec=spec, base=base, verify=verify, draft_step=ZERO_COST, draft_extend=None,
                       draft_total_s=0.0, draft_allreduce_s=0.0, overhead_s=prop, context_tokens=ctx,

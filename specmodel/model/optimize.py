@@ -10,7 +10,7 @@ Objective, per configuration s = (steps, topk, ndt) at batch B:
     tok/s(s) = B · E[A | s] / T_cycle(s),
     T_cycle(s) = steps × T_draft(B·topk) + T_verify(B·ndt) + overhead
 
-(costs from the profile via :func:`specmodel.model.predict.cycle_costs`; a measured
+(costs from the profile via :func:`specmodel.model.cyclecost.cycle_costs`; a measured
 draft-extend replaces the first draft step there). Pure functions; no I/O, no plotting.
 """
 
@@ -25,8 +25,8 @@ from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
+from specmodel.model.cyclecost import cycle_costs
 from specmodel.model.decision import GO_MIN_SPEEDUP, HOLD, OFF, SPECULATE, action_for
-from specmodel.model.predict import cycle_costs
 from specmodel.schema.phases import draft_steps, is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
 

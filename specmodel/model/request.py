@@ -32,15 +32,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmodel.errors import FieldError
+from specmodel.errors import FieldError, field_name
 from specmodel.model.costs import Extrapolation
 from specmodel.model.cycle import Assumption
 from specmodel.schema.phases import canonical_method, is_host_proposer
 from specmodel.schema.profile import CostRow, Profile, prompt_tokens_of
 
-#: what a user runs to measure what the request price assumed
-_MEASURE_REQUESTS = ("run both servers under `specmodel vllm` (it keeps each server's /metrics beside the hook "
-                     "logs) with requests of the prompt length you serve, then `specmodel vllm --summarize` again")
+
+def _measure_requests() -> str:
+    """What a user runs to measure what the request price assumed."""
+    return ("run both servers under `specmodel vllm` (it keeps each server's /metrics beside the hook logs) with "
+            f"requests of the prompt length you serve, then `specmodel vllm {field_name('summarize')}` again")
 
 
 def prefill_s(rows: Sequence[CostRow], tokens: int) -> tuple[float, Extrapolation | None]:
@@ -157,7 +159,7 @@ def price_request(profile: Profile, *, algorithm: str, batch: int, request_token
     else:
         base_pf = 0.0
         assumed.append(Assumption(kind="prefill", fallback="", batch=batch, tokens=step_tokens, context_tokens=0,
-                                  assumed_as="0 s (no prefill step recorded)", measure_hint=_MEASURE_REQUESTS))
+                                  assumed_as="0 s (no prefill step recorded)", measure_hint=_measure_requests()))
     # the speculative server's prefill rows are its drafter's: another kind priced from them would borrow them
     same_kind = canonical_method(algorithm) == canonical_method(profile.spec.algorithm)
     spec_rows = rq.spec_prefill if rq is not None and same_kind else ()
@@ -173,12 +175,12 @@ def price_request(profile: Profile, *, algorithm: str, batch: int, request_token
             assumed.append(Assumption(kind="speculative prefill", fallback="", batch=batch, tokens=step_tokens,
                                       context_tokens=0,
                                       assumed_as="= the baseline's (the drafter's own prefill not counted)",
-                                      measure_hint=_MEASURE_REQUESTS))
+                                      measure_hint=_measure_requests()))
     outside = [rq.baseline_outside_s, rq.spec_outside_s] if rq is not None else [None, None]
     if outside[0] is None and outside[1] is None:
         assumed.append(Assumption(kind="time outside the engine's steps", fallback="", batch=batch, tokens=0,
                                   context_tokens=0, assumed_as="0 s per request (no /metrics kept)",
-                                  measure_hint=_MEASURE_REQUESTS))
+                                  measure_hint=_measure_requests()))
         base_out = spec_out = 0.0
     else:
         # one front end serves both servers' requests the same way: a side that lacks it takes the other's

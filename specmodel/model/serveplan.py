@@ -16,6 +16,7 @@ from specmodel.errors import SpecmodelError
 from specmodel.model.accept import AcceptByContext
 from specmodel.model.consistency import check_cycle
 from specmodel.model.cycle import Assumption
+from specmodel.model.cyclecost import cycle_costs
 from specmodel.model.decision import REMEASURE
 from specmodel.model.optimize import MARGINAL as MARGINAL
 from specmodel.model.optimize import OFF as OFF
@@ -29,7 +30,7 @@ from specmodel.model.optimize import (
     action_for,
     optimize,
 )
-from specmodel.model.predict import cost_provenance, cycle_costs
+from specmodel.model.provenance import cost_provenance
 from specmodel.schema.profile import Profile, SpecConfig
 
 #: Regions: every cost and the acceptance measured / a cost only assumed (a fallback curve) /

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.model.accept import AcceptDist
 from specmodel.model.allreduce import fit_alpha_beta, oneshot_allreduce_s, tp_scale_factor
 from specmodel.model.decision import SPECULATE, action_for
@@ -270,7 +270,7 @@ def no_allreduce_split(profile: Profile) -> str:
 def tp_unknown(profile: Profile) -> str:
     """Why a TP what-if cannot apply ("" when it can): the profile does not say which TP it ran at."""
     if not profile.source.tp_known:
-        return "not available: the profile's TP degree is unknown (pass --tp)"
+        return f"not available: the profile's TP degree is unknown (pass {field_name('tp')})"
     return ""
 
 

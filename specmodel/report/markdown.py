@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import math
 
-from specmodel.report.content import (
-    ReportContent,
-    cycle_allreduce_text,
-    short_tokens,
-    speedup_text,
-    tokens_per_step_text,
-)
+from specmodel.report.text import cycle_allreduce_text, short_tokens, speedup_text, tokens_per_step_text
+from specmodel.report.view import ReportContent
 from specmodel.units import alpha_beta, ms, us
 
 

@@ -18,14 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from specmodel.errors import field_name
 from specmodel.io import atomic_write_bytes
-from specmodel.report.content import (
-    ReportContent,
-    cycle_allreduce_text,
-    short_tokens,
-    speedup_text,
-    tokens_per_step_text,
-)
+from specmodel.report.text import cycle_allreduce_text, short_tokens, speedup_text, tokens_per_step_text
+from specmodel.report.view import ReportContent
 from specmodel.units import alpha_beta, ms, to_ms, to_us, us
 
 PAGE_SIZE_IN = (11.69, 8.27)  # A4 landscape
@@ -547,7 +543,8 @@ def page_context(c: ReportContent) -> Any:
     if len(v.measured_contexts) == 1:
         fig.text(0.04, 0.875, _wrap("Only one context was measured: at every other context the costs are held at the "
                                     "measured ones (flat, extrapolated). Measure a context sweep (specmodel profile "
-                                    "--contexts) or give --baseline-sweep with a context column. " + note, 160),
+                                    f"{field_name('contexts')}) or give {field_name('baseline_sweep')} with a context "
+                                    "column. " + note, 160),
                  fontsize=9, va="top", color=EXTRAPOLATED_COLOR)
     else:
         fig.text(0.04, 0.875, _wrap(note, 160), fontsize=9, va="top")

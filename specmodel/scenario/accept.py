@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from specmodel.errors import FieldError
+from specmodel.errors import FieldError, field_name
 from specmodel.model import accept as acc
 from specmodel.model.inputs import Acceptance
 from specmodel.scenario.args import ScenarioArgs
@@ -51,7 +51,8 @@ def resolve_accept(args: ScenarioArgs, *, spec: SpecConfig, logs: Sequence[LogFi
         rate_source = ("measured in the accept log: the server proposed nothing" if found.proposal_rate == 0.0 else
                        "measured in the accept log: the server's drafts per request-step")
         if args.proposal_rate is None:
-            notes.append(f"proposal rate {found.proposal_rate:.0%}: {rate_source} (--proposal-rate overrides)")
+            notes.append(f"proposal rate {found.proposal_rate:.0%}: {rate_source} ({field_name('proposal_rate')} "
+                         "overrides)")
     dist, per_pos = found.dist, found.per_position
     if found.by_context is not None and context_tokens is not None:
         # the log measured acceptance per context band: use the one that covers the context asked for
@@ -103,7 +104,8 @@ def _per_position(args: ScenarioArgs, rates: tuple[float, ...], spec: SpecConfig
                              "conditional rate")
         dist = acc.resize(acc.from_per_position(list(rates)), k)
         return Acceptance(dist=dist, per_position=tuple(dist.per_position_rates()),
-                          notes=(f"--per-position: {len(rates)} rates extended to --steps {spec.steps} with the last "
+                          notes=(f"{field_name('per_position')}: {len(rates)} rates extended to "
+                                 f"{field_name('steps')} {spec.steps} with the last "
                                  "conditional acceptance rate (an assumption)",))
     return Acceptance(dist=acc.from_per_position(list(rates), max_tokens=k), per_position=rates)
 

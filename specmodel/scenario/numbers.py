@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.model.costs import forward_cost
 from specmodel.schema.phases import forward_tokens
 from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
@@ -68,22 +68,23 @@ def apply_numbers(profile: Profile | None, *, batch: int, spec: SpecConfig, tp: 
     # draft rows keep their own split (the drafter's all-reduce share differs from the target's)
     if baseline_tps is not None:
         put("decode", batch, batch / baseline_tps, allreduce_frac)
-        origins["decode"] = f"your flag --baseline-tps {baseline_tps:g} (at batch {batch})"
+        origins["decode"] = f"your flag {field_name('baseline_tps')} {baseline_tps:g} (at batch {batch})"
     if verify_ms is not None:
         put("verify", forward_tokens("verify", batch, spec), from_ms(verify_ms), allreduce_frac)
-        origins["verify"] = f"your flag --verify-ms {verify_ms:g}"
+        origins["verify"] = f"your flag {field_name('verify_ms')} {verify_ms:g}"
     if draft_ms is not None:
         put("draft", forward_tokens("draft", batch, spec), from_ms(draft_ms), None)
         rows = [r for r in rows if r.kind != "draft_extend"]
-        origins["draft"] = f"your flag --draft-ms {draft_ms:g} (x {spec.steps} steps)"
+        origins["draft"] = f"your flag {field_name('draft_ms')} {draft_ms:g} (x {spec.steps} steps)"
     if overhead_ms is not None:
-        origins["overhead"] = f"your flag --overhead-ms {overhead_ms:g}"
+        origins["overhead"] = f"your flag {field_name('overhead_ms')} {overhead_ms:g}"
     if allreduce_frac is not None:
-        origins["allreduce"] = f"your flag --allreduce-frac {allreduce_frac:g} (of baseline and verify)"
+        origins["allreduce"] = f"your flag {field_name('allreduce_frac')} {allreduce_frac:g} (of baseline and verify)"
     elif profile is None:
-        origins["allreduce"] = "unknown: not split (pass --allreduce-frac)"
+        origins["allreduce"] = f"unknown: not split (pass {field_name('allreduce_frac')})"
     elif baseline_tps is not None or verify_ms is not None:
-        origins["allreduce"] = f"your costs split like {profile.name}'s rows (pass --allreduce-frac to set it)"
+        origins["allreduce"] = (f"your costs split like {profile.name}'s rows "
+                                f"(pass {field_name('allreduce_frac')} to set it)")
     if profile is None:
         base = Profile(name="command-line", source=Source.numbers(tp_known=tp is not None),
                        tp=tp or 1, costs=tuple(rows), spec=spec,

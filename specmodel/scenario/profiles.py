@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specmodel.errors import FieldError
+from specmodel.errors import FieldError, field_name
 from specmodel.schema.profile import OWN_BOX_KINDS, read_source_kind, resolve_profile_path
 
 REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
@@ -42,10 +42,10 @@ def find_default_profile() -> tuple[Path, str]:
     if candidates:
         path = candidates[0]
         return path, (f"using your {kinds[path]} profile {path.parent} (the only measured, ingested or derived "
-                      f"profile under {PROFILES_DIR}/; pass --profile to choose)")
+                      f"profile under {PROFILES_DIR}/; pass {field_name('profile')} to choose)")
     return reference_profile_path(), (
         "using the shipped reference profile (derived from a published write-up, not measured by this tool); "
-        "run `specmodel profile --tp N` to measure your own"
+        f"run `specmodel profile {field_name('tp')} N` to measure your own"
     )
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.limits import SEARCH_MAX_STEPS
 from specmodel.model.calibrate import Observation
 from specmodel.model.costs import default_context, measured_contexts
+from specmodel.model.cyclecost import calibrate as calibrate_profile
 from specmodel.model.inputs import Acceptance, OperatingPoint
-from specmodel.model.predict import calibrate as calibrate_profile
 from specmodel.model.predict import predict
 from specmodel.model.prediction import Prediction
 from specmodel.scenario.accept import resolve_accept
@@ -125,7 +125,7 @@ def resolve_scenario(args: ScenarioArgs, *, require_accept: bool = True, require
         spec = replace(spec, algorithm=args.method.upper())
         profiled = canonical_method(base_spec.algorithm)
         if profile is not None and profiled != args.method:
-            notes.append(f"--method {args.method}: priced from profile {profile.name}, which measured "
+            notes.append(f"{field_name('method')} {args.method}: priced from profile {profile.name}, which measured "
                          f"{profiled or base_spec.algorithm}; its costs stand in where {args.method} was not "
                          "measured, each named as assumed")
     context = args.context if isinstance(args.context, int) else None
@@ -182,7 +182,8 @@ def _steps_from_logs(args: ScenarioArgs, logs: tuple[LogFile, ...], profile: Pro
         from specmodel.validation import check_log_model_matches_profile
 
         check_log_model_matches_profile(cfg, profile, use="its acceptance says nothing about this profile's model "
-                                        "(give that model's log, or --accept-len to use the figure anyway)")
+                                        f"(give that model's log, or {field_name('accept_len')} to use the figure "
+                                        "anyway)")
     foreign = ""
     if profile is not None and cfg.tp is not None and cfg.tp != profile.tp:
         notes.append(f"the log's server ran TP {cfg.tp} but profile {profile.name} is TP {profile.tp}: "

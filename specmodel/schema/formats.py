@@ -105,7 +105,7 @@ PREDICTION = Format(name="specmodel.prediction", version=6, what="specmodel pred
 #: `specmodel plan --json` and the report's serve plan (model/serveplan.py); v3: each cell's `beyond_range`
 #: (why it is not priced; `best_extrapolated` null there)
 PLAN = Format(name="specmodel.plan", version=3, what="specmodel plan")
-#: the report's JSON beside the PDF (report/content.py)
+#: the report's JSON beside the PDF (report/view.py)
 REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 #: `specmodel validate --json`
 VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
