@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specmodel.errors import field_name
 from specmodel.procs import stop_groups
 from specmodel.profile import status
 from specmodel.profile.plan import CHILD_ENV, RunPlan
@@ -279,7 +280,7 @@ def _hang(plan: RunPlan, slots: list[status.Slot], timeout_s: float, run_dir: Pa
     if len(started) < plan.tp:
         missing = [s.rank for s in slots if s.stage < status.JOINED]
         r = missing[0] if missing else None
-        return RankFailed(f"rank {r} did not join the process group within --timeout {timeout_s:g} s "
+        return RankFailed(f"rank {r} did not join the process group within {field_name('timeout')} {timeout_s:g} s "
                           f"(ranks not joined: {', '.join(map(str, missing))})", rank=r, log_dir=run_dir)
     if lag is not None:
         r, why = lag
@@ -294,4 +295,5 @@ def _hang(plan: RunPlan, slots: list[status.Slot], timeout_s: float, run_dir: Pa
                           f"for {timeout_s:g} s (stopped ranks: {', '.join(map(str, frozen))})", rank=r, log_dir=run_dir)
     unit = min(s.unit for s in slots)
     return RankFailed(f"no rank made progress for {timeout_s:g} s during {_unit_label(plan, unit)} "
-                      "(all ranks waiting; raise --timeout for a slow machine)", rank=None, log_dir=run_dir)
+                      f"(all ranks waiting; raise {field_name('timeout')} for a slow machine)", rank=None,
+                      log_dir=run_dir)

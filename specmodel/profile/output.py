@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmodel import __version__
+from specmodel.errors import field_name
 from specmodel.io import atomic_write_text, replace_dir
 from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, collectives_per_forward
 from specmodel.schema.profile import (
@@ -72,10 +73,10 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
                      f"({device or 'unknown device'}); {tgt['name']} ({size})"),
         created_utc=result.finished_utc or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         method=("each forward annotated (record_function + NVTX); times from interleaved passes over all points "
-                   "without the profiler (CUDA-graph replays on a GPU unless --eager) until each point's 95% interval "
-                   "is within the target or the time budget is spent; all-reduce share from a torch.profiler pass "
-                   "(collective time isolated from the trace, compute = the rest); median over repetitions of the "
-                "rank mean, spread = IQR, ci95_rel = order-statistic 95% interval of that median"),
+                f"without the profiler (CUDA-graph replays on a GPU unless {field_name('eager')}) until each point's "
+                "95% interval is within the target or the time budget is spent; all-reduce share from a "
+                "torch.profiler pass (collective time isolated from the trace, compute = the rest); median over "
+                "repetitions of the rank mean, spread = IQR, ci95_rel = order-statistic 95% interval of that median"),
     )
     model = {
         "name": tgt["name"], "family": tgt["family"], "architecture": tgt["architecture"],
@@ -114,7 +115,7 @@ def build_profile(result: RunResult, *, overhead_s: float | None = None) -> Prof
         overhead_s = 0.0
     elif loop:
         notes.append(f"overhead_s = {fmt_ms(overhead_s, 3)} per cycle, measured outside the forwards in "
-                     "`specmodel profile --spec-loop` on the same stack")
+                     f"`specmodel profile {field_name('spec_loop')}` on the same stack")
     return Profile(
         name=plan.name, source=source, hardware=hw, model=model, tp=tp, backend=plan.backend,
         spec=SpecConfig(algorithm="EAGLE3", steps=plan.steps, topk=plan.topk,
@@ -282,5 +283,5 @@ def format_summary(profile: Profile, result: RunResult, dest: Path, wall_s: floa
         f = profile.allreduce_fit
         lines.append(f"all-reduce   {len(profile.allreduce_points)} sizes; ring fit {alpha_beta(f.alpha_s, f.beta_bytes_per_s)}")
     lines.append(f"wrote        {dest}/ (profile.json, costs.csv, ranks.csv, traces/) in {wall_s:.1f} s")
-    lines.append(f"next         specmodel predict --profile {dest} --accept-len 3.2")
+    lines.append(f"next         specmodel predict {field_name('profile')} {dest} {field_name('accept_len')} 3.2")
     return "\n".join(lines)
