@@ -5,8 +5,8 @@ Nothing per server is computed here that :mod:`specmodel.watch` does not already
 asks Prometheus (HTTP API, one instant query of a range selector) for the raw samples of the
 engines' own series over the window, rebuilds each scrape of each server as the engine's metrics
 plug-in reads it (``MetricsFormat.from_page``), and runs the single-server window
-(:class:`~specmodel.watch.MetricsWindow`: a counter that went backwards restarts the window, and
-that is said, never averaged over), :func:`~specmodel.watch.observe_metrics` and
+(:class:`~specmodel.watch_window.MetricsWindow`: a counter that went backwards restarts the window, and
+that is said, never averaged over), :func:`~specmodel.watch_window.observe_metrics` and
 :func:`~specmodel.watch.assess`.
 
 A server's bad input (no profile for its labels, a profile of another TP or model, no
@@ -36,18 +36,9 @@ from specmodel.limits import MAX_PROMETHEUS_ANSWER_BYTES, MAX_STEPS, MAX_TP
 from specmodel.schema.formats import WATCH
 from specmodel.schema.profile import Profile
 from specmodel.units import to_ms
-from specmodel.watch import (
-    MetricsWindow,
-    Observed,
-    Reading,
-    Scrape,
-    SourceGone,
-    assess,
-    check_method_matches_profile,
-    check_source_matches_profile,
-    observe_metrics,
-    spec_for,
-)
+from specmodel.watch import Reading, assess, check_method_matches_profile, check_source_matches_profile, spec_for
+from specmodel.watch_sources import SourceGone
+from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_metrics
 
 #: a server whose newest sample is older than this many of its own scrape gaps is not being scraped now
 STALE_GAPS = 3.0

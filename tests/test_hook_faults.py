@@ -452,7 +452,8 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
     replica at a time (and refuses the mix without --dp-rank); each replica's steps stay its own."""
     import types
 
-    from specmodel.engines.vllm.hooklog import read_step_log, summarize
+    from specmodel.engines.vllm.hooklog import summarize
+    from specmodel.engines.vllm.steplog import read_step_log
     from specmodel.errors import SpecmodelError
 
     go = tmp_path / "go"

@@ -13,22 +13,9 @@ from specmodel.engines import engine_spec, log_help, metrics_help
 from specmodel.engines.base import COUNTERS, EngineConfig
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
-from specmodel.watch import (
-    LogSource,
-    MetricsSource,
-    MetricsWindow,
-    Observed,
-    Scrape,
-    SourceGone,
-    assess,
-    check_method_matches_profile,
-    check_source_matches_profile,
-    is_url,
-    now_stamp,
-    observe_log,
-    observe_metrics,
-    spec_for,
-)
+from specmodel.watch import assess, check_method_matches_profile, check_source_matches_profile, now_stamp, spec_for
+from specmodel.watch_sources import LogSource, MetricsSource, SourceGone, is_url
+from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_log, observe_metrics
 
 
 def _load_profile(path: str | None) -> Any:

@@ -24,7 +24,8 @@ def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_pa
                 window_s: float, steps: int | None, count: int | None, method: str | None, timeout_s: float,
                 as_json: bool, serve_addr: str | None, tp: int | None) -> None:
     from specmodel.fleet import Fleet, PromAPI, Target, load_targets, selector_matchers
-    from specmodel.watch import SourceGone, is_url, now_stamp
+    from specmodel.watch import now_stamp
+    from specmodel.watch_sources import SourceGone, is_url
 
     if not is_url(url):
         raise SpecmodelError(f"--prometheus {url!r}: expected the server's base URL, e.g. http://127.0.0.1:9090")
