@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from specmodel.engines import engine_spec
 from specmodel.engines.base import EngineConfig
-from specmodel.errors import SpecmodelError
+from specmodel.errors import SpecmodelError, spell, verbatim
 from specmodel.model import accept as acc
 from specmodel.model.decision import INCONSISTENT
 from specmodel.schema.formats import WATCH
@@ -117,8 +118,9 @@ def check_method_matches_profile(method: str | None, profile: Profile, where: st
                          "server's method")
 
 
-def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
-    """Predict at the observed (acceptance, batch, context) and advise (model/ functions only)."""
+def assess(profile: Profile, obs: Observed, spec: SpecConfig, *, name_of: Callable[[str], str] = str) -> Reading:
+    """Predict at the observed (acceptance, batch, context) and advise (model/ functions only).
+    ``name_of`` spells the inputs the notes name (the CLI: as its flags)."""
     from specmodel.model.costs import measured_contexts
     from specmodel.model.inputs import OperatingPoint
     from specmodel.model.optimize import accept_model, batch_limit, optimize
@@ -145,8 +147,8 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
                          for x in batches])
     notes: list[str] = []
     if obs.method is None:
-        notes.append(f"the source does not name the server's method: priced as the profile's ({spec.algorithm}); "
-                     "pass --method")
+        notes.append(spell(f"the source does not name the server's method: priced as the profile's "
+                           f"({verbatim(spec.algorithm)}); pass {{method}}", name_of))
     if obs.context_tokens is None:
         ctxs = measured_contexts(profile, "decode")
         notes.append(f"the source gives no context: costs at the profile's context {min(ctxs) if ctxs else 0}")

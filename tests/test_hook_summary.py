@@ -8,14 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from specmodel.commands.flags import flag_of
 from specmodel.engines.vllm.hooklog import summarize
 from specmodel.engines.vllm.steplog import read_step_log
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
@@ -179,8 +181,9 @@ def test_logs_of_two_tp_degrees_are_refused_naming_both(tmp_path: Path) -> None:
 
 
 def test_a_tp_flag_the_logs_contradict_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecmodelError, match=r"--tp 2: contradicts .*tp_size 1"):
+    with pytest.raises(FieldError) as err:
         summarize([BASE, NGRAM], name="x", tp=2)
+    assert re.search(r"--tp 2: contradicts .*tp_size 1", err.value.render(flag_of))  # (as the CLI spells it)
     assert summarize([BASE, NGRAM], name="x", tp=1).tp == 1
 
 

@@ -36,13 +36,13 @@ vllm``), the time per finished request spent outside the engine's steps.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.engines.vllm.steprows import Cell, Recording, band_contexts, cost_rows
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
 from specmodel.limits import MAX_CONTEXT_TOKENS, MAX_METRICS_PAGE_BYTES
 from specmodel.schema.phases import is_host_proposer
 from specmodel.stats import median
@@ -135,14 +135,15 @@ def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: i
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
-              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None) -> Any:
+              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None,
+              name_of: Callable[[str], str] = str) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
     time. Several directories are combined: the baseline server's (``decode``, ``extend``) and the
     speculative server's (``verify``, ``draft``, a host proposer's rate, lookup and no-proposal
     steps). Logs of different TP degrees, models or vLLM versions, or a ``tp`` the logs contradict,
-    are refused.
+    are refused. ``name_of`` spells the inputs the notes name (the CLI: as its flags).
 
     A (kind, batch, tokens, context band) cell seen fewer than ``min_samples`` times (per rank) is
     left out: such cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step
@@ -176,9 +177,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         raise SpecmodelError(f"{where}: no engine steps recorded (the logs hold only meta lines; did the server "
                              "serve a request under `specmodel vllm`?)")
     if not any(k[0] == "decode" for k in a.base_cells):
-        raise SpecmodelError(f"{where}: no decode steps recorded without speculation; a profile needs the baseline "
-                             "step: also run the server without --speculative-config under `specmodel vllm` and "
-                             "pass both directories to --summarize")
+        raise FieldError(None, f"{verbatim(where)}: no decode steps recorded without speculation; a profile needs the "
+                               "baseline step: also run the server without --speculative-config under `specmodel "
+                               "vllm` and pass both directories to {summarize}")
     if len(a.step_spec) > 1:
         raise SpecmodelError(f"{where}: the logs mix speculative configurations "
                              f"({', '.join(f'{m} k={k}' for m, k in sorted(a.step_spec))}); summarize one at a time")
@@ -226,11 +227,11 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
              "rows are split by context band (0, 1K, 2K, 4K, ... tokens of KV per request), each at its steps' "
              "median context."]
     if hp is not None:
-        notes.append(f"host proposer ({host_method}): proposed on {hp.proposal_rate:.0%} of "
-                     f"{hp.request_steps} request-steps that ran the lookup (the default --proposal-rate); "
-                     f"median lookup {ms(overhead, 3)} over {hp.lookup_steps} steps (every lookup, hit or miss) "
-                     f"is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
-                     "speculative server in host_proposer.decode.")
+        notes.append(spell(f"host proposer ({verbatim(host_method)}): proposed on {hp.proposal_rate:.0%} of "
+                           f"{hp.request_steps} request-steps that ran the lookup (the default {{proposal_rate}}); "
+                           f"median lookup {ms(overhead, 3)} over {hp.lookup_steps} steps (every lookup, hit or "
+                           f"miss) is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
+                           "speculative server in host_proposer.decode.", name_of))
     notes.append(requests_note)
     if conditions is not None:
         notes.append(conditions_note(conditions))
@@ -253,7 +254,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
                      "their all-reduce share is unknown, not zero"
                      + (" (the capture held no pass of their phase)." if caps else
-                        "; `specmodel vllm --capture-steps N` measures it from a torch.profiler capture."))
+                        spell("; `specmodel vllm {capture_steps} N` measures it from a torch.profiler capture.",
+                              name_of)))
     from_capture = [r for r in costs if r.allreduce_source == "capture"]
     if caps:
         notes.append(capture_note(caps, from_capture, a.in_capture))
