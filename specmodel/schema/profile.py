@@ -44,7 +44,7 @@ from specmodel.limits import (
     MIN_LINK_BYTES_PER_S,
 )
 from specmodel.schema.conditions import CONDITIONS_VERSION, Conditions
-from specmodel.schema.fields import read_dict, read_int, read_num
+from specmodel.schema.fields import at_record, read_dict, read_int, read_num
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
 
@@ -175,8 +175,7 @@ class CostRow:
         try:
             return cls._build(d, kind, where, default_context_tokens)
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+            raise at_record(exc, where) from None
 
     @classmethod
     def _build(cls, d: Mapping[str, Any], kind: str, where: str, default_context_tokens: int | None) -> CostRow:
@@ -253,8 +252,7 @@ class AllReducePoint:
                 spread_s=read_num(d, "spread_s", where, optional=True),
             )
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+            raise at_record(exc, where) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"msg_bytes": self.msg_bytes, "tp": self.tp, "latency_s": self.latency_s, "spread_s": self.spread_s}
@@ -296,8 +294,7 @@ class AllReduceFit:
                 algorithm=algo,
             )
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('allreduce_fit: ', '')}") from None
+            raise at_record(exc, where, "allreduce_fit: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"alpha_s": self.alpha_s, "beta_bytes_per_s": self.beta_bytes_per_s, "tp": self.tp,
@@ -439,8 +436,7 @@ class HostProposer:
                        lookup_s=read_num(d, "lookup_s", where), lookup_steps=read_int(d, "lookup_steps", where),
                        decode=tuple(CostRow.from_dict(r, f"{where}: decode[{i}]") for i, r in enumerate(rows)))
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: host_proposer: ', '')}") from None
+            raise at_record(exc, where, "profile: host_proposer: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "proposal_rate": self.proposal_rate, "request_steps": self.request_steps,
@@ -532,8 +528,7 @@ class RequestCosts:
                        baseline_requests=read_int(d, "baseline_requests", where, optional=True),
                        spec_requests=read_int(d, "spec_requests", where, optional=True))
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: requests: ', '')}") from None
+            raise at_record(exc, where, "profile: requests: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "spec_prefill": [r.to_dict() for r in self.spec_prefill],
@@ -965,8 +960,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
             path=where,
         )
     except SpecmodelError as exc:
-        msg = str(exc)
-        raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        raise at_record(exc, where) from None
     if ver < ALLREDUCE_SOURCE_VERSION:
         for r in _every_row(prof):
             if r.allreduce_source:
