@@ -1,6 +1,7 @@
-"""Reading back what the vLLM hook (:mod:`specmodel.engines.vllm.hook`) wrote -- one
-``specmodel.vllm_step`` JSONL file per rank -- and turning it into a profile. Runs anywhere: no
-vLLM, no torch.
+"""What the vLLM hook (:mod:`specmodel.engines.vllm.hook`) wrote -- one ``specmodel.vllm_step``
+JSONL file per rank, read by :mod:`specmodel.engines.vllm.steplog` and sorted into cells by
+:mod:`specmodel.engines.vllm.steprows` -- turned into a profile: :func:`summarize`, its notes, the
+request costs from the kept ``/metrics`` pages. Runs anywhere: no vLLM, no torch.
 
 What a vLLM profile row means (the cycle model's T_base and T_cycle must both carry what the
 engine does around a forward, or a small model's host overhead -- a large share of its step --
