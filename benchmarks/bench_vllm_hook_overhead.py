@@ -43,7 +43,7 @@ SHAPES = {"tp1_none": (0, 0, None), "tp1_ngram": (0, 0, "ngram"), "tp2_ngram": (
 def micro(rounds: int = 9, steps: int = 2000) -> int:
     """Per-step cost of the wrappers, hook on minus off, for each recorded configuration's shape,
     against that configuration's real step times."""
-    from specmodel.engines.vllm.hooklog import read_step_log
+    from specmodel.engines.vllm.steplog import read_step_log
 
     rec = REPO / "tests" / "data" / "vllm_cpu_032"
     worst = 0.0

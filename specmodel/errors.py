@@ -16,8 +16,21 @@ class SpecmodelError(Exception):
     """
 
 
-#: ``{field}`` in a :class:`FieldError` detail: another input the message refers to
-_REF = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+#: ``{field}`` in a :class:`FieldError` detail: another input the message refers to; ``{{``: a
+#: literal brace (:func:`verbatim`)
+_REF = re.compile(r"\{([a-z][a-z0-9_]*)\}|\{\{")
+
+
+def verbatim(text: object) -> str:
+    """``text`` (a value the user gave: a path, a selector) as a :class:`FieldError` detail shows it
+    as it is: its braces are never read as ``{field}`` references."""
+    return str(text).replace("{", "{{")
+
+
+def spell(text: str, name_of: Callable[[str], str] = str) -> str:
+    """``text`` with each ``{field}`` reference spelled by ``name_of`` (the CLI: its field -> flag
+    table) and each ``{{`` as one brace."""
+    return _REF.sub(lambda m: name_of(m.group(1)) if m.group(1) else "{", text)
 
 
 class FieldError(SpecmodelError):
@@ -40,16 +53,16 @@ class FieldError(SpecmodelError):
         return (FieldError, (self.field, self.detail))
 
     def render(self, name_of: Callable[[str], str] = str) -> str:
-        text = _REF.sub(lambda m: name_of(m.group(1)), self.detail)
+        text = spell(self.detail, name_of)
         return f"{name_of(self.field)}: {text}" if self.field else text
 
     def renamed(self, names: dict[str, str]) -> FieldError:
         """The same error with fields spelled as ``names`` says (the Python API's argument names)."""
-        def sub(n: str) -> str:
-            return "{" + names.get(n, n) + "}"
+        def sub(m: re.Match[str]) -> str:
+            n = m.group(1)
+            return "{" + names.get(n, n) + "}" if n else m.group(0)
 
-        return FieldError(names.get(self.field, self.field) if self.field else None,
-                          _REF.sub(lambda m: sub(m.group(1)), self.detail))
+        return FieldError(names.get(self.field, self.field) if self.field else None, _REF.sub(sub, self.detail))
 
 
 #: how :func:`field_name` spells a field: the innermost of :func:`fields_named` (the field's own name

@@ -5,8 +5,8 @@ Nothing per server is computed here that :mod:`specmodel.watch` does not already
 asks Prometheus (HTTP API, one instant query of a range selector) for the raw samples of the
 engines' own series over the window, rebuilds each scrape of each server as the engine's metrics
 plug-in reads it (``MetricsFormat.from_page``), and runs the single-server window
-(:class:`~specmodel.watch.MetricsWindow`: a counter that went backwards restarts the window, and
-that is said, never averaged over), :func:`~specmodel.watch.observe_metrics` and
+(:class:`~specmodel.watch_window.MetricsWindow`: a counter that went backwards restarts the window, and
+that is said, never averaged over), :func:`~specmodel.watch_window.observe_metrics` and
 :func:`~specmodel.watch.assess`.
 
 A server's bad input (no profile for its labels, a profile of another TP or model, no
@@ -31,23 +31,14 @@ from typing import Any
 from specmodel.engines import engine_spec, metrics_formats
 from specmodel.engines.base import EngineConfig, MetricsFormat
 from specmodel.engines.prom import Sample
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.limits import MAX_PROMETHEUS_ANSWER_BYTES, MAX_STEPS, MAX_TP
 from specmodel.schema.formats import WATCH
 from specmodel.schema.profile import Profile
 from specmodel.units import to_ms
-from specmodel.watch import (
-    MetricsWindow,
-    Observed,
-    Reading,
-    Scrape,
-    SourceGone,
-    assess,
-    check_method_matches_profile,
-    check_source_matches_profile,
-    observe_metrics,
-    spec_for,
-)
+from specmodel.watch import Reading, assess, check_method_matches_profile, check_source_matches_profile, spec_for
+from specmodel.watch_sources import SourceGone
+from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_metrics
 
 #: a server whose newest sample is older than this many of its own scrape gaps is not being scraped now
 STALE_GAPS = 3.0
@@ -132,15 +123,16 @@ def selector_matchers(selector: str) -> str:
     if s.startswith("{") and s.endswith("}"):
         s = s[1:-1]
     elif "{" in s or "}" in s:
-        raise SpecmodelError(f"--selector {selector!r}: label matchers only, e.g. '{{job=\"vllm\"}}' (no metric name)")
+        raise FieldError(None, f"{{selector}} {verbatim(repr(selector))}: label matchers only, e.g. "
+                               "'{job=\"vllm\"}' (no metric name)")
     pos = 0
     while pos < len(s):
         m = _MATCHER.match(s, pos)
         if m is None or m.end() == pos:
-            raise SpecmodelError(f"--selector {selector!r}: not a list of label matchers like job=\"vllm\"")
+            raise FieldError(None, f"{{selector}} {verbatim(repr(selector))}: not a list of label matchers like job=\"vllm\"")
         pos = m.end()
     if re.search(r"(^|[\s,])__name__\s*[=!]", s):
-        raise SpecmodelError(f"--selector {selector!r}: __name__ is chosen by watch (the engines' own series)")
+        raise FieldError(None, f"{{selector}} {verbatim(repr(selector))}: __name__ is chosen by watch (the engines' own series)")
     return s.strip().rstrip(",")
 
 
@@ -198,7 +190,8 @@ def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     except urllib.error.HTTPError as exc:  # 400/422: a query error, with a JSON body saying why
         body, status = exc.read(MAX_PROMETHEUS_ANSWER_BYTES + 1), exc.code
     if len(body) > MAX_PROMETHEUS_ANSWER_BYTES:
-        raise SpecmodelError(f"{url.split('?')[0]}: answer larger than {MAX_PROMETHEUS_ANSWER_BYTES} bytes: narrow --selector")
+        raise FieldError(None, f"{verbatim(url.split('?')[0])}: answer larger than {MAX_PROMETHEUS_ANSWER_BYTES} bytes: narrow "
+                               "{selector}")
     return status, body
 
 
@@ -299,6 +292,8 @@ class Fleet:
     load_profile: Callable[[str], Profile]
     method: str | None = None
     steps: int | None = None
+    #: how a reading's notes spell the inputs they name (the CLI: as its flags)
+    name_of: Callable[[str], str] = str
     seen: set[str] = field(default_factory=set)
     resets_said: dict[str, float] = field(default_factory=dict)
     profiles: dict[str, Profile | str] = field(default_factory=dict)
@@ -319,8 +314,8 @@ class Fleet:
         first = self.rounds == 0
         self.rounds += 1
         if not servers and first:
-            raise SpecmodelError(f"--selector {self.selector!r}: matches no series of {', '.join(fleet_series())} in "
-                                 f"Prometheus {self.api.url} over the last {self.window_s:g} s")
+            raise FieldError(None, f"{{selector}} {verbatim(repr(self.selector))}: matches no series of "
+                                   f"{', '.join(fleet_series())} in Prometheus {verbatim(self.api.url)} over the last {self.window_s:g} s")
         out = [self._server(srv, at) for srv in servers.values()]
         for gone in sorted(self.seen - set(servers)):
             out.append(ServerResult(name=_display(gone), labels={}, event="vanished",
@@ -387,7 +382,7 @@ class Fleet:
             return event("no reading", obs, last_t)
         obs = replace(obs, method=method) if isinstance(obs, Observed) else obs
         try:
-            r = assess(prof, obs, spec_for(prof, obs, steps))
+            r = assess(prof, obs, spec_for(prof, obs, steps), name_of=self.name_of)
         except SpecmodelError as exc:
             return event("no reading", str(exc), last_t)
         return ServerResult(name=name, labels=labels, reading=r, sample_t_s=last_t)

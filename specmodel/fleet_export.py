@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, verbatim
 from specmodel.fleet import ServerResult
 from specmodel.watch import Reading
 
@@ -100,7 +100,7 @@ def parse_addr(addr: str) -> tuple[str, int]:
         host, port = "127.0.0.1", addr
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SpecmodelError(f"--serve {addr!r}: expected HOST:PORT or PORT (port 0-65535)")
+        raise FieldError(None, f"{{serve}} {verbatim(repr(addr))}: expected HOST:PORT or PORT (port 0-65535)")
     return host, int(port)
 
 
@@ -123,7 +123,7 @@ class Exporter:
         try:
             self.httpd = make_server(host, port, make_wsgi_app(self.registry), handler_class=_Quiet)
         except OSError as exc:
-            raise SpecmodelError(f"--serve {addr}: cannot listen: {exc.strerror or exc}") from None
+            raise FieldError(None, f"{{serve}} {verbatim(addr)}: cannot listen: {verbatim(exc.strerror or exc)}") from None
         self.address = f"{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         self.thread.start()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.engines.vllm.hooklog import read_step_log
+from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.errors import SpecmodelError
 from specmodel.model.consistency import check_condition, check_same_step
 from specmodel.schema.conditions import Conditions, ServerCondition

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from specmodel.engines.hook.calibration import PERIOD_S, SAMPLES
-from specmodel.engines.vllm.hooklog import read_step_log, summarize
+from specmodel.engines.vllm.hooklog import summarize
+from specmodel.engines.vllm.steplog import read_step_log
 from tests.vllm_engine import hooked
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

@@ -12,7 +12,7 @@ import pytest
 
 from specmodel.engines.hook import calibration
 from specmodel.engines.vllm import writer as vwriter
-from specmodel.engines.vllm.hooklog import read_step_log
+from specmodel.engines.vllm.steplog import read_step_log
 from tests.rank_files import rank_file
 from tests.test_vllm_hook import _so, standin  # noqa: F401 - the fixture
 

@@ -136,7 +136,7 @@ def test_rows_the_wrapper_did_not_see_take_the_capture_share_of_their_forward(tm
 
 
 def test_steps_inside_the_capture_window_are_left_out_of_the_rows(tmp_path: Path) -> None:
-    from specmodel.engines.vllm.hooklog import read_step_log
+    from specmodel.engines.vllm.steplog import read_step_log
 
     base, spec = _copy(tmp_path, False)
     inside = 0

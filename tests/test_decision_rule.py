@@ -23,7 +23,8 @@ from specmodel.model.predict import predict
 from specmodel.model.serveplan import PlanCell
 from specmodel.model.whatif import stop_paying_batch
 from specmodel.schema.profile import SpecConfig, load_profile
-from specmodel.watch import Observed, assess, spec_for
+from specmodel.watch import assess, spec_for
+from specmodel.watch_window import Observed
 from tests.conftest import REFERENCE, run_cli
 
 REF = load_profile(REFERENCE)

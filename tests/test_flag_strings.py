@@ -27,19 +27,8 @@ _TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 #: (notes, hints, suggested command lines) that the commands do not yet render from field names.
 #: The list only shrinks: an entry no longer found fails too.
 KNOWN: frozenset[tuple[str, str]] = frozenset({
-    ('engines/accept_json.py', '--steps'), ('engines/base.py', '--steps'), ('engines/hook/records.py', '--dp-rank'),
-    ('engines/hook/records.py', '--out'), ('engines/hook/records.py', '--tp'), ('engines/parse.py', '--steps'),
-    ('engines/sglang/bench_speculative.py', '--steps'), ('engines/sglang/hooklog.py', '--summarize'),
-    ('engines/sglang/log.py', '--decode-log-interval'), ('engines/sglang/log.py', '--steps'),
-    ('engines/vllm/hooklog.py', '--capture-steps'), ('engines/vllm/hooklog.py', '--proposal-rate'),
-    ('engines/vllm/hooklog.py', '--summarize'), ('engines/vllm/log.py', '--accept-log'),
-    ('engines/vllm/log.py', '--num-spec-tokens'), ('engines/vllm/log.py', '--steps'), ('fleet.py', '--selector'),
-    ('fleet_export.py', '--serve'),
+    ('engines/sglang/log.py', '--decode-log-interval'),
     ('profile/output.py', '--name'), ('profile/output.py', '--out-dir'),
-    ('schema/formats.py', '--export'),
-    ('schema/profile.py', '--output'), ('trace/ingest.py', '--baseline'), ('trace/ingest.py', '--batch'),
-    ('trace/ingest.py', '--draft-forwards'), ('trace/ingest.py', '--num-draft-tokens'),
-    ('trace/ingest.py', '--step-kind'), ('trace/ingest.py', '--topk'), ('watch.py', '--method'),
 })
 
 

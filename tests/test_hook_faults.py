@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -452,8 +453,10 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
     replica at a time (and refuses the mix without --dp-rank); each replica's steps stay its own."""
     import types
 
-    from specmodel.engines.vllm.hooklog import read_step_log, summarize
-    from specmodel.errors import SpecmodelError
+    from specmodel.commands.flags import flag_of
+    from specmodel.engines.vllm.hooklog import summarize
+    from specmodel.engines.vllm.steplog import read_step_log
+    from specmodel.errors import FieldError
 
     go = tmp_path / "go"
 
@@ -480,8 +483,9 @@ def test_vllm_two_dp_replicas_with_the_same_tp_rank_write_two_files_read_as_two_
         ((meta, steps),) = lg.runs  # one process, one series
         assert (meta["pid"], meta["dp_rank"], meta["pp_size"]) == (pid, dp, 1)
         assert [s["batch"] for s in steps] == [batch] * 6
-    with pytest.raises(SpecmodelError, match=r"2 data-parallel replicas \(0, 1\).*--dp-rank"):
+    with pytest.raises(FieldError) as err:
         summarize([standin.out], name="t")
+    assert re.search(r"2 data-parallel replicas \(0, 1\).*--dp-rank", err.value.render(flag_of))  # (as the CLI spells it)
     for dp, batch in ((0, 1), (1, 2)):
         prof = summarize([standin.out], name="t", dp_rank=dp)
         assert [r.batch for r in prof.rows("decode")] == [batch]

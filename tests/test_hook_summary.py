@@ -8,13 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specmodel.engines.vllm.hooklog import read_step_log, summarize
-from specmodel.errors import SpecmodelError
+from specmodel.commands.flags import flag_of
+from specmodel.engines.vllm.hooklog import summarize
+from specmodel.engines.vllm.steplog import read_step_log
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
@@ -178,8 +181,9 @@ def test_logs_of_two_tp_degrees_are_refused_naming_both(tmp_path: Path) -> None:
 
 
 def test_a_tp_flag_the_logs_contradict_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecmodelError, match=r"--tp 2: contradicts .*tp_size 1"):
+    with pytest.raises(FieldError) as err:
         summarize([BASE, NGRAM], name="x", tp=2)
+    assert re.search(r"--tp 2: contradicts .*tp_size 1", err.value.render(flag_of))  # (as the CLI spells it)
     assert summarize([BASE, NGRAM], name="x", tp=1).tp == 1
 
 
@@ -341,7 +345,8 @@ def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_pat
     """vLLM counters over a window: tokens generated, no draft. Not "idle": an observation at
     rate 0, priced from the profile's measured no-proposal steps -> a slowdown -> switch off."""
     from specmodel.engines.base import MetricsSample
-    from specmodel.watch import MetricsWindow, Scrape, assess, observe_metrics
+    from specmodel.watch import assess
+    from specmodel.watch_window import MetricsWindow, Scrape, observe_metrics
 
     base = _write(tmp_path / "base", _meta(), [_step() for _ in range(10)])
     spec = _ngram_run(tmp_path / "ng", miss_host=0.0038)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specmodel.commands.flags import flag_of
 from specmodel.engines.logs import (
     accept_dist_from_logs,
     parse_log,
@@ -21,7 +22,7 @@ from specmodel.engines.logs import (
 )
 from specmodel.engines.sglang.log import parse_line as parse_sglang_line
 from specmodel.engines.vllm.log import parse_line as parse_vllm_line
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError
 from specmodel.model.accept import from_mean
 from tests.conftest import DATA
 
@@ -97,10 +98,12 @@ def test_sglang_hybrid_full_token_pool():
 
 
 def test_sglang_needs_steps_and_rejects_means_above_steps_plus_one():
-    with pytest.raises(SpecmodelError, match="--steps"):
+    with pytest.raises(FieldError) as err:
         summarize([SG055_NOARGS], None)
-    with pytest.raises(SpecmodelError, match=r"exceeds steps \+ 1 = 3.*--steps"):
+    assert re.search("--steps", err.value.render(flag_of))  # (as the CLI spells it)
+    with pytest.raises(FieldError) as err:
         accept_dist_from_logs([SG055_NOARGS], max_tokens=3)
+    assert re.search(r"exceeds steps \+ 1 = 3.*--steps", err.value.render(flag_of))
 
 
 def test_sglang_without_speculation_has_no_accept_length():
@@ -137,16 +140,18 @@ def test_vllm_mid_format_parses_by_key():
 
 
 def test_vllm_old_format_needs_num_spec_tokens():
-    with pytest.raises(SpecmodelError, match="--num-spec-tokens"):
+    with pytest.raises(FieldError) as err:
         accept_dist_from_logs([VOLD], max_tokens=5)
+    assert re.search("--num-spec-tokens", err.value.render(flag_of))  # (as the CLI spells it)
     dist, rates = accept_dist_from_logs([VOLD], max_tokens=5, num_spec_tokens=4)
     assert rates is None
     assert dist.mean_tokens == pytest.approx(1 + (540 + 790) / ((1200 + 1680) / 4), abs=1e-6)
 
 
 def test_vllm_more_positions_than_steps_is_a_clear_error():
-    with pytest.raises(SpecmodelError, match=r"5 speculative tokens.*--steps is 3.*pass --steps 5"):
+    with pytest.raises(FieldError) as err:
         accept_dist_from_logs([VK5], max_tokens=4)
+    assert re.search(r"5 speculative tokens.*--steps is 3.*pass --steps 5", err.value.render(flag_of))  # (as the CLI spells it)
     dist, rates = accept_dist_from_logs([VK5], max_tokens=7)  # deeper --steps: extra positions are 0
     assert rates is not None and len(rates) == 5 and dist.probs[-1] == 0.0
 
@@ -221,8 +226,9 @@ def test_saved_distribution_round_trips(tmp_path):
     assert big.dist.mean_tokens == pytest.approx(1 + sum(want), rel=1e-9)
     assert big.dist.mean_tokens > s.dist.mean_tokens and all(p > 0 for p in big.dist.probs[4:])
     assert any("extended to steps = 5 with the last observed conditional acceptance rate" in n for n in big.notes)
-    with pytest.raises(SpecmodelError, match="--steps is 2"):
+    with pytest.raises(FieldError) as err:
         accept_dist_from_logs([str(out)], max_tokens=3)
+    assert re.search("--steps is 2", err.value.render(flag_of))  # (as the CLI spells it)
     doc["schema_version"] = 99
     out.write_text(json.dumps(doc))
     with pytest.raises(SpecmodelError, match="schema_version"):

@@ -22,7 +22,8 @@ from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, load_profile
-from specmodel.watch import Observed, assess, spec_for
+from specmodel.watch import assess, spec_for
+from specmodel.watch_window import Observed
 from tests.conftest import REFERENCE, run_cli
 
 SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)

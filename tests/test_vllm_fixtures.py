@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.engines.vllm.hooklog import read_step_log, summarize
+from specmodel.engines.vllm.hooklog import summarize
+from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.errors import SpecmodelError
 from tests.conftest import DATA, run_cli
 

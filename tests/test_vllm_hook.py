@@ -17,7 +17,8 @@ import pytest
 
 from specmodel.engines.vllm import hook
 from specmodel.engines.vllm import targets as vtargets
-from specmodel.engines.vllm.hooklog import read_step_log, summarize
+from specmodel.engines.vllm.hooklog import summarize
+from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.errors import SpecmodelError
 from tests.rank_files import rank_file, rank_files
 from tests.standins import AR_S, DRAFT_COMPUTE_S, DRAFT_STEP_S, FWD_COMPUTE_S, HOST_S, vllm_v1  # noqa: F401 - re-exported

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specmodel.engines.vllm.hooklog import read_step_log
+from specmodel.engines.vllm.steplog import read_step_log
 from tests.vllm_engine import draft_spec, hook_steps, hooked
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from specmodel import watch as W
+from specmodel import watch_sources as WS
+from specmodel import watch_window as W
 from specmodel.engines.base import MetricsSample
 from specmodel.engines.vllm import metrics as vllm_metrics
 from tests.conftest import DATA, REFERENCE, specmodel_exe
@@ -111,9 +112,9 @@ def test_a_log_is_followed_incrementally_within_the_memory_bound(tmp_path, monke
     lines = text.splitlines(keepends=True)
     log = tmp_path / "live.log"
     log.write_text("".join(lines[:10]))
-    monkeypatch.setattr(W, "WATCH_HEAD_LINES", 5)
-    monkeypatch.setattr(W, "WATCH_TAIL_BYTES", 4000)
-    src = W.LogSource(path=str(log))
+    monkeypatch.setattr(WS, "WATCH_HEAD_LINES", 5)
+    monkeypatch.setattr(WS, "WATCH_TAIL_BYTES", 4000)
+    src = WS.LogSource(path=str(log))
     first, cfg, eng = src.read()
     assert eng.name == "sglang" and cfg is not None and cfg.steps == 3
     size = log.stat().st_size

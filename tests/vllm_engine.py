@@ -451,7 +451,7 @@ def hooked(python: Path, model: Path, out: Path, **kw: Any) -> VllmServer:
 
 def hook_steps(out: Path) -> dict[str, list[dict[str, Any]]]:
     """rank file name -> its step records (the project's reader)."""
-    from specmodel.engines.vllm.hooklog import read_step_log
+    from specmodel.engines.vllm.steplog import read_step_log
 
     return {f.name: list(read_step_log(f).steps) for f in sorted(out.glob("rank*.jsonl"))}
 

@@ -8,14 +8,8 @@ from typing import Any
 import click
 
 from specmodel.engines import log_help
-from specmodel.engines.logs import (
-    DEFAULT_DECODE_LOG_INTERVAL,
-    AcceptSummary,
-    accept_document,
-    summarize,
-    throughput_series,
-    write_accept_json,
-)
+from specmodel.engines.logs import AcceptSummary, accept_document, summarize, throughput_series, write_accept_json
+from specmodel.engines.sglang.log import DEFAULT_DECODE_LOG_INTERVAL
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, bounded_int
 

@@ -39,6 +39,8 @@ FLAGS: dict[str, str] = {
     "method": "--method",
     "request_tokens": "--request-tokens",
     "prompt_tokens": "--prompt-tokens",
+    # where a command writes its profile (-o, --output)
+    "output": "-o/--output",
     # plan's grid
     "batches": "--batches",
     "contexts": "--contexts",

@@ -9,26 +9,14 @@ from typing import Any
 
 import click
 
+from specmodel.commands.flags import flag_of
 from specmodel.engines import engine_spec, log_help, metrics_help
 from specmodel.engines.base import COUNTERS, EngineConfig
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
-from specmodel.watch import (
-    LogSource,
-    MetricsSource,
-    MetricsWindow,
-    Observed,
-    Scrape,
-    SourceGone,
-    assess,
-    check_method_matches_profile,
-    check_source_matches_profile,
-    is_url,
-    now_stamp,
-    observe_log,
-    observe_metrics,
-    spec_for,
-)
+from specmodel.watch import assess, check_method_matches_profile, check_source_matches_profile, now_stamp, spec_for
+from specmodel.watch_sources import LogSource, MetricsSource, SourceGone, is_url
+from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_log, observe_metrics
 
 
 def _load_profile(path: str | None) -> Any:
@@ -238,7 +226,7 @@ def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool)
     if isinstance(obs, str):
         _say(as_json, f"{now_stamp()}  {obs}", {"event": "no reading", "detail": obs})
         return 0, None
-    r = assess(profile, obs, spec_for(profile, obs, steps))
+    r = assess(profile, obs, spec_for(profile, obs, steps), name_of=flag_of)
     if as_json:
         click.echo(json.dumps(r.to_dict(), allow_nan=False))  # (to_dict maps a non-finite float to null)
     else:

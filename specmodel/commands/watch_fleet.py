@@ -9,6 +9,7 @@ import time
 
 import click
 
+from specmodel.commands.flags import flag_of
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import Profile
 
@@ -24,7 +25,8 @@ def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_pa
                 window_s: float, steps: int | None, count: int | None, method: str | None, timeout_s: float,
                 as_json: bool, serve_addr: str | None, tp: int | None) -> None:
     from specmodel.fleet import Fleet, PromAPI, Target, load_targets, selector_matchers
-    from specmodel.watch import SourceGone, is_url, now_stamp
+    from specmodel.watch import now_stamp
+    from specmodel.watch_sources import SourceGone, is_url
 
     if not is_url(url):
         raise SpecmodelError(f"--prometheus {url!r}: expected the server's base URL, e.g. http://127.0.0.1:9090")
@@ -40,7 +42,7 @@ def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_pa
         return _load_profile(path or None)
 
     fleet = Fleet(api=PromAPI(url=url, timeout_s=timeout_s), selector=selector, targets=targets, window_s=window_s,
-                  load_profile=load, method=method, steps=steps)
+                  load_profile=load, method=method, steps=steps, name_of=flag_of)
     exporter = None
     if serve_addr is not None:
         from specmodel.fleet_export import Exporter

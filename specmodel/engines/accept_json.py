@@ -10,7 +10,7 @@ from typing import Any
 
 from specmodel.engines.base import AcceptSummary, LogFile, LogFormat, SummaryInputs
 from specmodel.engines.parse import SAVED_DOCUMENT, json_kind
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.io import loads_json
 from specmodel.limits import MAX_STEPS
 from specmodel.model import accept as acc
@@ -122,9 +122,9 @@ def _from_saved(lf: LogFile, max_tokens: int) -> tuple[acc.AcceptDist, tuple[flo
     note = None
     if len(probs) > max_tokens:
         if any(p > 1e-12 for p in probs[max_tokens:]):
-            raise SpecmodelError(
-                f"{lf.path}: distribution reaches {len(probs)} tokens/step (steps = {len(probs) - 1}) but --steps is "
-                f"{max_tokens - 1}; pass the --steps the server ran with")
+            raise FieldError(
+                None, f"{verbatim(lf.path)}: distribution reaches {len(probs)} tokens/step (steps = {len(probs) - 1}) but "
+                      f"{{steps}} is {max_tokens - 1}; pass the {{steps}} the server ran with")
         probs = probs[:max_tokens]
     s = sum(probs)
     dist = acc.AcceptDist(probs=tuple(p / s for p in probs), source=str(doc.get("source") or lf.path),

@@ -188,7 +188,8 @@ class SummaryInputs:
     max_tokens: int
     label: str
     num_spec_tokens: int | None
-    decode_log_interval: int
+    #: given or logged; None: neither (the plug-in whose lines depend on it applies its engine's default)
+    decode_log_interval: int | None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,8 +212,8 @@ class LogFormat:
     parse: Callable[[str, list[str], bool], LogFile]
     summarize: Callable[[Sequence[LogFile], SummaryInputs], AcceptSummary]
     steps_of: Callable[[Sequence[LogFile], int | None], int | None]
-    #: what to pass when ``steps_of`` is None (an error message tail)
-    steps_hint: str = "pass --steps"
+    #: what to pass when ``steps_of`` is None (a :class:`~specmodel.errors.FieldError` tail: inputs as ``{field}``)
+    steps_hint: str = "pass {steps}"
     kind: str = "log"
 
 

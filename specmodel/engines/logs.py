@@ -29,14 +29,13 @@ from specmodel.engines.base import (
     window_skip_reason,
 )
 from specmodel.engines.parse import read_log_lines
-from specmodel.engines.sglang.log import DEFAULT_DECODE_LOG_INTERVAL
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.io import atomic_write_json
 from specmodel.limits import MAX_STEPS
 from specmodel.model import accept as acc
 from specmodel.schema.formats import ACCEPT
 
-__all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "DEFAULT_DECODE_LOG_INTERVAL", "AcceptSummary", "DecodeWindow",
+__all__ = ["ACCEPT_SCHEMA", "ACCEPT_SCHEMA_VERSION", "AcceptSummary", "DecodeWindow",
            "EngineConfig", "LogFile", "SeriesPoint", "accept_dist_from_logs", "accept_document",
            "check_flag_against_log", "iter_windows", "logged_config",
            "parse_log", "summarize", "summarize_files", "throughput_series",
@@ -177,14 +176,14 @@ def summarize_files(files: Sequence[LogFile], max_tokens: int | None = None, *, 
     if max_tokens is None:
         steps = fmt.steps_of(files, num_spec_tokens)
         if steps is None:
-            raise SpecmodelError(f"{files[0].path}: {fmt.steps_hint}")
+            raise FieldError(None, f"{verbatim(files[0].path)}: {fmt.steps_hint}")
         max_tokens = steps + 1
     if max_tokens < 2:
         raise FieldError("steps", f"must be >= 1, got {max_tokens - 1}")
     if max_tokens > MAX_STEPS + 1:
         raise SpecmodelError(f"{label}: steps {max_tokens - 1} is more than {MAX_STEPS} (the bound specmodel accepts)")
     inp = SummaryInputs(max_tokens=max_tokens, label=label, num_spec_tokens=num_spec_tokens,
-                        decode_log_interval=decode_log_interval or DEFAULT_DECODE_LOG_INTERVAL)
+                        decode_log_interval=decode_log_interval)
     s = fmt.summarize(files, inp)
     return AcceptSummary(dist=s.dist, rates=s.rates, files=s.files, windows_used=s.windows_used, windows=s.windows,
                          notes=tuple(notes) + s.notes, config=cfg, by_context=s.by_context,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.io import loads_json, read_text_lines_ended
 from specmodel.limits import ROUND_SLACK
 
@@ -63,10 +63,10 @@ def num(text: str, where: str, key: str) -> float:
 
 
 def too_long(where: str, mean: float, max_tokens: int) -> SpecmodelError:
-    return SpecmodelError(
-        f"{where}: observed accept length {mean:.2f} tokens/step exceeds steps + 1 = {max_tokens} for "
-        f"--steps {max_tokens - 1}; pass the --steps the server ran with (--speculative-num-steps / "
-        "num_speculative_tokens)"
+    return FieldError(
+        None, f"{verbatim(where)}: observed accept length {mean:.2f} tokens/step exceeds steps + 1 = {max_tokens} for "
+              f"{{steps}} {max_tokens - 1}; pass the {{steps}} the server ran with (--speculative-num-steps / "
+              "num_speculative_tokens)"
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmodel.errors import SpecmodelError
-from specmodel.schema.fields import read_int, read_num
+from specmodel.schema.fields import at_record, read_int, read_num
 
 #: The profile version that added ``conditions``.
 CONDITIONS_VERSION = 5
@@ -85,9 +85,7 @@ class ServerCondition:
                        cpu_freq_hz=opt("cpu_freq_hz"), sm_clock_hz=opt("sm_clock_hz"),
                        throttled_probes=read_int(d, "throttled_probes", where, optional=True))
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else
-                                 f"{where}: {msg.replace('profile: conditions: ', '')}") from None
+            raise at_record(exc, where, "profile: conditions: ") from None
 
     @property
     def effective_s(self) -> float:

@@ -10,6 +10,13 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 
 
+def at_record(exc: SpecmodelError, where: str, inner: str = "") -> SpecmodelError:
+    """``exc``, raised while reading the record at ``where``, as one error that names ``where``
+    once (``inner``: the prefix a nested record's own reader put first, dropped)."""
+    msg = str(exc)
+    return SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace(inner, '') if inner else msg}")
+
+
 def field_name(where: str, fld: str) -> str:
     """``where: field`` (just ``field`` when ``where`` is empty): how a message names a field."""
     return f"{where}: {fld}" if where else fld

@@ -91,7 +91,7 @@ VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel 
 PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")
 #: `specmodel plan --engine E --export FILE` / `plan --engine E --json`: engine-native speculation
 #: schedules per context band (model/schedule.py); read back by benchmarks and scripts that start the engine
-SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan --export schedule")
+SCHEDULE = Format(name="specmodel.schedule", version=1, what="specmodel plan schedule")
 
 # written for people and tools, not read back -----------------------------------------------------
 #: `specmodel predict --json` (model/predict.py Prediction.to_dict); v2: verdict may be INCONSISTENT,

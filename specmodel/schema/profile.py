@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.io import PREVIOUS, atomic_write_json, read_json, refuse_shipped, replace_dir
 from specmodel.limits import (
     MAX_BATCH,
@@ -44,7 +44,7 @@ from specmodel.limits import (
     MIN_LINK_BYTES_PER_S,
 )
 from specmodel.schema.conditions import CONDITIONS_VERSION, Conditions
-from specmodel.schema.fields import read_dict, read_int, read_num
+from specmodel.schema.fields import at_record, read_dict, read_int, read_num
 from specmodel.schema.formats import PROFILE
 from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
 
@@ -175,8 +175,7 @@ class CostRow:
         try:
             return cls._build(d, kind, where, default_context_tokens)
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+            raise at_record(exc, where) from None
 
     @classmethod
     def _build(cls, d: Mapping[str, Any], kind: str, where: str, default_context_tokens: int | None) -> CostRow:
@@ -253,8 +252,7 @@ class AllReducePoint:
                 spread_s=read_num(d, "spread_s", where, optional=True),
             )
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+            raise at_record(exc, where) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"msg_bytes": self.msg_bytes, "tp": self.tp, "latency_s": self.latency_s, "spread_s": self.spread_s}
@@ -296,8 +294,7 @@ class AllReduceFit:
                 algorithm=algo,
             )
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('allreduce_fit: ', '')}") from None
+            raise at_record(exc, where, "allreduce_fit: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"alpha_s": self.alpha_s, "beta_bytes_per_s": self.beta_bytes_per_s, "tp": self.tp,
@@ -439,8 +436,7 @@ class HostProposer:
                        lookup_s=read_num(d, "lookup_s", where), lookup_steps=read_int(d, "lookup_steps", where),
                        decode=tuple(CostRow.from_dict(r, f"{where}: decode[{i}]") for i, r in enumerate(rows)))
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: host_proposer: ', '')}") from None
+            raise at_record(exc, where, "profile: host_proposer: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "proposal_rate": self.proposal_rate, "request_steps": self.request_steps,
@@ -532,8 +528,7 @@ class RequestCosts:
                        baseline_requests=read_int(d, "baseline_requests", where, optional=True),
                        spec_requests=read_int(d, "spec_requests", where, optional=True))
         except SpecmodelError as exc:
-            msg = str(exc)
-            raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg.replace('profile: requests: ', '')}") from None
+            raise at_record(exc, where, "profile: requests: ") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "spec_prefill": [r.to_dict() for r in self.spec_prefill],
@@ -965,8 +960,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
             path=where,
         )
     except SpecmodelError as exc:
-        msg = str(exc)
-        raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        raise at_record(exc, where) from None
     if ver < ALLREDUCE_SOURCE_VERSION:
         for r in _every_row(prof):
             if r.allreduce_source:
@@ -990,7 +984,22 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(read_json(p), str(p))
 
 
-def check_profile_destination(path: str | Path, flag: str = "-o/--output") -> Path:
+def _input_ref(flag: str) -> str:
+    """How a destination error names the input that gave the path: a field as a ``{field}``
+    reference (the CLI spells it), a flag a caller passed as it is."""
+    return flag if flag.startswith("-") else "{" + flag + "}"
+
+
+def _naming(exc: SpecmodelError, ref: str) -> SpecmodelError:
+    """An error of :mod:`specmodel.io` that starts with the input ``ref`` (``{field}: …``) as a
+    :class:`FieldError` (the rest kept verbatim); any other error as it is."""
+    msg = str(exc)
+    if isinstance(exc, FieldError) or not msg.startswith(ref + ": "):
+        return exc
+    return FieldError(None, ref + ": " + verbatim(msg[len(ref) + 2:]))
+
+
+def check_profile_destination(path: str | Path, flag: str = "output") -> Path:
     """The one rule for writing a profile where something may already be (``profile --name``,
     ``nccl-tests -o``, ``ingest -o``, ``sglang --summarize -o``): refuse, before any work, unless
     the place is new, an empty directory, or holds a profile this tool wrote on the user's box
@@ -998,29 +1007,34 @@ def check_profile_destination(path: str | Path, flag: str = "-o/--output") -> Pa
 
     ``path`` names a profile directory, its ``profile.json``, or a standalone ``NAME.json``;
     returns the file that will be written. What is replaced is kept (:func:`save_profile`).
+    ``flag`` names the input that gave ``path``: a field (``output``) or a flag as spelled.
     """
     p = Path(path)
-    refuse_shipped(p, flag)
+    flag = _input_ref(flag)
+    try:
+        refuse_shipped(p, flag)
+    except SpecmodelError as exc:
+        raise _naming(exc, flag) from None
     target = p if p.suffix == ".json" else p / "profile.json"
     holder = target.parent if target.name == "profile.json" else target
     if holder.is_symlink():
-        raise SpecmodelError(f"{flag}: {holder}: is a symbolic link (a profile is never written through one); "
-                             f"choose another {flag}")
+        raise FieldError(None, f"{flag}: {verbatim(holder)}: is a symbolic link (a profile is never written through one); "
+                               f"choose another {flag}")
     if holder is target:
         if holder.exists() and not holder.is_file():
-            raise SpecmodelError(f"{flag}: {holder}: exists and is not a file; choose another {flag}")
+            raise FieldError(None, f"{flag}: {verbatim(holder)}: exists and is not a file; choose another {flag}")
         exists = holder.exists()
     else:
         if holder.exists() and not holder.is_dir():
-            raise SpecmodelError(f"{flag}: {holder}: exists and is not a profile directory; choose another {flag}")
+            raise FieldError(None, f"{flag}: {verbatim(holder)}: exists and is not a profile directory; choose another {flag}")
         exists = holder.is_dir() and any(holder.iterdir())
     if exists:
         kind = read_source_kind(target)
         if kind not in OWN_BOX_KINDS:
             what = ("the reference profile" if kind == "reference" else f"a {kind} profile" if kind
                     else "something that is not a profile written by specmodel")
-            raise SpecmodelError(f"{flag}: {holder}: holds {what}; only a profile specmodel measured, ingested or "
-                                 f"derived on this box is replaced (the old one kept), so choose another {flag}")
+            raise FieldError(None, f"{flag}: {verbatim(holder)}: holds {verbatim(what)}; only a profile specmodel measured, ingested or "
+                                   f"derived on this box is replaced (the old one kept), so choose another {flag}")
     return target
 
 
@@ -1034,7 +1048,7 @@ def write_profile_json(profile: Profile, path: str | Path, *, shipped_ok: bool =
     return atomic_write_json(p, d, shipped_ok=shipped_ok)
 
 
-def save_profile(profile: Profile, path: str | Path, *, flag: str = "-o/--output") -> Path:
+def save_profile(profile: Profile, path: str | Path, *, flag: str = "output") -> Path:
     """Write ``profile`` to ``path`` (``path``/profile.json when ``path`` is a directory) under
     :func:`check_profile_destination`; returns the file written.
 
@@ -1047,5 +1061,9 @@ def save_profile(profile: Profile, path: str | Path, *, flag: str = "-o/--output
         if target.exists():
             atomic_write_json(target.with_suffix(f".{PREVIOUS}.json"), read_json(target))
         return write_profile_json(profile, target)
-    replace_dir(target.parent, lambda stage: write_profile_json(profile, stage / "profile.json"), flag=flag)
+    ref = _input_ref(flag)
+    try:
+        replace_dir(target.parent, lambda stage: write_profile_json(profile, stage / "profile.json"), flag=ref)
+    except SpecmodelError as exc:
+        raise _naming(exc, ref) from None
     return target

@@ -25,6 +25,7 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_json, read_text_lines
 from specmodel.limits import MAX_BETA_OVER_MEASURED, MAX_LINK_BYTES_PER_S
+from specmodel.schema.fields import at_record
 from specmodel.schema.formats import ALLREDUCE_FIT
 from specmodel.schema.profile import AllReduceFit, AllReducePoint
 from specmodel.units import from_gb_per_s, from_us, gb_per_s
@@ -307,6 +308,5 @@ def load_fit_document(path: str | Path) -> tuple[AllReduceFit, tuple[AllReducePo
         fit = AllReduceFit.from_dict(fit_raw, f"{where}: allreduce_fit")
         pts = tuple(AllReducePoint.from_dict(x, f"{where}: allreduce_points[{i}]") for i, x in enumerate(pts_raw))
     except SpecmodelError as exc:
-        msg = str(exc)
-        raise SpecmodelError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        raise at_record(exc, where) from None
     return fit, pts

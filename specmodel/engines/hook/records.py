@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.schema.formats import Format
 
 log = logging.getLogger("specmodel.hooklog")
@@ -82,7 +82,7 @@ def log_files(dirs: Iterable[str | os.PathLike[str]], command: str) -> list[Path
     for d in dirs:
         dp = Path(d)
         if not dp.is_dir():
-            raise SpecmodelError(f"{dp}: not a directory (expected the --out directory of `{command}`)")
+            raise FieldError(None, f"{verbatim(dp)}: not a directory (expected the {{out}} directory of `{command}`)")
         found = sorted(dp.glob("rank*.jsonl"))
         if not found:
             raise SpecmodelError(f"{dp}: no rank*.jsonl files (was the server run under `{command}`?)")
@@ -108,7 +108,8 @@ def check_one_server_kind(*, tp: int | None, tp_sizes: dict[int, str], models: d
     one_value(version_key, versions, f"logs of different {engine} versions make no one profile")
     if tp is not None and tp_sizes and tp not in tp_sizes:
         first = next(iter(tp_sizes))
-        raise SpecmodelError(f"--tp {tp}: contradicts {tp_sizes[first]}: tp_size {first} (leave --tp out: the logs say)")
+        raise FieldError(None, f"{{tp}} {tp}: contradicts {verbatim(tp_sizes[first])}: tp_size {first} (leave {{tp}} out: the "
+                               "logs say)")
 
 
 def check_place(meta: dict[str, Any], where: str, keys: Iterable[str]) -> None:
@@ -148,11 +149,11 @@ def pick_replica(metas: Iterable[tuple[dict[str, Any], str]], dp_rank: int | Non
     replicas = ", ".join(map(str, sorted(seen)))
     if dp_rank is not None:
         if dp_rank not in seen:
-            raise SpecmodelError(f"--dp-rank {dp_rank}: {where} holds DP replica(s) {replicas}")
+            raise FieldError(None, f"{{dp_rank}} {dp_rank}: {verbatim(where)} holds DP replica(s) {replicas}")
         return dp_rank
     if len(seen) > 1:
-        raise SpecmodelError(f"{where}: the logs hold {len(seen)} data-parallel replicas ({replicas}), each an "
-                             "engine with its own batch; summarize one at a time with --dp-rank N")
+        raise FieldError(None, f"{verbatim(where)}: the logs hold {len(seen)} data-parallel replicas ({replicas}), each an "
+                               "engine with its own batch; summarize one at a time with {dp_rank} N")
     return None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from specmodel.engines.base import AcceptSummary, DecodeWindow, LogFile, LogFormat, SummaryInputs
 from specmodel.engines.parse import JSON_ROWS, OTHER_DOCUMENT, check_means, json_kind
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.io import loads_json
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, ROUND_SLACK
 from specmodel.model import accept as acc
@@ -88,8 +88,8 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     match = [w for w in rows if w.steps == want]
     if not match:
         have = sorted({w.steps for w in rows if w.steps is not None})
-        raise SpecmodelError(f"{label}: no rows with steps = {want} (file has steps {', '.join(map(str, have))}); "
-                             "pass --steps to choose one")
+        raise FieldError(None, f"{verbatim(label)}: no rows with steps = {want} (file has steps {', '.join(map(str, have))}); "
+                               "pass {steps} to choose one")
     # samples: verify steps of one average request per row (completion_tokens / acc_length);
     # conservative, since the row averaged over all its requests
     samples = sum(max(int(round((w.completion_tokens or 1.0) / float(w.accept_len or 1.0))), 1) for w in match)
@@ -107,9 +107,10 @@ def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | Non
         return steps[0]
     if not steps:
         raise SpecmodelError(f"{files[0].path}: only baseline rows (steps 0), no speculative acc_length")
-    raise SpecmodelError(f"{files[0].path}: rows for steps {', '.join(map(str, steps))}; pass --steps to choose one")
+    raise FieldError(None, f"{verbatim(files[0].path)}: rows for steps {', '.join(map(str, steps))}; pass {{steps}} "
+                           "to choose one")
 
 
 FORMAT = LogFormat(name=NAME, description="SGLang bench_speculative JSONL", help_name="SGLang bench_speculative JSONL",
                    text=False, sniff=sniff, parse=parse, summarize=summarize, steps_of=steps_of,
-                   steps_hint="pass --steps to choose the rows")
+                   steps_hint="pass {steps} to choose the rows")

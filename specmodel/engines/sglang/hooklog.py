@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.engines.hook.records import check_place
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
 from specmodel.schema.formats import PROBE, SGLANG_FORWARD
 from specmodel.schema.phases import FORWARD_KINDS, draft_steps
@@ -239,9 +239,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     if not groups:
         raise SpecmodelError(f"{where}: no forwards recorded (the logs hold only meta lines)")
     if not any(k[0] == "decode" for k in groups):
-        raise SpecmodelError(f"{where}: no target decode forwards recorded; a profile needs the baseline decode "
-                             "step: also run the server without speculative decoding under `specmodel sglang` "
-                             "and pass both directories to --summarize")
+        raise FieldError(None, f"{verbatim(where)}: no target decode forwards recorded; a profile needs the baseline decode "
+                               "step: also run the server without speculative decoding under `specmodel sglang` "
+                               "and pass both directories to {summarize}")
     kept = {k: median(xs) for k, xs in sorted(groups.items()) if k[2] >= k[1]}  # tokens < batch: idle padding
     kept = {k: m for k, m in kept.items() if m > 0}
     # decode rows come from the servers without speculation when one was given (else the speculative one's)

@@ -191,18 +191,19 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
             left_out[r] = left_out.get(r, 0) + 1
     k = inp.max_tokens
     check_means([(float(w.accept_len or 1.0), w.where) for w in use], k)
-    samples = sum(w.batch for w in use) * inp.decode_log_interval
+    interval = inp.decode_log_interval or DEFAULT_DECODE_LOG_INTERVAL
+    samples = sum(w.batch for w in use) * interval
     dist = acc.mixture_of_means(((float(w.accept_len or 1.0), float(w.batch)) for w in use), k,
                                 source=f"SGLang log {inp.label}", samples=samples)
     notes = [f"mixture of geometric distributions around {len(use)} window means, weighted by #running-req; "
-             f"samples = sum(#running-req) x {inp.decode_log_interval} (--decode-log-interval)"]
+             f"samples = sum(#running-req) x {interval} (--decode-log-interval)"]
     if left_out:
         notes.append("left out (no verify step measured): " + ", ".join(f"{n} window(s) with {r}"
                                                                           for r, n in sorted(left_out.items())))
     bands = acc.by_context([acc.WindowAccept(context_tokens=w.context_tokens, weight=float(w.batch),
                                              mean_tokens=float(w.accept_len or 1.0))
                             for w in use if w.context_tokens is not None], dist,
-                           source=f"SGLang log {inp.label}", steps_per_weight=inp.decode_log_interval)
+                           source=f"SGLang log {inp.label}", steps_per_weight=interval)
     if bands is not None:
         notes.append(f"acceptance by context: {len(bands.bands)} bands of #token / #running-req (KV tokens per "
                      "request), each a mixture like the whole log's")
@@ -216,5 +217,5 @@ def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | Non
 
 FORMAT = LogFormat(name=NAME, description="SGLang decode log", help_name="SGLang server log", text=True,
                    sniff=sniff, parse=parse, summarize=summarize, steps_of=steps_of,
-                   steps_hint="SGLang decode lines do not say the draft depth; pass --steps "
+                   steps_hint="SGLang decode lines do not say the draft depth; pass {steps} "
                               "(the server's --speculative-num-steps)")

@@ -35,7 +35,7 @@ from typing import Any
 
 from specmodel.engines.base import AcceptSummary, DecodeWindow, EngineConfig, LogFile, LogFormat, SummaryInputs
 from specmodel.engines.parse import NUM, PARTIAL_LAST_LINE, cfg_int, cfg_value, count, num, too_long
-from specmodel.errors import SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.limits import MAX_STEPS, ROUND_SLACK
 from specmodel.model import accept as acc
 
@@ -382,9 +382,9 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
             raise SpecmodelError(f"{bad.file}:{bad.line}: {len(bad.per_position or ())} per-position rates, earlier "
                                  f"lines have {k} (num_speculative_tokens changed mid-log)")
         if k > max_tokens - 1:
-            raise SpecmodelError(
-                f"{with_rates[0].file}: the log was produced with {k} speculative tokens per step "
-                f"(per-position rates has {k} entries) but --steps is {max_tokens - 1}; pass --steps {k}")
+            raise FieldError(
+                None, f"{verbatim(with_rates[0].file)}: the log was produced with {k} speculative tokens per step "
+                      f"(per-position rates has {k} entries) but {{steps}} is {max_tokens - 1}; pass {{steps}} {k}")
         weights = [r.num_drafts(k) or r.drafted / k for r in with_rates]
         total = sum(weights)
         avg = acc.pooled_per_position([r.per_position or () for r in with_rates], weights)
@@ -410,10 +410,10 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     # old format: rate only; the mean needs the number of drafts
     nst = inp.num_spec_tokens
     if nst is None:
-        raise SpecmodelError(
-            f"{label}: old vLLM 'SpecDecoding metrics' lines give only the draft acceptance rate, not the number of "
-            "drafts; pass --num-spec-tokens K (the server's num_speculative_tokens) to `specmodel accept` "
-            "and feed its -o JSON to --accept-log")
+        raise FieldError(
+            None, f"{verbatim(label)}: old vLLM 'SpecDecoding metrics' lines give only the draft acceptance rate, not the number "
+                  "of drafts; pass {num_spec_tokens} K (the server's num_speculative_tokens) to `specmodel accept` "
+                  "and feed its -o JSON to {accept_logs}")
     n_drafts = sum(r.drafted for r in recs) / nst
     mean = 1.0 + sum(r.accepted for r in recs) / n_drafts
     if mean > max_tokens + ROUND_SLACK:
@@ -474,4 +474,4 @@ def steps_of(files: Sequence[LogFile], num_spec_tokens: int | None) -> int | Non
 FORMAT = LogFormat(name=NAME, description="vLLM V1 log", help_name="vLLM server log", text=True,
                    sniff=sniff, parse=parse, summarize=summarize, steps_of=steps_of,
                    steps_hint="old vLLM 'SpecDecoding metrics' lines give only the draft acceptance rate and no "
-                              "step count; pass --num-spec-tokens K (the server's num_speculative_tokens)")
+                              "step count; pass {num_spec_tokens} K (the server's num_speculative_tokens)")
