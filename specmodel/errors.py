@@ -27,10 +27,11 @@ def verbatim(text: object) -> str:
     return str(text).replace("{", "{{")
 
 
-def spell(text: str, name_of: Callable[[str], str] = str) -> str:
-    """``text`` with each ``{field}`` reference spelled by ``name_of`` (the CLI: its field -> flag
-    table) and each ``{{`` as one brace."""
-    return _REF.sub(lambda m: name_of(m.group(1)) if m.group(1) else "{", text)
+def spell(text: str, name_of: Callable[[str], str] | None = None) -> str:
+    """``text`` with each ``{field}`` reference spelled by ``name_of`` (default :func:`field_name`:
+    the running front end's names, the CLI's flags) and each ``{{`` as one brace."""
+    name = name_of or field_name
+    return _REF.sub(lambda m: name(m.group(1)) if m.group(1) else "{", text)
 
 
 class FieldError(SpecmodelError):

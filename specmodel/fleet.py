@@ -292,8 +292,6 @@ class Fleet:
     load_profile: Callable[[str], Profile]
     method: str | None = None
     steps: int | None = None
-    #: how a reading's notes spell the inputs they name (the CLI: as its flags)
-    name_of: Callable[[str], str] = str
     seen: set[str] = field(default_factory=set)
     resets_said: dict[str, float] = field(default_factory=dict)
     profiles: dict[str, Profile | str] = field(default_factory=dict)
@@ -382,7 +380,7 @@ class Fleet:
             return event("no reading", obs, last_t)
         obs = replace(obs, method=method) if isinstance(obs, Observed) else obs
         try:
-            r = assess(prof, obs, spec_for(prof, obs, steps), name_of=self.name_of)
+            r = assess(prof, obs, spec_for(prof, obs, steps))
         except SpecmodelError as exc:
             return event("no reading", str(exc), last_t)
         return ServerResult(name=name, labels=labels, reading=r, sample_t_s=last_t)

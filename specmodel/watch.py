@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -118,9 +117,8 @@ def check_method_matches_profile(method: str | None, profile: Profile, where: st
                          "server's method")
 
 
-def assess(profile: Profile, obs: Observed, spec: SpecConfig, *, name_of: Callable[[str], str] = str) -> Reading:
-    """Predict at the observed (acceptance, batch, context) and advise (model/ functions only).
-    ``name_of`` spells the inputs the notes name (the CLI: as its flags)."""
+def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
+    """Predict at the observed (acceptance, batch, context) and advise (model/ functions only)."""
     from specmodel.model.costs import measured_contexts
     from specmodel.model.inputs import OperatingPoint
     from specmodel.model.optimize import accept_model, batch_limit, optimize
@@ -148,7 +146,7 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig, *, name_of: Callab
     notes: list[str] = []
     if obs.method is None:
         notes.append(spell(f"the source does not name the server's method: priced as the profile's "
-                           f"({verbatim(spec.algorithm)}); pass {{method}}", name_of))
+                           f"({verbatim(spec.algorithm)}); pass {{method}}"))
     if obs.context_tokens is None:
         ctxs = measured_contexts(profile, "decode")
         notes.append(f"the source gives no context: costs at the profile's context {min(ctxs) if ctxs else 0}")

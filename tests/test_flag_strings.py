@@ -23,15 +23,6 @@ from specmodel.engines import ENGINE_SPECS
 PKG = Path(specmodel.__file__).resolve().parent
 _TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
-#: strings that still spell a flag, by file (relative to specmodel/) and flag: user-facing advice
-#: (notes, hints, suggested command lines) that the commands do not yet render from field names.
-#: The list only shrinks: an entry no longer found fails too.
-KNOWN: frozenset[tuple[str, str]] = frozenset({
-    ('engines/sglang/log.py', '--decode-log-interval'),
-    ('profile/output.py', '--name'), ('profile/output.py', '--out-dir'),
-})
-
-
 def specmodel_flags() -> set[str]:
     """Every ``--flag`` a specmodel command defines."""
     flags: set[str] = set()
@@ -93,8 +84,7 @@ def _library_files() -> list[Path]:
 def test_the_library_spells_no_specmodel_flag():
     flags = specmodel_flags() - engine_flags()
     found = flag_literals(_library_files(), flags)
-    assert sorted(found - KNOWN) == [], "name the field (FieldError / {field} / field_name); commands/flags.py spells it"
-    assert sorted(KNOWN - found) == [], "no longer found: take it off KNOWN"
+    assert sorted(found) == [], "name the field (FieldError / {field} / field_name); commands/flags.py spells it"
 
 
 def test_the_scan_reads_flags_from_the_commands_and_the_engines():

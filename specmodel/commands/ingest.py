@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from specmodel.commands.flags import flag_of
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text, check_path_components, confined_name, safe_name
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_JOBS, MAX_STEPS, MAX_TOPK, bounded_int
@@ -112,9 +111,8 @@ def ingest_cmd(inputs: tuple[Path, ...], output: Path | None, name: str | None, 
     if csv_path is not None:
         check_path_components(csv_path, "--csv")
     baseline = load_profile(baseline_path) if baseline_path is not None else None
-    result = ingest(inputs, opts, jobs=jobs or os.cpu_count(), full_decode=full_decode, name_of=flag_of)
-    profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps, baseline=baseline,
-                                                 name_of=flag_of)
+    result = ingest(inputs, opts, jobs=jobs or os.cpu_count(), full_decode=full_decode)
+    profile = None if no_save else build_profile(result, name=name, opts=opts, steps=steps, baseline=baseline)
     written = save_profile(profile, output) if profile is not None else None
     if csv_path is not None:
         atomic_write_text(csv_path, format_csv(result))

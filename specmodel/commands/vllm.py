@@ -16,7 +16,6 @@ from pathlib import Path
 
 import click
 
-from specmodel.commands.flags import flag_of
 from specmodel.commands.hook_options import check_call, hook_options
 from specmodel.engines.hook.run import count_records
 from specmodel.engines.vllm import run
@@ -64,7 +63,7 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
                   summarize_only={"--name": name, "--tp": tp, "--min-samples": min_samples, "--dp-rank": dp_rank},
                   example="specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ..."):
         assert output is not None
-        run.summarize_to(summarize_dirs, output, name, tp, min_samples, dp_rank, name_of=flag_of)
+        run.summarize_to(summarize_dirs, output, name, tp, min_samples, dp_rank)
         return
     rc = run.launch(command, out_dir, health_timeout_s, capture_steps)
     click.echo(_after_run(out_dir, rc), err=True)

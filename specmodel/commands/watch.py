@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from specmodel.commands.flags import flag_of
 from specmodel.engines import engine_spec, log_help, metrics_help
 from specmodel.engines.base import COUNTERS, EngineConfig
 from specmodel.errors import SpecmodelError
@@ -226,7 +225,7 @@ def _report(obs: Observed | str, profile: Any, steps: int | None, as_json: bool)
     if isinstance(obs, str):
         _say(as_json, f"{now_stamp()}  {obs}", {"event": "no reading", "detail": obs})
         return 0, None
-    r = assess(profile, obs, spec_for(profile, obs, steps), name_of=flag_of)
+    r = assess(profile, obs, spec_for(profile, obs, steps))
     if as_json:
         click.echo(json.dumps(r.to_dict(), allow_nan=False))  # (to_dict maps a non-finite float to null)
     else:

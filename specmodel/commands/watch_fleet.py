@@ -9,7 +9,6 @@ import time
 
 import click
 
-from specmodel.commands.flags import flag_of
 from specmodel.errors import SpecmodelError
 from specmodel.schema.profile import Profile
 
@@ -42,7 +41,7 @@ def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_pa
         return _load_profile(path or None)
 
     fleet = Fleet(api=PromAPI(url=url, timeout_s=timeout_s), selector=selector, targets=targets, window_s=window_s,
-                  load_profile=load, method=method, steps=steps, name_of=flag_of)
+                  load_profile=load, method=method, steps=steps)
     exporter = None
     if serve_addr is not None:
         from specmodel.fleet_export import Exporter

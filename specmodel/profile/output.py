@@ -41,10 +41,14 @@ if TYPE_CHECKING:
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
+def _destination_inputs() -> str:
+    """The inputs that name a profile run's directory, as the front end spells them."""
+    return f"{field_name('name')}/{field_name('out_dir')}"
+
 def check_destination(dest: Path) -> None:
     """Refuse (exit 2, before any rank starts) to replace something that is not our own output:
     the rule every profile writer shares (schema/profile.py ``check_profile_destination``)."""
-    check_profile_destination(dest, "--name/--out-dir")
+    check_profile_destination(dest, _destination_inputs())
 
 
 def _row(r: RowResult, plan: RunPlan) -> CostRow:
@@ -178,7 +182,7 @@ def write_output(result: RunResult, dest: Path, trace_dir: Path | None, *,
         if trace_dir is not None and trace_dir.is_dir():
             shutil.copytree(trace_dir, stage / "traces")
 
-    replace_dir(dest, fill, flag="--name/--out-dir")  # the old run kept as dest/previous/
+    replace_dir(dest, fill, flag=_destination_inputs())  # the old run kept as dest/previous/
     return replace(profile, path=str(dest / "profile.json"))
 
 

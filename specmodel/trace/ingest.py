@@ -130,8 +130,7 @@ def skews(traces: Sequence[RankTrace]) -> dict[tuple[int, str, int], float]:
     return out
 
 
-def aggregate(traces: Sequence[RankTrace], opts: IngestOptions, *,
-              name_of: Callable[[str], str] = str) -> IngestResult:
+def aggregate(traces: Sequence[RankTrace], opts: IngestOptions) -> IngestResult:
     modes = {t.mode for t in traces}
     if len(modes) > 1:
         gpu = next(t for t in traces if t.mode == "gpu")
@@ -209,16 +208,15 @@ def aggregate(traces: Sequence[RankTrace], opts: IngestOptions, *,
                                                               or lbl.startswith("specmodel.") or VLLM_STEP.match(lbl)
                                                               for lbl in p.labels)
            for p in phases):
-        notes.append(spell(f"verify / draft_extend tokens = batch x {{num_draft_tokens}} ({opts.num_draft_tokens})",
-                           name_of))
+        notes.append(spell(f"verify / draft_extend tokens = batch x {{num_draft_tokens}} ({opts.num_draft_tokens})"))
     if any(p.kind == "draft" for p in phases) and opts.topk != 1:
-        notes.append(spell(f"draft tokens = batch x {{topk}} ({opts.topk})", name_of))
+        notes.append(spell(f"draft tokens = batch x {{topk}} ({opts.topk})"))
     if any("ProfilerStep" in p.labels for p in phases):
         notes.append(spell(f"ProfilerStep# spans read as {opts.step_kind} forwards at batch {opts.step_batch} "
-                           "({step_kind}/{batch})", name_of))
+                           "({step_kind}/{batch})"))
     if any(lbl.startswith(VLLM_DRAFT) for p in phases for lbl in p.labels):
         notes.append(f"vLLM draft rows: one '{VLLM_DRAFT}' span = {opts.draft_steps if opts.draft_forwards is None else opts.draft_forwards}"
-                     + spell(" drafter forwards ({draft_forwards}; 0 for a host-side proposer such as ngram)", name_of))
+                     + spell(" drafter forwards ({draft_forwards}; 0 for a host-side proposer such as ngram)"))
     if any(p.context_tokens for p in phases):
         notes.append("rows keyed by the KV context the spans name (ctx=)")
     elif any(p.kind in ("decode", "verify") for p in phases):
@@ -236,11 +234,9 @@ def _parse_one(args: tuple[str, IngestOptions, bool, bool], hold: list[Any] | No
 
 
 def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, jobs: int | None = None,
-           progress: Callable[[str], None] | None = None, full_decode: bool = False,
-           name_of: Callable[[str], str] = str) -> IngestResult:
+           progress: Callable[[str], None] | None = None, full_decode: bool = False) -> IngestResult:
     """Read every rank's trace (in parallel), check they are one run, aggregate per phase.
-    ``full_decode``: decode every event (the pre-filter's reference path; same result).
-    ``name_of`` spells the inputs the notes name (the CLI: as its flags)."""
+    ``full_decode``: decode every event (the pre-filter's reference path; same result)."""
     opts = opts or IngestOptions()
     paths = find_traces(inputs)
     single = len(paths) == 1
@@ -269,7 +265,7 @@ def ingest(inputs: Sequence[str | Path], opts: IngestOptions | None = None, *, j
         for t in traces:
             progress(f"{t.meta.path}: rank {t.meta.rank}, {len(t.passes)} passes, {t.n_kernels} kernels")
     check_same_run([t.meta for t in traces])
-    return aggregate(traces, opts, name_of=name_of)
+    return aggregate(traces, opts)
 
 
 def _forked(work: list[tuple[str, IngestOptions, bool, bool]]) -> list[RankTrace]:
@@ -336,7 +332,7 @@ def _start_methods() -> list[str]:
 
 
 def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps: int | None = None,
-                  baseline: Profile | None = None, name_of: Callable[[str], str] = str) -> Profile:
+                  baseline: Profile | None = None) -> Profile:
     """The :class:`Profile` (``source.kind = "ingested"``) for an ingest result.
 
     A speculative server's trace holds verify/draft passes only; its baseline decode step
@@ -388,7 +384,7 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
             hp = HostProposer(method="ngram", proposal_rate=0.0, request_steps=0, proposed_request_steps=0,
                               lookup_s=0.0, lookup_steps=0, decode=own_decode)
             notes += (f"{len(own_decode)} decode row(s) of the ngram server (no proposal that step) kept in "
-                      + spell("host_proposer.decode; the baseline decode step comes from {baseline}", name_of),)
+                      + spell("host_proposer.decode; the baseline decode step comes from {baseline}"),)
     spec = SpecConfig(algorithm=algorithm, steps=steps, topk=opts.topk, num_draft_tokens=max(2, opts.num_draft_tokens))
     files = [Path(t.meta.path).name for t in result.traces]
     engines = sorted({t.engine for t in result.traces if t.engine})
@@ -396,7 +392,7 @@ def build_profile(result: IngestResult, *, name: str, opts: IngestOptions, steps
     model = dict(baseline.model) if baseline is not None and baseline.model else {}
     if model:
         notes += (spell(f"model recorded from the {{baseline}} profile {verbatim(baseline.name if baseline else '')} "
-                        "(a trace names none)", name_of),)
+                        "(a trace names none)"),)
     source = Source.ingested(
         description=f"ingested from {len(files)} Kineto trace(s) ({'GPU kernels' if result.mode == 'gpu' else 'CPU/gloo'}"
                     f", TP{tp})",

@@ -38,7 +38,7 @@ from specmodel.engines.base import (
     window_skip_reason,
 )
 from specmodel.engines.parse import NUM, PARTIAL_LAST_LINE, cfg_int, cfg_value, check_means, count, num
-from specmodel.errors import SpecmodelError
+from specmodel.errors import SpecmodelError, field_name
 from specmodel.limits import ROUND_SLACK
 from specmodel.model import accept as acc
 
@@ -196,7 +196,7 @@ def summarize(files: Sequence[LogFile], inp: SummaryInputs) -> AcceptSummary:
     dist = acc.mixture_of_means(((float(w.accept_len or 1.0), float(w.batch)) for w in use), k,
                                 source=f"SGLang log {inp.label}", samples=samples)
     notes = [f"mixture of geometric distributions around {len(use)} window means, weighted by #running-req; "
-             f"samples = sum(#running-req) x {interval} (--decode-log-interval)"]
+             f"samples = sum(#running-req) x {interval} ({field_name('decode_log_interval')})"]
     if left_out:
         notes.append("left out (no verify step measured): " + ", ".join(f"{n} window(s) with {r}"
                                                                           for r, n in sorted(left_out.items())))

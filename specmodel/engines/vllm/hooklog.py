@@ -37,7 +37,7 @@ vllm``), the time per finished request spent outside the engine's steps.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from specmodel.engines.hook.records import METRICS_FILE
@@ -136,15 +136,14 @@ def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: i
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
-              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None,
-              name_of: Callable[[str], str] = str) -> Any:
+              max_gap_s: float = 1.0, min_samples: int = MIN_SAMPLES, dp_rank: int | None = None) -> Any:
     """Aggregate rank logs into an "ingested" :class:`~specmodel.schema.profile.Profile`
     (see the module docstring for what the rows mean). Steps whose ``gap_s`` exceeds
     ``max_gap_s`` follow an idle engine: their gap is not scheduling and is left out of the host
     time. Several directories are combined: the baseline server's (``decode``, ``extend``) and the
     speculative server's (``verify``, ``draft``, a host proposer's rate, lookup and no-proposal
     steps). Logs of different TP degrees, models or vLLM versions, or a ``tp`` the logs contradict,
-    are refused. ``name_of`` spells the inputs the notes name (the CLI: as its flags).
+    are refused.
 
     A (kind, batch, tokens, context band) cell seen fewer than ``min_samples`` times (per rank) is
     left out: such cells are the ramp of a request wave (batch 3 on the way from 4 to 0), one step
@@ -232,7 +231,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                            f"{hp.request_steps} request-steps that ran the lookup (the default {{proposal_rate}}); "
                            f"median lookup {ms(overhead, 3)} over {hp.lookup_steps} steps (every lookup, hit or "
                            f"miss) is the profile's overhead_s; {len(hp.decode)} no-proposal decode row(s) of the "
-                           "speculative server in host_proposer.decode.", name_of))
+                           "speculative server in host_proposer.decode."))
     notes.append(requests_note)
     if conditions is not None:
         notes.append(conditions_note(conditions))
@@ -255,8 +254,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append(f"{no_ar_timed} row(s) at TP {tp_val} timed no all-reduce (CUDA-graph replays bypass Python): "
                      "their all-reduce share is unknown, not zero"
                      + (" (the capture held no pass of their phase)." if caps else
-                        spell("; `specmodel vllm {capture_steps} N` measures it from a torch.profiler capture.",
-                              name_of)))
+                        spell("; `specmodel vllm {capture_steps} N` measures it from a torch.profiler capture.")))
     from_capture = [r for r in costs if r.allreduce_source == "capture"]
     if caps:
         notes.append(capture_note(caps, from_capture, a.in_capture))

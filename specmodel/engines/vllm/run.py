@@ -14,7 +14,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -144,10 +143,9 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
 
 
 def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None,
-                 min_samples: int | None, dp_rank: int | None, name_of: Callable[[str], str] = str) -> None:
-    """``--summarize``: the hook's rank files under ``dirs`` -> a profile at ``output`` (``name_of``
-    spells the inputs its notes name)."""
+                 min_samples: int | None, dp_rank: int | None) -> None:
+    """``--summarize``: the hook's rank files under ``dirs`` -> a profile at ``output``."""
     from specmodel.engines.vllm.hooklog import MIN_SAMPLES, summarize
 
-    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES, dp_rank=dp_rank, name_of=name_of),
+    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES, dp_rank=dp_rank),
                        dirs, output, name, tp, engine="vLLM")
