@@ -13,6 +13,14 @@ from typing import Any
 
 import pytest
 
+try:  # property tests judge properties, not how fast a shared CI box runs an example
+    from hypothesis import settings
+
+    settings.register_profile("specmodel", deadline=None)
+    settings.load_profile("specmodel")
+except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+    pass
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 REFERENCE = REPO / "specmodel" / "reference" / "kimi-k2.5-int4-tp8-pcie"

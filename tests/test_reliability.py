@@ -189,23 +189,23 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
         from specmodel.procs import die_with_parent
 
         def work(_):
+            # the initializer ran before any task: a worker that says so is covered
+            print(os.getpid(), flush=True)
             time.sleep(120)
             return os.getpid()
 
         pool = ProcessPoolExecutor(max_workers=2, mp_context=get_context("fork"), initializer=die_with_parent,
                                    initargs=(os.getpid(),))
         futs = [pool.submit(work, i) for i in range(2)]
-        time.sleep(1.0)
-        print(" ".join(str(p.pid) for p in pool._processes.values()), flush=True)
         time.sleep(300)
     """)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert p.stdout is not None
-    pids = [int(x) for x in p.stdout.readline().split()]
-    assert len(pids) == 2 and all(_alive(x) for x in pids)
+    pids = [int(p.stdout.readline()) for _ in range(2)]  # both workers running a task (no timed wait)
+    assert len(set(pids)) == 2 and all(_alive(x) for x in pids)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound on a hang: the loop ends as soon as they are gone
     while time.monotonic() < deadline and any(_alive(x) for x in pids):
         time.sleep(0.05)
     assert not any(_alive(x) for x in pids), "pool workers outlived their SIGKILLed parent"
@@ -221,6 +221,7 @@ def test_a_rank_dies_with_its_parent_even_without_the_death_signal(tmp_path: Pat
             "from specmodel.procs import die_with_parent\\n"
             "die_with_parent(os.getppid(), watch=True, exit_code=4)\\n"
             "ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\\n"
+            "print('watching', flush=True)\\n"
             "time.sleep(120)\\n")])
         print(child.pid, flush=True)
         time.sleep(300)
@@ -228,11 +229,11 @@ def test_a_rank_dies_with_its_parent_even_without_the_death_signal(tmp_path: Pat
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert p.stdout is not None
     pid = int(p.stdout.readline())
-    time.sleep(1.0)  # the child has started its watcher
+    assert p.stdout.readline().strip() == "watching"  # its watcher started, its death signal cleared
     assert _alive(pid)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound on a hang: the loop ends as soon as it is gone
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
     assert not _alive(pid), "a rank outlived its SIGKILLed parent"
