@@ -67,8 +67,8 @@ class Format:
 # on disk, read back ------------------------------------------------------------------------------
 #: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer``, v4
 #: ``requests``, v5 ``conditions``, v6 a row's ``allreduce_source`` (a profile is written at the lowest
-#: version that holds what it has)
-PROFILE = Format(name="specmodel.profile", version=6, readable=(1, 2, 3, 4, 5, 6), what="specmodel profile")
+#: version that holds what it has), v7 ``missing_seams`` (the engine seams its hook could not wrap)
+PROFILE = Format(name="specmodel.profile", version=7, readable=(1, 2, 3, 4, 5, 6, 7), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (engines/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)

@@ -92,6 +92,7 @@ from typing import Any
 from specmodel.engines.hook.patch import as_wrapper
 from specmodel.engines.sglang import steps as st
 from specmodel.engines.sglang import writer as w
+from specmodel.engines.sglang.seams import seam_figure
 from specmodel.engines.sglang.steps import STEPS, make_step_wrapper, step_forward
 from specmodel.engines.sglang.targets import (
     CAPTURE_MODE_MODULES,
@@ -309,12 +310,14 @@ def _patch_module(mod: ModuleType, target: Target) -> bool:
     if not isinstance(cls, type):
         STATE.warn_once(f"missing:{target.qualname}",
                         f"SGLang {sglang_version()}: class {target.qualname} not found; {target.what} (server runs unpatched there)")
+        STATE.seams.miss(f"{target.cls}.{target.methods[0]}", seam_figure(target), f"not found ({target.cls} not in {target.module})")
         return False
     for method in target.methods:
         orig = getattr(cls, method, None)
         if callable(orig):
             if getattr(orig, "__specmodel_wrapped__", None) is not None:
                 return True
+            STATE.seams.wrapped(f"{target.cls}.{method}")
             make = make_step_wrapper if target.role in STEP_ROLES else _make_wrapper
             setattr(cls, method, make(target, method, orig))
             STATE.patched[key] = (cls, method, orig)
@@ -322,6 +325,7 @@ def _patch_module(mod: ModuleType, target: Target) -> bool:
     STATE.warn_once(f"missing:{target.qualname}.{target.methods}",
                     f"SGLang {sglang_version()}: {target.qualname} has no {' / '.join(target.methods)} method; "
                     f"{target.what} (server runs unpatched there)")
+    STATE.seams.miss(f"{target.cls}.{'/'.join(target.methods)}", seam_figure(target))
     return False
 
 

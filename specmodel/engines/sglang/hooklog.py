@@ -86,6 +86,9 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
+    from specmodel.engines.seams import check_seams_meta
+
+    check_seams_meta(rec, where)
     tp = rec.get("tp_size")
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP):
         raise SpecmodelError(f"{where}: tp_size: expected an integer in 1..{MAX_TP} or null, got {tp!r}")
@@ -161,6 +164,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     """
     from specmodel.engines.hook.probe import conditions_note, conditions_of
     from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, pick_replica
+    from specmodel.engines.seams import missing_from_meta, seams_notes
     from specmodel.schema.profile import CostRow, Profile, Source
 
     files = log_files(dirs)
@@ -172,6 +176,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     spec_decode: dict[tuple[str, int, int], list[float]] = {}  # decode/extend of a speculative server
     clocks: set[str] = set()
     versions: dict[str, str] = {}
+    metas: list[dict[str, Any]] = []  # the meta lines read (their seams_missing)
     spec_meta: dict[str, Any] = {}
     tp_sizes: dict[int, str] = {}
     run_ranks: dict[tuple[str, int, int], set[str]] = {}  # (directory, DP replica, segment) -> ranks
@@ -204,6 +209,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 continue  # another DP replica: another engine
             drops.add_run(m, fwds, "phase")
             if m:
+                metas.append(m)
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
             if m.get("tp_size") is not None:
                 tp_sizes.setdefault(m["tp_size"], lg.path)
@@ -275,6 +281,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     conditions = conditions_of(probes[False], probes[True])
     if conditions is not None:
         notes.append(conditions_note(conditions))
+    missing = missing_from_meta(metas, engine="sglang", version_key="sglang_version")
+    notes.extend(seams_notes(missing))
     lost_note = drops.note()
     if lost_note:
         notes.append(lost_note)
@@ -291,7 +299,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model=({"path": next(iter(models)), **({"served_name": ", ".join(sorted(served))} if served else {})}
-                          if models else {}), notes=tuple(notes), conditions=conditions)
+                          if models else {}), notes=tuple(notes), conditions=conditions, missing_seams=missing)
 
 
 def _host_work_note(measured: bool, host: dict[tuple[bool, str], dict[int, list[float]]], runs_without_steps: int,

@@ -98,6 +98,7 @@ from specmodel.engines.hook.calibration import Calibrator
 from specmodel.engines.hook.patch import as_wrapper
 from specmodel.engines.vllm import writer as w
 from specmodel.engines.vllm.place import is_cuda, rank, vllm_version
+from specmodel.engines.vllm.seams import seam_figure
 from specmodel.engines.vllm.targets import (
     ALL_TARGETS,
     LINE_SCHEMA,
@@ -445,7 +446,10 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, 
     if not callable(orig):
         STATE.warn_once(f"missing:{key}", f"vLLM {vllm_version()}: {module}.{cls_name}.{method} not found; "
                                           f"{role} timings will be missing (server runs unpatched there)")
+        STATE.seams.miss(f"{cls_name}.{method}", seam_figure(module, cls_name, method),
+                         "not found" if isinstance(cls, type) else f"not found ({cls_name} not in {module})")
         return False
+    STATE.seams.wrapped(f"{cls_name}.{method}")
     if getattr(orig, "__specmodel_wrapped__", None) is not None:
         return True
     assert isinstance(cls, type)

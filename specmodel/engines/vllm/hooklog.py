@@ -158,6 +158,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     host span less GPU forwards."""
     from specmodel.engines.hook.probe import conditions_note, conditions_of
     from specmodel.engines.hook.records import check_one_server_kind, log_files, pick_replica
+    from specmodel.engines.seams import missing_from_meta, seams_notes
     from specmodel.engines.vllm.capture_ingest import merged_shares, read_capture
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
 
@@ -247,6 +248,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append("older GPU logs (vllm_step v1): other_s is the host's step less the GPU's forwards, two clocks; "
                      "under async scheduling the GPU's time past the host's step end is lost (clamped at 0): "
                      "re-record under this specmodel for the GPU's own overhead.")
+    missing = missing_from_meta(a.metas, engine="vllm", version_key="vllm_version")
+    notes.extend(seams_notes(missing))
     dropped_note = a.drops.note()
     if dropped_note:
         notes.append(dropped_note)
@@ -289,4 +292,4 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             model["served_name"] = ", ".join(sorted(a.served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests,
-                   conditions=conditions)
+                   conditions=conditions, missing_seams=missing)

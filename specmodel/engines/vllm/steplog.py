@@ -88,6 +88,9 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
+    from specmodel.engines.seams import check_seams_meta
+
+    check_seams_meta(rec, where)
     _int(rec, "tp_size", where, lo=1, hi=MAX_TP, optional=True)
     for k in ("vllm_version", "model_path", "served_model_name", "device", "device_name", "cpu_name", "clock",
               "model_runner", "model_runner_changed"):

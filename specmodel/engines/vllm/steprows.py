@@ -153,6 +153,7 @@ class Recording:
     step_clocks: set[str] = field(default_factory=set)  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
     drops: Drops = field(default_factory=lambda: Drops("step"))  # steps the hook dropped (its queue of GPU records full)
     in_capture: int = 0  # steps run under the torch.profiler capture: left out of the rows
+    metas: list[dict[str, Any]] = field(default_factory=list)  # the meta lines read (their seams_missing)
 
     def add_log(self, lg: StepLog, *, replica: int | None, captures: dict[str, Any], max_gap_s: float) -> None:
         run_dir = str(os.path.dirname(lg.path))
@@ -164,6 +165,7 @@ class Recording:
                 continue  # another DP replica: another engine
             self.drops.add_run(m, steps, "kind")
             if m:
+                self.metas.append(m)
                 self.versions.setdefault(str(m.get("vllm_version")), lg.path)
                 self.clocks.add(str(m.get("clock") or "perf_counter"))
                 if m.get("tp_size") is not None:

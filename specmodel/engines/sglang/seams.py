@@ -1,0 +1,94 @@
+"""SGLang's seams, per checked version (the contract :mod:`specmodel.engines.seams` checks): every
+member the hook wraps (:data:`specmodel.engines.sglang.targets.TARGETS` and ``STEP_TARGETS`` are
+checked against the members here, both ways), every log text :mod:`specmodel.engines.sglang.log`
+matches and every series :mod:`specmodel.engines.sglang.metrics` reads, with the versions each was
+read in: 0.5.5 and 0.5.23 (their wheels, parsed).
+
+0.5.23's drafters outside ``ModelRunner.forward``, read in its source: multi-layer EAGLE replays
+its draft-extend through ``MultiLayerEagleMultiStepDraftExtendCudaGraphRunner.replay`` /
+``OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner.replay``
+(``srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py``, called by
+``multi_layer_eagle_worker_v2.py``); FROZEN_KV_MTP through ``FrozenKVMTPCudaGraphRunner.execute``
+(``frozen_kv_mtp_cuda_graph_runner.py``, called by ``frozen_kv_mtp_worker_v2.py``); DFlash runs its
+draft block through the draft runner's ``ModelRunner.forward`` (``dflash_worker_v2.py``). HiSparse's
+pool line says ``#gpu token:`` (``scheduler_components/pool_stats_observer.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specmodel.engines.seams import Seam, SeamTable
+
+VERSIONS = ("0.5.5", "0.5.23")
+_ALL = VERSIONS
+
+RUNNER = "sglang.srt.model_executor.model_runner"
+DRAFT = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
+DRAFT_EXTEND = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
+SCHEDULER = "sglang.srt.managers.scheduler"
+MULTI_LAYER = "sglang.srt.speculative.multi_layer_eagle_draft_extend_cuda_graph_runner"
+FROZEN_KV = "sglang.srt.speculative.frozen_kv_mtp_cuda_graph_runner"
+
+
+def _m(module: str, cls: str, method: str, role: str, figure: str, *, present: tuple[str, ...] = _ALL,
+       absent: tuple[str, ...] = (), required: bool = False, note: str = "") -> Seam:
+    return Seam(engine="sglang", kind="method", module=module, cls=cls, method=method, role=role, figure=figure,
+                present=present, absent=absent, required=required, note=note)
+
+
+def _t(kind: str, text: str, figure: str, under: str, *, present: tuple[str, ...] = _ALL,
+       absent: tuple[str, ...] = ()) -> Seam:
+    return Seam(engine="sglang", kind=kind, text=text, figure=figure, under=under, present=present, absent=absent)
+
+
+
+SEAMS: tuple[Seam, ...] = (
+    _m(RUNNER, "ModelRunner", "forward", "model_runner", "forward_s", required=True),
+    # 0.5.23 calls .execute (eagle_worker_v2), 0.5.5 .replay; the hook wraps the first the class has
+    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "execute", "draft", "draft_s", present=("0.5.23",), absent=("0.5.5",)),
+    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "replay", "draft", "draft_s", present=("0.5.5",), absent=("0.5.23",)),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "execute", "draft_extend", "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "replay", "draft_extend", "draft_extend_s", present=("0.5.5",), absent=("0.5.23",)),
+    _m(SCHEDULER, "Scheduler", "get_next_batch_to_run", "step_boundary", "host_s"),
+    _m(SCHEDULER, "Scheduler", "run_batch", "step_batch", "host_s"),
+    # 0.5.23's drafters that replay outside ModelRunner.forward
+    _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "multi_layer_draft_extend",
+       "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
+    _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay",
+       "multi_layer_draft_extend", "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
+    _m(FROZEN_KV, "FrozenKVMTPCudaGraphRunner", "execute", "frozen_kv_draft", "draft_s", present=("0.5.23",), absent=("0.5.5",)),
+    # the Decode batch line the log reader matches (0.5.5 scheduler_metrics_mixin.py, 0.5.23
+    # scheduler_components/metrics_reporter.py and pool_stats_observer.py)
+    _t("log", "Decode batch", "acceptance", "srt/managers"),
+    _t("log", "#running-req: ", "batch", "srt/managers"),
+    _t("log", "accept len: ", "acceptance", "srt/managers"),
+    _t("log", "accept rate: ", "acceptance", "srt/managers"),
+    _t("log", "gen throughput (token/s): ", "throughput", "srt/managers"),
+    _t("log", "#queue-req: ", "queue", "srt/managers"),
+    _t("log", "#token: ", "context tokens", "srt/managers"),
+    _t("log", "#full token: ", "context tokens", "srt/managers"),
+    _t("log", "#gpu token: ", "context tokens", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
+    _t("log", "cap len: ", "acceptance", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
+    _t("log", "block accept len: ", "acceptance", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
+    # the Prometheus series the /metrics reader reads
+    _t("metric", "sglang:spec_accept_length", "acceptance", "srt"),
+    _t("metric", "sglang:num_running_reqs", "batch", "srt"),
+    _t("metric", "sglang:num_used_tokens", "context tokens", "srt"),
+    _t("metric", "sglang:gen_throughput", "throughput", "srt"),
+)
+
+TABLE = SeamTable(engine="sglang", package="sglang", versions=VERSIONS, seams=SEAMS)
+
+#: a hook role's figure where a target is not in the table (a member added to the hook first)
+_ROLE_FIGURES = {"model_runner": "forward_s", "draft": "draft_s", "draft_extend": "draft_extend_s",
+                 "step_boundary": "host_s", "step_batch": "host_s"}
+
+
+def seam_figure(target: Any) -> str:
+    """The figure that rests on a hook target (:class:`specmodel.engines.sglang.targets.Target`)."""
+    for method in target.methods:
+        s = TABLE.find(target.module, target.cls, method)
+        if s is not None:
+            return s.figure
+    return _ROLE_FIGURES.get(target.role, target.role)
