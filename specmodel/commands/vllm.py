@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from specmodel.commands.hook_options import check_call, hook_options
+from specmodel.commands.hook_options import check_call, hook_options, run_check
 from specmodel.engines.hook.run import count_records
 from specmodel.engines.vllm import run
 from specmodel.errors import SpecmodelError
@@ -40,12 +40,14 @@ from specmodel.limits import MAX_CAPTURE_STEPS
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
              output: Path | None, name: str | None, tp: int | None, capture_steps: int | None,
-             min_samples: int | None, dp_rank: int | None, command: tuple[str, ...]) -> None:
+             min_samples: int | None, dp_rank: int | None, check: bool, engine_python: Path | None,
+             command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
     \b
     specmodel vllm [--out DIR] -- python -m vllm.entrypoints.openai.api_server <args...>
     specmodel vllm --summarize DIR [--summarize DIR2] -o profiles/NAME
+    specmodel vllm --check [--engine-python PATH]
 
     Per engine step, one JSON line in DIR/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl (one file per
     process): kind (prefill / decode / verify), batch,
@@ -57,6 +59,14 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     DIR/capture/rank<k>-....pt.trace.json.gz; --summarize reads each phase's all-reduce share from it
     for the rows the wrapper did not see. The server's exit status is passed through.
     """
+    if check:
+        from specmodel.engines.vllm.seams import TABLE
+
+        ctx.exit(run_check(TABLE, engine_python=engine_python, env_var="SPECMODEL_VLLM_PYTHON",
+                           others={"--summarize": summarize_dirs, "-o": output, "--name": name, "--tp": tp,
+                                   "--dp-rank": dp_rank, "a server command": command, "--capture-steps": capture_steps, "--min-samples": min_samples}))
+    if engine_python is not None:
+        raise SpecmodelError("--engine-python applies with --check")
     if summarize_dirs and capture_steps is not None:
         raise SpecmodelError("--capture-steps applies to a server run, not --summarize (which reads DIR/capture/)")
     if check_call(summarize_dirs=summarize_dirs, command=command, output=output,

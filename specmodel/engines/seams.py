@@ -93,6 +93,8 @@ class SeamTable:
     package: str  # the top-level import name whose source is read
     versions: tuple[str, ...]
     seams: tuple[Seam, ...]
+    dists: tuple[str, ...] = ()  # the distributions that install it (their metadata gives the version)
+    label: str = ""  # as the engine spells itself (vLLM, SGLang)
 
     def __post_init__(self) -> None:
         keys = [s.key for s in self.seams]
@@ -290,6 +292,111 @@ class SeamLedger:
 
     def meta(self) -> dict[str, Any]:
         return {"seams_found": list(self.found), "seams_missing": list(self.missing.values())}
+
+
+# --------------------------------------------------------------------------- an installed engine
+
+_LOCATE = """import importlib.util, importlib.metadata as md, json, sys
+pkg, dists = sys.argv[1], [d for d in sys.argv[2].split(",") if d]
+spec = importlib.util.find_spec(pkg)
+loc = list(spec.submodule_search_locations or []) if spec is not None else []
+ver = None
+for d in dists:
+    try:
+        ver = md.version(d)
+        break
+    except md.PackageNotFoundError:
+        pass
+print(json.dumps({"path": loc[0] if loc else None, "version": ver, "python": sys.executable}))
+"""
+
+
+def locate(table: SeamTable, python: str) -> tuple[Path, str | None]:
+    """Where ``python`` would import ``table.package`` from (its folder's parent: the source root)
+    and the installed version (its distribution's metadata; None where none says). Runs ``python``
+    with ``importlib.util.find_spec`` of the top-level package: nothing of the engine is imported."""
+    import json
+    import subprocess
+
+    from specmodel.errors import SpecmodelError
+
+    try:
+        r = subprocess.run([python, "-c", _LOCATE, table.package, ",".join(table.dists)], capture_output=True,
+                           text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SpecmodelError(f"engine python {python}: cannot run it ({exc})") from None
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    if r.returncode != 0:
+        raise SpecmodelError(f"engine python {python}: exited {r.returncode} ({last})")
+    try:
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise SpecmodelError(f"engine python {python}: unexpected output {r.stdout[-200:]!r}") from None
+    if not d.get("path"):
+        raise SpecmodelError(f"engine python {python}: no {table.package} package installed")
+    ver = d.get("version")
+    return Path(d["path"]).parent, (str(ver).split("+")[0] if ver else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckReport:
+    """An installed engine read against its table: what it has, whether its version was checked."""
+
+    table: SeamTable
+    version: str | None
+    root: Path
+    findings: tuple[Finding, ...]
+
+    @property
+    def checked(self) -> bool:
+        return self.version in self.table.versions
+
+    @property
+    def missing_required(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.seam.required and not f.found)
+
+    def lines(self) -> list[str]:
+        t = self.table
+        name = t.label or t.engine
+        ver = self.version or "unknown version"
+        out = [f"{name} {ver} at {self.root / t.package}"]
+        if self.checked:
+            out.append(f"version {ver}: checked (the seam table was read against {name} {', '.join(t.versions)})")
+        else:
+            out.append(f"version {ver}: NOT checked (the seam table was read against {name} "
+                       f"{', '.join(t.versions)}); the seams below are this installation's own source")
+        latest = t.versions[-1]
+        for f in self.findings:
+            if f.seam.kind != "method":
+                continue
+            # a seam the table has absent from this version (or, past the checked ones, from the
+            # newest checked) is a known removal or addition, not a loss
+            known = f.seam.status(str(self.version)) is False or (not self.checked and f.seam.status(latest) is False)
+            state = "found  " if f.found else "absent " if known else "MISSING"
+            req = ", required" if f.seam.required else ""
+            why = "" if f.found else f" -- {f.why}"
+            name = f"[{f.seam.runner}] {f.seam.name}" if f.seam.runner else f.seam.name
+            out.append(f"  {state} {name:<62} {f.seam.figure}{req}{why}")
+        texts = [f for f in self.findings if f.seam.kind != "method"]
+        lost = [f for f in texts if not f.found]
+        out.append(f"  log lines and metric names: {len(texts) - len(lost)} of {len(texts)} found"
+                   + (": missing " + ", ".join(f"{f.seam.kind} {f.seam.text.strip()!r} ({f.seam.figure})"
+                                               for f in lost) if lost else ""))
+        if self.checked:
+            bad = mismatches(t, str(self.version), list(self.findings))
+            out.extend(f"  differs from the checked table: {b}" for b in bad)
+        if self.missing_required:
+            out.append(f"missing required seam(s): {', '.join(f.seam.name for f in self.missing_required)}: "
+                       f"figures resting on them would not be recorded")
+        return out
+
+
+def check_installed(table: SeamTable, python: str) -> CheckReport:
+    """Read the engine ``python`` would import against ``table`` (seconds; no server, no GPU)."""
+    root, version = locate(table, python)
+    with Source(root, table.package) as src:
+        findings = check_source(table, src)
+    return CheckReport(table=table, version=version, root=root, findings=tuple(findings))
 
 
 # --------------------------------------------------------------------------- the docs' table

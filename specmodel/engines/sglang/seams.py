@@ -22,6 +22,8 @@ from specmodel.engines.seams import Seam, SeamTable
 
 VERSIONS = ("0.5.5", "0.5.23")
 _ALL = VERSIONS
+_OLD = ("0.5.5",)
+_NEW = ("0.5.23",)
 
 RUNNER = "sglang.srt.model_executor.model_runner"
 DRAFT = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
@@ -46,18 +48,18 @@ def _t(kind: str, text: str, figure: str, under: str, *, present: tuple[str, ...
 SEAMS: tuple[Seam, ...] = (
     _m(RUNNER, "ModelRunner", "forward", "model_runner", "forward_s", required=True),
     # 0.5.23 calls .execute (eagle_worker_v2), 0.5.5 .replay; the hook wraps the first the class has
-    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "execute", "draft", "draft_s", present=("0.5.23",), absent=("0.5.5",)),
-    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "replay", "draft", "draft_s", present=("0.5.5",), absent=("0.5.23",)),
-    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "execute", "draft_extend", "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
-    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "replay", "draft_extend", "draft_extend_s", present=("0.5.5",), absent=("0.5.23",)),
+    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "execute", "draft", "draft_s", present=_NEW, absent=_OLD),
+    _m(DRAFT, "EAGLEDraftCudaGraphRunner", "replay", "draft", "draft_s", present=_OLD, absent=_NEW),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "execute", "draft_extend", "draft_extend_s", present=_NEW, absent=_OLD),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "replay", "draft_extend", "draft_extend_s", present=_OLD, absent=_NEW),
     _m(SCHEDULER, "Scheduler", "get_next_batch_to_run", "step_boundary", "host_s"),
     _m(SCHEDULER, "Scheduler", "run_batch", "step_batch", "host_s"),
-    # 0.5.23's drafters that replay outside ModelRunner.forward
-    _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "multi_layer_draft_extend",
-       "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
-    _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay",
-       "multi_layer_draft_extend", "draft_extend_s", present=("0.5.23",), absent=("0.5.5",)),
-    _m(FROZEN_KV, "FrozenKVMTPCudaGraphRunner", "execute", "frozen_kv_draft", "draft_s", present=("0.5.23",), absent=("0.5.5",)),
+    # 0.5.23's drafters that replay outside ModelRunner.forward (role "": read, not wrapped by this hook;
+    # a profile of these drafters says so through the hook's draft rows, see docs/engines.md)
+    _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "", "draft_extend_s", present=_NEW, absent=_OLD),
+    _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "",
+       "draft_extend_s", present=_NEW, absent=_OLD),
+    _m(FROZEN_KV, "FrozenKVMTPCudaGraphRunner", "execute", "", "draft_s", present=_NEW, absent=_OLD),
     # the Decode batch line the log reader matches (0.5.5 scheduler_metrics_mixin.py, 0.5.23
     # scheduler_components/metrics_reporter.py and pool_stats_observer.py)
     _t("log", "Decode batch", "acceptance", "srt/managers"),
@@ -68,9 +70,9 @@ SEAMS: tuple[Seam, ...] = (
     _t("log", "#queue-req: ", "queue", "srt/managers"),
     _t("log", "#token: ", "context tokens", "srt/managers"),
     _t("log", "#full token: ", "context tokens", "srt/managers"),
-    _t("log", "#gpu token: ", "context tokens", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
-    _t("log", "cap len: ", "acceptance", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
-    _t("log", "block accept len: ", "acceptance", "srt/managers", present=("0.5.23",), absent=("0.5.5",)),
+    _t("log", "#gpu token: ", "context tokens", "srt/managers", present=_NEW, absent=_OLD),
+    _t("log", "cap len: ", "acceptance", "srt/managers", present=_NEW, absent=_OLD),
+    _t("log", "block accept len: ", "acceptance", "srt/managers", present=_NEW, absent=_OLD),
     # the Prometheus series the /metrics reader reads
     _t("metric", "sglang:spec_accept_length", "acceptance", "srt"),
     _t("metric", "sglang:num_running_reqs", "batch", "srt"),
@@ -78,7 +80,8 @@ SEAMS: tuple[Seam, ...] = (
     _t("metric", "sglang:gen_throughput", "throughput", "srt"),
 )
 
-TABLE = SeamTable(engine="sglang", package="sglang", versions=VERSIONS, seams=SEAMS)
+TABLE = SeamTable(engine="sglang", package="sglang", versions=VERSIONS, seams=SEAMS, dists=("sglang",),
+                  label="SGLang")
 
 #: a hook role's figure where a target is not in the table (a member added to the hook first)
 _ROLE_FIGURES = {"model_runner": "forward_s", "draft": "draft_s", "draft_extend": "draft_extend_s",

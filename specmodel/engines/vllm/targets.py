@@ -50,6 +50,7 @@ V2_SPECULATORS: tuple[tuple[str, str], ...] = (
     (f"{V2_SPEC}.dflash.speculator", "DFlashSpeculator"),
     (f"{V2_SPEC}.ngram.speculator", "NgramGPUSpeculator"),
     (f"{V2_SPEC}.extract_hidden_states", "ExtractHiddenStatesSpeculator"),
+    (f"{V2_SPEC}.suffix.speculator", "SuffixSpeculator"),  # 0.34
 )
 V2_TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
     (V2_RUNNER_MODULE, "GPUModelRunner", "execute_model", "step", "v2"),
