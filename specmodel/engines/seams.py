@@ -406,12 +406,14 @@ def markdown(tables: tuple[SeamTable, ...]) -> str:
     """The docs' table of checked versions × seams (docs/engines.md carries it verbatim)."""
     lines: list[str] = []
     for t in tables:
-        lines.append(f"| {t.engine} seam | kind | figure | " + " | ".join(t.versions) + " |")
-        lines.append("|---|---|---|" + "---|" * len(t.versions))
+        lines.append(f"| {t.label or t.engine} seam | kind | hook role | figure | " + " | ".join(t.versions) + " |")
+        lines.append("|---|---|---|---|" + "---|" * len(t.versions))
         for s in t.seams:
             where = f"`{s.module}`" if s.kind == "method" else f"`{t.package}/{s.under}`".replace("/`", "`")
             cells = ["yes" if s.status(v) else "no" if s.status(v) is False else "?" for v in t.versions]
             name = f"`{s.name}`" if s.kind == "method" else f"`{s.text.strip()}`"
-            lines.append(f"| {name} ({where}) | {s.kind} | {s.figure} | " + " | ".join(cells) + " |")
+            role = ("-" if s.kind != "method" else f"{s.role}" + (f" ({s.runner})" if s.runner else "")
+                    if s.role else "not wrapped")
+            lines.append(f"| {name} ({where}) | {s.kind} | {role} | {s.figure} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
