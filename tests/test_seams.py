@@ -75,7 +75,7 @@ def test_the_table_holds_in_the_real_source(engine: str, version: str) -> None:
 
 
 def test_vllm_0_34_dropped_the_v1_runner_and_added_the_suffix_speculator() -> None:
-    """The two facts of issue 45 the table must carry, read from the 0.34.0 wheel itself."""
+    """0.34.0 removed Model Runner V1 and added the suffix speculator: read from its wheel itself."""
     with Source(_source_root("vllm", "0.34.0"), "vllm") as src:
         found = {f.seam.key: f.found for f in check_source(VLLM, src)}
     assert found[f"{vtargets.RUNNER_MODULE}.GPUModelRunner.execute_model"] is False
