@@ -215,6 +215,20 @@ def test_a_drafter_the_hook_has_no_target_for_is_recorded_missing_and_qualifies_
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["measured"] is False and "draft time not recorded: NewSpeculator.propose" in d["verdict_label"]
+    # the report shows the same qualified verdict
+    from specmodel.model.accept import from_mean
+    from specmodel.model.inputs import OperatingPoint
+    from specmodel.model.predict import predict
+    from specmodel.report.content import build_report
+    from specmodel.report.markdown import render_markdown
+
+    spec = SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4)
+    dist = from_mean(2.5, 4)
+    p = predict(prof, dist, OperatingPoint(batch=1, spec=spec))
+    assert "draft time not recorded: NewSpeculator.propose" in p.verdict_label and not p.measured
+    md = render_markdown(build_report(profile=prof, dist=dist, spec=spec, prediction=p, notes=(), per_position=None,
+                                      observation=None, max_batch=4, inputs=[]))
+    assert f"## Verdict: **{p.verdict_label}**" in md
     # a draft cost given on the command line replaces the unrecorded one
     r = run_cli("predict", "--json", "--profile", str(path), "--accept-len", "2.5", "--draft-ms", "1", cwd=tmp_path)
     assert "not recorded" not in json.loads(r.stdout)["verdict_label"]

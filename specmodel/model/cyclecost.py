@@ -38,9 +38,11 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     if batch < 1:
         raise FieldError("batch", f"must be >= 1, got {batch}")
     cc = _cycle_costs(profile, batch=batch, spec=spec, overhead_s=overhead_s, context_tokens=context_tokens)
-    # a kind already named as not measured (no drafter rows, SGLang's host work) is not named twice
-    named = {a.kind for a in cc.assumptions}
-    seams = tuple(a for a in _seam_assumptions(profile, cc.batch, cc.context_tokens, overhead_s) if a.kind not in named)
+    # SGLang's host work, already named as not measured (its Scheduler seams), is not named twice; a
+    # drafter named as not measured keeps the seam's line too: it says why there are no rows
+    host_named = any(a.kind == "host" for a in cc.assumptions)
+    seams = tuple(a for a in _seam_assumptions(profile, cc.batch, cc.context_tokens, overhead_s)
+                  if not (host_named and a.kind == "host"))
     return dataclasses.replace(cc, stated_assumptions=cc.stated_assumptions + seams) if seams else cc
 
 
