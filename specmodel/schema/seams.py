@@ -63,5 +63,5 @@ FIGURE_LABELS: dict[str, str] = {
 }
 #: figure -> the cycle cost it is part of (an Assumption kind): a missing one qualifies that cost, never
 #: lowers it in silence (first-draft split and the shutdown flush are not costs)
-COST_FIGURES: dict[str, str] = {"forward_s": "verify", "allreduce_s": "verify", "draft_s": "draft", "draft_extend_s": "draft",
-                                "step_s": "host", "host_s": "host"}
+COST_FIGURES: dict[str, str] = {"forward_s": "verify", "allreduce_s": "verify", "draft_s": "draft",
+                                "draft_extend_s": "draft", "step_s": "host", "host_s": "host"}

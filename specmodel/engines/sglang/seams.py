@@ -50,13 +50,16 @@ SEAMS: tuple[Seam, ...] = (
     # 0.5.23 calls .execute (eagle_worker_v2), 0.5.5 .replay; the hook wraps the first the class has
     _m(DRAFT, "EAGLEDraftCudaGraphRunner", "execute", "draft", "draft_s", present=_NEW, absent=_OLD),
     _m(DRAFT, "EAGLEDraftCudaGraphRunner", "replay", "draft", "draft_s", present=_OLD, absent=_NEW),
-    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "execute", "draft_extend", "draft_extend_s", present=_NEW, absent=_OLD),
-    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "replay", "draft_extend", "draft_extend_s", present=_OLD, absent=_NEW),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "execute", "draft_extend", "draft_extend_s",
+       present=_NEW, absent=_OLD),
+    _m(DRAFT_EXTEND, "EAGLEDraftExtendCudaGraphRunner", "replay", "draft_extend", "draft_extend_s",
+       present=_OLD, absent=_NEW),
     _m(SCHEDULER, "Scheduler", "get_next_batch_to_run", "step_boundary", "host_s"),
     _m(SCHEDULER, "Scheduler", "run_batch", "step_batch", "host_s"),
     # 0.5.23's drafters that replay outside ModelRunner.forward (role "": read, not wrapped by this hook;
     # a profile of these drafters says so through the hook's draft rows, see docs/engines.md)
-    _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "", "draft_extend_s", present=_NEW, absent=_OLD),
+    _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "", "draft_extend_s",
+       present=_NEW, absent=_OLD),
     _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "",
        "draft_extend_s", present=_NEW, absent=_OLD),
     _m(FROZEN_KV, "FrozenKVMTPCudaGraphRunner", "execute", "", "draft_s", present=_NEW, absent=_OLD),

