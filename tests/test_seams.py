@@ -234,6 +234,35 @@ def test_a_drafter_the_hook_has_no_target_for_is_recorded_missing_and_qualifies_
     assert "not recorded" not in json.loads(r.stdout)["verdict_label"]
 
 
+def test_a_target_module_without_its_member_is_recorded_with_the_engine_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM whose suffix speculator module has the class but no ``propose`` (a rename in a newer
+    version): the hook warns, the meta line records the seam and its figure, and the line the
+    verdict carries names the version."""
+    from specmodel.engines.seams import missing_from_meta
+    from specmodel.engines.vllm import hook
+    from tests.standins import so, vllm_v2
+
+    suffix = types.ModuleType(f"{vtargets.V2_SPEC}.suffix.speculator")
+
+    class SuffixSpeculator:
+        def propose_v3(self) -> None: ...
+
+    suffix.SuffixSpeculator = SuffixSpeculator  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, suffix.__name__, suffix)
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.35.0"))
+    with vllm_v2(tmp_path / "hook") as ns:
+        runner = ns.Runner(None)
+        runner.execute_model(so(1))
+        runner.sample_tokens(None)
+        hook.flush(wait=True)
+    [f] = (tmp_path / "hook").glob("rank*.jsonl")
+    meta = json.loads(f.read_text().splitlines()[0])
+    assert meta["seams_missing"] == [{"seam": "SuffixSpeculator.propose", "figure": "draft_s", "why": "not found"}]
+    [ms] = missing_from_meta([meta], engine="vllm", version_key="vllm_version")
+    assert ms.line() == "draft time not recorded: SuffixSpeculator.propose not found in vLLM 0.35.0"
+
+
 def test_a_runner_that_overrides_a_wrapped_method_is_recorded() -> None:
     """A platform runner subclassing the hooked one and overriding ``execute_model`` (the wrapper is
     on the base class only): the worker's own class is looked at, not the names."""
