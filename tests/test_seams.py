@@ -136,19 +136,24 @@ def test_a_renamed_member_contradicts_the_table(tmp_path: Path) -> None:
     gone = Seam(engine="x", kind="method", module="eng.old", cls="Old", method="run", figure="forward_s",
                 present=(), absent=("1.0",))
     log = Seam(engine="x", kind="log", text="#gpu token: ", figure="context tokens", present=("1.0",))
-    table = SeamTable(engine="x", package="eng", versions=("1.0",), seams=(seam, gone, log))
+    fld = Seam(engine="x", kind="field", module="eng.run", cls="Runner", method="speculator", figure="draft_s",
+               present=("1.0",))
+    table = SeamTable(engine="x", package="eng", versions=("1.0",), seams=(seam, gone, log, fld))
     ok = _tree(tmp_path / "ok", {"eng/__init__.py": "", "eng/spec.py": "class Suffix:\n    def propose(self): ...\n",
+                                 "eng/run.py": "class Runner:\n    def __init__(self):\n        self.speculator = 1\n",
                                  "eng/old.py": "", "eng/log.py": "f'x, #gpu token: {n}'\n"})
     with Source(ok, "eng") as src:
         assert mismatches(table, "1.0", check_source(table, src)) == []
     bad = _tree(tmp_path / "bad", {"eng/__init__.py": "", "eng/spec.py": "class Suffix2:\n    def propose(self): ...\n",
                                    "eng/old.py": "class Old:\n    def run(self): ...\n",
-                                   "eng/log.py": "f'x, #token: {n}'\n"})
+                                   "eng/log.py": "f'x, #token: {n}'\n",
+                                   "eng/run.py": "class Runner:\n    def __init__(self):\n        self.drafter = 1\n"})
     with Source(bad, "eng") as src:
         out = mismatches(table, "1.0", check_source(table, src))
     assert out == ["x 1.0: eng.spec.Suffix.propose is listed present but class Suffix not in eng.spec",
                    "x 1.0: eng.old.Old.run is listed absent but was found",
-                   "x 1.0: log:#gpu token:  is listed present but '#gpu token: ' not in eng/"]
+                   "x 1.0: log:#gpu token:  is listed present but '#gpu token: ' not in eng/",
+                   "x 1.0: eng.run.Runner.speculator is listed present but Runner defines no field speculator"]
 
 
 def test_a_table_naming_an_unchecked_version_is_refused() -> None:
@@ -330,7 +335,10 @@ def _fake_vllm(root: Path, *, version: str, suffix: bool, allreduce: bool = True
                                                                    "    def forward_start(self): ...\n",
              f"{vtargets.PARALLEL_MODULE.replace('.', '/')}.py":
                  "class GroupCoordinator:\n" + ("    def _all_reduce_out_place(self): ...\n" if allreduce else
-                                                "    def all_reduce(self): ...\n")}
+                                                "    def all_reduce(self): ...\n"),
+             "vllm/v1/core/sched/output.py": "class SchedulerOutput:\n" + "".join(
+                 f"    {f}: int\n" for f in ("num_scheduled_tokens", "total_num_scheduled_tokens",
+                                             "scheduled_spec_decode_tokens"))}
     if suffix:
         files[f"{vtargets.V2_SPEC.replace('.', '/')}/suffix/speculator.py"] = ("class SuffixSpeculator:\n"
                                                                               "    def propose(self): ...\n")
@@ -364,7 +372,7 @@ def test_check_a_fake_engine_without_a_required_seam_exits_1(tmp_path: Path) -> 
     assert "version 0.34.0: checked" in r.stdout
     assert "missing required seam(s): GroupCoordinator._all_reduce_out_place" in r.stdout
     assert "differs from the checked table: vllm 0.34.0: vllm.distributed.parallel_state.GroupCoordinator." \
-           "_all_reduce_out_place is listed present but GroupCoordinator defines no _all_reduce_out_place" in r.stdout
+           "_all_reduce_out_place is listed present but GroupCoordinator defines no method _all_reduce_out_place" in r.stdout
 
 
 def test_check_refuses_a_server_command_and_a_python_without_the_engine(tmp_path: Path) -> None:

@@ -24,8 +24,10 @@ from typing import Any
 
 from specmodel.schema.seams import MissingSeam
 
-#: what a seam is: a member the hook wraps, text a log reader matches, a Prometheus series name
-KINDS = ("method", "log", "metric")
+#: what a seam is: a member the hook wraps, a field the hook reads (a class-level annotation or a
+#: ``self.<name> =`` in one of the class's methods), text a log reader matches, a Prometheus series name
+KINDS = ("method", "field", "log", "metric")
+MEMBER_KINDS = ("method", "field")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +59,9 @@ class Seam:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"seam kind {self.kind!r}: expected one of {KINDS}")
-        if self.kind == "method" and not (self.module and self.cls and self.method):
+        if self.kind in MEMBER_KINDS and not (self.module and self.cls and self.method):
             raise ValueError(f"method seam {self.name}: module, cls and method are all needed")
-        if self.kind != "method" and not self.text:
+        if self.kind not in MEMBER_KINDS and not self.text:
             raise ValueError(f"{self.kind} seam: text is needed")
         if set(self.present) & set(self.absent):
             raise ValueError(f"seam {self.name}: a version both present and absent")
@@ -69,12 +71,12 @@ class Seam:
     @property
     def name(self) -> str:
         """``Class.method`` for a member, the quoted text for a log line or a metric."""
-        return f"{self.cls}.{self.method}" if self.kind == "method" else repr(self.text)
+        return f"{self.cls}.{self.method}" if self.kind in MEMBER_KINDS else repr(self.text)
 
     @property
     def key(self) -> str:
         """Unique within an engine's table: ``module.Class.method`` or ``kind:text``."""
-        return f"{self.module}.{self.cls}.{self.method}" if self.kind == "method" else f"{self.kind}:{self.text}"
+        return f"{self.module}.{self.cls}.{self.method}" if self.kind in MEMBER_KINDS else f"{self.kind}:{self.text}"
 
     def status(self, version: str) -> bool | None:
         """True / False where ``version`` was checked, None where it was not."""
@@ -110,6 +112,9 @@ class SeamTable:
 
     def members(self, *, role: str | None = None) -> tuple[Seam, ...]:
         return tuple(s for s in self.seams if s.kind == "method" and (role is None or s.role == role))
+
+    def fields(self) -> tuple[Seam, ...]:
+        return tuple(s for s in self.seams if s.kind == "field")
 
     def find(self, module: str, cls: str, method: str) -> Seam | None:
         key = f"{module}.{cls}.{method}"
@@ -171,10 +176,31 @@ class Source:
 
 def class_methods(text: str, cls: str) -> set[str] | None:
     """Methods defined in the body of top-level class ``cls`` (None: no such class)."""
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            return {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    return None
+    node = _class(text, cls)
+    return None if node is None else {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def class_fields(text: str, cls: str) -> set[str] | None:
+    """Fields of top-level class ``cls``: names annotated or assigned in its body (a dataclass's
+    fields) and every ``self.<name> = …`` in its methods (None: no such class)."""
+    node = _class(text, cls)
+    if node is None:
+        return None
+    out: set[str] = set()
+    for n in node.body:
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            out.add(n.target.id)
+        elif isinstance(n, ast.Assign):
+            out.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    for w in ast.walk(node):
+        targets = w.targets if isinstance(w, ast.Assign) else [w.target] if isinstance(w, ast.AnnAssign) else []
+        out.update(t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                   and t.value.id == "self")
+    return out
+
+
+def _class(text: str, cls: str) -> ast.ClassDef | None:
+    return next((n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == cls), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,18 +226,18 @@ def check_source(table: SeamTable, src: Source) -> list[Finding]:
     out: list[Finding] = []
     parsed: dict[str, str | None] = {}
     for s in table.seams:
-        if s.kind == "method":
+        if s.kind in MEMBER_KINDS:
             if s.module not in parsed:
                 parsed[s.module] = src.module_text(s.module)
             text = parsed[s.module]
             if text is None:
                 out.append(Finding(seam=s, found=False, why=f"module {s.module} not found"))
                 continue
-            methods = class_methods(text, s.cls)
-            if methods is None:
+            members = class_methods(text, s.cls) if s.kind == "method" else class_fields(text, s.cls)
+            if members is None:
                 out.append(Finding(seam=s, found=False, why=f"class {s.cls} not in {s.module}"))
-            elif s.method not in methods:
-                out.append(Finding(seam=s, found=False, why=f"{s.cls} defines no {s.method}"))
+            elif s.method not in members:
+                out.append(Finding(seam=s, found=False, why=f"{s.cls} defines no {s.kind} {s.method}"))
             else:
                 out.append(Finding(seam=s, found=True))
         else:
@@ -367,7 +393,7 @@ class CheckReport:
                        f"{', '.join(t.versions)}); the seams below are this installation's own source")
         latest = t.versions[-1]
         for f in self.findings:
-            if f.seam.kind != "method":
+            if f.seam.kind not in MEMBER_KINDS:
                 continue
             # a seam the table has absent from this version (or, past the checked ones, from the
             # newest checked) is a known removal or addition, not a loss
@@ -377,7 +403,7 @@ class CheckReport:
             why = "" if f.found else f" -- {f.why}"
             name = f"[{f.seam.runner}] {f.seam.name}" if f.seam.runner else f.seam.name
             out.append(f"  {state} {name:<62} {f.seam.figure}{req}{why}")
-        texts = [f for f in self.findings if f.seam.kind != "method"]
+        texts = [f for f in self.findings if f.seam.kind not in MEMBER_KINDS]
         lost = [f for f in texts if not f.found]
         out.append(f"  log lines and metric names: {len(texts) - len(lost)} of {len(texts)} found"
                    + (": missing " + ", ".join(f"{f.seam.kind} {f.seam.text.strip()!r} ({f.seam.figure})"
@@ -409,11 +435,11 @@ def markdown(tables: tuple[SeamTable, ...]) -> str:
         lines.append(f"| {t.label or t.engine} seam | kind | hook role | figure | " + " | ".join(t.versions) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(t.versions))
         for s in t.seams:
-            where = f"`{s.module}`" if s.kind == "method" else f"`{t.package}/{s.under}`".replace("/`", "`")
+            where = f"`{s.module}`" if s.kind in MEMBER_KINDS else f"`{t.package}/{s.under}`".replace("/`", "`")
             cells = ["yes" if s.status(v) else "no" if s.status(v) is False else "?" for v in t.versions]
-            name = f"`{s.name}`" if s.kind == "method" else f"`{s.text.strip()}`"
-            role = ("-" if s.kind != "method" else f"{s.role}" + (f" ({s.runner})" if s.runner else "")
-                    if s.role else "not wrapped")
+            name = f"`{s.name}`" if s.kind in MEMBER_KINDS else f"`{s.text.strip()}`"
+            role = ("read" if s.kind == "field" else "-" if s.kind != "method"
+                    else f"{s.role}" + (f" ({s.runner})" if s.runner else "") if s.role else "not wrapped")
             lines.append(f"| {name} ({where}) | {s.kind} | {role} | {s.figure} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -31,12 +31,21 @@ DRAFT_EXTEND = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 SCHEDULER = "sglang.srt.managers.scheduler"
 MULTI_LAYER = "sglang.srt.speculative.multi_layer_eagle_draft_extend_cuda_graph_runner"
 FROZEN_KV = "sglang.srt.speculative.frozen_kv_mtp_cuda_graph_runner"
+FBI = "sglang.srt.model_executor.forward_batch_info"
+ARGS = "sglang.srt.server_args"
+SPEC_ARGS = "sglang.srt.arg_groups.fields.spec"
 
 
 def _m(module: str, cls: str, method: str, role: str, figure: str, *, present: tuple[str, ...] = _ALL,
        absent: tuple[str, ...] = (), required: bool = False, note: str = "") -> Seam:
     return Seam(engine="sglang", kind="method", module=module, cls=cls, method=method, role=role, figure=figure,
                 present=present, absent=absent, required=required, note=note)
+
+
+def _f(module: str, cls: str, name: str, figure: str, *, required: bool = False, present: tuple[str, ...] = _ALL,
+       absent: tuple[str, ...] = ()) -> Seam:
+    return Seam(engine="sglang", kind="field", module=module, cls=cls, method=name, figure=figure, present=present,
+                absent=absent, required=required)
 
 
 def _t(kind: str, text: str, figure: str, under: str, *, present: tuple[str, ...] = _ALL,
@@ -63,6 +72,20 @@ SEAMS: tuple[Seam, ...] = (
     _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "",
        "draft_extend_s", present=_NEW, absent=_OLD),
     _m(FROZEN_KV, "FrozenKVMTPCudaGraphRunner", "execute", "", "draft_s", present=_NEW, absent=_OLD),
+    # the fields the hook reads: a forward's phase, batch and tokens, the runner it ran on, and the
+    # speculative configuration its meta line records
+    _f(FBI, "ForwardBatch", "forward_mode", "phase", required=True),
+    _f(FBI, "ForwardBatch", "batch_size", "batch", required=True),
+    _f(FBI, "ForwardBatch", "input_ids", "tokens"),
+    _f(RUNNER, "ModelRunner", "is_draft_worker", "phase", required=True),
+    # 0.5.5 declares them on ServerArgs; 0.5.23 in arg_groups/fields/spec.py's Spec, whose fields
+    # server_args.py flattens onto ServerArgs (collect_input_fields + msgspec.defstruct): the hook's
+    # getattr(server_args, name) reads both
+    *(_f(where, cls, name, figure, present=present, absent=absent)
+      for where, cls, present, absent in ((ARGS, "ServerArgs", _OLD, _NEW), (SPEC_ARGS, "Spec", _NEW, _OLD))
+      for name, figure in (("speculative_algorithm", "draft method"), ("speculative_num_steps", "draft steps"),
+                           ("speculative_eagle_topk", "draft topk"),
+                           ("speculative_num_draft_tokens", "draft tokens"))),
     # the Decode batch line the log reader matches (0.5.5 scheduler_metrics_mixin.py, 0.5.23
     # scheduler_components/metrics_reporter.py and pool_stats_observer.py)
     _t("log", "Decode batch", "acceptance", "srt/managers"),

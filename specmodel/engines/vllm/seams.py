@@ -27,12 +27,18 @@ V2_TIMING = "vllm.v1.worker.gpu.async_utils"
 V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
 PARALLEL = "vllm.distributed.parallel_state"
 PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
+SCHED_OUT = "vllm.v1.core.sched.output"
 
 
 def _m(module: str, cls: str, method: str, role: str, runner: str, figure: str, *, present: tuple[str, ...] = _ALL,
        absent: tuple[str, ...] = (), required: bool = False, note: str = "") -> Seam:
     return Seam(engine="vllm", kind="method", module=module, cls=cls, method=method, role=role, runner=runner,
                 figure=figure, present=present, absent=absent, required=required, note=note)
+
+
+def _f(module: str, cls: str, name: str, figure: str, *, required: bool = False, runner: str = "") -> Seam:
+    return Seam(engine="vllm", kind="field", module=module, cls=cls, method=name, figure=figure, present=_ALL,
+                required=required, runner=runner)
 
 
 def _t(kind: str, text: str, figure: str, under: str) -> Seam:
@@ -66,6 +72,19 @@ SEAMS: tuple[Seam, ...] = (
     _m(f"{V2_SPEC}.extract_hidden_states", "ExtractHiddenStatesSpeculator", "propose", "draft", "v2", "draft_s"),
     _m(f"{V2_SPEC}.suffix.speculator", "SuffixSpeculator", "propose", "draft", "v2", "draft_s",
        present=("0.34.0",), absent=_UPTO_33),
+    # the fields the hook reads: a step's kind, batch, tokens and context (targets.describe), the
+    # drafter and k (the step record), the capture's default (capture.py), the V2 drafter object
+    _f(SCHED_OUT, "SchedulerOutput", "num_scheduled_tokens", "step kind", required=True),
+    _f(SCHED_OUT, "SchedulerOutput", "total_num_scheduled_tokens", "step kind", required=True),
+    _f(SCHED_OUT, "SchedulerOutput", "scheduled_spec_decode_tokens", "step kind", required=True),
+    _f(SCHED_OUT, "SchedulerOutput", "scheduled_new_reqs", "context tokens"),
+    _f(SCHED_OUT, "SchedulerOutput", "scheduled_cached_reqs", "context tokens"),
+    _f(SCHED_OUT, "CachedRequestData", "num_computed_tokens", "context tokens"),
+    _f("vllm.config.speculative", "SpeculativeConfig", "method", "draft method"),
+    _f("vllm.config.speculative", "SpeculativeConfig", "num_speculative_tokens", "draft k"),
+    _f("vllm.config.compilation", "CompilationConfig", "cudagraph_mode", "allreduce_s (capture default)"),
+    _f("vllm.config.model", "ModelConfig", "enforce_eager", "allreduce_s (capture default)"),
+    _f(V2, "GPUModelRunner", "speculator", "draft_s", runner="v2"),
     # the log lines the reader matches (vllm/v1/spec_decode/metrics.py, v1/metrics/loggers.py, config/vllm.py)
     _t("log", "SpecDecoding metrics: ", "acceptance", "v1/spec_decode"),
     _t("log", "Mean acceptance length: ", "acceptance", "v1/spec_decode"),
