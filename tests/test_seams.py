@@ -100,9 +100,31 @@ def test_every_vllm_wrap_target_is_a_table_row_and_back() -> None:
 
 
 def test_every_sglang_wrap_target_is_a_table_row_and_back() -> None:
-    targets = {(t.module, t.cls, m): t.role for t in sgtargets.TARGETS + sgtargets.STEP_TARGETS for m in t.methods}
-    rows = {(s.module, s.cls, s.method): s.role for s in SGLANG.members() if s.role}
-    assert targets == rows
+    """Every Target declared in targets.py (whatever tuple holds it) is a table row -- with the
+    same role where the row names one (a row read but not wrapped says ""); every row with a role
+    is a target."""
+    declared = [t for v in vars(sgtargets).values() if isinstance(v, tuple)
+                for t in v if isinstance(t, sgtargets.Target)]
+    targets = {(t.module, t.cls, m): t.role for t in declared for m in t.methods}
+    rows = {(s.module, s.cls, s.method): s.role for s in SGLANG.members()}
+    assert [k for k in targets if k not in rows] == []
+    assert [(k, role) for k, role in targets.items() if rows[k] not in ("", role)] == []
+    assert [k for k, role in rows.items() if role and k not in targets] == []
+
+
+def test_since_and_until_read_off_the_table() -> None:
+    """The version a seam arrived in or left, as the hooks' "expected absent" rules need it."""
+    def row(table: SeamTable, key: str) -> Seam:
+        return next(s for s in table.seams if s.key == key)
+
+    suffix = row(VLLM, f"{vtargets.V2_SPEC}.suffix.speculator.SuffixSpeculator.propose")
+    v1 = row(VLLM, f"{vtargets.RUNNER_MODULE}.GPUModelRunner._model_forward")
+    ar = row(VLLM, f"{vtargets.PARALLEL_MODULE}.GroupCoordinator._all_reduce_out_place")
+    assert (VLLM.since(suffix), VLLM.until(suffix)) == ("0.34.0", None)
+    assert (VLLM.since(v1), VLLM.until(v1)) == (None, "0.34.0")
+    assert (VLLM.since(ar), VLLM.until(ar)) == (None, None)
+    prefill = row(SGLANG, "sglang.srt.managers.scheduler.Scheduler.get_next_disagg_prefill_batch_to_run")
+    assert SGLANG.since(prefill) == "0.5.23"
 
 
 def test_the_log_and_metric_rows_are_what_the_readers_match() -> None:

@@ -116,6 +116,22 @@ class SeamTable:
     def fields(self) -> tuple[Seam, ...]:
         return tuple(s for s in self.seams if s.kind == "field")
 
+    def since(self, seam: Seam) -> str | None:
+        """The first checked version that has ``seam``, where an earlier checked one lacks it (None:
+        every checked version up to its first has it)."""
+        first = next((v for v in self.versions if seam.status(v)), None)
+        before = self.versions[:self.versions.index(first)] if first is not None else ()
+        return first if any(seam.status(v) is False for v in before) else None
+
+    def until(self, seam: Seam) -> str | None:
+        """The first checked version that no longer has ``seam`` (None: the newest still has it)."""
+        seen = False
+        for v in self.versions:
+            seen = seen or bool(seam.status(v))
+            if seen and seam.status(v) is False:
+                return v
+        return None
+
     def find(self, module: str, cls: str, method: str) -> Seam | None:
         key = f"{module}.{cls}.{method}"
         return next((s for s in self.seams if s.key == key), None)
@@ -212,6 +228,43 @@ class Finding:
     why: str = ""
 
 
+def _module(src: Source, parsed: dict[str, str | None], module: str) -> str | None:
+    if module not in parsed:
+        parsed[module] = src.module_text(module)
+    return parsed[module]
+
+
+#: how many base classes deep a member is looked for (SGLang's Scheduler takes its PD-disaggregation
+#: loops from mixins one level up)
+MAX_BASE_DEPTH = 4
+
+
+def _member(src: Source, parsed: dict[str, str | None], module: str, cls: str, member: str, kind: str,
+            *, depth: int) -> bool:
+    """Whether ``module.cls`` has ``member``: in its own body, else in a base class named in its
+    ``class`` line and defined in the same module or imported into it with ``from X import Name``
+    (what ``getattr(cls, member)`` finds there, as the hook's lookup does)."""
+    text = _module(src, parsed, module)
+    node = None if text is None else _class(text, cls)
+    if text is None or node is None:
+        return False
+    own = class_methods(text, cls) if kind == "method" else class_fields(text, cls)
+    if own is not None and member in own:
+        return True
+    if depth >= MAX_BASE_DEPTH:
+        return False
+    tree = ast.parse(text)
+    imported = {a.asname or a.name: (n.module, a.name) for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and not n.level for a in n.names}
+    for base in node.bases:
+        if not isinstance(base, ast.Name):
+            continue
+        where, name = imported.get(base.id, (module, base.id))
+        if _member(src, parsed, where, name, member, kind, depth=depth + 1):
+            return True
+    return False
+
+
 def _contains(src: Source, text: str, under: str) -> bool:
     needle = text.encode()
     for rel in src.py_files(under):
@@ -227,19 +280,16 @@ def check_source(table: SeamTable, src: Source) -> list[Finding]:
     parsed: dict[str, str | None] = {}
     for s in table.seams:
         if s.kind in MEMBER_KINDS:
-            if s.module not in parsed:
-                parsed[s.module] = src.module_text(s.module)
-            text = parsed[s.module]
+            text = _module(src, parsed, s.module)
             if text is None:
                 out.append(Finding(seam=s, found=False, why=f"module {s.module} not found"))
                 continue
-            members = class_methods(text, s.cls) if s.kind == "method" else class_fields(text, s.cls)
-            if members is None:
+            if _class(text, s.cls) is None:
                 out.append(Finding(seam=s, found=False, why=f"class {s.cls} not in {s.module}"))
-            elif s.method not in members:
-                out.append(Finding(seam=s, found=False, why=f"{s.cls} defines no {s.kind} {s.method}"))
-            else:
+            elif _member(src, parsed, s.module, s.cls, s.method, s.kind, depth=0):
                 out.append(Finding(seam=s, found=True))
+            else:
+                out.append(Finding(seam=s, found=False, why=f"{s.cls} defines no {s.kind} {s.method}"))
         else:
             ok = _contains(src, s.text, s.under)
             out.append(Finding(seam=s, found=ok, why="" if ok else f"{s.text!r} not in {table.package}/{s.under}"))

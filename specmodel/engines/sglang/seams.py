@@ -65,8 +65,15 @@ SEAMS: tuple[Seam, ...] = (
        present=_OLD, absent=_NEW),
     _m(SCHEDULER, "Scheduler", "get_next_batch_to_run", "step_boundary", "host_s"),
     _m(SCHEDULER, "Scheduler", "run_batch", "step_batch", "host_s"),
-    # 0.5.23's drafters that replay outside ModelRunner.forward (role "": read, not wrapped by this hook;
-    # a profile of these drafters says so through the hook's draft rows, see docs/engines.md)
+    # PD disaggregation's loops bound their steps here instead (Scheduler's mixins in
+    # disaggregation/decode.py and prefill.py; the prefill one from 0.5.23)
+    _m(SCHEDULER, "Scheduler", "get_next_disagg_decode_batch_to_run", "", "host_s"),
+    _m(SCHEDULER, "Scheduler", "get_next_disagg_prefill_batch_to_run", "", "host_s", present=_NEW, absent=_OLD),
+    # 0.5.23's drafters that replay outside ModelRunner.forward: the per-layer draft-extend graph, the
+    # composite runner that replays one per step, the single-graph variant, FROZEN_KV_MTP's graph
+    # (role "": read in the source; a hook target may take them, with its own role)
+    _m(MULTI_LAYER, "MultiLayerEagleDraftExtendCudaGraphRunner", "replay", "", "draft_extend_s",
+       present=_NEW, absent=_OLD),
     _m(MULTI_LAYER, "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "", "draft_extend_s",
        present=_NEW, absent=_OLD),
     _m(MULTI_LAYER, "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner", "replay", "",
