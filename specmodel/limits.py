@@ -136,3 +136,7 @@ MAX_ROW_SAMPLES = 10**12
 #: an all-reduce fit's bandwidth: below 1 byte/s no link carries activations (a unit error); the
 #: upper side is left open -- it divides, and a flat fit's beta is large by construction
 MIN_LINK_BYTES_PER_S = 1.0
+
+#: how many base classes deep the seam checker looks for a member (engines/seams.py; SGLang's
+#: Scheduler takes its PD-disaggregation loops from mixins one level up)
+MAX_SEAM_BASE_DEPTH = 4

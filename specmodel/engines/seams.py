@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specmodel.limits import MAX_SEAM_BASE_DEPTH
 from specmodel.schema.seams import MissingSeam
 
 #: what a seam is: a member the hook wraps, a field the hook reads (a class-level annotation or a
@@ -234,11 +235,6 @@ def _module(src: Source, parsed: dict[str, str | None], module: str) -> str | No
     return parsed[module]
 
 
-#: how many base classes deep a member is looked for (SGLang's Scheduler takes its PD-disaggregation
-#: loops from mixins one level up)
-MAX_BASE_DEPTH = 4
-
-
 def _member(src: Source, parsed: dict[str, str | None], module: str, cls: str, member: str, kind: str,
             *, depth: int) -> bool:
     """Whether ``module.cls`` has ``member``: in its own body, else in a base class named in its
@@ -251,7 +247,7 @@ def _member(src: Source, parsed: dict[str, str | None], module: str, cls: str, m
     own = class_methods(text, cls) if kind == "method" else class_fields(text, cls)
     if own is not None and member in own:
         return True
-    if depth >= MAX_BASE_DEPTH:
+    if depth >= MAX_SEAM_BASE_DEPTH:
         return False
     tree = ast.parse(text)
     imported = {a.asname or a.name: (n.module, a.name) for n in ast.walk(tree)
