@@ -21,9 +21,9 @@ from specmodel.engines.sglang import targets as sgtargets
 from specmodel.engines.sglang.hooklog import summarize
 from tests.rank_files import rank_file
 from tests.sglang_source import sglang_root
+from tests.source_ast import class_def, methods
 from tests.standins import STANDIN, FakeClock
 from tests.standins import drop_sglang_modules as _drop_sglang_modules
-from tests.source_ast import class_def, methods
 
 
 @pytest.fixture
