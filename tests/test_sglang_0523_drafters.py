@@ -249,3 +249,44 @@ def test_the_disaggregated_loops_call_the_wrapped_bounds() -> None:
             assert member in calls and "get_next_batch_to_run" not in calls, f.name
     assert {t.methods[0] for t in sgtargets.DISAGG_STEP_TARGETS} == {"get_next_disagg_prefill_batch_to_run",
                                                                      "get_next_disagg_decode_batch_to_run"}
+
+
+def test_a_dflash_recording_is_refused_by_name_not_priced_as_a_chain(load: Any, tmp_path: Path) -> None:
+    from specmodel.errors import SpecmodelError
+
+    load()
+    target, draft = _runners()
+    for r in (target, draft):  # SGLang's DFLASH server args: steps and topk forced to 1, a 16-token block
+        r.server_args.speculative_algorithm = "DFLASH"
+        r.server_args.speculative_num_steps, r.server_args.speculative_num_draft_tokens = 1, 16
+    target.forward(_fb("DECODE", 2, 2))
+    draft.forward(_fb("TARGET_VERIFY", 2, 32))
+    target.forward(_fb("TARGET_VERIFY", 2, 32))
+    hook.flush(wait=True)
+    with pytest.raises(SpecmodelError, match="DFLASH drafts a block of 16 tokens in one drafter forward"):
+        summarize([tmp_path / "logs"], name="dflash")
+
+
+def test_a_multi_layer_eagle_profile_says_its_draft_is_not_in_the_cycle(load: Any, tmp_path: Path) -> None:
+    from specmodel.model.cyclecost import cycle_costs
+
+    load()
+    from sglang.srt.speculative.multi_layer_eagle_draft_extend_cuda_graph_runner import (
+        MultiLayerEagleMultiStepDraftExtendCudaGraphRunner,
+    )
+
+    target, _ = _runners()
+    cgr = MultiLayerEagleMultiStepDraftExtendCudaGraphRunner([_runners()[1] for _ in range(3)], captured_req_width=4)
+    for _ in range(3):
+        target.forward(_fb("DECODE", 2, 2))
+        target.forward(_fb("TARGET_VERIFY", 2, 8))
+        cgr.prepare(_fb("DRAFT_EXTEND_V2", 2, 8))
+        for step in range(3):
+            cgr.replay(step)
+    hook.flush(wait=True)
+    prof = summarize([tmp_path / "logs"], name="mle")
+    assert any(n.startswith("multi-layer EAGLE: the draft is steps draft-extend forwards") for n in prof.notes)
+    assert prof.has("draft_extend") and not prof.has("draft")
+    cc = cycle_costs(prof, batch=2, spec=prof.spec)
+    # the verdict carries it: the draft is an assumption (free), never a measured lower figure
+    assert cc.draft_total_s == 0.0 and any(a.kind == "draft" for a in cc.assumptions)
