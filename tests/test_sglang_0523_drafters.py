@@ -290,3 +290,28 @@ def test_a_multi_layer_eagle_profile_says_its_draft_is_not_in_the_cycle(load: An
     cc = cycle_costs(prof, batch=2, spec=prof.spec)
     # the verdict carries it: the draft is an assumption (free), never a measured lower figure
     assert cc.draft_total_s == 0.0 and any(a.kind == "draft" for a in cc.assumptions)
+
+
+def test_a_verify_record_from_the_draft_runner_in_an_older_log_is_read_as_a_draft(tmp_path: Path) -> None:
+    """A log the hook wrote before it knew DFlash's draft block (phase verify, runner draft) is read
+    as the drafter's forward: the target's verify rows hold the target's verifies only."""
+    from specmodel.schema.formats import SGLANG_FORWARD
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    head = SGLANG_FORWARD.header()
+    meta = {**head, "type": "meta", "sglang_version": "0.5.23", "pid": 1, "rank": "0", "tp_rank": 0, "tp_size": 1,
+            "spec": {"algorithm": "EAGLE3", "steps": 3, "topk": 1, "num_draft_tokens": 4}}
+
+    def fwd(phase: str, runner: str, tokens: int, s: float) -> dict[str, Any]:
+        return {**head, "type": "forward", "phase": phase, "batch": 2, "tokens": tokens, "forwards": 1,
+                "forward_mode": "TARGET_VERIFY" if phase == "verify" else "DECODE", "runner": runner,
+                "member": "ModelRunner.forward", "t_start_unix_s": 1.0, "cpu_s": s}
+
+    recs = [meta] + [fwd("decode", "target", 2, 0.010)] * 3 + [fwd("verify", "target", 8, 0.020)] * 3 + \
+        [fwd("verify", "draft", 8, 0.002)] * 3
+    (d / "rank0-dp0-pp0-pid1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    prof = summarize([d], name="old")
+    rows = {(r.kind, r.tokens): r for r in prof.costs}
+    assert rows[("verify", 8)].total_s == pytest.approx(0.020) and rows[("verify", 8)].samples == 3
+    assert rows[("draft", 8)].total_s == pytest.approx(0.002)

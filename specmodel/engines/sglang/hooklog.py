@@ -222,15 +222,18 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             for r in fwds:
                 if r["phase"] in ("decode", "extend") and r["runner"] != "target":
                     continue
+                # a forward on the draft runner is the drafter's whatever its mode: a log written before
+                # the hook knew it (DFlash's TARGET_VERIFY draft block) never pools into the verify rows
+                ph = "draft" if r["phase"] == "verify" and r["runner"] == "draft" else r["phase"]
                 clock = "gpu_s" if "gpu_s" in r else "cpu_s"
                 clocks.add(clock)
                 n = int(r.get("forwards", 1))
-                if r["phase"] == "draft":
+                if ph == "draft":
                     draft_fwds.append(n)
                 if str(r.get("member", "")).startswith(MLE_MEMBERS):
                     mle_fwds += 1
-                into = spec_decode if speculative and r["phase"] in ("decode", "extend") else groups
-                into.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
+                into = spec_decode if speculative and ph in ("decode", "extend") else groups
+                into.setdefault((ph, r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
     where = ", ".join(str(d) for d in dirs)
     check_one_server_kind(tp=tp, tp_sizes=tp_sizes, models=models, versions=versions, version_key="sglang_version",
                           engine="SGLang")
