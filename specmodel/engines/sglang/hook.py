@@ -6,7 +6,12 @@
   CUDA-graph replays go through it);
 * ``EAGLEDraftCudaGraphRunner.execute`` (0.5.23) or ``.replay`` (0.5.5), and the same on
   ``EAGLEDraftExtendCudaGraphRunner``: the drafter's CUDA-graph replays bypass
-  ``ModelRunner.forward``.
+  ``ModelRunner.forward``;
+* 0.5.23's other drafters' graph replays (:data:`~specmodel.engines.sglang.targets.DRAFTER_TARGETS_0523`):
+  multi-layer EAGLE's per-layer ``MultiLayerEagleDraftExtendCudaGraphRunner.replay`` (draft_extend,
+  one MTP layer each) and its single-graph ``OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner.replay``
+  (every layer, replayed at step 0), FROZEN_KV_MTP's ``FrozenKVMTPCudaGraphRunner.execute`` (the
+  whole draft: the seed forward + steps - 1).
 
 Each call is wrapped in the annotation seam (:func:`specmodel.engines.hook.annotate.phase`: NVTX
 range + ``record_function`` span ``specmodel.<phase>[bs=..,toks=..]``) and timed with a
@@ -22,8 +27,9 @@ counted in ``dropped_forwards`` on every later line, and ``--summarize`` reports
 flush waits on events, outside the hook's lock.
 
 Phases come from ``forward_batch.forward_mode.name`` (member values shift between versions):
-TARGET_VERIFY → verify; DECODE → draft on the drafter's runner (``is_draft_worker``), decode
-on the target; DRAFT_EXTEND/DRAFT_EXTEND_V2 → draft_extend; EXTEND/MIXED/SPLIT_PREFILL →
+on the drafter's runner (``is_draft_worker``) a forward is the drafter's whatever its mode --
+DECODE and TARGET_VERIFY (DFlash's draft block) → draft; on the target TARGET_VERIFY → verify,
+DECODE → decode; DRAFT_EXTEND/DRAFT_EXTEND_V2 → draft_extend; EXTEND/MIXED/SPLIT_PREFILL →
 extend; IDLE → not recorded; anything else → one warning, not recorded.
 
 Never crashes the server: a class or method that is not there gives one warning line naming
@@ -42,7 +48,9 @@ seen by one process. Seams, read in SGLang 0.5.5 and 0.5.23 ``srt/managers/sched
 
 * ``Scheduler.get_next_batch_to_run`` bounds a step: both event loops call it once per pass
   (0.5.5 ``event_loop_normal`` l. 958-974 and ``event_loop_overlap`` l. 977-1004; 0.5.23
-  l. 2026-2058 and 2061-2134). A step runs from one call to the next, so steps tile the loop:
+  l. 2026-2058 and 2061-2134). PD-disaggregated servers' loops call
+  ``get_next_disagg_decode_batch_to_run`` / ``get_next_disagg_prefill_batch_to_run`` instead
+  (:data:`~specmodel.engines.sglang.targets.DISAGG_STEP_TARGETS`), which bound their steps. A step runs from one call to the next, so steps tile the loop:
   batch building, ``run_batch`` (EAGLE: ``EAGLEWorker.forward_batch_generation``, 0.5.5
   ``eagle_worker.py`` l. 249-303: draft, tree building, verify and its bookkeeping,
   draft-extend), ``process_batch_result`` and the next pass's request intake.
