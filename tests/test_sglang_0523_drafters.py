@@ -315,3 +315,13 @@ def test_a_verify_record_from_the_draft_runner_in_an_older_log_is_read_as_a_draf
     rows = {(r.kind, r.tokens): r for r in prof.costs}
     assert rows[("verify", 8)].total_s == pytest.approx(0.020) and rows[("verify", 8)].samples == 3
     assert rows[("draft", 8)].total_s == pytest.approx(0.002)
+
+
+def test_a_seam_newer_than_the_installed_version_is_expected_absent_only_there() -> None:
+    prefill = next(t for t in sgtargets.DISAGG_STEP_TARGETS if t.methods == ("get_next_disagg_prefill_batch_to_run",))
+    assert sgtargets.expected_absent(prefill, "0.5.5")
+    assert not sgtargets.expected_absent(prefill, "0.5.23")
+    assert not sgtargets.expected_absent(prefill, "0.5.23rc1")  # read as 0.5.23
+    assert not sgtargets.expected_absent(prefill, "0.6.0")  # a later version that lacks it is warned
+    # a seam every supported version has is never expected absent
+    assert not any(sgtargets.expected_absent(t, "0.5.5") for t in sgtargets.TARGETS + sgtargets.STEP_TARGETS)
