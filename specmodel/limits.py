@@ -21,6 +21,10 @@ MAX_DRAFT_TOKENS = 1024
 #: the deepest draft the optimizer searches by default (model/optimize.py; a measured or asked
 #: depth above it widens the search): a search bound, not an input bound like MAX_STEPS
 SEARCH_MAX_STEPS = 8
+#: the widest verify (draft tokens per request, root included) the optimizer searches beyond
+#: steps·topk + 1 (SGLang verifies up to topk + (steps-1)·topk² + 1: 457 at steps 8, topk 8, a
+#: verify no profile measures): a search bound, like SEARCH_MAX_STEPS
+SEARCH_MAX_DRAFT_TOKENS = 64
 # ---- operating point
 MAX_BATCH = 65_536
 MAX_TP = 64

@@ -68,6 +68,7 @@ def test_phase_mapping_by_name() -> None:
     assert hook.phase_for_mode("TARGET_VERIFY", is_draft=False) == "verify"
     assert hook.phase_for_mode("DECODE", is_draft=True) == "draft"
     assert hook.phase_for_mode("DECODE", is_draft=False) == "decode"
+    assert hook.phase_for_mode("TARGET_VERIFY", is_draft=True) == "draft"  # DFlash's draft block
     assert hook.phase_for_mode("DRAFT_EXTEND", is_draft=True) == "draft_extend"
     assert hook.phase_for_mode("DRAFT_EXTEND_V2", is_draft=True) == "draft_extend"
     for m in ("EXTEND", "MIXED", "SPLIT_PREFILL"):
@@ -417,7 +418,7 @@ def test_scheduler_step_spans_contain_the_forwards(standin: Any, tmp_path: Path,
     logs = _run_scheduler(standin, tmp_path, monkeypatch, speculative=True)
     assert sorted(hook.patched_members()) == ["EAGLEDraftCudaGraphRunner.replay", "EAGLEDraftExtendCudaGraphRunner.replay",
                                               "ModelRunner.forward", "Scheduler.get_next_batch_to_run",
-                                              "Scheduler.run_batch"]
+                                              "Scheduler.get_next_disagg_decode_batch_to_run", "Scheduler.run_batch"]
     steps = _steps(logs)
     # the prefill step and three cycles; the idle pass that ends the loop ran no batch: not a step
     assert [(s["forward_mode"], s["batch"]) for s in steps] == [("EXTEND", 2)] + [("DECODE", 2)] * 3

@@ -46,7 +46,7 @@ from specmodel.limits import (
 from specmodel.schema.conditions import CONDITIONS_VERSION, Conditions
 from specmodel.schema.fields import at_record, read_dict, read_int, read_num
 from specmodel.schema.formats import PROFILE
-from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
+from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS, max_draft_tokens
 from specmodel.schema.seams import MissingSeam
 
 if TYPE_CHECKING:
@@ -335,9 +335,11 @@ class SpecConfig:
             raise SpecmodelError(
                 f"spec.num_draft_tokens: with topk 1 at most steps + 1 = {self.steps + 1}, got {self.num_draft_tokens}"
             )
-        if self.num_draft_tokens > self.steps * self.topk + 1:
+        hi = max_draft_tokens(self.steps, self.topk)
+        if self.num_draft_tokens > hi:
             raise SpecmodelError(
-                f"spec.num_draft_tokens: at most steps*topk + 1 = {self.steps * self.topk + 1}, got {self.num_draft_tokens}"
+                f"spec.num_draft_tokens: at most topk + (steps-1)*topk^2 + 1 = {hi} (the nodes SGLang drafts, "
+                f"plus the root), got {self.num_draft_tokens}"
             )
 
     @property
