@@ -36,6 +36,7 @@ class Server:
     occupancy_pct: float | None = None
     spec_steps: float | None = None
     accept_len: float = 0.0
+    model: str = LABELS["model_name"]
 
     def cycles(self, n: int, batch: int, context: float, **per_cycle_s: float) -> None:
         """``n`` decode batches at ``batch`` requests of ``context`` KV tokens, each with the given
@@ -61,7 +62,7 @@ class Server:
             ("sglang:spec_num_steps", "The number of speculative decoding steps."),
             ("sglang:spec_accept_length", "The average acceptance length of speculative decoding."))}
         for rank in range(self.tp):
-            lab = {**LABELS, "tp_rank": str(rank)}
+            lab = {**LABELS, "model_name": self.model, "tp_rank": str(rank)}
             if with_timer:
                 for cat, s in self.seconds.items():
                     sec.labels(**lab, category=cat).inc(s * (1.0 + self.skew * rank))
