@@ -105,6 +105,9 @@ def test_the_run_turns_the_timer_on_and_keeps_the_users_settings() -> None:
     new, env, said = with_device_timer((*cmd, "--enable-metrics"), {DEVICE_TIMER_ENV: "0"})
     assert new == (*cmd, "--enable-metrics") and env == {} and said == []  # the user's 0 stays off
     assert metrics_url(("python",)) == "http://127.0.0.1:30000/metrics"
+    new, env, said = with_device_timer(("./serve.sh", "3"), {})  # a wrapper's arguments are not SGLang's
+    assert new == ("./serve.sh", "3") and env == {DEVICE_TIMER_ENV: "1"}
+    assert said[1].startswith("not --enable-metrics: the command does not name sglang")
 
 
 def _run_dirs(tmp_path: Path, host_pct: float | None) -> tuple[Path, Path]:
@@ -170,3 +173,24 @@ def test_summarize_refuses_a_timer_page_without_its_counts(tmp_path: Path) -> No
     assert res.stderr.strip() == (f"specmodel: error: {spec / 'metrics' / '000003.prom'}: sglang:forward_execution_"
                                   "seconds_total without sglang:cuda_graph_passes_total{mode=decode_*}: no count to "
                                   "divide the device timer's seconds by")
+
+
+@pytest.mark.slow  # waits for two scrapes of a stand-in server (the keeper's period)
+def test_the_run_turns_the_timer_on_and_keeps_every_page(tmp_path: Path) -> None:
+    import socket
+    import sys
+
+    with socket.socket() as sock:  # a free port on 127.0.0.1 for the stand-in
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "run"
+    server = Path(__file__).parent / "sglang_timer_server.py"  # its path names sglang: the flag is added
+    res = run_cli("sglang", "--out", str(out), "--", sys.executable, str(server), "--port", str(port), "--pages", "2",
+                  timeout=600)
+    assert res.returncode == 0, res.stderr  # 3 would be the stand-in refusing a timer left off
+    assert "SGLang's device timer on (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, --enable-metrics)" in res.stderr
+    pages = sorted((out / "metrics").glob("*.prom"))
+    assert [p.name for p in pages[:2]] == ["000000.prom", "000001.prom"]
+    first, last = (dt.read_page(p.read_text(), str(p)) for p in (pages[0], pages[-1]))
+    assert first.decode_passes == 10 and last.decode_passes == 10 * len(pages)
+    assert (out / "metrics.prom").read_text() == pages[-1].read_text()

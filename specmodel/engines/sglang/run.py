@@ -50,15 +50,20 @@ def metrics_url(command: tuple[str, ...]) -> str:
 
 def with_device_timer(command: tuple[str, ...], env: dict[str, str]) -> tuple[tuple[str, ...], dict[str, str], list[str]]:
     """The command and extra environment that turn SGLang's device timer on, and what was changed
-    (a value the user set is kept: their ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=0`` stays off)."""
+    (a value the user set is kept: their ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=0`` stays off). The flag
+    is added only to a command that names sglang (``python -m sglang.launch_server``, ``sglang serve``)."""
     said: list[str] = []
     extra: dict[str, str] = {}
     if DEVICE_TIMER_ENV not in env:
         extra[DEVICE_TIMER_ENV] = "1"
         said.append(f"{DEVICE_TIMER_ENV}=1")
     if ENABLE_METRICS not in command and not any(a.startswith(ENABLE_METRICS + "=") for a in command):
-        command = (*command, ENABLE_METRICS)
-        said.append(ENABLE_METRICS)
+        if any("sglang" in a for a in command):
+            command = (*command, ENABLE_METRICS)
+            said.append(ENABLE_METRICS)
+        else:
+            # a wrapper script's arguments are not SGLang's: its own command line must add the flag
+            said.append(f"not {ENABLE_METRICS}: the command does not name sglang (add it to the server's flags)")
     return command, extra, said
 
 
