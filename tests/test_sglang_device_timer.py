@@ -63,6 +63,8 @@ def test_a_window_with_prefill_leaves_the_draft_unknown_never_guessed() -> None:
     assert isinstance(w, dt.DeviceCosts)
     assert w.verify_s == pytest.approx(0.010)
     assert w.draft_s is None and "'extend' holds both" in w.unknown["draft"]
+    # what the page did attribute to the drafter is a lower bound, said as one
+    assert w.draft_min_s == pytest.approx(0.003) and w.unknown["draft"].endswith("(at least 3.00 ms per cycle)")
 
 
 def test_a_server_without_speculation_gives_decode() -> None:

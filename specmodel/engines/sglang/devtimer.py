@@ -39,6 +39,7 @@ from typing import Any
 
 from specmodel.engines.prom import Sample, parse_page
 from specmodel.errors import SpecmodelError
+from specmodel.units import ms
 
 CLOCK = "engine_device_timer"
 SECONDS = "sglang:forward_execution_seconds_total"
@@ -170,6 +171,9 @@ class DeviceCosts:
     verify_s: float | None
     decode_s: float | None
     draft_s: float | None  # the drafter's whole cycle: its steps + its draft-extend
+    #: the drafter seconds per cycle the page did attribute (graph replays + eager steps): a lower
+    #: bound where ``draft_s`` is unknown because 'extend' also moved
+    draft_min_s: float | None
     host_s: float | None  # wall - timed GPU per cycle, from the occupancy gauge
     batch: float | None
     context_tokens: float | None
@@ -184,7 +188,7 @@ class DeviceCosts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"clock": self.clock, "cycles": self.cycles, "speculative": self.speculative, "verify_s": self.verify_s,
-                "decode_s": self.decode_s, "draft_s": self.draft_s, "host_s": self.host_s, "batch": self.batch,
+                "decode_s": self.decode_s, "draft_s": self.draft_s, "draft_min_s": self.draft_min_s, "host_s": self.host_s, "batch": self.batch,
                 "context_tokens": self.context_tokens, "spec_steps": self.spec_steps,
                 "category_seconds": dict(self.seconds), "unknown": dict(self.unknown)}
 
@@ -210,17 +214,19 @@ def window(a: DevicePage | None, b: DevicePage) -> DeviceCosts | str:
     else:
         unknown["verify"] = "no target_verify seconds: the server does not speculate"
     draft: float | None = None
+    seen: float | None = None
     if spec:
+        seen = (math.fsum(d.get(c, 0.0) for c in DRAFT_GRAPH + DRAFT_EXTEND_GRAPH) + d.get("decode", 0.0)) / n
         prefill = d.get("extend", 0.0) + d.get("split_prefill", 0.0)
-        if prefill > 0:
+        if seen == 0.0:
+            unknown["draft"] = ("no drafter category moved (an untimed drafter, e.g. multi-layer EAGLE's "
+                                "per-step replays, or a host proposer)")
+        elif prefill > 0:
             unknown["draft"] = ("the window had prefill: 'extend' holds both the target's prefill and the "
-                                "drafter's eager draft-extend, so the drafter's share is not on the page")
+                                "drafter's eager draft-extend, so the drafter's share is not on the page "
+                                f"(at least {ms(seen)} per cycle)")
         else:
-            draft = (math.fsum(d.get(c, 0.0) for c in DRAFT_GRAPH + DRAFT_EXTEND_GRAPH) + d.get("decode", 0.0)) / n
-            if draft == 0.0:
-                draft = None
-                unknown["draft"] = ("no drafter category moved (an untimed drafter, e.g. multi-layer EAGLE's "
-                                    "per-step replays, or a host proposer)")
+            draft = seen
     gpu = math.fsum(d.values()) / n
     host = None
     occ = b.occupancy_pct
@@ -229,5 +235,6 @@ def window(a: DevicePage | None, b: DevicePage) -> DeviceCosts | str:
     else:
         unknown["host"] = f"no {OCCUPANCY} on the page (or 0 %)"
     ctx = b.used_tokens / b.running if b.used_tokens is not None and b.running else None
-    return DeviceCosts(cycles=n, speculative=spec, verify_s=verify, decode_s=decode, draft_s=draft, host_s=host,
+    return DeviceCosts(cycles=n, speculative=spec, verify_s=verify, decode_s=decode, draft_s=draft,
+                       draft_min_s=seen if seen else None, host_s=host,
                        batch=b.running, context_tokens=ctx, spec_steps=b.spec_steps, seconds=d, unknown=unknown)
