@@ -85,3 +85,17 @@ def test_a_page_without_the_timer_is_priced_with_the_profile_and_says_why() -> N
     assert doc["observed"]["live_costs_why"].startswith("no sglang:forward_execution_seconds_total on the page")
     # the profile's own cycle at batch 4 (plan/predict: 31.64 ms)
     assert doc["speedup"] == pytest.approx(2.8 * BASE_S / 0.03163729056, rel=1e-3)
+
+
+def test_a_bad_device_timer_page_is_one_line_exit_2() -> None:
+    s = Server(model=MODEL, accept_len=2.8, running=4.0, occupancy_pct=80.0)
+    s.cycles(10, 4, 0, target_verify=0.02)
+    page = s.page()
+    assert page.count(" 80.0\n") == 1  # the occupancy gauge's value, made out of range below
+    bad = page.replace(" 80.0\n", " 180.0\n")
+    with PageServer([bad]) as srv:
+        r = subprocess.run(specmodel_exe() + ["watch", srv.url, "--profile", str(REFERENCE), "--once", "--interval",
+                                              "0.1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("specmodel: error: ") and "sglang:fwd_occupancy = 180.0 is not a percentage" in line
