@@ -60,8 +60,7 @@ CATEGORIES: Mapping[str, tuple[str, str]] = MappingProxyType({
         "the target's verify forwards: eager (model_executor/runner/eager_runner.py 343-350), decode CUDA "
         "graph (decode_cuda_graph_runner.py 1986-1987, the mode's name) and piecewise prefill graph "
         "(model_runner.py 2045-2056, which also times load_batch)",
-        "nothing of the drafter; a DFlash drafter runs its block as TARGET_VERIFY on the draft runner and "
-        "lands here too"),
+        "nothing of the drafter"),
     "decode": (
         "the target's decode forwards (non-speculative server) and, on a speculative server, the drafter's "
         "EAGER draft steps (eager_runner.py 261: every DECODE forward on any runner the timer is on)",
@@ -77,15 +76,18 @@ CATEGORIES: Mapping[str, tuple[str, str]] = MappingProxyType({
     "eagle_draft_extend": (
         "one replay of the draft-extend graph (eagle_draft_extend_cuda_graph_runner.py 676; multi-layer "
         "EAGLE multi_layer_eagle_draft_extend_cuda_graph_runner.py 536, 1115)",
-        "multi-layer EAGLE's per-step replays (multi_layer_eagle_draft_extend_cuda_graph_runner.py 932: no "
-        "timer): a multi-layer drafter's draft cost is not all on the page"),
+        "batches above the largest draft-extend graph run eager (extend)"),
     "frozen_kv_draft": ("FROZEN_KV_MTP's draft graph replay (speculative/frozen_kv_mtp_cuda_graph_runner.py 462)", ""),
     "idle": ("idle forwards of a DP-attention rank with no batch (eager_runner.py 460)", ""),
     "split_prefill": ("split prefill chunks (model_runner.py 1802)", ""),
 })
 #: what no category holds (said once beside every figure)
 NOT_SEEN = ("host work between forwards (batch building, tree building, sampling bookkeeping), GPU work "
-            "outside a timed segment, and the all-reduce share inside a forward (one interval per forward)")
+            "outside a timed segment, the all-reduce share inside a forward (one interval per forward), and "
+            "every forward of a drafter the timer is not installed on: it is set on the spec worker's "
+            "draft_worker.draft_runner / draft_runner_list only (metrics_reporter.py 363-374), and DFlash / "
+            "DSpark drive their drafter through a plain TpModelWorker without either (dflash_worker_v2.py "
+            "649-654): their draft is not on the page")
 
 
 def _rank0(ss: list[Sample]) -> list[Sample]:
@@ -219,8 +221,8 @@ def window(a: DevicePage | None, b: DevicePage) -> DeviceCosts | str:
         seen = (math.fsum(d.get(c, 0.0) for c in DRAFT_GRAPH + DRAFT_EXTEND_GRAPH) + d.get("decode", 0.0)) / n
         prefill = d.get("extend", 0.0) + d.get("split_prefill", 0.0)
         if seen == 0.0:
-            unknown["draft"] = ("no drafter category moved (an untimed drafter, e.g. multi-layer EAGLE's "
-                                "per-step replays, or a host proposer)")
+            unknown["draft"] = ("no drafter category moved (a drafter the timer is not installed on, e.g. "
+                                "DFlash / DSpark, or a host proposer such as NGRAM)")
         elif prefill > 0:
             unknown["draft"] = ("the window had prefill: 'extend' holds both the target's prefill and the "
                                 "drafter's eager draft-extend, so the drafter's share is not on the page "
