@@ -227,7 +227,7 @@ def live_pricing(profile: Profile, obs: Observed, spec: SpecConfig, batch: int) 
     notes = [f"live costs ({clock}, {live.cycles:.0f} cycles in the window; profile: {doc['profile_clock']}): "
              f"{said or 'none comparable'}" + (f"; host work {ms(live.host_s)} per cycle" if host is not None else "")
              + "; the reading prices the live costs"]
-    notes += [f"live {k} cost unknown: {why}" for k, why in live.unknown.items() if k in ("draft", "host")]
+    notes += [f"live {k} cost unknown: {why}" for k, why in live.unknown.items() if k in ("verify", "draft", "host")]
     if not factors and host is None:
         return profile, doc, notes
     return costs_scaled(profile, factors, overhead_s=host, what=f"live costs ({clock})"), doc, notes

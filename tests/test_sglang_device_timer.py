@@ -67,6 +67,22 @@ def test_a_window_with_prefill_leaves_the_draft_unknown_never_guessed() -> None:
     assert w.draft_min_s == pytest.approx(0.003) and w.unknown["draft"].endswith("(at least 3.00 ms per cycle)")
 
 
+def test_a_window_across_an_adaptive_steps_change_prices_no_cycle() -> None:
+    s = _spec_server()
+    s.cycles(100, 4, 500, target_verify=0.010, eagle_draft=0.003)
+    a = dt.read_page(s.page(), "a")
+    s.spec_steps = 0  # SGLang's adaptive policy switched drafting off: one-token verifies, no draft
+    s.cycles(100, 4, 500, target_verify=0.006, eagle_draft_extend=0.001)
+    b = dt.read_page(s.page(), "b")
+    w = dt.window(a, b)
+    assert isinstance(w, dt.DeviceCosts)
+    assert w.verify_s is None and w.draft_s is None and "spec_num_steps 3 -> 0" in w.unknown["verify"]
+    s.cycles(100, 4, 500, target_verify=0.006, eagle_draft_extend=0.001)
+    w = dt.window(b, dt.read_page(s.page(), "c"))
+    assert isinstance(w, dt.DeviceCosts)
+    assert w.verify_s is None and "drafting off" in w.unknown["draft"]
+
+
 def test_a_server_without_speculation_gives_decode() -> None:
     s = Server(occupancy_pct=None)
     a = dt.read_page(s.page(), "a")

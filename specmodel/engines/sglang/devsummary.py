@@ -102,7 +102,7 @@ def with_device_timer(profile: Profile, dirs: Sequence[Path]) -> Profile:
             apart = 0.0 if abs(apart) < 5e-4 else apart  # no "-0.0 %"
             hook = (f"; the hook's {kind} row at batch {row.batch}: {ms(row.total_s)} "
                     f"({profile.source.details.get('clock', 'hook')}, {apart:+.1%} apart)")
-        wanted = ("draft", "host") if whole.speculative else ("host",)
+        wanted = ("verify", "draft", "host") if whole.speculative else ("host",)
         unk = "; ".join(f"{k} unknown: {v}" for k, v in whole.unknown.items() if k in wanted)
         batch = f"{whole.batch:g}" if whole.batch is not None else "unknown"
         notes.append(f"{d}: device timer ({dt.CLOCK}) over {whole.cycles:.0f} decode batches at batch "

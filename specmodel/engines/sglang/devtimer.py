@@ -209,6 +209,18 @@ def window(a: DevicePage | None, b: DevicePage) -> DeviceCosts | str:
     spec = d.get("target_verify", 0.0) > 0
     unknown: dict[str, str] = {}
     verify = d["target_verify"] / n if spec else None
+    # adaptive speculation (spec_num_steps) changes the verify's length: a window across a change
+    # mixes cycles of several k, and k = 0 runs a one-token verify with no draft
+    # (eagle_worker_v2.py 1469-1472, 1681-1686): no cost of the configured cycle is on the page then
+    was = a.spec_steps if a is not None else None
+    if spec and was is not None and b.spec_steps is not None and was != b.spec_steps:
+        verify = None
+        unknown["verify"] = unknown["draft"] = (f"the adaptive steps changed in the window (spec_num_steps "
+                                                f"{was:g} -> {b.spec_steps:g}): its cycles mix verify lengths")
+    elif spec and b.spec_steps == 0:
+        verify = None
+        unknown["verify"] = unknown["draft"] = ("drafting off (spec_num_steps 0): the target_verify forwards "
+                                                "verify one token per request, no draft")
     decode = None if spec else d.get("decode", 0.0) / n
     if spec:
         unknown["decode"] = ("a speculative server runs no target decode; its 'decode' category holds the "
@@ -217,7 +229,7 @@ def window(a: DevicePage | None, b: DevicePage) -> DeviceCosts | str:
         unknown["verify"] = "no target_verify seconds: the server does not speculate"
     draft: float | None = None
     seen: float | None = None
-    if spec:
+    if spec and "draft" not in unknown:
         seen = (math.fsum(d.get(c, 0.0) for c in DRAFT_GRAPH + DRAFT_EXTEND_GRAPH) + d.get("decode", 0.0)) / n
         prefill = d.get("extend", 0.0) + d.get("split_prefill", 0.0)
         if seen == 0.0:
