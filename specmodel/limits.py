@@ -87,6 +87,10 @@ WATCH_TAIL_BYTES = 32 << 20
 #: a /metrics window this share of `--window` long, with tokens generated and no draft counted, is a
 #: server that proposes nothing (proposal rate 0); shorter, it may be prefills' first tokens only
 SILENT_WINDOW_SHARE = 0.9
+#: `specmodel watch` on a page with the engine's own costs (SGLang's device timer): a live cost this far
+#: from the profile's at the same point (relative), or beyond the profile's 95 % interval where that is
+#: wider, has left the profile's interval and is said so
+LIVE_COST_DRIFT_REL = 0.05
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
 MAX_PROMETHEUS_ANSWER_BYTES = 256 << 20  # one fleet query's answer (`watch --prometheus`): every sample of every server
 #: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
