@@ -23,7 +23,7 @@ from specmodel.engines.vllm.seams import TABLE as VLLM  # noqa: E402
 LIVE = {("vllm", "0.32.0")}
 #: the wheels are platform wheels (vLLM's abi3, SGLang 0.5.23's cp311): asked for as Linux x86-64 CPython 3.11
 PLATFORM = ("--only-binary=:all:", "--implementation", "cp", "--python-version", "3.11",
-            "--platform", "manylinux_2_34_x86_64")
+            "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_34_x86_64")
 
 
 def cache_dir() -> Path:

@@ -1,5 +1,5 @@
 """A real engine module, read from the engine's own wheel (SGLang cannot be installed or run on this
-box): ``pip download NAME==VERSION --no-deps`` into ``~/.cache/specmodel/engine-wheels/NAME-VERSION/``
+box): downloaded once by ``scripts/engine_wheels.py`` (``pip download --no-deps``) into ``~/.cache/specmodel/engine-wheels/NAME-VERSION/``
 once (the same cache layout every engine-source test reads; ``SPECMODEL_ENGINE_WHEELS`` moves it), then
 one file is taken out of the wheel and executed as a module of its own, with only its own imports.
 
@@ -25,13 +25,12 @@ def engine_wheel(name: str, version: str) -> Path:
     d = wheel_cache() / f"{name}-{version}"
     found = sorted(d.glob(f"{name}-{version}-*.whl"))
     if not found:
-        d.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(d),
-               f"{name}=={version}"]
+        # one downloader (the platform tags the wheels need are its own): scripts/engine_wheels.py
+        cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "engine_wheels.py")]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         found = sorted(d.glob(f"{name}-{version}-*.whl"))
         if r.returncode != 0 or not found:
-            raise AssertionError(f"{name} {version} wheel not cached and not downloadable ({' '.join(cmd)}): "
+            raise AssertionError(f"{name} {version} wheel not cached and not downloadable (make engine-wheels): "
                                  f"{r.stderr.strip()[-300:]}")
     return found[-1]
 

@@ -1,25 +1,34 @@
-"""Where a test finds an unpacked SGLang wheel of a given version (parsed with ``ast``, never imported).
+"""Where a test finds the source of a given SGLang version (parsed with ``ast``, never imported).
 
-``$SPECMODEL_ENGINE_SRC/sglang__<version>/sglang`` (default ``/work/engine-src``: wheels unpacked
-without their dependencies). A missing source fails the test, never skips it: a check that did
-not run must not pass."""
+The wheel comes from the engine-wheel cache (``tests/engine_wheel_cache.py``: ``make engine-wheels``
+fills it, a missing one is downloaded without dependencies); its ``sglang/`` tree is unpacked once
+beside it (``<cache>/sglang-<version>/src``, written to a temp folder and renamed, so a torn unpack is
+never read). A source that cannot be had fails the test, never skips it: a check that did not run
+must not pass."""
 
 from __future__ import annotations
 
 import ast
-import os
+import shutil
+import tempfile
+import zipfile
 from pathlib import Path
 
-import pytest
+from tests.engine_wheel_cache import engine_wheel
 
 
 def sglang_root(version: str) -> Path:
-    base = Path(os.environ.get("SPECMODEL_ENGINE_SRC", "/work/engine-src"))
-    root = base / f"sglang__{version}" / "sglang"
-    if not root.is_dir():
-        pytest.fail(f"SGLang {version} source not found at {root}; unpack the wheel there "
-                    f"(pip download --no-deps sglang=={version}; unzip) or set SPECMODEL_ENGINE_SRC")
-    return root
+    wheel = engine_wheel("sglang", version)
+    dest = wheel.parent / "src"
+    if not (dest / "sglang").is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=".src-", dir=wheel.parent))
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(tmp, [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")])
+        try:
+            tmp.rename(dest)
+        except OSError:  # another worker unpacked it first: theirs is whole
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest / "sglang"
 
 
 def sglang_module(version: str, rel: str) -> ast.Module:
