@@ -141,6 +141,21 @@ def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
     _capture_begin(runner, kind)
 
 
+def _step_drafts(runner: Any) -> None:
+    """V2: the drafts this step's proposal makes, as the runner set them at the end of
+    ``execute_model`` (``ExecuteModelState.num_spec_tokens_to_schedule``: 0 when the scheduler output's
+    ``skip_drafts`` -- or the DP ranks' agreement -- says no scheduled request can use them, the
+    per-batch schedule's K otherwise; vllm 0.34 ``v1/worker/gpu/model_runner.py:2185-2202``, read by
+    ``sample_tokens`` :2232 and passed to ``propose`` as ``num_speculative_tokens``). The record's
+    ``draft_k`` is that K, not the configured one (a K = 0 step drafted nothing)."""
+    rec = STATE.step
+    if rec is None or rec["draft_method"] is None:
+        return
+    k = getattr(getattr(runner, "execute_model_state", None), "num_spec_tokens_to_schedule", None)
+    if isinstance(k, int) and not isinstance(k, bool) and 0 <= k:
+        rec["draft_k"] = k
+
+
 def _gpu_step_start(timers: dict[str, Any]) -> None:
     """The step's GPU span starts here; the GPU gap runs from the last recorded step's end event."""
     step = Timer()
@@ -358,6 +373,8 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any], runner_kind:
             finally:
                 if STATE.span is not None:  # V2: the forward ends with execute_model
                     _close_span()
+            if runner_kind == "v2":
+                _safe(lambda: _step_drafts(self), member)
             if out is not None:  # no sample_tokens follows (nothing scheduled, pooling, PP non-last rank)
                 _safe(_end_step, member)
             return out
