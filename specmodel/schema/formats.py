@@ -81,8 +81,9 @@ SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=2, readable=(1,
 #: the vLLM hook's per-process JSONL, one engine step per line (engines/vllm/hook.py, read by
 #: engines/vllm/hooklog.py); v2: the meta line's tp/pp/dp ranks and ``max_pending_steps``, each step's
 #: ``host_step_s`` / ``gpu_step_s`` / ``gpu_gap_s`` / ``step_clock`` (``step_s`` and ``overhead_s`` on that
-#: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``
-VLLM_STEP = Format(name="specmodel.vllm_step", version=2, readable=(1, 2), what="specmodel vllm step log")
+#: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``; v3: the meta line's ``compilation``
+#: and ``num_hidden_layers``, a step's ``draft_k`` the K its proposal drafted (0: none, V2's ``skip_drafts``)
+VLLM_STEP = Format(name="specmodel.vllm_step", version=3, readable=(1, 2, 3), what="specmodel vllm step log")
 #: the vLLM hook's capture sidecar, ``capture/<rank file>.json`` beside its Kineto trace (written by
 #: engines/vllm/capture.py, read by engines/vllm/capture_ingest.py)
 VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")

@@ -22,6 +22,7 @@ import click
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
+from specmodel.engines.vllm.installed import check_command
 from specmodel.engines.vllm.targets import ENV_DIR, runner_env
 from specmodel.errors import FieldError, SpecmodelError
 from specmodel.limits import MAX_METRICS_PAGE_BYTES
@@ -132,6 +133,7 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
     None: its default, on where a worker runs CUDA graphs)."""
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
+    check_command(command, os.environ)  # what the installed engine cannot run: refused before it starts
     extra, msg = runner_env(os.environ)
     if capture_steps is not None:
         extra[ENV_STEPS] = str(capture_steps)
