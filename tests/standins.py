@@ -183,12 +183,14 @@ def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterato
 
 
 @contextmanager
-def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterator[types.SimpleNamespace]:
+def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0,
+            replace: Mapping[str, ModuleType] | None = None) -> Iterator[types.SimpleNamespace]:
     """Model Runner V2's step, registered under V2's module names, the hook installed:
     ``execute_model`` (input preparation, ``StepTimingCollector.forward_start``, the model with
     three all-reduces, return) + ``sample_tokens`` (sampling, ``speculator.propose``: k = 3 drafter
     forwards with an all-reduce each, an async output); ``_dummy_run`` calls
-    ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do."""
+    ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do. ``replace``: modules
+    registered instead of the stand-in's own (a release whose module lacks a member)."""
     ps, group = _parallel_state(work, tp_rank)
     timing = types.ModuleType(vtargets.V2_TIMING_MODULE)
 
@@ -278,7 +280,7 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
 
     mr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
     mods = {vtargets.PARALLEL_MODULE: ps, vtargets.V2_TIMING_MODULE: timing, spec_mod.__name__: spec_mod,
-            suffix_mod.__name__: suffix_mod, vtargets.V2_RUNNER_MODULE: mr}
+            suffix_mod.__name__: suffix_mod, vtargets.V2_RUNNER_MODULE: mr, **(replace or {})}
     with _registered(mods, out) as patched:
         yield types.SimpleNamespace(Runner=GPUModelRunner, group=group, out=out, patched=patched)
 

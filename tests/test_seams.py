@@ -276,9 +276,8 @@ def test_a_target_module_without_its_member_is_recorded_with_the_engine_version(
         def propose_v3(self) -> None: ...
 
     suffix.SuffixSpeculator = SuffixSpeculator  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, suffix.__name__, suffix)
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.35.0"))
-    with vllm_v2(tmp_path / "hook") as ns:
+    with vllm_v2(tmp_path / "hook", replace={suffix.__name__: suffix}) as ns:
         runner = ns.Runner(None)
         runner.execute_model(so(1))
         runner.sample_tokens(None)
