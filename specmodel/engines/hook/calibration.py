@@ -26,6 +26,21 @@ probe's median within 3 %) while it stretches every step; the worker's wait for 
 interval is that contention, measured. Together they give the yardstick the check compares:
 ``probe_s / (1 - wait_share)``, the fixed work's seconds in this worker, time-sharing included.
 
+Why the others' share (``others_share``): on a CPU engine the probe's device is the server's own
+host, so the probe and the wait share see the server's own processes too -- its API process
+tokenising and streaming competes for the same cores, and a speculative server emitting tokens
+faster keeps it busier. Measured on a clean interleaved pair (A B B A, idle 2-core box): the ngram
+server's probe read 44 % slower than the baseline server's with no other work on the box. What
+tells the box's load from the server's own is who used the CPU: over each interval between two
+probes, the box's busy CPU time (``/proc/stat``) less the CPU time of the server's own process tree
+(its root: the topmost ancestor that carries this hook's output-directory variable, and every
+descendant of it, from ``/proc/<pid>/stat``), as a share of the box's CPU capacity. It is read
+over a window of :data:`WINDOW_S` of steps opened by each probe, closed at the first step
+boundary after it, and kept only if the server stepped throughout (no two step boundaries more
+than :data:`GAP_S` apart): an idle server's interval would count the other server of an
+interleaved pair, serving meanwhile, as the box's load. The share goes into the next probe's
+record; null on the first probe, where no window closed, and wherever unreadable.
+
 Cost: ~3 ms of CPU (0.5 ms of GPU) per probe, one probe per 5 s of steps: under 0.1 % of the
 time the engine steps. The hook moves its ``gap_s`` clock past the probe, so no step carries it.
 
@@ -53,6 +68,12 @@ SAMPLES = 5
 #: well above a kernel launch, so the sample times the device, not the host launching it)
 KERNELS = {"cpu": (128, 16), "cuda": (1024, 8)}
 KERNEL = "matmul_f32"
+#: seconds of steps after each probe over which the others' share of the CPU is read (1 s: 200 clock
+#: ticks of a 2-core box at USER_HZ 100, so one tick is 0.5 % of the window)
+WINDOW_S = 1.0
+#: two step boundaries further apart than this: the server idled, and the window is dropped (a busy
+#: server's boundaries are a step apart: ms on the CPU engine)
+GAP_S = 0.5
 
 
 def load_1m() -> float | None:
@@ -90,6 +111,95 @@ def schedstat_ns() -> tuple[int, int] | None:
         return int(run), int(wait)
     except (OSError, ValueError):
         return None
+
+
+def _proc_stats() -> dict[int, tuple[int, int]] | None:
+    """pid -> (parent pid, user + system clock ticks) of every process readable, None where /proc is not."""
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return None
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+                rest = fh.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(rest[1]), int(rest[11]) + int(rest[12]))
+        except (OSError, ValueError, IndexError):
+            continue  # exited between the listing and the read
+    return out
+
+
+def _hook_vars() -> dict[str, str]:
+    """This process's hook output-directory variables (``SPECMODEL_<ENGINE>_DIR``, set by ``specmodel
+    <engine>`` on the server command it starts: :func:`specmodel.engines.hook.run.child_env`)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SPECMODEL_") and k.endswith("_DIR")}
+
+
+def server_root(pid: int | None = None) -> int:
+    """The server's own root process: the topmost ancestor of ``pid`` (default this one) whose
+    environment carries this process's hook variables with the same values (the server command
+    ``specmodel <engine>`` started; ``specmodel`` itself does not carry them). ``pid`` itself
+    where no ancestor is readable or the variables are absent."""
+    pid = os.getpid() if pid is None else pid
+    mine = _hook_vars()
+    root = pid
+    if not mine:
+        return root
+    want = {f"{k}={v}".encode() for k, v in mine.items()}
+    cur = pid
+    for _ in range(64):  # bounded: a process tree is never this deep
+        try:
+            with open(f"/proc/{cur}/stat", encoding="ascii", errors="replace") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid <= 1:
+                break
+            with open(f"/proc/{ppid}/environ", "rb") as fh:
+                env = set(fh.read().split(b"\0"))
+        except (OSError, ValueError, IndexError):
+            break
+        if not want <= env:
+            break
+        root = cur = ppid
+    return root
+
+
+def box_ticks(root: int) -> tuple[int, int, int] | None:
+    """(busy ticks of the whole box, all ticks of the whole box, ticks of ``root`` and its descendants),
+    cumulative, None where unreadable: the difference of two readings gives who used the CPU between them."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(f) < 5:
+        return None
+    # user nice system idle iowait irq softirq steal (guest is already inside user): idle + iowait is not busy
+    total = sum(f[:8])
+    busy = total - f[3] - f[4]
+    procs = _proc_stats()
+    if procs is None or root not in procs:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    own, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        own += procs[pid][1]
+        todo.extend(children.get(pid, ()))
+    return busy, total, own
+
+
+def others_share(before: tuple[int, int, int], after: tuple[int, int, int]) -> float | None:
+    """The share of the box's CPU capacity used by processes outside the server between two
+    :func:`box_ticks` readings (0..1), None over an empty interval. A process of the server that
+    exited in between takes its ticks with it, so the share errs towards others (clipped to 0..1)."""
+    busy, total, own = (a - b for a, b in zip(after, before, strict=True))
+    if total <= 0:
+        return None
+    return min(max((busy - own) / total, 0.0), 1.0)
 
 
 class _Nvml:
@@ -156,8 +266,28 @@ class Calibrator:
         self._nvml: _Nvml | None = None
         # the step thread's schedstat at the last probe; None until the first probe (start-up is no interval of steps)
         self._sched: tuple[int, int] | None = None
+        # the server's root process (found at the first probe), the open window (ticks at its start, its
+        # start, the last step boundary seen) and the share of the last window closed, for the next probe
+        self._root: int | None = None
+        self._window: tuple[tuple[int, int, int], float, float] | None = None
+        self._others: float | None = None
 
     def due(self, now: float) -> bool:
+        """Whether to probe at this step boundary (``now``: perf_counter); closes the open window of
+        the others' share on the way. Never raises (the step path)."""
+        if self._window is not None:
+            try:
+                start_ticks, start, last = self._window
+                if now - last > GAP_S:
+                    self._window = None  # the server idled: not a window of steps
+                elif now - start >= WINDOW_S:
+                    ticks = box_ticks(self._root) if self._root is not None else None
+                    self._others = others_share(start_ticks, ticks) if ticks is not None else None
+                    self._window = None
+                else:
+                    self._window = (start_ticks, start, now)
+            except Exception:  # noqa: BLE001 - a share not read is a null, never a fault in the step path
+                self._window = None
         return self.next_at is None or now >= self.next_at
 
     def run(self) -> Probe:
@@ -198,8 +328,13 @@ class Calibrator:
             run_ns, wait_ns = sched[0] - self._sched[0], sched[1] - self._sched[1]
             wait_share = wait_ns / (run_ns + wait_ns) if run_ns + wait_ns > 0 and run_ns >= 0 <= wait_ns else None
         self._sched = sched
+        if self._root is None:
+            self._root = server_root()
+        others, self._others = self._others, None
+        ticks, t = box_ticks(self._root), time.perf_counter()
+        self._window = (ticks, t, t) if ticks is not None else None
         rec = {**PROBE.header(), "type": "probe", "kernel": KERNEL, "n": n, "reps": reps,
                "device": kind, "clock": "cuda_event" if sw.use_cuda else "perf_counter",
-               "wait_share": wait_share, "load_1m": load_1m(), "cpu_freq_hz": cpu_freq_hz(), "sm_clock_hz": clock,
+               "wait_share": wait_share, "others_share": others, "load_1m": load_1m(), "cpu_freq_hz": cpu_freq_hz(), "sm_clock_hz": clock,
                "throttle_reasons": reasons, "t_unix_s": time.time()}
         return Probe(rec=rec, watches=watches)
