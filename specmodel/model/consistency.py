@@ -270,7 +270,7 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
     if hp is None or not hp.decode or not profile.has("decode"):
         return ()
     measured = comparable_conditions(profile)
-    same_box = measured is not None and not _condition_differs(*measured)
+    same_box = measured is not None and not _box_differs(*measured)
     base = [r for r in _near(profile.rows("decode"), batch, context_tokens) if r.batch == batch]
     spec = [r for r in _near(hp.decode, batch, context_tokens) if r.batch == batch]
     out = []
@@ -513,9 +513,8 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
     :data:`CONDITION_REL_TOL` of the box."""
     assert base.others_share is not None and spec.others_share is not None
     b, s = base.others_share, spec.others_share
-    se_b, se_s = median_se(base.others_iqr, base.intervals), median_se(spec.others_iqr, spec.intervals)
-    noise = 2.0 * math.hypot(se_b, se_s)
-    if abs(b - s) <= noise + CONDITION_REL_TOL:
+    differ, noise = _others_differ(base, spec)
+    if not differ:
         return ()
 
     def fig(c: ServerCondition) -> str:
@@ -539,6 +538,23 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
         message=f"the box was busier while the speculative server was recorded: {figures}; its costs are priced too "
                 "dear, so the speedup is too low",
         to_measure=settle_command(profile, "speculative")),)
+
+
+def _others_differ(base: ServerCondition, spec: ServerCondition) -> tuple[bool, float]:
+    """(the others' shares differ beyond their noise, that noise: two SEs of the difference)."""
+    assert base.others_share is not None and spec.others_share is not None
+    noise = 2.0 * math.hypot(median_se(base.others_iqr, base.intervals), median_se(spec.others_iqr, spec.intervals))
+    return abs(base.others_share - spec.others_share) > noise + CONDITION_REL_TOL, noise
+
+
+def _by_others(base: ServerCondition, spec: ServerCondition) -> bool:
+    """The others' share decides: a CPU probe (the server's own host) and both shares read."""
+    return _on_host(base) and base.others_share is not None and spec.others_share is not None
+
+
+def _box_differs(base: ServerCondition, spec: ServerCondition) -> bool:
+    """The two servers' boxes in another condition, by whichever yardstick decides (:func:`check_condition`)."""
+    return _others_differ(base, spec)[0] if _by_others(base, spec) else _condition_differs(base, spec)
 
 
 def check_condition(profile: Profile) -> tuple[Inconsistency, ...]:
@@ -565,7 +581,7 @@ def check_condition(profile: Profile) -> tuple[Inconsistency, ...]:
     if pair is None:
         return ()
     base, spec = pair
-    if _on_host(base) and base.others_share is not None and spec.others_share is not None:
+    if _by_others(base, spec):
         return _check_others(profile, base, spec)
     if not _condition_differs(*pair):
         return ()

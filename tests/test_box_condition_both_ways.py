@@ -1,0 +1,252 @@
+"""The box-condition guard right both ways: a loaded box caught where no probe recorded it (the steps
+both servers ran witness it), a clean pair left alone where the probe's time carries the server's
+own load (the others' share of the CPU decides), and the line that fires says its figures and the
+command that settles it.
+
+Recordings: tests/data/vllm_cpu_032_condition/ (README there). "Old format": the same logs with every
+probe record left out, as a hook before the probe wrote them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmodel.engines.hook import calibration
+from specmodel.model.consistency import check_condition, check_shared_steps
+from specmodel.schema.conditions import Conditions, ServerCondition
+from specmodel.schema.profile import CostRow, HostProposer, Profile, Source
+from tests.conftest import DATA, run_cli
+from tests.test_box_condition import _STEP_S
+
+REC = DATA / "vllm_cpu_032_condition"
+BASE, NGRAM = REC / "base" / "hook", REC / "ngram" / "hook"
+
+
+def _rewrite(src: Path, dst: Path, *, factor: float = 1.0, probes: bool = True, extra: list[dict[str, Any]] = ()) -> Path:
+    """The recording with every step duration times ``factor``, its probe records kept or left out,
+    and ``extra`` probe records appended."""
+    dst.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        if f.name != "rank0.jsonl":
+            (dst / f.name).write_bytes(f.read_bytes())
+            continue
+        out = []
+        for ln in f.read_text().splitlines():
+            rec = json.loads(ln)
+            if rec.get("type") == "probe" and not probes:
+                continue
+            if rec.get("type") == "step":
+                for k in _STEP_S:
+                    if rec.get(k) is not None:
+                        rec[k] = rec[k] * factor
+            out.append(json.dumps(rec))
+        out += [json.dumps(r) for r in extra]
+        (dst / f.name).write_text("\n".join(out) + "\n")
+    return dst
+
+
+def _predict(tmp_path: Path, base: Path, spec: Path, name: str) -> tuple[int, dict[str, Any] | str]:
+    out = tmp_path / "profiles" / name
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("predict", "--profile", str(out), "--accept-len", "2.5", "--json")
+    if r.returncode != 0:
+        return r.returncode, r.stderr
+    d = json.loads(r.stdout)
+    return 0, d.get("prediction", d)
+
+
+# --------------------------------------------------------------------------- old recordings: the shared steps
+
+
+def test_an_old_format_baseline_recorded_30_percent_slower_is_qualified_with_its_witness(tmp_path: Path) -> None:
+    """The issue's reproduction: without the probe this predicted GO with P(speedup>1) = 1.00."""
+    loaded = _rewrite(BASE, tmp_path / "base", factor=1.3, probes=False)
+    spec = _rewrite(NGRAM, tmp_path / "ngram", probes=False)
+    rc, d = _predict(tmp_path, loaded, spec, "old_loaded")
+    assert rc == 0 and isinstance(d, dict)
+    box = [i for i in d["inconsistencies"] if i["check"] == "box_condition"]
+    assert len(box) == 1 and box[0]["severity"] == "qualify", d["inconsistencies"]
+    assert d["p_speedup_gt_1"] is None and "shared steps: baseline +" in d["p_withheld"]
+    msg = box[0]["message"]
+    # which witness saw what: both shared steps, with their steps and spreads
+    assert "not recorded for either server" in msg
+    assert "prefill forward at batch 1, 60 tokens" in msg and "(IQR " in msg and "7 steps)" in msg
+    assert "decode forward at batch 1, 1 token, context 82" in msg and "289 steps" in msg and "44 steps" in msg
+    assert "standard error" in msg
+    # and the one command that settles it: the baseline re-recorded under the hook, then both summarized
+    assert box[0]["to_measure"].startswith("re-record the baseline server")
+    assert "`specmodel vllm --out BASE_DIR -- python -m vllm.entrypoints.openai.api_server" in box[0]["to_measure"]
+    assert "`specmodel vllm --summarize BASE_DIR --summarize SPEC_DIR -o profiles/old_loaded`" in box[0]["to_measure"]
+
+
+def test_the_same_old_format_logs_unscaled_are_not_flagged(tmp_path: Path) -> None:
+    rc, d = _predict(tmp_path, _rewrite(BASE, tmp_path / "base", probes=False),
+                     _rewrite(NGRAM, tmp_path / "ngram", probes=False), "old_clean")
+    assert rc == 0 and isinstance(d, dict)
+    assert not [i for i in d["inconsistencies"] if i["check"] == "box_condition"]
+    assert d["p_speedup_gt_1"] is not None
+
+
+def _row(kind: str, fwd_s: float, *, tokens: int = 1, iqr_s: float = 0.1349e-3, n: int = 25) -> CostRow:
+    return CostRow(kind=kind, batch=1, tokens=tokens, total_s=fwd_s, allreduce_s=0.0, compute_s=fwd_s, other_s=0.0,
+                   spread_s=iqr_s, samples=n)
+
+
+def _hook_profile(base_fwd_s: float | None, spec_fwd_s: float = 1.0e-3) -> Profile:
+    """Two servers summarized by ``specmodel vllm``, no probe; a shared decode step when ``base_fwd_s``."""
+    hp = None if base_fwd_s is None else HostProposer(
+        method="ngram", proposal_rate=0.5, request_steps=10, proposed_request_steps=5, lookup_s=1e-4, lookup_steps=10,
+        decode=(_row("decode", spec_fwd_s),))
+    costs = (_row("decode", base_fwd_s or 1.0e-3), _row("verify", 1.5e-3, tokens=4))
+    return Profile(name="p", source=Source(kind="ingested", tool="specmodel vllm"), tp=1, costs=costs,
+                   host_proposer=hp)
+
+
+# One witness, both rows IQR 0.1349 ms over 25 steps: SE of a median = 1.253 x 0.1 ms / 5 = 0.02506 ms.
+# Baseline 1.20 ms against 1.00 ms: log ratio 0.1823, its SE hypot(0.02506/1.2, 0.02506/1.0) = 0.03262;
+# 0.1823 - 2 x 0.03262 = 0.1171 > ln 1.1 = 0.0953: refuse. 1.15 ms: 0.1398, SE 0.03341, 0.0730 < 0.0953
+# but 0.1398 > 0.0334: qualify. 1.02 ms: 0.0198 < its SE 0.0350: no flag; a dearer speculative side: none.
+@pytest.mark.parametrize(("base_ms", "want"), [(1.20, "refuse"), (1.15, "qualify"), (1.02, None), (0.80, None)])
+def test_the_shared_step_witness_refuses_beyond_its_noise_and_qualifies_within_it(base_ms: float,
+                                                                                  want: str | None) -> None:
+    got = check_shared_steps(_hook_profile(base_ms * 1e-3), "either server")
+    assert [i.severity for i in got] == ([want] if want else [])
+    if want:
+        assert f"{math.exp(math.log(base_ms)) - 1:+.0%}" in got[0].message
+
+
+def test_without_a_probe_or_a_shared_step_the_verdict_says_the_box_was_not_recorded() -> None:
+    got = check_shared_steps(_hook_profile(None), "either server")
+    assert [(i.check, i.severity) for i in got] == [("box_condition", "qualify")]
+    assert "not recorded for either server" in got[0].message and got[0].guard == "box condition not recorded"
+    assert "record both servers in turns on the same box (baseline, speculative, speculative, baseline)" \
+        in got[0].to_measure
+    # a profile not made of two hook recordings (plain numbers, a reference) asks nothing of the box
+    plain = Profile(name="p", source=Source(kind="numbers"), tp=1, costs=_hook_profile(None).costs)
+    assert check_shared_steps(plain, "either server") == ()
+
+
+# --------------------------------------------------------------------------- the probe: the box's load, not the server's
+
+
+def _cond(probe_ms: float, iqr_ms: float, *, others: float | None, others_iqr: float = 0.02, intervals: int = 7,
+          device: str = "cpu") -> ServerCondition:
+    return ServerCondition(probe=f"matmul_f32 128x128 x16 on {device} (perf_counter)", probe_s=probe_ms * 1e-3,
+                           probe_iqr_s=iqr_ms * 1e-3, samples=40, probes=8, others_share=others,
+                           others_iqr=others_iqr if others is not None else 0.0,
+                           intervals=intervals if others is not None else 0)
+
+
+def _with(base: ServerCondition, spec: ServerCondition) -> Profile:
+    return Profile(name="p", source=Source(kind="ingested", tool="specmodel vllm"), tp=1,
+                   costs=_hook_profile(None).costs, conditions=Conditions(baseline=base, spec=spec))
+
+
+def test_a_clean_pair_whose_probe_carries_the_servers_own_load_is_not_flagged() -> None:
+    """The issue's clean interleaved pair: probe 0.690 ms (IQR 0.150) on the baseline server against
+    0.997 ms (IQR 0.479) on the ngram server, 40 samples each, "44 % slower"; no other work on the box."""
+    clean = _with(_cond(0.690, 0.150, others=0.02), _cond(0.997, 0.479, others=0.03))
+    assert check_condition(clean) == ()
+    # without the others' share (a recording of one probe) the probe decides, as before
+    assert [i.severity for i in check_condition(_with(_cond(0.690, 0.150, others=None),
+                                                      _cond(0.997, 0.479, others=None)))] == ["qualify"]
+
+
+# both shares' SE: 1.253 x (0.02 / 1.349) / sqrt(7) = 0.00702; two SEs of the difference 0.01986; + 5 % of
+# the box: a gap beyond 0.0699 is another condition. 0.45 against 0.03 (a busy loop beside the baseline): refuse;
+# 0.03 against 0.45: qualify; 0.09 against 0.02 (0.07 > 0.0699): qualify; 0.08 against 0.02: the same box.
+@pytest.mark.parametrize(("base", "spec", "want"), [(0.45, 0.03, "refuse"), (0.03, 0.45, "qualify"),
+                                                    (0.02, 0.09, "qualify"), (0.02, 0.08, None)])
+def test_other_work_on_the_box_decides_beyond_the_shares_noise(base: float, spec: float, want: str | None) -> None:
+    got = check_condition(_with(_cond(0.8, 0.1, others=base), _cond(0.8, 0.1, others=spec)))
+    assert [i.severity for i in got] == ([want] if want else [])
+    if want:
+        m = got[0].message
+        assert f"{base:.0%} (IQR 2%, 7 intervals between probes)" in m and f"against {spec:.0%}" in m
+        assert "standard errors" in m
+        who = "baseline" if want == "refuse" else "speculative"
+        assert got[0].to_measure.startswith(f"re-record the {who} server")
+
+
+def test_on_a_gpu_the_probe_times_the_device_and_still_decides() -> None:
+    # the GPU's probe is not the server's host: its others' share (a CPU figure) does not stand in for it
+    got = check_condition(_with(_cond(1.0, 0.01, others=0.02, device="cuda"), _cond(1.4, 0.01, others=0.02,
+                                                                                    device="cuda")))
+    assert [i.severity for i in got] == ["qualify"]
+
+
+def test_a_clean_pair_recorded_with_serving_inflated_probes_keeps_its_verdict_end_to_end(tmp_path: Path) -> None:
+    """Probe records as a live server writes them: the ngram server's probe 45 % slower while it serves
+    (its own API process competing), the others' share of the CPU alike on both sides."""
+    def probes(ms: float, others: list[float]) -> list[dict[str, Any]]:
+        return [{"schema": "specmodel.probe", "schema_version": 1, "type": "probe", "kernel": "matmul_f32", "n": 128,
+                 "reps": 16, "device": "cpu", "clock": "perf_counter", "wait_share": None, "others_share": o,
+                 "load_1m": 1.0, "cpu_freq_hz": None, "sm_clock_hz": None, "throttle_reasons": None,
+                 "t_unix_s": 1.0, "samples_s": [ms * 1e-3 * (1 + 0.01 * j) for j in range(5)]} for o in others]
+
+    base = _rewrite(BASE, tmp_path / "base", probes=False, extra=probes(0.69, [0.02, 0.03, 0.01, 0.02, 0.04]))
+    spec = _rewrite(NGRAM, tmp_path / "ngram", probes=False, extra=probes(1.00, [0.03, 0.02, 0.02, 0.04, 0.01]))
+    rc, d = _predict(tmp_path, base, spec, "clean")
+    assert rc == 0 and isinstance(d, dict)
+    assert not [i for i in d["inconsistencies"] if i["check"] == "box_condition"], d["inconsistencies"]
+    # the same records with a busy box beside the baseline only: refused, the shares named
+    busy = _rewrite(BASE, tmp_path / "busy", probes=False, extra=probes(0.69, [0.40, 0.45, 0.50, 0.42, 0.47]))
+    rc, err = _predict(tmp_path, busy, spec, "busy")
+    assert rc == 2 and isinstance(err, str)
+    assert "other work on the box used 45% (IQR" in err and "re-record the baseline server" in err
+
+
+# --------------------------------------------------------------------------- the hook's side
+
+
+def test_the_others_share_is_the_boxs_busy_time_less_the_servers_own() -> None:
+    # 2 cores over 1 s at 100 ticks/s: 200 ticks; the box busy 150 of them, the server's tree 110
+    assert calibration.others_share((1000, 5000, 300), (1150, 5200, 410)) == pytest.approx(40 / 200)
+    # a server child that exited took its ticks along: never below 0; an empty interval: unknown
+    assert calibration.others_share((1000, 5000, 300), (1010, 5200, 290)) == pytest.approx(20 / 200)
+    assert calibration.others_share((1000, 5000, 300), (1000, 5000, 300)) is None
+
+
+def test_the_servers_root_is_the_topmost_ancestor_started_with_the_hooks_variable(tmp_path: Path) -> None:
+    """A process tree as `specmodel vllm` starts it: the server command (the variable set) and a worker
+    below it; the process above (here: pytest) does not carry it."""
+    code = ("import subprocess, sys; "
+            "sys.exit(subprocess.run([sys.executable, '-c', 'import os; from specmodel.engines.hook.calibration "
+            "import server_root; print(server_root(), os.getppid())']).returncode)")
+    env = {**os.environ, "SPECMODEL_VLLM_DIR": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = p.communicate(timeout=300)
+    root, parent = (int(x) for x in out.split())
+    assert root == parent == p.pid
+    # without the variable the process is its own root
+    assert calibration.server_root() == os.getpid() or "SPECMODEL_VLLM_DIR" in os.environ
+
+
+def test_the_window_is_read_over_steps_and_dropped_when_the_server_idles(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([(0, 0, 0), (150, 200, 110), (0, 0, 0), (999, 999, 0)])
+    monkeypatch.setattr(calibration, "box_ticks", lambda root: next(ticks))
+    cal = calibration.Calibrator("cpu")
+    cal._root = 1
+    clock = [100.0]
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
+
+    def probe() -> Any:
+        return cal.run().rec["others_share"]
+
+    assert probe() is None  # the first probe: no window closed before it
+    for t in (100.3, 100.6, 100.9, 101.1):  # steps 0.3 s apart for 1.1 s: the window closes at 101.1
+        cal.due(t)
+    clock[0] = 105.2
+    assert probe() == pytest.approx(40 / 200)
+    cal.due(105.4)
+    cal.due(106.5)  # 1.1 s without a step boundary: the server idled, the window is dropped
+    clock[0] = 111.0
+    assert probe() is None
