@@ -21,7 +21,7 @@ as such in its row, not hidden.
 
 Run (needs ``make engine``; about 2 min a pair on an idle 2-core box):
     .venv/bin/python benchmarks/bench_box_condition.py [--pairs 3] [--tokens 384] [--reps 3]
-Table of a finished run: ``bench_box_condition.py --table benchmarks/results/box_condition_<stamp>.json``.
+Targets: no clean pair flagged, every loaded pair caught (exit 1 otherwise). Table of a finished run: ``bench_box_condition.py --table benchmarks/results/box_condition_<stamp>.json``.
 """
 
 from __future__ import annotations
@@ -283,7 +283,12 @@ def main() -> int:
     base.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     base.with_suffix(".md").write_text(markdown(res) + "\n")
     print(markdown(res))
-    return 0
+    # the targets: no clean pair flagged, every loaded one caught, with the probe and without it
+    missed = [f"{fmt} {k}" for fmt in ("probe", "old_format") for k in ("false_alarms", "misses")
+              if res["summary"][fmt][k][0]]
+    if missed:
+        print(f"targets missed: {', '.join(missed)}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -230,23 +230,30 @@ def test_the_servers_root_is_the_topmost_ancestor_started_with_the_hooks_variabl
     assert calibration.server_root() == os.getpid() or "SPECMODEL_VLLM_DIR" in os.environ
 
 
-def test_the_window_is_read_over_steps_and_dropped_when_the_server_idles(monkeypatch: pytest.MonkeyPatch) -> None:
-    ticks = iter([(0, 0, 0), (150, 200, 110), (0, 0, 0), (999, 999, 0)])
-    monkeypatch.setattr(calibration, "box_ticks", lambda root: next(ticks))
+def test_the_window_is_read_over_steps_before_the_probe_and_restarted_when_the_server_idles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = [(0, 0, 0), (150, 200, 110), (500, 600, 200), (999, 999, 999)]
+    monkeypatch.setattr(calibration, "box_ticks", lambda root: readings.pop(0) if len(readings) > 1 else readings[0])
     cal = calibration.Calibrator("cpu")
-    cal._root = 1
     clock = [100.0]
     monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
-
-    def probe() -> Any:
-        return cal.run().rec["others_share"]
-
-    assert probe() is None  # the first probe: no window closed before it
-    for t in (100.3, 100.6, 100.9, 101.1):  # steps 0.3 s apart for 1.1 s: the window closes at 101.1
-        cal.due(t)
-    clock[0] = 105.2
-    assert probe() == pytest.approx(40 / 200)
-    cal.due(105.4)
-    cal.due(106.5)  # 1.1 s without a step boundary: the server idled, the window is dropped
-    clock[0] = 111.0
-    assert probe() is None
+    monkeypatch.setattr(calibration, "server_root", lambda: 1)
+    assert cal.due(100.0)  # the first probe: at once, no window before it
+    assert cal.run().rec["others_share"] is None
+    assert cal.next_at == 105.0
+    # steps 0.1 s apart; nothing until half a second (WINDOW_S) before the probe is due
+    assert not any(cal.due(t) for t in (104.0, 104.4))
+    assert not cal.due(104.5)  # the window opens here: ticks (0, 0, 0)
+    assert not cal.due(104.6) and not cal.due(104.7) and not cal.due(104.8)
+    assert not cal.due(105.4)  # 0.6 s without a boundary: the server idled; a new window opens: (150, 200, 110)
+    assert not cal.due(105.5) and not cal.due(105.7)
+    assert cal.due(105.9)  # half a second of steps: closed on (500, 600, 200), the probe runs with it
+    clock[0] = 105.9
+    # over the window the box was busy 350 of 400 ticks, the server's tree 90 of them: others 260 / 400
+    assert cal.run().rec["others_share"] == pytest.approx(260 / 400)
+    # a server that never steps half a second at a stretch: the probe runs a whole period overdue, without it
+    assert not cal.due(110.5)
+    assert not cal.due(111.5) and not cal.due(112.5)
+    assert cal.due(116.0)
+    clock[0] = 116.0
+    assert cal.run().rec["others_share"] is None

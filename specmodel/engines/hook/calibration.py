@@ -35,11 +35,11 @@ tells the box's load from the server's own is who used the CPU: over each interv
 probes, the box's busy CPU time (``/proc/stat``) less the CPU time of the server's own process tree
 (its root: the topmost ancestor that carries this hook's output-directory variable, and every
 descendant of it, from ``/proc/<pid>/stat``), as a share of the box's CPU capacity. It is read
-over a window of :data:`WINDOW_S` of steps opened by each probe, closed at the first step
-boundary after it, and kept only if the server stepped throughout (no two step boundaries more
-than :data:`GAP_S` apart): an idle server's interval would count the other server of an
-interleaved pair, serving meanwhile, as the box's load. The share goes into the next probe's
-record; null on the first probe, where no window closed, and wherever unreadable.
+over a window of :data:`WINDOW_S` of steps just before each probe (after the first), kept only
+if the server stepped throughout (no two step boundaries more than :data:`GAP_S` apart; else
+the window starts again at the next boundary): an idle server's interval would count the other
+server of an interleaved pair, serving meanwhile, as the box's load. Null on the first probe, on
+a probe that ran a whole period overdue without a window, and wherever unreadable.
 
 Cost: ~3 ms of CPU (0.5 ms of GPU) per probe, one probe per 5 s of steps: under 0.1 % of the
 time the engine steps. The hook moves its ``gap_s`` clock past the probe, so no step carries it.
@@ -68,9 +68,10 @@ SAMPLES = 5
 #: well above a kernel launch, so the sample times the device, not the host launching it)
 KERNELS = {"cpu": (128, 16), "cuda": (1024, 8)}
 KERNEL = "matmul_f32"
-#: seconds of steps after each probe over which the others' share of the CPU is read (1 s: 200 clock
-#: ticks of a 2-core box at USER_HZ 100, so one tick is 0.5 % of the window)
-WINDOW_S = 1.0
+#: seconds of steps before each probe over which the others' share of the CPU is read (0.5 s: 100
+#: clock ticks of a 2-core box at USER_HZ 100, one tick 1 % of the window; short enough to fit inside
+#: a round of requests)
+WINDOW_S = 0.5
 #: two step boundaries further apart than this: the server idled, and the window is dropped (a busy
 #: server's boundaries are a step apart: ms on the CPU engine)
 GAP_S = 0.5
@@ -273,10 +274,19 @@ class Calibrator:
         self._others: float | None = None
 
     def due(self, now: float) -> bool:
-        """Whether to probe at this step boundary (``now``: perf_counter); closes the open window of
-        the others' share on the way. Never raises (the step path)."""
-        if self._window is not None:
-            try:
+        """Whether to probe at this step boundary (``now``: perf_counter). The first probe runs at
+        once; each later one after a window of :data:`WINDOW_S` of steps that reads the others'
+        share, opened at the first boundary from :data:`WINDOW_S` before the probe is due and
+        reopened wherever the server idled in it; a probe a whole period overdue (the server never
+        stepped that long at a stretch) or on a box whose ticks are unreadable runs without it.
+        Never raises (the step path)."""
+        if self.next_at is None:
+            return True
+        if now < self.next_at - WINDOW_S:
+            return False
+        overdue = now >= self.next_at + PERIOD_S
+        try:
+            if self._window is not None:
                 start_ticks, start, last = self._window
                 if now - last > GAP_S:
                     self._window = None  # the server idled: not a window of steps
@@ -284,11 +294,18 @@ class Calibrator:
                     ticks = box_ticks(self._root) if self._root is not None else None
                     self._others = others_share(start_ticks, ticks) if ticks is not None else None
                     self._window = None
+                    return True
                 else:
                     self._window = (start_ticks, start, now)
-            except Exception:  # noqa: BLE001 - a share not read is a null, never a fault in the step path
-                self._window = None
-        return self.next_at is None or now >= self.next_at
+                    return overdue
+            if not overdue and self._root is not None:
+                ticks = box_ticks(self._root)
+                if ticks is not None:
+                    self._window = (ticks, now, now)
+                    return False
+        except Exception:  # noqa: BLE001 - a share not read is a null, never a fault in the step path
+            self._window = None
+        return now >= self.next_at
 
     def run(self) -> Probe:
         """Queue (GPU) or run (CPU) one probe now; raises on any failure (the hook's fault path).
@@ -330,9 +347,7 @@ class Calibrator:
         self._sched = sched
         if self._root is None:
             self._root = server_root()
-        others, self._others = self._others, None
-        ticks, t = box_ticks(self._root), time.perf_counter()
-        self._window = (ticks, t, t) if ticks is not None else None
+        others, self._others, self._window = self._others, None, None
         rec = {**PROBE.header(), "type": "probe", "kernel": KERNEL, "n": n, "reps": reps,
                "device": kind, "clock": "cuda_event" if sw.use_cuda else "perf_counter",
                "wait_share": wait_share, "others_share": others, "load_1m": load_1m(), "cpu_freq_hz": cpu_freq_hz(), "sm_clock_hz": clock,
