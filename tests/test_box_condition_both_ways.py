@@ -84,7 +84,7 @@ def test_an_old_format_baseline_recorded_30_percent_slower_is_qualified_with_its
     # and the one command that settles it: the baseline re-recorded under the hook, then both summarized
     assert box[0]["to_measure"].startswith("re-record the baseline server")
     assert "`specmodel vllm --out BASE_DIR -- python -m vllm.entrypoints.openai.api_server" in box[0]["to_measure"]
-    assert "`specmodel vllm --summarize BASE_DIR --summarize SPEC_DIR -o profiles/old_loaded`" in box[0]["to_measure"]
+    assert "`specmodel vllm --summarize BASE_DIR --summarize SPEC_DIR --output profiles/old_loaded`" in box[0]["to_measure"]
 
 
 def test_the_same_old_format_logs_unscaled_are_not_flagged(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from specmodel.errors import field_name
 from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
 from specmodel.schema.conditions import ServerCondition
@@ -356,13 +357,15 @@ def settle_command(profile: Profile, which: str) -> str:
     tool = profile.source.tool if profile.source.tool in ("specmodel vllm", "specmodel sglang") else "specmodel vllm"
     server = ("python -m sglang.launch_server" if tool.endswith("sglang")
               else "python -m vllm.entrypoints.openai.api_server")
-    summarize = f"{tool} --summarize BASE_DIR --summarize SPEC_DIR -o profiles/{profile.name}"
+    # the flags as the running front end names them (the CLI's; a Python caller's field names)
+    out, summ, output = (field_name(f).split("/")[-1] for f in ("out", "summarize", "output"))
+    summarize = f"{tool} {summ} BASE_DIR {summ} SPEC_DIR {output} profiles/{profile.name}"
     if which == "both":
         return (f"record both servers in turns on the same box (baseline, speculative, speculative, baseline): "
-                f"`{tool} --out BASE_DIR -- {server} <the baseline's arguments>` and `{tool} --out SPEC_DIR -- "
+                f"`{tool} {out} BASE_DIR -- {server} <the baseline's arguments>` and `{tool} {out} SPEC_DIR -- "
                 f"{server} <the speculative server's arguments>`, then `{summarize}`")
     mine, other = ("BASE_DIR", "SPEC_DIR") if which == "baseline" else ("SPEC_DIR", "BASE_DIR")
-    return (f"re-record the {which} server with the box as during the other's recording: `{tool} --out {mine} -- "
+    return (f"re-record the {which} server with the box as during the other's recording: `{tool} {out} {mine} -- "
             f"{server} <the {which} server's arguments>` (an empty {mine}; {other}: the other server's logs), "
             f"then `{summarize}`")
 
