@@ -8,8 +8,8 @@ vllm --summarize`` of the two logs and ``specmodel predict --json`` from the ngr
 
 * **clean** pairs: nothing else started. The guard (``box_condition`` in predict's
   inconsistencies) firing is a false alarm.
-* **loaded** pairs: during one server's rounds only (the baseline in odd pairs, the ngram server
-  in even ones), one bounded busy-loop process per core, pinned to it, started before that
+* **loaded** pairs: during one server's rounds only (the baseline in the first loaded pair, the
+  ngram server in the next, in turn), ``--busy-per-core`` bounded busy-loop processes per core, pinned to it, started before that
   server's round and stopped (by its pid) after it. The guard not firing is a miss; a loaded
   baseline must be refused, a loaded speculative server qualified.
 * **old format**: each pair's logs again with every probe record stripped (a hook before the
@@ -88,13 +88,14 @@ def _round(ex: ThreadPoolExecutor, srv: VllmServer, batch: int, tokens: int) -> 
 
 
 class Busy:
-    """One bounded busy loop per core, pinned, each in its own session, stopped by its own pid."""
+    """``per_core`` bounded busy loops per core, pinned, each in its own session, stopped by its own pid."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_core: int) -> None:
+        self.per_core = per_core
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Busy:
-        for cpu in sorted(os.sched_getaffinity(0)):
+        for cpu in sorted(os.sched_getaffinity(0)) * self.per_core:
             self.procs.append(subprocess.Popen([sys.executable, "-c", _BUSY, str(cpu), str(BUSY_LIMIT_S)],
                                                start_new_session=True))
         time.sleep(0.2)  # running before the round's first request
@@ -112,7 +113,7 @@ class Busy:
 
 
 def run_pair(py: Path, model: Path, d: Path, *, loaded: str | None, batch: int, tokens: int,
-             reps: int) -> dict[str, Any]:
+             reps: int, busy_per_core: int) -> dict[str, Any]:
     """Both servers up, hooked; rounds A B B A ...; ``loaded``: "baseline" / "spec" / None."""
     rates: dict[str, list[float]] = {"baseline": [], "spec": []}
     load = [os.getloadavg()[0]]
@@ -127,7 +128,7 @@ def run_pair(py: Path, model: Path, d: Path, *, loaded: str | None, batch: int, 
         for i in range(reps):
             for k in (("baseline", "spec") if i % 2 == 0 else ("spec", "baseline")):
                 if k == loaded:
-                    with Busy():
+                    with Busy(busy_per_core):
                         rates[k].append(_round(ex, srvs[k], batch, tokens))
                 else:
                     rates[k].append(_round(ex, srvs[k], batch, tokens))
@@ -222,7 +223,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"{frac(s['old_format']['false_alarms'])}, misses {frac(s['old_format']['misses'])} (wrong severity "
             f"{frac(s['old_format']['wrong_severity'])}). {res['date']}, {res['box']}, load average "
             f"{res['load_avg_1m'][0]:.2f}-{res['load_avg_1m'][1]:.2f} (1 min, over the run; the box is shared), "
-            f"--pairs {res['pairs']} --batch {res['batch']} --tokens {res['tokens']} --reps {res['reps']}, "
+            f"--pairs {res['pairs']} --batch {res['batch']} --tokens {res['tokens']} --reps {res['reps']} "
+            f"--busy-per-core {res.get('busy_per_core', 1)}, "
             f"{res['wall_s']:.0f} s."]
     for r in res["rows"]:
         for fmt in ("probe", "old_format"):
@@ -241,6 +243,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=384)
     ap.add_argument("--reps", type=int, default=3, help="measured rounds per server and pair")
+    ap.add_argument("--busy-per-core", type=int, default=2,
+                    help="busy loops per core beside the loaded server (a shared box's own load dilutes one)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--models", type=Path, default=None)
     ap.add_argument("--results", type=Path, default=RESULTS)
@@ -260,7 +264,8 @@ def main() -> int:
         d = out / f"pair{n}"
         d.mkdir()
         row: dict[str, Any] = {"pair": n, **run_pair(py, models.target, d, loaded=loaded, batch=a.batch,
-                                                       tokens=a.tokens, reps=a.reps)}
+                                                       tokens=a.tokens, reps=a.reps,
+                                                       busy_per_core=a.busy_per_core)}
         load += row["load_avg_1m"]
         row["probe"] = judge(d, "probe", ("hook_baseline", "hook_spec"), a.batch)
         for k in ("baseline", "spec"):
@@ -276,7 +281,7 @@ def main() -> int:
     res = {"benchmark": "bench_box_condition", "date": stamp.isoformat(timespec="minutes"), "rows": rows,
            "summary": summary(rows), "load_avg_1m": [min(load), max(load)],
            "box": f"{platform.machine()} {os.cpu_count()} cores", "pairs": a.pairs, "batch": a.batch,
-           "tokens": a.tokens, "reps": a.reps, "wall_s": time.monotonic() - t0, "argv": sys.argv[1:],
+           "tokens": a.tokens, "reps": a.reps, "busy_per_core": a.busy_per_core, "wall_s": time.monotonic() - t0, "argv": sys.argv[1:],
            "work_dir": str(out)}
     base = a.results / f"box_condition_{stamp:%Y-%m-%d_%H%M}"
     base.parent.mkdir(parents=True, exist_ok=True)

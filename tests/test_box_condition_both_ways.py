@@ -240,20 +240,20 @@ def test_the_window_is_read_over_steps_before_the_probe_and_restarted_when_the_s
     monkeypatch.setattr(calibration, "server_root", lambda: 1)
     assert cal.due(100.0)  # the first probe: at once, no window before it
     assert cal.run().rec["others_share"] is None
-    assert cal.next_at == 105.0
-    # steps 0.1 s apart; nothing until half a second (WINDOW_S) before the probe is due
-    assert not any(cal.due(t) for t in (104.0, 104.4))
-    assert not cal.due(104.5)  # the window opens here: ticks (0, 0, 0)
-    assert not cal.due(104.6) and not cal.due(104.7) and not cal.due(104.8)
-    assert not cal.due(105.4)  # 0.6 s without a boundary: the server idled; a new window opens: (150, 200, 110)
-    assert not cal.due(105.5) and not cal.due(105.7)
-    assert cal.due(105.9)  # half a second of steps: closed on (500, 600, 200), the probe runs with it
-    clock[0] = 105.9
+    assert cal.next_at == 105.0 and calibration.WINDOW_S == 0.25 and calibration.GAP_S == 0.5
+    # steps 0.1 s apart; nothing until a quarter of a second (WINDOW_S) before the probe is due
+    assert not any(cal.due(t) for t in (104.0, 104.5, 104.7))
+    assert not cal.due(104.75)  # the window opens here: ticks (0, 0, 0)
+    assert not cal.due(104.85) and not cal.due(104.95)
+    assert not cal.due(105.5)  # 0.55 s without a boundary: the server idled; a new window opens: (150, 200, 110)
+    assert not cal.due(105.6) and not cal.due(105.7)
+    assert cal.due(105.8)  # a quarter of a second of steps: closed on (500, 600, 200), the probe runs with it
+    clock[0] = 105.8
     # over the window the box was busy 350 of 400 ticks, the server's tree 90 of them: others 260 / 400
     assert cal.run().rec["others_share"] == pytest.approx(260 / 400)
-    # a server that never steps half a second at a stretch: the probe runs a whole period overdue, without it
-    assert not cal.due(110.5)
+    # a server that never steps a quarter of a second at a stretch: the probe runs a period overdue, without it
+    assert not cal.due(110.6)
     assert not cal.due(111.5) and not cal.due(112.5)
-    assert cal.due(116.0)
-    clock[0] = 116.0
+    assert cal.due(115.9)
+    clock[0] = 115.9
     assert cal.run().rec["others_share"] is None

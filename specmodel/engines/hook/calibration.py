@@ -68,10 +68,11 @@ SAMPLES = 5
 #: well above a kernel launch, so the sample times the device, not the host launching it)
 KERNELS = {"cpu": (128, 16), "cuda": (1024, 8)}
 KERNEL = "matmul_f32"
-#: seconds of steps before each probe over which the others' share of the CPU is read (0.5 s: 100
-#: clock ticks of a 2-core box at USER_HZ 100, one tick 1 % of the window; short enough to fit inside
-#: a round of requests)
-WINDOW_S = 0.5
+#: seconds of steps before each probe over which the others' share of the CPU is read (0.25 s: 50
+#: clock ticks of a 2-core box at USER_HZ 100, one tick 2 % of the window, the median over the
+#: windows finer; short enough to fit inside a round of requests: an ngram server's rounds of 2 x 512
+#: tokens on the 2-core box ran ~0.5 s, too short for a window of 0.5 s after the probe was due)
+WINDOW_S = 0.25
 #: two step boundaries further apart than this: the server idled, and the window is dropped (a busy
 #: server's boundaries are a step apart: ms on the CPU engine)
 GAP_S = 0.5
