@@ -170,7 +170,7 @@ def test_other_work_on_the_box_decides_beyond_the_shares_noise(base: float, spec
     assert [i.severity for i in got] == ([want] if want else [])
     if want:
         m = got[0].message
-        assert f"{base:.0%} (IQR 2%, 7 intervals between probes)" in m and f"against {spec:.0%}" in m
+        assert f"{base:.0%} (IQR 2%, 7 windows of steps)" in m and f"against {spec:.0%}" in m
         assert "standard errors" in m
         who = "baseline" if want == "refuse" else "speculative"
         assert got[0].to_measure.startswith(f"re-record the {who} server")

@@ -525,7 +525,7 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
         return ()
 
     def fig(c: ServerCondition) -> str:
-        return f"{c.others_share:.0%} (IQR {c.others_iqr:.0%}, {c.intervals} intervals between probes)"
+        return f"{c.others_share:.0%} (IQR {c.others_iqr:.0%}, {c.intervals} windows of steps)"
 
     figures = (f"other work on the box used {fig(base)} of its CPU while the baseline server was recorded against "
                f"{fig(spec)} while the speculative server was, in profile {profile.name} (the server's own processes "

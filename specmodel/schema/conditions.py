@@ -28,9 +28,9 @@ class ServerCondition:
       interquartile range and the samples pooled (``probes`` probes of a few samples each);
     * ``wait_share``: the share of the step thread's runnable time it waited for a CPU (time-sharing
       the short probe does not see), ``others_share`` / ``others_iqr`` / ``intervals``: the median
-      share of the box's CPU capacity used by processes outside the server over each interval
-      between two probes, its IQR and the intervals pooled (None / 0: never readable, or a
-      recording of one probe), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
+      share of the box's CPU capacity used by processes outside the server over the window of
+      steps before each probe, its IQR and the windows pooled (None / 0: never readable, or a
+      recording of one probe; a CPU engine's yardstick: :func:`specmodel.model.consistency.check_condition`), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
       the probes that read them (None: never readable); ``throttled_probes``: probes during which
       NVML named a slowdown.
     """
@@ -72,7 +72,7 @@ class ServerCondition:
                                      + f", got {v!r}")
         if (self.others_share is None) != (self.intervals == 0):
             raise SpecmodelError(f"{w}: others_share and intervals: both known or both absent, got "
-                                 f"{self.others_share!r} over {self.intervals} interval(s)")
+                                 f"{self.others_share!r} over {self.intervals} window(s)")
         if self.probe_s <= 0:
             raise SpecmodelError(f"{w}: probe_s: must be > 0, got {self.probe_s!r}")
 

@@ -100,7 +100,7 @@ def conditions_note(conditions: Any) -> str:
         if c is None:
             return f"{what}: no probe"
         extra = [f"waited for a CPU {c.wait_share:.0%}" if c.wait_share is not None else "",
-                 f"other work {c.others_share:.0%} of the box (IQR {c.others_iqr:.0%}, {c.intervals} interval(s))"
+                 f"other work {c.others_share:.0%} of the box (IQR {c.others_iqr:.0%}, {c.intervals} window(s) of steps)"
                  if c.others_share is not None else "",
                  f"load {c.load_1m:.2f}" if c.load_1m is not None else "",
                  f"CPU {ghz(c.cpu_freq_hz)}" if c.cpu_freq_hz is not None else "",
