@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -160,8 +161,8 @@ def test_a_clean_pair_whose_probe_carries_the_servers_own_load_is_not_flagged() 
                                                       _cond(0.997, 0.479, others=None)))] == ["qualify"]
 
 
-# both shares' SE: 1.253 x (0.02 / 1.349) / sqrt(7) = 0.00702; two SEs of the difference 0.01986; + 5 % of
-# the box: a gap beyond 0.0699 is another condition. 0.45 against 0.03 (a busy loop beside the baseline): refuse;
+# both demands' SE (runnable threads per core): 1.253 x (0.02 / 1.349) / sqrt(7) = 0.00702; two SEs of the
+# difference 0.01986; + 0.05: a gap beyond 0.0699 is another condition. 0.45 against 0.03 (a busy loop beside the baseline): refuse;
 # 0.03 against 0.45: qualify; 0.09 against 0.02 (0.07 > 0.0699): qualify; 0.08 against 0.02: the same box.
 @pytest.mark.parametrize(("base", "spec", "want"), [(0.45, 0.03, "refuse"), (0.03, 0.45, "qualify"),
                                                     (0.02, 0.09, "qualify"), (0.02, 0.08, None)])
@@ -170,7 +171,7 @@ def test_other_work_on_the_box_decides_beyond_the_shares_noise(base: float, spec
     assert [i.severity for i in got] == ([want] if want else [])
     if want:
         m = got[0].message
-        assert f"{base:.0%} (IQR 2%, 7 windows of steps)" in m and f"against {spec:.0%}" in m
+        assert f"{base:.2f} (IQR 0.02, 7 windows of steps)" in m and f"against {spec:.2f}" in m
         assert "standard errors" in m
         who = "baseline" if want == "refuse" else "speculative"
         assert got[0].to_measure.startswith(f"re-record the {who} server")
@@ -201,18 +202,40 @@ def test_a_clean_pair_recorded_with_serving_inflated_probes_keeps_its_verdict_en
     busy = _rewrite(BASE, tmp_path / "busy", probes=False, extra=probes(0.69, [0.40, 0.45, 0.50, 0.42, 0.47]))
     rc, err = _predict(tmp_path, busy, spec, "busy")
     assert rc == 2 and isinstance(err, str)
-    assert "other work on the box used 45% (IQR" in err and "re-record the baseline server" in err
+    assert "other work asked for 0.45 (IQR" in err and "re-record the baseline server" in err
 
 
 # --------------------------------------------------------------------------- the hook's side
 
 
-def test_the_others_share_is_the_boxs_busy_time_less_the_servers_own() -> None:
-    # 2 cores over 1 s at 100 ticks/s: 200 ticks; the box busy 150 of them, the server's tree 110
-    assert calibration.others_share((1000, 5000, 300), (1150, 5200, 410)) == pytest.approx(40 / 200)
-    # a server child that exited took its ticks along: never below 0; an empty interval: unknown
-    assert calibration.others_share((1000, 5000, 300), (1010, 5200, 290)) == pytest.approx(20 / 200)
-    assert calibration.others_share((1000, 5000, 300), (1000, 5000, 300)) is None
+def test_the_others_share_is_other_threads_demand_for_the_cpus_per_core() -> None:
+    # 1 s on 2 cores: thread 7 ran 0.3 s and waited 0.2 s, thread 8 (a busy loop) was runnable all 1 s,
+    # thread 9 started in between (0.1 s, counted whole), thread 6 exited (lost)
+    before = (10_000_000_000, {6: 5_000_000, 7: 1_000_000_000, 8: 2_000_000_000})
+    after = (11_000_000_000, {7: 1_500_000_000, 8: 3_000_000_000, 9: 100_000_000})
+    assert calibration.others_share(before, after, cpus=2) == pytest.approx((0.5 + 1.0 + 0.1) / 2)
+    assert calibration.others_share(before, before, cpus=2) is None
+
+
+def test_the_demand_reading_leaves_out_the_servers_own_tree(tmp_path: Path) -> None:
+    """A real reading: a stand-in server (a process and its child) left out, every other thread read."""
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']);"
+            " print(c.pid, flush=True); time.sleep(300)")
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = 0
+    try:
+        assert server.stdout is not None
+        child = int(server.stdout.readline())
+        a = calibration.box_ticks(server.pid)
+        assert a is not None
+        assert server.pid not in a[1] and child not in a[1]  # the server's tree: not other work
+        assert os.getpid() in a[1]  # this test's process is outside it
+        assert calibration.box_ticks(2**22 + 7) is None  # a root that is no process: unreadable, no guess
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+        server.kill()
+        server.wait(timeout=300)
 
 
 def test_the_servers_root_is_the_topmost_ancestor_started_with_the_hooks_variable(tmp_path: Path) -> None:
@@ -232,7 +255,7 @@ def test_the_servers_root_is_the_topmost_ancestor_started_with_the_hooks_variabl
 
 def test_the_window_is_read_over_steps_before_the_probe_and_restarted_when_the_server_idles(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    readings = [(0, 0, 0), (150, 200, 110), (500, 600, 200), (999, 999, 999)]
+    readings: list[Any] = [(0, {1: 0}), (1, {1: 150}), (401, {1: 410}), (999, {1: 999})]
     monkeypatch.setattr(calibration, "box_ticks", lambda root: readings.pop(0) if len(readings) > 1 else readings[0])
     cal = calibration.Calibrator("cpu")
     clock = [100.0]
@@ -243,14 +266,14 @@ def test_the_window_is_read_over_steps_before_the_probe_and_restarted_when_the_s
     assert cal.next_at == 105.0 and calibration.WINDOW_S == 0.25 and calibration.GAP_S == 0.5
     # steps 0.1 s apart; nothing until a quarter of a second (WINDOW_S) before the probe is due
     assert not any(cal.due(t) for t in (104.0, 104.5, 104.7))
-    assert not cal.due(104.75)  # the window opens here: ticks (0, 0, 0)
+    assert not cal.due(104.75)  # the window opens here
     assert not cal.due(104.85) and not cal.due(104.95)
-    assert not cal.due(105.5)  # 0.55 s without a boundary: the server idled; a new window opens: (150, 200, 110)
+    assert not cal.due(105.5)  # 0.55 s without a boundary: the server idled; a new window opens on (1, {1: 150})
     assert not cal.due(105.6) and not cal.due(105.7)
-    assert cal.due(105.8)  # a quarter of a second of steps: closed on (500, 600, 200), the probe runs with it
+    assert cal.due(105.8)  # a quarter of a second of steps: closed on (401, {1: 410}), the probe runs with it
     clock[0] = 105.8
-    # over the window the box was busy 350 of 400 ticks, the server's tree 90 of them: others 260 / 400
-    assert cal.run().rec["others_share"] == pytest.approx(260 / 400)
+    # over the window's 400 ns another thread asked for 260 ns, on the box's cores
+    assert cal.run().rec["others_share"] == pytest.approx(260 / (400 * (os.cpu_count() or 1)))
     # a server that never steps a quarter of a second at a stretch: the probe runs a period overdue, without it
     assert not cal.due(110.6)
     assert not cal.due(111.5) and not cal.due(112.5)

@@ -514,10 +514,10 @@ def check_shared_steps(profile: Profile, missing: str) -> tuple[Inconsistency, .
 
 
 def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition) -> tuple[Inconsistency, ...]:
-    """On a CPU engine: the share of the box's CPU used by other work while each server was recorded
-    (:mod:`specmodel.engines.hook.calibration`, ``others_share``), compared beyond the two medians'
-    noise (two standard errors of their difference, each from its intervals' IQR) plus
-    :data:`CONDITION_REL_TOL` of the box."""
+    """On a CPU engine: other work's demand for the box's CPUs while each server was recorded, in
+    runnable threads per core (:mod:`specmodel.engines.hook.calibration`, ``others_share``), compared
+    beyond the two medians' noise (two standard errors of their difference, each from its windows'
+    IQR) plus :data:`CONDITION_REL_TOL` (threads per core)."""
     assert base.others_share is not None and spec.others_share is not None
     b, s = base.others_share, spec.others_share
     differ, noise = _others_differ(base, spec)
@@ -525,23 +525,23 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
         return ()
 
     def fig(c: ServerCondition) -> str:
-        return f"{c.others_share:.0%} (IQR {c.others_iqr:.0%}, {c.intervals} windows of steps)"
+        return f"{c.others_share:.2f} (IQR {c.others_iqr:.2f}, {c.intervals} windows of steps)"
 
-    figures = (f"other work on the box used {fig(base)} of its CPU while the baseline server was recorded against "
-               f"{fig(spec)} while the speculative server was, in profile {profile.name} (the server's own processes "
-               f"left out; the two differ by {abs(b - s):.0%} of the box, its noise {noise:.0%} plus "
-               f"{CONDITION_REL_TOL:.0%}, {abs(b - s) / max(noise / 2, 1e-9):.1f} standard errors)")
+    figures = (f"other work asked for {fig(base)} runnable threads per core of the box while the baseline server was "
+               f"recorded against {fig(spec)} while the speculative server was, in profile {profile.name} (the "
+               f"server's own processes left out; the two differ by {abs(b - s):.2f}, their noise {noise:.2f} plus "
+               f"{CONDITION_REL_TOL:.2f}, {abs(b - s) / max(noise / 2, 1e-9):.1f} standard errors)")
     if b > s:
         return (Inconsistency(
             check="box_condition", severity="refuse",
-            guard=f"other work used {b:.0%} of the box while the baseline was recorded, {s:.0%} while the other was",
+            guard=f"other work asked for {b:.2f} threads per core beside the baseline, {s:.2f} beside the other",
             message=f"the box was busier while the baseline server was recorded: {figures}; every baseline cost, and "
                     "so the speedup, carries that load",
             to_measure=settle_command(profile, "baseline")),)
     return (Inconsistency(
         check="box_condition", severity="qualify",
-        guard=f"other work used {s:.0%} of the box while the speculative server was recorded, {b:.0%} while the "
-              "baseline was",
+        guard=f"other work asked for {s:.2f} threads per core beside the speculative server, {b:.2f} beside the "
+              "baseline",
         message=f"the box was busier while the speculative server was recorded: {figures}; its costs are priced too "
                 "dear, so the speedup is too low",
         to_measure=settle_command(profile, "speculative")),)

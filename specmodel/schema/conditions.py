@@ -28,8 +28,8 @@ class ServerCondition:
       interquartile range and the samples pooled (``probes`` probes of a few samples each);
     * ``wait_share``: the share of the step thread's runnable time it waited for a CPU (time-sharing
       the short probe does not see), ``others_share`` / ``others_iqr`` / ``intervals``: the median
-      share of the box's CPU capacity used by processes outside the server over the window of
-      steps before each probe, its IQR and the windows pooled (None / 0: never readable, or a
+      demand of processes outside the server for the box's CPUs (runnable threads per core: 1 =
+      one per core on average) over the window of steps before each probe, its IQR and the windows pooled (None / 0: never readable, or a
       recording of one probe; a CPU engine's yardstick: :func:`specmodel.model.consistency.check_condition`), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
       the probes that read them (None: never readable); ``throttled_probes``: probes during which
       NVML named a slowdown.
@@ -61,7 +61,7 @@ class ServerCondition:
             raise SpecmodelError(f"{w}: samples and probes must be >= 1 and throttled_probes <= probes, got "
                                  f"{self.samples}, {self.probes}, {self.throttled_probes}")
         for name, hi, optional in (("probe_s", 1e3, False), ("probe_iqr_s", 1e3, False), ("wait_share", 1.0, True),
-                                   ("others_share", 1.0, True), ("others_iqr", 1.0, False),
+                                   ("others_share", 1e3, True), ("others_iqr", 1e3, False),
                                    ("load_1m", 1e6, True),
                                    ("cpu_freq_hz", 1e12, True), ("sm_clock_hz", 1e12, True)):
             v = getattr(self, name)

@@ -31,10 +31,14 @@ host, so the probe and the wait share see the server's own processes too -- its 
 tokenising and streaming competes for the same cores, and a speculative server emitting tokens
 faster keeps it busier. Measured on a clean interleaved pair (A B B A, idle 2-core box): the ngram
 server's probe read 44 % slower than the baseline server's with no other work on the box. What
-tells the box's load from the server's own is who used the CPU: over each interval between two
-probes, the box's busy CPU time (``/proc/stat``) less the CPU time of the server's own process tree
-(its root: the topmost ancestor that carries this hook's output-directory variable, and every
-descendant of it, from ``/proc/<pid>/stat``), as a share of the box's CPU capacity. It is read
+tells the box's load from the server's own is who asked for the CPU: the time every thread outside
+the server's own process tree (its root: the topmost ancestor that carries this hook's
+output-directory variable, and every descendant of it) ran or waited runnable
+(``/proc/<pid>/task/<tid>/schedstat``), per core of the box -- a runnable-thread count of other
+work, like a load average without the server. Demand, not the CPU time other work got: on a
+saturated box (load 10-14 on 2 cores) the share of busy time others *got* moved 8 points when four
+busy loops ran beside the baseline (its speedup read 3.68x against 1.1-2.3x clean), since the box
+was already full. It is read
 over a window of :data:`WINDOW_S` of steps just before each probe (after the first), kept only
 if the server stepped throughout (no two step boundaries more than :data:`GAP_S` apart; else
 the window starts again at the next boundary): an idle server's interval would count the other
@@ -167,41 +171,57 @@ def server_root(pid: int | None = None) -> int:
     return root
 
 
-def box_ticks(root: int) -> tuple[int, int, int] | None:
-    """(busy ticks of the whole box, all ticks of the whole box, ticks of ``root`` and its descendants),
-    cumulative, None where unreadable: the difference of two readings gives who used the CPU between them."""
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            f = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    if len(f) < 5:
-        return None
-    # user nice system idle iowait irq softirq steal (guest is already inside user): idle + iowait is not busy
-    total = sum(f[:8])
-    busy = total - f[3] - f[4]
-    procs = _proc_stats()
-    if procs is None or root not in procs:
-        return None
+def _tree(root: int, procs: dict[int, tuple[int, int]]) -> set[int]:
+    """``root`` and every descendant of it among ``procs``."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    own, todo = 0, [root]
+    own, todo = set(), [root]
     while todo:
         pid = todo.pop()
-        own += procs[pid][1]
+        own.add(pid)
         todo.extend(children.get(pid, ()))
-    return busy, total, own
+    return own
 
 
-def others_share(before: tuple[int, int, int], after: tuple[int, int, int]) -> float | None:
-    """The share of the box's CPU capacity used by processes outside the server between two
-    :func:`box_ticks` readings (0..1), None over an empty interval. A process of the server that
-    exited in between takes its ticks with it, so the share errs towards others (clipped to 0..1)."""
-    busy, total, own = (a - b for a, b in zip(after, before, strict=True))
-    if total <= 0:
+def box_ticks(root: int) -> tuple[int, dict[int, int]] | None:
+    """(monotonic ns now, thread id -> ns it ran plus ns it waited runnable, for every thread outside
+    ``root``'s process tree: ``/proc/<pid>/task/<tid>/schedstat``), None where unreadable: the
+    difference of two readings is the CPU time other work asked for between them."""
+    procs = _proc_stats()
+    if procs is None or root not in procs:
         return None
-    return min(max((busy - own) / total, 0.0), 1.0)
+    own = _tree(root, procs)
+    demand: dict[int, int] = {}
+    for pid in procs:
+        if pid in own:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                    run, wait = fh.read().split()[:2]
+                demand[int(tid)] = int(run) + int(wait)
+            except (OSError, ValueError):
+                continue
+    return time.monotonic_ns(), demand
+
+
+def others_share(before: tuple[int, dict[int, int]], after: tuple[int, dict[int, int]],
+                 cpus: int | None = None) -> float | None:
+    """Other work's demand for the box's CPUs between two :func:`box_ticks` readings: the ns its
+    threads ran or waited to run, over the interval times the box's cores (0: nothing else wanted
+    a CPU; 1: on average one runnable thread per core; above 1: more than the box could run). A
+    thread started in between counts whole, one that exited is lost. None over an empty interval."""
+    wall = after[0] - before[0]
+    n = cpus if cpus is not None else (os.cpu_count() or 1)
+    if wall <= 0:
+        return None
+    asked = sum(max(v - before[1].get(t, 0), 0) for t, v in after[1].items())
+    return asked / (wall * n)
 
 
 class _Nvml:
@@ -271,7 +291,7 @@ class Calibrator:
         # the server's root process (found at the first probe), the open window (ticks at its start, its
         # start, the last step boundary seen) and the share of the last window closed, for the next probe
         self._root: int | None = None
-        self._window: tuple[tuple[int, int, int], float, float] | None = None
+        self._window: tuple[tuple[int, dict[int, int]], float, float] | None = None
         self._others: float | None = None
 
     def due(self, now: float) -> bool:

@@ -42,7 +42,7 @@ def check_probe(rec: dict[str, Any], where: str) -> None:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= MAX_HOOK_STEP_S:
             raise SpecmodelError(f"{where}: samples_s: expected seconds in (0, {MAX_HOOK_STEP_S:g}], got {x!r}")
     _opt_num(rec, "wait_share", where, 1.0)
-    _opt_num(rec, "others_share", where, 1.0)
+    _opt_num(rec, "others_share", where, 1e3)
     _opt_num(rec, "load_1m", where, 1e6)
     _opt_num(rec, "cpu_freq_hz", where, 1e12)
     _opt_num(rec, "sm_clock_hz", where, 1e12)
@@ -100,7 +100,8 @@ def conditions_note(conditions: Any) -> str:
         if c is None:
             return f"{what}: no probe"
         extra = [f"waited for a CPU {c.wait_share:.0%}" if c.wait_share is not None else "",
-                 f"other work {c.others_share:.0%} of the box (IQR {c.others_iqr:.0%}, {c.intervals} window(s) of steps)"
+                 f"other work asked for {c.others_share:.2f} threads per core (IQR {c.others_iqr:.2f}, "
+                 f"{c.intervals} window(s) of steps)"
                  if c.others_share is not None else "",
                  f"load {c.load_1m:.2f}" if c.load_1m is not None else "",
                  f"CPU {ghz(c.cpu_freq_hz)}" if c.cpu_freq_hz is not None else "",
