@@ -468,8 +468,10 @@ def check_shared_steps(profile: Profile, missing: str) -> tuple[Inconsistency, .
 
     * beyond two standard errors and :data:`COST_ORDER_REL_TOL` (two step medians' slack): refuse,
       a loaded baseline as the probe would have refused it;
-    * beyond one standard error (a baseline dearer by more than its noise, one-sided ~84 %): qualify,
-      the speedup may carry the baseline's slowdown;
+    * beyond one standard error and :data:`CONDITION_REL_TOL` (a baseline dearer by more than its
+      noise, one-sided ~84 %, and than two recordings on one box differ -- a clean interleaved pair's
+      decode forwards read +4 % at 1 % standard error): qualify, the speedup may carry the
+      baseline's slowdown;
     * no witness at all: qualify, and say the box's condition was not recorded.
     """
     if not recorded_apart(profile):
@@ -502,7 +504,7 @@ def check_shared_steps(profile: Profile, missing: str) -> tuple[Inconsistency, .
             message=(f"{figures}, beyond the noise and {COST_ORDER_REL_TOL:.0%}): the speculative server never runs the "
                      "same forward cheaper, so the baseline was recorded on a slower box, and the speedup carries it"),
             to_measure=settle_command(profile, "baseline")),)
-    if se > 0 and lr > se:
+    if se > 0 and lr > se + math.log1p(CONDITION_REL_TOL):
         return (Inconsistency(
             check="box_condition", severity="qualify",
             guard=f"no box condition; shared steps: baseline {math.exp(lr) - 1:+.0%}, {lr / se:.1f} SE",
