@@ -19,8 +19,8 @@ The box is shared (other engineers' work runs beside the pairs): the 1-minute lo
 noted before and after every pair, and a clean pair flagged while the box's own load moved is said
 as such in its row, not hidden.
 
-Run (needs ``make engine``; about 2 min a pair on an idle 2-core box):
-    .venv/bin/python benchmarks/bench_box_condition.py [--pairs 3] [--tokens 384] [--reps 3]
+Run (needs ``make engine``; about 2 min a pair on the shared 2-core box):
+    .venv/bin/python benchmarks/bench_box_condition.py [--pairs 2] [--tokens 512] [--reps 6]
 Targets: no clean pair flagged, every loaded pair caught (exit 1 otherwise). Table of a finished run: ``bench_box_condition.py --table benchmarks/results/box_condition_<stamp>.json``.
 """
 
@@ -239,10 +239,11 @@ def main() -> int:
         print(markdown(json.loads(Path(sys.argv[2]).read_text())))
         return 0
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=3, help="clean pairs, and as many loaded ones")
+    ap.add_argument("--pairs", type=int, default=2, help="clean pairs, and as many loaded ones")
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=384)
-    ap.add_argument("--reps", type=int, default=3, help="measured rounds per server and pair")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--reps", type=int, default=6,
+                    help="measured rounds per server and pair (3-4 windows of the others' demand a server at 6)")
     ap.add_argument("--busy-per-core", type=int, default=2,
                     help="busy loops per core beside the loaded server (a shared box's own load dilutes one)")
     ap.add_argument("--out", type=Path, default=None)
