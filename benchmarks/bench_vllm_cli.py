@@ -35,7 +35,12 @@ medians of ``--reps`` rounds, with the rounds' spread.
 
 Targets: median |speedup error| <= 10 % out of sample; go/no-go right wherever
 the measured speedup is outside 0.9-1.1; rows measured within 0.85-1.15 reported MARGINAL or with
-a band (predict's speedup band, ``speedup_low`` / ``speedup_high``) that holds the measurement.
+a band (predict's speedup band, ``speedup_low`` / ``speedup_high``) that holds the measurement;
+and the **action** right wherever the engine clearly decided (:func:`action`): a clear win
+(measured >= 1.2x) must be GO -- a MARGINAL or a refusal there is a *missed decision* (the user
+switches off a clear win), a NO-GO a wrong one -- and a clear loss (<= 0.9x) must not be GO. The
+table's ``action`` column says which, for every recorded run (it is read off the row's verdict and
+measurement, so older results reprint with it).
 
 Run (needs ``make engine``):
     .venv/bin/python benchmarks/bench_vllm_cli.py [--tp 1 --tp 2] [--tokens 128] [--reps 7] [--out DIR]
@@ -84,6 +89,9 @@ K = 3
 PROFILED_BATCHES = (1, 4)
 BATCHES = (1, 2, 4)
 BAND = (0.9, 1.1)
+#: a measured speedup at or above this is a clear win (the verdict must be GO), at or below the other a
+#: clear loss (it must not be GO); between them the action is not scored
+CLEAR_WIN, CLEAR_LOSS = 1.2, 0.9
 MARGINAL_BAND = (0.85, 1.15)
 TARGET_MEDIAN = 0.10
 SAMPLED_TEMPERATURE = 0.5
@@ -329,6 +337,28 @@ def score(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def action(measured: float, verdict: str | None) -> str | None:
+    """Is the action the verdict tells a user right? ``right`` / ``missed`` (a clear win not GO'd:
+    MARGINAL, a refusal, no verdict) / ``wrong`` (a clear win called NO-GO, a clear loss called GO);
+    None between :data:`CLEAR_LOSS` and :data:`CLEAR_WIN`, where the engine did not clearly decide.
+    ``verdict``: predict's, or None / "refused" where predict gave none."""
+    if measured >= CLEAR_WIN:
+        return "right" if verdict == "GO" else "wrong" if verdict == "NO-GO" else "missed"
+    if measured <= CLEAR_LOSS:
+        return "wrong" if verdict == "GO" else "right"
+    return None
+
+
+def _action_of(r: dict[str, Any]) -> str | None:
+    return action(r["measured_speedup"], None if r.get("refused") is not None else r.get("verdict"))
+
+
+def actions(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many clearly decided rows got the right action, a missed decision, a wrong one."""
+    got = [_action_of(r) for r in rows]
+    return {k: sum(g == k for g in got) for k in ("right", "missed", "wrong")}
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["error"]) for r in rows if r["error"] is not None]
     oos = [abs(r["error"]) for r in rows if r["error"] is not None and not r["in_sample"]]
@@ -340,7 +370,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "n_refused": sum(r.get("refused") is not None for r in rows),
             "go_no_go": [sum(bool(r["go_no_go_right"]) for r in decided), len(decided)],
             "marginal": [sum(bool(r["marginal_ok"]) for r in marg), len(marg)],
-            "targets": {"median_oos_le_10pct": med_oos is not None and med_oos <= TARGET_MEDIAN,
+            "actions": actions(rows),
+            "targets": {"actions_all_right": not (actions(rows)["missed"] or actions(rows)["wrong"]),
+                        "median_oos_le_10pct": med_oos is not None and med_oos <= TARGET_MEDIAN,
                         "go_no_go_all_right": all(r["go_no_go_right"] for r in decided),
                         "marginal_all_ok": all(r["marginal_ok"] for r in marg)}}
 
@@ -351,8 +383,8 @@ def _pct(x: float | None) -> str:
 
 def markdown(res: dict[str, Any]) -> str:
     out = ["| TP | drafter | k | batch | E[A] (log) | r (metrics) | base tok/s | spec tok/s | spread | measured | "
-           "predicted [band] | verdict | error | go/no-go | marginal |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "predicted [band] | verdict | action | error | go/no-go | marginal |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if r.get("refused") is not None:
             pred, verdict = "refused", "`" + r["refused"][:160].replace("|", "/") + "`"
@@ -364,12 +396,14 @@ def markdown(res: dict[str, Any]) -> str:
         mg = {None: "", True: "ok", False: "**miss**"}[r["marginal_ok"]]
         ea = r.get("accept_tokens")
         rate = r.get("proposal_rate_metrics")
+        act = {None: "", "right": "right", "missed": "**missed decision**", "wrong": "**wrong**"}[_action_of(r)]
         out.append(f"| {r['tp']} | {r['drafter']}{' (in-sample)' if r['in_sample'] else ''} | {r['k']} | {r['batch']} | "
                    f"{'—' if ea is None else f'{ea:.2f}'} | {'—' if rate is None else f'{rate:.2f}'} | "
                    f"{r['base_tokens_per_s']:.1f} | {r['spec_tokens_per_s']:.1f} | ±{r['spread_rel'] / 2:.0%} | "
-                   f"{r['measured_speedup']:.2f}x | {pred} | {verdict} | {_pct(r['error'])} | {g} | {mg} |")
+                   f"{r['measured_speedup']:.2f}x | {pred} | {verdict} | {act} | {_pct(r['error'])} | {g} | {mg} |")
     s = res["summary"]
     t = s["targets"]
+    acts = actions(res["rows"])  # from the rows: older results carry no such summary
 
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.1%}"
@@ -379,7 +413,9 @@ def markdown(res: dict[str, Any]) -> str:
             f"{pct(s['median_abs_error'])} over all {s['n_predicted']}); predict refused {s['n_refused']} row(s); "
             f"go/no-go right on {s['go_no_go'][0]}/{s['go_no_go'][1]} measured outside 0.9-1.1 "
             f"({'met' if t['go_no_go_all_right'] else 'missed'}); marginal rows (measured 0.85-1.15) MARGINAL or "
-            f"inside the band: {s['marginal'][0]}/{s['marginal'][1]} ({'met' if t['marginal_all_ok'] else 'missed'}). "
+            f"inside the band: {s['marginal'][0]}/{s['marginal'][1]} ({'met' if t['marginal_all_ok'] else 'missed'}); "
+            f"action (GO on a clear win >= {CLEAR_WIN:g}x, no GO on a clear loss <= {CLEAR_LOSS:g}x) right on "
+            f"{acts['right']}/{sum(acts.values())}, missed decisions {acts['missed']}, wrong {acts['wrong']}. "
             f"{res['date']}, {res['box']}, load average {res['load_avg_1m'][0]:.1f}-{res['load_avg_1m'][1]:.1f} "
             f"(1 min), --tokens {res['tokens']} --reps {res['reps']}, {res['wall_s']:.0f} s; ngram proposal rate: "
             f"{res.get('proposal_rate', 'predict' + chr(39) + 's default')}"

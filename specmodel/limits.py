@@ -125,7 +125,9 @@ def bounded_int(minimum: int, maximum: int) -> click.IntRange:
 MAX_PROBE_SAMPLES = 1_000
 #: two servers' probe medians (the same kernel on the same box) may differ by this share, on top of
 #: the two medians' standard errors, before the box counts as in another condition: what separate
-#: worker processes on an idle box measured apart (measured: see docs/verdicts.md, box_condition)
+#: worker processes on an idle box measured apart (measured: see docs/verdicts.md, box_condition);
+#: on a CPU engine the same 0.05 is what two servers' other-work demands (runnable threads per core)
+#: may differ by on top of their windows' noise (a twentieth of a core)
 CONDITION_REL_TOL = 0.05
 
 # ---- what a profile may record (schema/profile.py): every float that feeds the model's arithmetic

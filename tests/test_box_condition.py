@@ -143,11 +143,15 @@ def test_the_two_probe_medians_differ_only_beyond_their_noise(base_ms: float, sp
 
 
 def test_time_sharing_the_probe_does_not_see_is_read_from_the_workers_wait_for_a_cpu() -> None:
-    # the same probe median, but the baseline's worker waited half its runnable time: 1.0 / (1 - 0.5) = 2.0 ms
-    got = check_condition(_profile(_cond(1.0e-3, wait=0.5), _cond(1.0e-3, wait=0.0)))
+    # a GPU box's probe: the same median, but the baseline's worker waited half its runnable time:
+    # 1.0 / (1 - 0.5) = 2.0 ms
+    gpu = "matmul_f32 1024x1024 x8 on cuda (cuda_event)"
+    got = check_condition(_profile(_cond(1.0e-3, wait=0.5, probe=gpu), _cond(1.0e-3, wait=0.0, probe=gpu)))
     assert [i.severity for i in got] == ["refuse"] and "2.000 ms with its 50% wait for a CPU" in got[0].message
     # a wait only one side read is not compared: the probe alone decides
-    assert check_condition(_profile(_cond(1.0e-3, wait=0.5), _cond(1.0e-3))) == ()
+    assert check_condition(_profile(_cond(1.0e-3, wait=0.5, probe=gpu), _cond(1.0e-3, probe=gpu))) == ()
+    # on a CPU engine the wait is the server's own processes' as much as the box's: not the box's condition
+    assert check_condition(_profile(_cond(1.0e-3, wait=0.5), _cond(1.0e-3, wait=0.0))) == ()
 
 
 def test_no_check_without_both_conditions_under_one_probe() -> None:

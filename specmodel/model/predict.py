@@ -375,8 +375,9 @@ def p_withheld_reason(issues: Sequence[Inconsistency], assumed: Sequence[Assumpt
         return "a measured cost was lifted by the monotone cost surface"
     if any(i.check == "break_even_below_one" for i in issues):
         return "a speculative step priced below a baseline step"
-    if any(i.check == "box_condition" for i in issues):
-        return "the speculative server was recorded on a slower box"
+    box = [i for i in issues if i.check == "box_condition"]
+    if box:  # the guard that fired, with its figures (the full line and what settles it: the verdict's qualification)
+        return box[0].guard or "the two servers were recorded on the box in different conditions"
     if issues:
         return "the two servers' same forward disagrees"
     if assumed:

@@ -146,7 +146,11 @@ def page_verdict(c: ReportContent) -> Any:
     if p.verdict_label != p.outcome.verdict and not c.blocked_by and p.consistent:
         # a verdict from costs nobody measured here (or another box's) is qualified, in red, next to the verdict
         ext = p.verdict_label[len(p.outcome.verdict):].strip()
-        fig.text(0.42, 0.86, _wrap(ext, 70), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
+        # at most five lines beside the verdict (a guard's figures run longer): the rest is in the JSON
+        lines = _wrap(ext, 70).split("\n")
+        if len(lines) > 5:
+            lines = lines[:4] + [_wrap(lines[4], 48).split("\n")[0] + " ... (in full in the JSON)"]
+        fig.text(0.42, 0.86, "\n".join(lines), fontsize=10, weight="bold", va="top", color=EXTRAPOLATED_COLOR)
     if p.consistent:
         _flow(fig, 0.04, 0.755, 0.92, [c.verdict_reason], 10, 0.71, bullet="")
     else:  # the contradiction is the page's message: it gets the room to be read whole

@@ -27,7 +27,10 @@ class ServerCondition:
     * ``probe_s`` / ``probe_iqr_s`` / ``samples``: the median seconds of one sample, its
       interquartile range and the samples pooled (``probes`` probes of a few samples each);
     * ``wait_share``: the share of the step thread's runnable time it waited for a CPU (time-sharing
-      the short probe does not see), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
+      the short probe does not see), ``others_share`` / ``others_iqr`` / ``intervals``: the median
+      demand of processes outside the server for the box's CPUs (runnable threads per core: 1 =
+      one per core on average) over the window of steps before each probe, its IQR and the windows pooled (None / 0: never readable, or a
+      recording of one probe; a CPU engine's yardstick: :func:`specmodel.model.consistency.check_condition`), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
       the probes that read them (None: never readable); ``throttled_probes``: probes during which
       NVML named a slowdown.
     """
@@ -38,6 +41,9 @@ class ServerCondition:
     samples: int
     probes: int
     wait_share: float | None = None
+    others_share: float | None = None
+    others_iqr: float = 0.0
+    intervals: int = 0
     load_1m: float | None = None
     cpu_freq_hz: float | None = None
     sm_clock_hz: float | None = None
@@ -47,7 +53,7 @@ class ServerCondition:
         w = "profile: conditions"
         if not isinstance(self.probe, str) or not self.probe:
             raise SpecmodelError(f"{w}: probe: expected a non-empty string, got {self.probe!r}")
-        for name in ("samples", "probes", "throttled_probes"):
+        for name in ("samples", "probes", "throttled_probes", "intervals"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecmodelError(f"{w}: {name}: expected an integer >= 0, got {v!r}")
@@ -55,6 +61,7 @@ class ServerCondition:
             raise SpecmodelError(f"{w}: samples and probes must be >= 1 and throttled_probes <= probes, got "
                                  f"{self.samples}, {self.probes}, {self.throttled_probes}")
         for name, hi, optional in (("probe_s", 1e3, False), ("probe_iqr_s", 1e3, False), ("wait_share", 1.0, True),
+                                   ("others_share", 1e3, True), ("others_iqr", 1e3, False),
                                    ("load_1m", 1e6, True),
                                    ("cpu_freq_hz", 1e12, True), ("sm_clock_hz", 1e12, True)):
             v = getattr(self, name)
@@ -63,6 +70,9 @@ class ServerCondition:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= hi:
                 raise SpecmodelError(f"{w}: {name}: expected a number in 0..{hi:g}" + (" or null" if optional else "")
                                      + f", got {v!r}")
+        if (self.others_share is None) != (self.intervals == 0):
+            raise SpecmodelError(f"{w}: others_share and intervals: both known or both absent, got "
+                                 f"{self.others_share!r} over {self.intervals} window(s)")
         if self.probe_s <= 0:
             raise SpecmodelError(f"{w}: probe_s: must be > 0, got {self.probe_s!r}")
 
@@ -81,6 +91,9 @@ class ServerCondition:
             return cls(probe=probe, probe_s=read_num(d, "probe_s", where, strict=True),
                        probe_iqr_s=read_num(d, "probe_iqr_s", where), samples=read_int(d, "samples", where, minimum=1),
                        probes=read_int(d, "probes", where, minimum=1), wait_share=opt("wait_share"),
+                       others_share=opt("others_share"),
+                       others_iqr=0.0 if d.get("others_iqr") is None else read_num(d, "others_iqr", where),
+                       intervals=read_int(d, "intervals", where, optional=True),
                        load_1m=opt("load_1m"),
                        cpu_freq_hz=opt("cpu_freq_hz"), sm_clock_hz=opt("sm_clock_hz"),
                        throttled_probes=read_int(d, "throttled_probes", where, optional=True))
@@ -94,8 +107,11 @@ class ServerCondition:
         return self.probe_s / (1.0 - min(self.wait_share, 0.99)) if self.wait_share is not None else self.probe_s
 
     def to_dict(self) -> dict[str, Any]:
+        # the others' share only where measured: a condition without it writes what older readers wrote
+        others = {"others_share": self.others_share, "others_iqr": self.others_iqr, "intervals": self.intervals} \
+            if self.others_share is not None else {}
         return {"probe": self.probe, "probe_s": self.probe_s, "probe_iqr_s": self.probe_iqr_s,
-                "samples": self.samples, "probes": self.probes, "wait_share": self.wait_share,
+                "samples": self.samples, "probes": self.probes, "wait_share": self.wait_share, **others,
                 "load_1m": self.load_1m,
                 "cpu_freq_hz": self.cpu_freq_hz, "sm_clock_hz": self.sm_clock_hz,
                 "throttled_probes": self.throttled_probes}

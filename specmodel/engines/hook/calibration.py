@@ -26,6 +26,25 @@ probe's median within 3 %) while it stretches every step; the worker's wait for 
 interval is that contention, measured. Together they give the yardstick the check compares:
 ``probe_s / (1 - wait_share)``, the fixed work's seconds in this worker, time-sharing included.
 
+Why the others' share (``others_share``): on a CPU engine the probe's device is the server's own
+host, so the probe and the wait share see the server's own processes too -- its API process
+tokenising and streaming competes for the same cores, and a speculative server emitting tokens
+faster keeps it busier. Measured on a clean interleaved pair (A B B A, idle 2-core box): the ngram
+server's probe read 44 % slower than the baseline server's with no other work on the box. What
+tells the box's load from the server's own is who asked for the CPU: the time every thread outside
+the server's own process tree (its root: the topmost ancestor that carries this hook's
+output-directory variable, and every descendant of it) ran or waited runnable
+(``/proc/<pid>/task/<tid>/schedstat``), per core of the box -- a runnable-thread count of other
+work, like a load average without the server. Demand, not the CPU time other work got: on a
+saturated box (load 10-14 on 2 cores) the share of busy time others *got* moved 8 points when four
+busy loops ran beside the baseline (its speedup read 3.68x against 1.1-2.3x clean), since the box
+was already full. It is read
+over a window of :data:`WINDOW_S` of steps just before each probe (after the first), kept only
+if the server stepped throughout (no two step boundaries more than :data:`GAP_S` apart; else
+the window starts again at the next boundary): an idle server's interval would count the other
+server of an interleaved pair, serving meanwhile, as the box's load. Null on the first probe, on
+a probe that ran a whole period overdue without a window, and wherever unreadable.
+
 Cost: ~3 ms of CPU (0.5 ms of GPU) per probe, one probe per 5 s of steps: under 0.1 % of the
 time the engine steps. The hook moves its ``gap_s`` clock past the probe, so no step carries it.
 
@@ -53,6 +72,14 @@ SAMPLES = 5
 #: well above a kernel launch, so the sample times the device, not the host launching it)
 KERNELS = {"cpu": (128, 16), "cuda": (1024, 8)}
 KERNEL = "matmul_f32"
+#: seconds of steps before each probe over which the others' share of the CPU is read (0.25 s: 50
+#: clock ticks of a 2-core box at USER_HZ 100, one tick 2 % of the window, the median over the
+#: windows finer; short enough to fit inside a round of requests: an ngram server's rounds of 2 x 512
+#: tokens on the 2-core box ran ~0.5 s, too short for a window of 0.5 s after the probe was due)
+WINDOW_S = 0.25
+#: two step boundaries further apart than this: the server idled, and the window is dropped (a busy
+#: server's boundaries are a step apart: ms on the CPU engine)
+GAP_S = 0.5
 
 
 def load_1m() -> float | None:
@@ -90,6 +117,111 @@ def schedstat_ns() -> tuple[int, int] | None:
         return int(run), int(wait)
     except (OSError, ValueError):
         return None
+
+
+def _proc_stats() -> dict[int, tuple[int, int]] | None:
+    """pid -> (parent pid, user + system clock ticks) of every process readable, None where /proc is not."""
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return None
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+                rest = fh.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(rest[1]), int(rest[11]) + int(rest[12]))
+        except (OSError, ValueError, IndexError):
+            continue  # exited between the listing and the read
+    return out
+
+
+def _hook_vars() -> dict[str, str]:
+    """This process's hook output-directory variables (``SPECMODEL_<ENGINE>_DIR``, set by ``specmodel
+    <engine>`` on the server command it starts: :func:`specmodel.engines.hook.run.child_env`)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SPECMODEL_") and k.endswith("_DIR")}
+
+
+def server_root(pid: int | None = None) -> int:
+    """The server's own root process: the topmost ancestor of ``pid`` (default this one) whose
+    environment carries this process's hook variables with the same values (the server command
+    ``specmodel <engine>`` started; ``specmodel`` itself does not carry them). ``pid`` itself
+    where no ancestor is readable or the variables are absent."""
+    pid = os.getpid() if pid is None else pid
+    mine = _hook_vars()
+    root = pid
+    if not mine:
+        return root
+    want = {f"{k}={v}".encode() for k, v in mine.items()}
+    cur = pid
+    for _ in range(64):  # bounded: a process tree is never this deep
+        try:
+            with open(f"/proc/{cur}/stat", encoding="ascii", errors="replace") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid <= 1:
+                break
+            with open(f"/proc/{ppid}/environ", "rb") as fh:
+                env = set(fh.read().split(b"\0"))
+        except (OSError, ValueError, IndexError):
+            break
+        if not want <= env:
+            break
+        root = cur = ppid
+    return root
+
+
+def _tree(root: int, procs: dict[int, tuple[int, int]]) -> set[int]:
+    """``root`` and every descendant of it among ``procs``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    own, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        own.add(pid)
+        todo.extend(children.get(pid, ()))
+    return own
+
+
+def box_ticks(root: int) -> tuple[int, dict[int, int]] | None:
+    """(monotonic ns now, thread id -> ns it ran plus ns it waited runnable, for every thread outside
+    ``root``'s process tree: ``/proc/<pid>/task/<tid>/schedstat``), None where unreadable: the
+    difference of two readings is the CPU time other work asked for between them."""
+    procs = _proc_stats()
+    if procs is None or root not in procs:
+        return None
+    own = _tree(root, procs)
+    demand: dict[int, int] = {}
+    for pid in procs:
+        if pid in own:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                    run, wait = fh.read().split()[:2]
+                demand[int(tid)] = int(run) + int(wait)
+            except (OSError, ValueError):
+                continue
+    return time.monotonic_ns(), demand
+
+
+def others_share(before: tuple[int, dict[int, int]], after: tuple[int, dict[int, int]],
+                 cpus: int | None = None) -> float | None:
+    """Other work's demand for the box's CPUs between two :func:`box_ticks` readings: the ns its
+    threads ran or waited to run, over the interval times the box's cores (0: nothing else wanted
+    a CPU; 1: on average one runnable thread per core; above 1: more than the box could run). A
+    thread started in between counts whole, one that exited is lost. None over an empty interval."""
+    wall = after[0] - before[0]
+    n = cpus if cpus is not None else (os.cpu_count() or 1)
+    if wall <= 0:
+        return None
+    asked = sum(max(v - before[1].get(t, 0), 0) for t, v in after[1].items())
+    return asked / (wall * n)
 
 
 class _Nvml:
@@ -156,9 +288,45 @@ class Calibrator:
         self._nvml: _Nvml | None = None
         # the step thread's schedstat at the last probe; None until the first probe (start-up is no interval of steps)
         self._sched: tuple[int, int] | None = None
+        # the server's root process (found at the first probe), the open window (ticks at its start, its
+        # start, the last step boundary seen) and the share of the last window closed, for the next probe
+        self._root: int | None = None
+        self._window: tuple[tuple[int, dict[int, int]], float, float] | None = None
+        self._others: float | None = None
 
     def due(self, now: float) -> bool:
-        return self.next_at is None or now >= self.next_at
+        """Whether to probe at this step boundary (``now``: perf_counter). The first probe runs at
+        once; each later one after a window of :data:`WINDOW_S` of steps that reads the others'
+        share, opened at the first boundary from :data:`WINDOW_S` before the probe is due and
+        reopened wherever the server idled in it; a probe a whole period overdue (the server never
+        stepped that long at a stretch) or on a box whose ticks are unreadable runs without it.
+        Never raises (the step path)."""
+        if self.next_at is None:
+            return True
+        if now < self.next_at - WINDOW_S:
+            return False
+        overdue = now >= self.next_at + PERIOD_S
+        try:
+            if self._window is not None:
+                start_ticks, start, last = self._window
+                if now - last > GAP_S:
+                    self._window = None  # the server idled: not a window of steps
+                elif now - start >= WINDOW_S:
+                    ticks = box_ticks(self._root) if self._root is not None else None
+                    self._others = others_share(start_ticks, ticks) if ticks is not None else None
+                    self._window = None
+                    return True
+                else:
+                    self._window = (start_ticks, start, now)
+                    return overdue
+            if not overdue and self._root is not None:
+                ticks = box_ticks(self._root)
+                if ticks is not None:
+                    self._window = (ticks, now, now)
+                    return False
+        except Exception:  # noqa: BLE001 - a share not read is a null, never a fault in the step path
+            self._window = None
+        return now >= self.next_at
 
     def run(self) -> Probe:
         """Queue (GPU) or run (CPU) one probe now; raises on any failure (the hook's fault path).
@@ -198,8 +366,11 @@ class Calibrator:
             run_ns, wait_ns = sched[0] - self._sched[0], sched[1] - self._sched[1]
             wait_share = wait_ns / (run_ns + wait_ns) if run_ns + wait_ns > 0 and run_ns >= 0 <= wait_ns else None
         self._sched = sched
+        if self._root is None:
+            self._root = server_root()
+        others, self._others, self._window = self._others, None, None
         rec = {**PROBE.header(), "type": "probe", "kernel": KERNEL, "n": n, "reps": reps,
                "device": kind, "clock": "cuda_event" if sw.use_cuda else "perf_counter",
-               "wait_share": wait_share, "load_1m": load_1m(), "cpu_freq_hz": cpu_freq_hz(), "sm_clock_hz": clock,
+               "wait_share": wait_share, "others_share": others, "load_1m": load_1m(), "cpu_freq_hz": cpu_freq_hz(), "sm_clock_hz": clock,
                "throttle_reasons": reasons, "t_unix_s": time.time()}
         return Probe(rec=rec, watches=watches)

@@ -42,6 +42,7 @@ def check_probe(rec: dict[str, Any], where: str) -> None:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= MAX_HOOK_STEP_S:
             raise SpecmodelError(f"{where}: samples_s: expected seconds in (0, {MAX_HOOK_STEP_S:g}], got {x!r}")
     _opt_num(rec, "wait_share", where, 1.0)
+    _opt_num(rec, "others_share", where, 1e3)
     _opt_num(rec, "load_1m", where, 1e6)
     _opt_num(rec, "cpu_freq_hz", where, 1e12)
     _opt_num(rec, "sm_clock_hz", where, 1e12)
@@ -71,8 +72,11 @@ def condition_of(recs: Sequence[dict[str, Any]]) -> Any:
         vals = [float(r[key]) for r in mine if r.get(key) is not None]
         return median(vals) if vals else None
 
+    others = [float(r["others_share"]) for r in mine if r.get("others_share") is not None]
     return ServerCondition(probe=name, probe_s=median(xs), probe_iqr_s=iqr(xs), samples=len(xs), probes=len(mine),
-                           wait_share=med("wait_share"), load_1m=med("load_1m"), cpu_freq_hz=med("cpu_freq_hz"), sm_clock_hz=med("sm_clock_hz"),
+                           wait_share=med("wait_share"),
+                           others_share=median(others) if others else None, others_iqr=iqr(others),
+                           intervals=len(others), load_1m=med("load_1m"), cpu_freq_hz=med("cpu_freq_hz"), sm_clock_hz=med("sm_clock_hz"),
                            throttled_probes=sum(1 for r in mine if (r.get("throttle_reasons") or 0) & ~BENIGN_THROTTLE))
 
 
@@ -96,6 +100,9 @@ def conditions_note(conditions: Any) -> str:
         if c is None:
             return f"{what}: no probe"
         extra = [f"waited for a CPU {c.wait_share:.0%}" if c.wait_share is not None else "",
+                 f"other work asked for {c.others_share:.2f} threads per core (IQR {c.others_iqr:.2f}, "
+                 f"{c.intervals} window(s) of steps)"
+                 if c.others_share is not None else "",
                  f"load {c.load_1m:.2f}" if c.load_1m is not None else "",
                  f"CPU {ghz(c.cpu_freq_hz)}" if c.cpu_freq_hz is not None else "",
                  f"SM {ghz(c.sm_clock_hz)}" if c.sm_clock_hz is not None else "",
