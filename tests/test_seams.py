@@ -258,7 +258,7 @@ def test_a_drafter_the_hook_has_no_target_for_is_recorded_missing_and_qualifies_
     assert f"## Verdict: **{p.verdict_label}**" in md
     # a draft cost given on the command line replaces the unrecorded one
     r = run_cli("predict", "--json", "--profile", str(path), "--accept-len", "2.5", "--draft-ms", "1", cwd=tmp_path)
-    assert "not recorded" not in json.loads(r.stdout)["verdict_label"]
+    assert "draft time not recorded" not in json.loads(r.stdout)["verdict_label"]
 
 
 def test_a_target_module_without_its_member_is_recorded_with_the_engine_version(
