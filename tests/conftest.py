@@ -50,6 +50,17 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300,
     return subprocess.run(specmodel_exe() + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def run_cli_batch(cases: dict[str, tuple[list[str], Path]], *, timeout: float = 600) -> dict[str, dict[str, Any]]:
+    """Many ``specmodel`` command lines (id -> (argv, working directory)) in one fresh interpreter
+    (tests/cli_batch.py): what each would print and exit with, without a start-up (and an import of
+    torch) apiece. id -> {"rc", "stdout", "stderr"}; a traceback escaping the command is rc -1."""
+    batch = [{"id": cid, "argv": argv, "cwd": str(cwd)} for cid, (argv, cwd) in cases.items()]
+    r = subprocess.run([sys.executable, "-m", "tests.cli_batch"], input=json.dumps(batch), capture_output=True,
+                       text=True, timeout=timeout, env=checkout_env())
+    assert r.returncode == 0, r.stderr[-4000:]
+    return {x["id"]: x for x in json.loads(r.stdout)}
+
+
 def run_python(code: str, *, cwd: str | Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (what a cold start imports, a documented example as
     written); a failure shows its stderr."""
@@ -78,10 +89,16 @@ def cli():
 # the checkout after the demo (the README's order) would read the demo's profile. So every test runs in
 # a working directory of its own, and a test that writes into, lists or opens the checkout's profiles/
 # or reports/ -- or starts a process in the checkout -- fails, naming what it touched.
-CHECKOUT_STATE = tuple(str(REPO / d) for d in ("profiles", "reports"))
+#: the checkout the check guards (tests/test_hermetic.py points it at a stand-in to see it fail)
+GUARDED = Path(os.environ.get("SPECMODEL_TESTS_GUARDED_CHECKOUT") or REPO)
+CHECKOUT_STATE = tuple(str(GUARDED / d) for d in ("profiles", "reports"))
 # what git ships there: the link to the packaged reference and the folder's placeholder
-SHIPPED_STATE = tuple(str(REPO / d) for d in ("profiles/kimi-k2.5-int4-tp8-pcie", "reports/.gitkeep"))
+SHIPPED_STATE = tuple(str(GUARDED / d) for d in ("profiles/kimi-k2.5-int4-tp8-pcie", "reports/.gitkeep"))
 _touched: list[str] = []
+#: set once the tests' working directories exist (collection imports run before; what they start is no test's)
+_armed: list[bool] = []
+#: what tools beside the suite keep at the checkout's top (a developer's `make lint` during a run)
+TOOL_CACHES = frozenset({".mypy_cache", ".ruff_cache", ".pytest_cache"})
 
 
 def _in_checkout_state(path: str) -> bool:
@@ -109,11 +126,11 @@ _WATCHED = frozenset({"open", "os.listdir", "os.scandir", "subprocess.Popen"})
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     """A read or a listing of the checkout's profiles/ or reports/ in this process, or a process
     started with the checkout as its working directory (its bare commands would read ./profiles)."""
-    if event not in _WATCHED:
+    if event not in _WATCHED or not _armed:
         return
     if event == "subprocess.Popen":
         cwd = _abspath(args[2])
-        if cwd is not None and (cwd == str(REPO) or _in_checkout_state(cwd)):
+        if cwd is not None and (cwd == str(GUARDED) or _in_checkout_state(cwd)):
             argv = [args[1]] if isinstance(args[1], (str, bytes)) else list(args[1])
             _touched.append(f"started {argv[:3]!r} in the checkout ({cwd})")
         return
@@ -126,7 +143,7 @@ def _checkout_state() -> dict[str, tuple[int, int]]:
     """Every entry under the checkout's profiles/ and reports/ (not following links), with its size and
     modification time; and the checkout's top-level names (a file a test left beside the sources)."""
     seen = len(_touched)
-    out: dict[str, tuple[int, int]] = {name: (0, 0) for name in os.listdir(REPO)}
+    out: dict[str, tuple[int, int]] = {name: (0, 0) for name in os.listdir(GUARDED) if name not in TOOL_CACHES}
     for d in CHECKOUT_STATE:
         for root, dirs, files in os.walk(d):
             for name in dirs + files:
@@ -146,6 +163,7 @@ def _session_cwd(tmp_path_factory: pytest.TempPathFactory):
     cwds = tmp_path_factory.mktemp("cwd")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(cwds)
+        _armed.append(True)
         yield cwds
 
 

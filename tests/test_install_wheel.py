@@ -1,7 +1,8 @@
 """specmodel installed as a user installs it: the built wheel (not the editable checkout) in an
 environment of its own. Without torch, ``profile`` says in one line which extra to install before
 any rank starts; in the engine's environment (its Python, its torch left as it is), the wheel
-installed with ``--no-deps`` is what a hooked vLLM server imports (README, docs/vllm.md).
+installed with ``--no-deps`` is what a hooked vLLM server imports (README, docs/vllm.md;
+tests/test_install_wheel_live.py).
 
 The environments are fresh venvs (``--without-pip``; pip installs into them with ``--python``)
 whose packages come from an existing environment through a path entry, not a site directory: its
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.vllm_engine import engine_env, hook_steps, ngram_spec, server
 
 #: what the wheel is built from (pyproject.toml names README.md as its readme)
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "specmodel")
@@ -102,7 +102,7 @@ def test_profile_without_torch_names_the_extra_in_one_line_before_any_rank(analy
     pip_install(py, analysis_wheel)
     found = where(py, "specmodel", "torch", "numpy")
     assert found["torch"] is None and found["numpy"] is not None
-    assert str(found["specmodel"]).startswith(str(tmp_path / "venv")), found  # the wheel's, not the checkout's
+    assert Path(str(found["specmodel"])).is_relative_to(site_of(py)), found  # the wheel's, not the checkout's
     exe = str(tmp_path / "venv" / "bin" / "specmodel")
     work = tmp_path / "work"
     work.mkdir()
@@ -138,28 +138,3 @@ def test_a_gpu_run_without_nvml_says_which_extra_records_the_links(monkeypatch: 
     monkeypatch.setenv("RANK", "3")  # under torchrun: said once, by rank 0
     cmd._note_missing_gpu_extra(SimpleNamespace(backend="nccl"))  # type: ignore[arg-type]
     assert capsys.readouterr().err == ""
-
-
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_the_wheel_installed_in_the_engines_environment_hooks_its_server(vllm_python: Path, tiny_models,
-                                                                         tmp_path: Path) -> None:
-    # docs/vllm.md's steps: the wheel built by the engine's Python, installed with --no-deps (the
-    # engine's torch and packages as they are), the server started under `specmodel vllm`
-    whl = build_wheel(vllm_python, tmp_path / "wheel")
-    engine_site = site_of(vllm_python)
-    py = env_over(engine_site, tmp_path / "engine")
-    pip_install(py, whl)
-    found = where(py, "specmodel", "torch", "vllm")
-    assert str(found["specmodel"]).startswith(str(tmp_path / "engine")), found
-    assert str(found["torch"]).startswith(str(engine_site)) and str(found["vllm"]).startswith(str(engine_site))
-    out = tmp_path / "run"
-    pre = engine_env(vllm_python, 1).get("LD_PRELOAD", "")  # the engine venv's bundled libiomp5, as vLLM wants
-    exe = str(Path(sys.executable).parent / "specmodel")
-    with server(py, tiny_models.target, spec=ngram_spec(3), wrap=[exe, "vllm", "--out", str(out), "--"],
-                env={"LD_PRELOAD": pre, "PYTHONPATH": ""}) as srv:
-        srv.complete(max_tokens=16)
-        log = srv.log_text()
-    assert "not installed in" not in log, log[-3000:]  # the shim found specmodel in the server's environment
-    steps = [s for ss in hook_steps(out).values() for s in ss]
-    assert any(s["kind"] == "verify" for s in steps), sorted({s["kind"] for s in steps})
