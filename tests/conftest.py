@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +50,138 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 300,
     return subprocess.run(specmodel_exe() + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def run_cli_batch(cases: dict[str, tuple[list[str], Path]], *, timeout: float = 600) -> dict[str, dict[str, Any]]:
+    """Many ``specmodel`` command lines (id -> (argv, working directory)) in one fresh interpreter
+    (tests/cli_batch.py): what each would print and exit with, without a start-up (and an import of
+    torch) apiece. id -> {"rc", "stdout", "stderr"}; a traceback escaping the command is rc -1."""
+    batch = [{"id": cid, "argv": argv, "cwd": str(cwd)} for cid, (argv, cwd) in cases.items()]
+    r = subprocess.run([sys.executable, "-m", "tests.cli_batch"], input=json.dumps(batch), capture_output=True,
+                       text=True, timeout=timeout, env=checkout_env())
+    assert r.returncode == 0, r.stderr[-4000:]
+    return {x["id"]: x for x in json.loads(r.stdout)}
+
+
 def run_python(code: str, *, cwd: str | Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (what a cold start imports, a documented example as
     written); a failure shows its stderr."""
-    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       env=checkout_env())
     assert r.returncode == 0, r.stderr
     return r
+
+
+def checkout_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the checkout first on PYTHONPATH: a child started outside
+    the checkout (every test's is) imports this tree's ``specmodel`` and ``tests``, as one started in it would."""
+    e = dict(os.environ if env is None else env)
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    return e
 
 
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# --------------------------------------------------------------------------- hermetic: the checkout's state
+# `make demo` writes profiles/cpu-demo and reports/cpu-demo.pdf into the checkout, and a bare command
+# (`predict`, `plan` without --profile) uses the one measured profile under ./profiles: a test run from
+# the checkout after the demo (the README's order) would read the demo's profile. So every test runs in
+# a working directory of its own, and a test that writes into, lists or opens the checkout's profiles/
+# or reports/ -- or starts a process in the checkout -- fails, naming what it touched.
+#: the checkout the check guards (tests/test_hermetic.py points it at a stand-in to see it fail)
+GUARDED = Path(os.environ.get("SPECMODEL_TESTS_GUARDED_CHECKOUT") or REPO)
+CHECKOUT_STATE = tuple(str(GUARDED / d) for d in ("profiles", "reports"))
+# what git ships there: the link to the packaged reference and the folder's placeholder
+SHIPPED_STATE = tuple(str(GUARDED / d) for d in ("profiles/kimi-k2.5-int4-tp8-pcie", "reports/.gitkeep"))
+_touched: list[str] = []
+#: set once the tests' working directories exist (collection imports run before; what they start is no test's)
+_armed: list[bool] = []
+#: what tools beside the suite keep at the checkout's top (a developer's `make lint` during a run)
+TOOL_CACHES = frozenset({".mypy_cache", ".ruff_cache", ".pytest_cache"})
+
+
+def _in_checkout_state(path: str) -> bool:
+    for d in CHECKOUT_STATE:
+        if path == d or path.startswith(d + os.sep):
+            return not any(path == s or path.startswith(s + os.sep) for s in SHIPPED_STATE)
+    return False
+
+
+def _abspath(p: object) -> str | None:
+    if p is None:
+        p = "."
+    if isinstance(p, int):
+        return None
+    try:
+        s = os.fsdecode(os.fspath(p))  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return os.path.normpath(s if os.path.isabs(s) else os.path.join(os.getcwd(), s))
+
+
+_WATCHED = frozenset({"open", "os.listdir", "os.scandir", "subprocess.Popen"})
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """A read or a listing of the checkout's profiles/ or reports/ in this process, or a process
+    started with the checkout as its working directory (its bare commands would read ./profiles)."""
+    if event not in _WATCHED or not _armed:
+        return
+    if event == "subprocess.Popen":
+        cwd = _abspath(args[2])
+        if cwd is not None and (cwd == str(GUARDED) or _in_checkout_state(cwd)):
+            argv = [args[1]] if isinstance(args[1], (str, bytes)) else list(args[1])
+            _touched.append(f"started {argv[:3]!r} in the checkout ({cwd})")
+        return
+    path = _abspath(args[0])
+    if path is not None and _in_checkout_state(path):
+        _touched.append(f"{event} {path}")
+
+
+def _checkout_state() -> dict[str, tuple[int, int]]:
+    """Every entry under the checkout's profiles/ and reports/ (not following links), with its size and
+    modification time; and the checkout's top-level names (a file a test left beside the sources)."""
+    seen = len(_touched)
+    out: dict[str, tuple[int, int]] = {name: (0, 0) for name in os.listdir(GUARDED) if name not in TOOL_CACHES}
+    for d in CHECKOUT_STATE:
+        for root, dirs, files in os.walk(d):
+            for name in dirs + files:
+                st = os.lstat(os.path.join(root, name))
+                out[os.path.join(root, name)] = (st.st_size, st.st_mtime_ns)
+    del _touched[seen:]  # the check's own listing is no test's read
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sys.addaudithook(_audit)  # once per process (a hook cannot be removed); cheap for unwatched events
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cwd(tmp_path_factory: pytest.TempPathFactory):
+    """The working directory of the run-wide and per-module fixtures (they start before a test's own)."""
+    cwds = tmp_path_factory.mktemp("cwd")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwds)
+        _armed.append(True)
+        yield cwds
+
+
+@pytest.fixture(autouse=True)
+def hermetic(_session_cwd: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each test runs in an empty working directory of its own (not its tmp_path: a test that builds
+    tmp_path/profiles/x must not thereby change what a bare command there uses) and leaves the
+    checkout's profiles/, reports/ and top level as it found them, reading neither."""
+    before = _checkout_state()
+    monkeypatch.chdir(tempfile.mkdtemp(dir=_session_cwd))
+    yield
+    touched, after = list(_touched), _checkout_state()
+    del _touched[:]
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, (f"the checkout changed during this test (or one running beside it): {changed}; "
+                         "tests write only under their tmp_path")
+    assert not touched, (f"this test (or a fixture it uses) read the checkout's state; tests read only what they "
+                         f"made: {touched[:5]}")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, REFERENCE, run_cli
+from tests.conftest import DATA, REFERENCE, checkout_env, run_cli
 
 BAD = DATA / "bad_inputs"
 REF = str(REFERENCE)
@@ -239,7 +239,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, obj
         cwd.mkdir(parents=True)
         batch.append({"id": cid, "argv": [a.replace("{W}", str(w)) for a in argv], "cwd": str(cwd)})
     r = subprocess.run([sys.executable, "-m", "tests.cli_batch"], input=json.dumps(batch), capture_output=True,
-                       text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+                       text=True, timeout=600, env=checkout_env())
     assert r.returncode == 0, r.stderr[-4000:]
     out = {x["id"]: x for x in json.loads(r.stdout)}
     for cid, _ in CASES:

@@ -46,7 +46,7 @@ def test_recorded_results_reprint_as_their_table_and_the_readme_has_the_rerun_co
         res = json.loads(j.read_text())
         assert {"rows", "summary", "commands"} <= set(res)
         r = subprocess.run([sys.executable, str(BENCH), "--table", str(j)], capture_output=True, text=True,
-                           timeout=60, cwd=REPO)
+                           timeout=60)
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == j.with_suffix(".md").read_text().strip()
     readme = (REPO / "README.md").read_text()

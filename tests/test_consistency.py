@@ -182,6 +182,7 @@ def test_k_below_the_profiled_k_interpolates_from_decode() -> None:
     assert p.outcome.extrapolated == () and p.costs.verify_s == pytest.approx(10e-3 + (2 - 1) / (4 - 1) * 2e-3)
 
 
+@pytest.mark.slow  # renders PDFs
 def test_report_writes_the_pdf_for_the_contradiction(messy: Path, tmp_path: Path) -> None:
     pdf = tmp_path / "messy.pdf"
     r = run_cli("report", "--profile", str(messy), "--accept-len", "2.97", "-o", str(pdf), cwd=tmp_path)

@@ -9,12 +9,12 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, checkout_env
 
 
 def _figures() -> dict[tuple[str, str], tuple[float, float]]:
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "context_loo.py")], capture_output=True, text=True,
-                       timeout=120, cwd=REPO)
+                       timeout=120, env=checkout_env())
     assert r.returncode == 0, r.stderr
     out: dict[tuple[str, str], tuple[float, float]] = {}
     case = ""

@@ -11,11 +11,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from specmodel.schema.profile import CostRow, Profile, save_profile
-from tests.conftest import DATA, run_cli, sigint_default, specmodel_exe
+from tests.conftest import DATA, run_cli, run_cli_batch, sigint_default, specmodel_exe
 
 pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not
 
@@ -189,7 +190,7 @@ def test_ctrl_c_stops_every_rank(tmp_path):
 CONFIGS = DATA / "profile_configs"
 
 
-@pytest.mark.parametrize("args,fragment", [
+BAD_INPUTS = [
     (["--tp", "0"], "--tp: must be >= 1, got 0"),
     (["--model-config", str(CONFIGS / "missing.json")], "file not found"),
     (["--model-config", str(CONFIGS / "broken.json")], "invalid JSON at line"),
@@ -209,13 +210,39 @@ CONFIGS = DATA / "profile_configs"
     (["--tp", "2", "--contexts", "1K", "--context-len", "64"], "not both"),
     (["--tp", "2", "--ci-target", "0"], "--ci-target: must be in (0, 100]"),
     (["--tp", "2", "--time-budget", "-1"], "--time-budget"),
-])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    r = run_cli("profile", "--out-dir", str(tmp_path), *args, cwd=tmp_path, timeout=FINISH_S)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("specmodel: error: "), r.stderr
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every bad command line of BAD_INPUTS run by the real command in one interpreter (each in an empty
+    folder of its own, its --out-dir): most get past argument parsing to the device check, which
+    imports torch -- once here, not once per case."""
+    cases = {}
+    for i, (args, _) in enumerate(BAD_INPUTS):
+        d = tmp_path_factory.mktemp(f"bad{i}")
+        cases[str(i)] = (["profile", "--out-dir", str(d), *args], d)
+    runs = run_cli_batch(cases)
+    for cid, (_, d) in cases.items():
+        runs[cid]["dir"] = d
+    return runs
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)), ids=[" ".join(a)[:60] for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(bad_input_runs: dict[str, dict[str, Any]], case: int) -> None:
+    r, fragment = bad_input_runs[str(case)], BAD_INPUTS[case][1]
+    assert r["rc"] == 2, (r["stdout"], r["stderr"])
+    lines = r["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specmodel: error: "), r["stderr"]
     assert fragment in lines[0]
+    assert list(r["dir"].iterdir()) == []
+
+
+def test_a_bad_input_is_one_line_and_exit_2_from_the_installed_command(tmp_path):
+    # the batch above calls the command's main in-process: one case through the real executable
+    r = run_cli("profile", "--out-dir", str(tmp_path), "--tp", "2", "--contexts", "2M", cwd=tmp_path, timeout=FINISH_S)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("specmodel: error: --contexts: 2M = 2097152 tokens is above the limit")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -27,7 +27,7 @@ from specmodel.io import (
     read_json,
     staging_dir,
 )
-from tests.conftest import run_cli
+from tests.conftest import checkout_env, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_vllm_line_with_a_40k_digit_number_parses_in_bounded_time(tmp_path: Path
         assert vllm_log.TPUT.search(t) is None
         print("ok")
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=checkout_env())
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -199,7 +199,7 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
         futs = [pool.submit(work, i) for i in range(2)]
         time.sleep(300)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=checkout_env())
     assert p.stdout is not None
     pids = [int(p.stdout.readline()) for _ in range(2)]  # both workers running a task (no timed wait)
     assert len(set(pids)) == 2 and all(_alive(x) for x in pids)
@@ -226,7 +226,7 @@ def test_a_rank_dies_with_its_parent_even_without_the_death_signal(tmp_path: Pat
         print(child.pid, flush=True)
         time.sleep(300)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=checkout_env())
     assert p.stdout is not None
     pid = int(p.stdout.readline())
     assert p.stdout.readline().strip() == "watching"  # its watcher started, its death signal cleared
@@ -242,7 +242,7 @@ def test_a_rank_dies_with_its_parent_even_without_the_death_signal(tmp_path: Pat
 def test_a_process_whose_parent_is_already_gone_exits_at_once() -> None:
     r = subprocess.run([sys.executable, "-c", "from specmodel.procs import die_with_parent\n"
                         "die_with_parent(-1, exit_code=4)\nprint('still here')"], capture_output=True, text=True,
-                       cwd=REPO, timeout=300)
+                       env=checkout_env(), timeout=300)
     assert r.returncode == 4 and "still here" not in r.stdout
 
 

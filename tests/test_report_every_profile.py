@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import baseline_standin, run_cli
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu_032"
+pytestmark = pytest.mark.slow  # renders PDFs (one per test)
 
 
 def _pdf_text(pdf: Path) -> str:

@@ -33,11 +33,14 @@ def shipped_untouched():
         pytest.fail("the shipped reference profile was rewritten")
 
 
-def test_nccl_tests_in_place_onto_the_shipped_reference_is_refused(cli, shipped_untouched):
-    # the repro, run as a user would, from the checkout (profiles/ links into the package)
+def test_nccl_tests_in_place_onto_the_shipped_reference_is_refused(cli, shipped_untouched, tmp_path):
+    # the repro, run as a user would from a checkout, whose profiles/ links into the package: here a
+    # folder of the test's own holding the same link (the checkout's profiles/ is the demo's, not the tests')
     link = "profiles/kimi-k2.5-int4-tp8-pcie"
-    assert (REPO / link).is_symlink()
-    r = cli("nccl-tests", PCIE8, "--profile", link, "-o", link, cwd=REPO)
+    assert (REPO / link).is_symlink() and (REPO / link).resolve() == REFERENCE
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / link).symlink_to(REFERENCE)
+    r = cli("nccl-tests", PCIE8, "--profile", link, "-o", link, cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "-o: " in r.stderr and "never written" in r.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import specmodel
-from tests.conftest import REFERENCE
+from tests.conftest import REFERENCE, checkout_env
 from tests.metrics_server import PageServer
 from tests.toy_engine import log as toy_log
 from tests.toy_engine import metrics as toy_metrics
@@ -66,7 +66,7 @@ def test_accept_reads_the_toy_servers_log(with_toy: Path, tmp_path: Path) -> Non
     assert text.returncode == 0 and "Toy engine log" in text.stdout
     # the specmodel the tests import has no toy engine: the same file is no log it knows
     plain = subprocess.run([sys.executable, "-m", "specmodel", "accept", str(log)], capture_output=True, text=True,
-                           timeout=180, cwd=ROOT)
+                           timeout=180, env=checkout_env())
     assert plain.returncode == 2 and "no SGLang 'Decode batch' lines" in plain.stderr
 
 

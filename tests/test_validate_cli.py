@@ -11,7 +11,7 @@ from specmodel.model.accept import from_mean
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema.profile import load_profile
-from tests.conftest import DATA
+from tests.conftest import DATA, run_cli_batch
 
 SG055 = str(DATA / "logs_sglang_055" / "server.log")
 SG055_NOARGS = str(DATA / "logs_sglang_055_noargs" / "server.log")  # the same log without its server_args line
@@ -65,19 +65,25 @@ def test_bench_rows_use_their_own_spec_and_baseline(cli, reference_profile):
     assert deep and all(w["spec"]["num_draft_tokens"] == 6 for w in deep)
 
 
-def test_bad_inputs(cli, reference_profile, tmp_path):
-    for args, msg in (
+def test_bad_inputs(reference_profile, tmp_path):
+    # the real command lines, run in order in one interpreter (tests/cli_batch.py: no start-up apiece)
+    bad = (
         ((UNRELATED,), "unrelated.log: no SGLang 'Decode batch' lines"),
         ((SG055, "--steps", "1"), "--steps 1 contradicts the log: the server ran with 3"),
         ((SG055_NOARGS, "--steps", "1"), "exceeds steps + 1 = 2"),
         ((str(tmp_path / "none.log"),), "none.log: file not found"),
         ((), "give at least one server log"),
-    ):
-        r = cli("validate", "--profile", str(reference_profile), *args)
-        assert r.returncode == 2, (args, r.stdout)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and msg in lines[0], lines
+    )
     saved = tmp_path / "a.json"
-    assert cli("accept", SG055, "--steps", "3", "-o", str(saved)).returncode == 0
-    r = cli("validate", "--profile", str(reference_profile), str(saved))
-    assert r.returncode == 2 and "has no throughput windows" in r.stderr
+    cases = {str(i): (["validate", "--profile", str(reference_profile), *args], tmp_path)
+             for i, (args, _) in enumerate(bad)}
+    cases["accept"] = (["accept", SG055, "--steps", "3", "-o", str(saved)], tmp_path)
+    cases["saved"] = (["validate", "--profile", str(reference_profile), str(saved)], tmp_path)
+    runs = run_cli_batch(cases)
+    for i, (args, msg) in enumerate(bad):
+        r = runs[str(i)]
+        assert r["rc"] == 2, (args, r["stdout"])
+        lines = r["stderr"].strip().splitlines()
+        assert len(lines) == 1 and msg in lines[0], lines
+    assert runs["accept"]["rc"] == 0, runs["accept"]["stderr"]
+    assert runs["saved"]["rc"] == 2 and "has no throughput windows" in runs["saved"]["stderr"]

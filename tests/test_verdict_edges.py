@@ -164,6 +164,7 @@ def test_a_verdict_on_the_shipped_reference_says_whose_costs(tmp_path: Path) -> 
     assert predict(own, from_mean(3.2, 4), OperatingPoint(spec=SPEC)).verdict_label == "GO"
 
 
+@pytest.mark.slow  # renders PDFs
 def test_the_report_page_one_carries_the_qualification(tmp_path: Path) -> None:
     from pdfminer.high_level import extract_text
 
@@ -209,6 +210,7 @@ def test_request_tokens_set_the_band_and_p_over_the_request() -> None:
     assert "over 64 tokens" in short.band_label and "over 1024 tokens" in long_.band_label
 
 
+@pytest.mark.slow  # renders PDFs
 def test_the_report_batch_sweep_stops_where_a_prediction_may_no_longer_go(tmp_path: Path) -> None:
     # measured batches 1-4: batch 8 is one doubling (drawn, extrapolated); 16, 32, 64 are not priced
     pdf = tmp_path / "n.pdf"

@@ -259,7 +259,7 @@ class VllmServer:
         env.update(self.env)
         # start_new_session: its own process group, so stop() kills the server and every worker it spawned
         self.proc = subprocess.Popen(self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT, env=env,
-                                     cwd=str(REPO), start_new_session=True)
+                                     cwd=str(self.log_path.parent), start_new_session=True)
         try:
             self.wait_healthy()
         except BaseException:

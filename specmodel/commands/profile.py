@@ -8,6 +8,7 @@ is imported only when a run starts, never by ``specmodel predict``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specmodel.commands.profile_plan import build_plan
-from specmodel.errors import Interrupted
+from specmodel.errors import Interrupted, SpecmodelError
 from specmodel.limits import (
     MAX_BATCH,
     MAX_CYCLES,
@@ -260,7 +261,9 @@ def profile_cmd(**o: Any) -> None:
 
     Example: specmodel profile --tp 8 --name cpu-demo
     """
+    _check_extras_before_plan()
     plan, dest, given = build_plan(o)
+    _note_missing_gpu_extra(plan)
     if is_torchrun():
         _torchrun(plan, dest, given, o["as_json"])
         return
@@ -271,6 +274,28 @@ def profile_cmd(**o: Any) -> None:
                 took=lambda: prog.took(ranks_done, time.monotonic()))
     finally:
         shutil.rmtree(run.run_dir, ignore_errors=True)
+
+
+#: what ``pip install`` names for the profiler's imports (pyproject.toml's [project.optional-dependencies])
+PROFILE_EXTRA = "specmodel[profile]"
+GPU_EXTRA = "specmodel[gpu]"
+
+
+def _check_extras_before_plan() -> None:
+    """torch (the ``profile`` extra) is what every rank imports first: without it the ranks would start,
+    fail one by one and be reported as a crash. Asked of the import system (``find_spec``), not imported:
+    the plan imports torch itself where it needs it, and this costs nothing on a box that has it."""
+    if importlib.util.find_spec("torch") is None:
+        raise SpecmodelError(f"profile needs torch, which is not installed in {sys.executable}: "
+                             f"pip install '{PROFILE_EXTRA}' (a GPU box: its CUDA torch first, then the extra)")
+
+
+def _note_missing_gpu_extra(plan: RunPlan) -> None:
+    """A GPU run without NVML still measures; only the GPUs' links (PCIe generation and width, NVLink,
+    peer-to-peer: profile/hardware.py) go into the profile as unknown. Said once, before the ranks start."""
+    if plan.backend == "nccl" and importlib.util.find_spec("pynvml") is None and os.environ.get("RANK", "0") == "0":
+        click.echo(f"note: pynvml is not installed: this GPU profile records the GPUs' links (PCIe, NVLink, "
+                   f"peer-to-peer) as unknown; pip install '{GPU_EXTRA}' to record them", err=True)
 
 
 def _torchrun(plan: RunPlan, dest: Path, given: Any, as_json: bool) -> None:
