@@ -1,0 +1,144 @@
+"""vLLM's own step log (``--enable-logging-iteration-details``) read into a profile: the parser on
+lines made with vLLM's real format string, the rows it sorts them into, a whole-step verify row
+priced without adding a drafter, and bad input as one line, exit 2.
+
+The format string is vLLM's, copied from ``vllm/v1/metrics/loggers.py:200-203`` (0.32.0 CPU,
+identical in 0.33.0 and 0.34.0) and filled with ``%`` as its ``logger.info`` does (loggers.py:199)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specmodel.engines.vllm.enginelog import parse_lines, sort_steps
+from specmodel.errors import SpecmodelError
+from tests.conftest import run_cli
+
+#: vllm/v1/metrics/loggers.py:200-203 (0.32.0)
+FMT = ("%sIteration(%d): %d context requests, %d context tokens, "
+       "%d generation requests, %d generation tokens, "
+       "iteration elapsed time: %.2f ms%s, "
+       "%s KV cache usage: %.1f%%%s")
+#: what vLLM's logging puts before the message (its default format, as a CPU server printed it)
+PREFIX = "(APIServer pid=15092) INFO 12-06 05:38:49 [loggers.py:199] "
+
+
+def line(n: int, c: int, t: int, g_req: int, g_tok: int, ms: float, *, dummy: bool = False, engine: int = 0) -> str:
+    return PREFIX + FMT % (f"Engine {engine:03d}: ", n, c, t, g_req, g_tok, ms, " (dummy)" if dummy else "", "CPU",
+                           1.5, "")
+
+
+def test_parser_reads_the_real_format() -> None:
+    lines = ["INFO starting", line(0, 1, 60, 0, 0, 15.07), line(1, 3, 180, 1, 1, 15.41),
+             line(2, 0, 0, 4, 16, 8.25), line(3, 0, 0, 0, 0, 0.0, dummy=True),
+             PREFIX + FMT % ("", 4, 0, 0, 2, 2, 3.5, "", "GPU", 10.0, ", encoder inputs: 1, encoder output embeddings: 9")]
+    its = parse_lines(lines, "x.log")
+    assert [(i.index, i.ctx_requests, i.ctx_tokens, i.gen_requests, i.gen_tokens, i.dummy) for i in its] == [
+        (0, 1, 60, 0, 0, False), (1, 3, 180, 1, 1, False), (2, 0, 0, 4, 16, False), (3, 0, 0, 0, 0, True),
+        (4, 0, 0, 2, 2, False)]
+    assert its[2].elapsed_s == pytest.approx(0.00825)
+    assert its[4].elapsed_s == pytest.approx(0.0035)
+
+
+def test_steps_sorted_into_decode_verify_extend_and_mixed_left_out() -> None:
+    its = parse_lines([line(0, 1, 60, 0, 0, 15.0), line(1, 3, 180, 1, 1, 15.0),  # prefill; mixed
+                       line(2, 0, 0, 4, 16, 8.0), line(3, 0, 0, 4, 10, 7.0),     # verify all 4 / some proposed
+                       line(4, 0, 0, 4, 4, 5.0), line(5, 0, 0, 0, 0, 0.0, dummy=True)], "x.log")
+    c = sort_steps(its, speculative=True)
+    assert set(c.cells) == {("extend", 1, 60), ("verify", 4, 16), ("verify", 4, 10)}
+    assert set(c.misses) == {("decode", 4, 4)}
+    assert (c.mixed, c.dummy) == (1, 1)
+    # drafted tokens: (16 − 4) + (10 − 4) + 0 = 18 over 12 request-steps (k = 3: a rate of 18/36 = 0.5)
+    assert (c.drafted_tokens, c.request_steps) == (18, 12)
+    with pytest.raises(SpecmodelError, match="without speculation"):
+        sort_steps(its, speculative=False)
+
+
+@pytest.mark.parametrize("bad", [
+    PREFIX + "Engine 000: Iteration(7): 0 context requests, 0 context tokens, 4 generation requests, "
+             "iteration elapsed time: 5.00 ms, CPU KV cache usage: 1.0%",          # a field gone
+    PREFIX + FMT % ("", 7, 0, 0, 4, 2, 5.0, "", "CPU", 1.0, ""),                    # fewer tokens than requests
+])
+def test_a_bad_line_names_file_and_line(bad: str) -> None:
+    with pytest.raises(SpecmodelError, match=r"^x\.log:3: not a vLLM iteration line .*loggers\.py:200"):
+        parse_lines(["a", line(0, 0, 0, 1, 1, 1.0), bad], "x.log")
+
+
+def _run_dir(d: Path, command: list[str], lines: list[str], *, hook: bool = False) -> Path:
+    d.mkdir(parents=True)
+    (d / "engine_run.json").write_text(json.dumps({"schema": "specmodel.vllm_engine_run", "schema_version": 1,
+                                                   "command": command, "hook": hook, "added": [],
+                                                   "log": "server.log"}))
+    (d / "server.log").write_text("\n".join(["INFO Initializing a V1 LLM engine (v0.32.0) with config: ...", *lines])
+                                  + "\n")
+    return d
+
+
+SERVER = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/tiny"]
+
+
+def _base_and_draft(tmp_path: Path) -> tuple[Path, Path]:
+    # baseline decode at batch 4: 5, 5, 5, 6, 5, 4 ms -> median 5.0 ms; batch 1: 3 ms
+    base = [line(i, 0, 0, 4, 4, ms) for i, ms in enumerate((5, 5, 5, 6, 5, 4))]
+    base += [line(10 + i, 0, 0, 1, 1, 3.0) for i in range(5)] + [line(20, 1, 60, 0, 0, 12.0)]
+    # draft_model k=3: whole steps of 8 ms at batch 4 (16 tokens), one ramp step at batch 3 (left out)
+    spec = [line(i, 0, 0, 4, 16, 8.0) for i in range(7)] + [line(9, 0, 0, 3, 12, 7.0)]
+    sc = json.dumps({"method": "draft_model", "model": "/m/draft", "num_speculative_tokens": 3})
+    return (_run_dir(tmp_path / "base", SERVER, base),
+            _run_dir(tmp_path / "spec", [*SERVER, "--speculative-config", sc], spec))
+
+
+def test_summarize_engine_log_prices_the_whole_step_once(tmp_path: Path) -> None:
+    base, spec = _base_and_draft(tmp_path)
+    out = tmp_path / "prof"
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    rows = {(c["kind"], c["batch"], c["tokens"]): c for c in doc["costs"]}
+    assert rows[("decode", 4, 4)]["total_s"] == pytest.approx(0.005)
+    assert rows[("verify", 4, 16)]["total_s"] == pytest.approx(0.008)
+    assert ("verify", 3, 12) not in rows  # seen once: a ramp step
+    assert not any(k[0].startswith("draft") for k in rows)
+    assert doc["source"]["clock"] == "engine_log"
+    # hand-derived: a cycle is the 8 ms step (draft inside it) for E = 3 tokens, the baseline 5 ms per token:
+    # speedup = (3 / 8) / (1 / 5) = 1.875 -- the drafter is not added a second time
+    p = run_cli("predict", "--json", "--profile", str(out), "--batch", "4", "--steps", "3", "--accept-len", "3",
+                "--accept-shape", "point")
+    assert p.returncode == 0, p.stderr
+    pred = json.loads(p.stdout)
+    assert pred["speedup"] == pytest.approx(1.875, rel=1e-3)
+    assert "draft assumed free" not in p.stdout
+
+
+def test_engine_log_host_proposer_rate(tmp_path: Path) -> None:
+    base = [line(i, 0, 0, 2, 2, 4.0) for i in range(6)]
+    # ngram k=3 at batch 2: 4 steps where both proposed (8 tokens), 4 where one did (5 tokens), 5 misses
+    spec = ([line(i, 0, 0, 2, 8, 6.0) for i in range(4)] + [line(10 + i, 0, 0, 2, 5, 5.5) for i in range(4)]
+            + [line(20 + i, 0, 0, 2, 2, 4.4) for i in range(5)])
+    sc = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    b = _run_dir(tmp_path / "base", SERVER, base)
+    s = _run_dir(tmp_path / "spec", [*SERVER, "--speculative-config", sc], spec)
+    out = tmp_path / "prof"
+    r = run_cli("vllm", "--summarize", str(b), "--summarize", str(s), "-o", str(out), "--min-samples", "4")
+    assert r.returncode == 0, r.stderr
+    hp = json.loads((out / "profile.json").read_text())["host_proposer"]
+    # drafted (4·6 + 4·3) = 36 of k·ΣG = 3·26 = 78
+    assert hp["proposal_rate"] == pytest.approx(36 / 78)
+    assert [(d["batch"], d["total_s"]) for d in hp["decode"]] == [(2, pytest.approx(0.0044))]
+
+
+def test_missing_and_bad_logs_are_one_line_exit_2(tmp_path: Path) -> None:
+    base, spec = _base_and_draft(tmp_path)
+    (spec / "server.log").write_text("INFO nothing here\n")
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "server.log: no 'Iteration(N)" in r.stderr
+    (spec / "server.log").write_text(line(0, 0, 0, 4, 16, 8.0) + "\n" + line(1, 0, 0, 4, 16, 8.0)[:-25] + "\n")
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert f"{spec / 'server.log'}:2: not a vLLM iteration line" in r.stderr
+    (spec / "server.log").unlink()
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "server.log: missing" in r.stderr
