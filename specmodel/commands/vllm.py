@@ -73,11 +73,12 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     """
     if no_hook and (summarize_dirs or capture_steps is not None):
         raise SpecmodelError("--no-hook applies to a server run without --capture-steps (the capture is the hook's)")
+    if engine_log and not summarize_dirs:
+        raise SpecmodelError("--engine-log applies to --summarize (a server run keeps the engine's log anyway)")
     if summarize_dirs and capture_steps is not None:
         raise SpecmodelError("--capture-steps applies to a server run, not --summarize (which reads DIR/capture/)")
     if check_call(summarize_dirs=summarize_dirs, command=command, output=output,
-                  summarize_only={"--name": name, "--tp": tp, "--min-samples": min_samples, "--dp-rank": dp_rank,
-                                  "--engine-log": engine_log},
+                  summarize_only={"--name": name, "--tp": tp, "--min-samples": min_samples, "--dp-rank": dp_rank},
                   example="specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ..."):
         assert output is not None
         run.summarize_to(summarize_dirs, output, name, tp, min_samples, dp_rank, engine_log=bool(engine_log))
