@@ -76,7 +76,8 @@ def _run_dir(d: Path, command: list[str], lines: list[str], *, hook: bool = Fals
     return d
 
 
-SERVER = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/tiny"]
+SERVER = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/tiny", "--distributed-executor-backend",
+          "mp"]
 
 
 def _base_and_draft(tmp_path: Path) -> tuple[Path, Path]:
@@ -142,3 +143,15 @@ def test_missing_and_bad_logs_are_one_line_exit_2(tmp_path: Path) -> None:
     (spec / "server.log").unlink()
     r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "server.log: missing" in r.stderr
+
+
+def test_a_cpu_tp1_uni_run_is_refused_not_priced(tmp_path: Path) -> None:
+    """Under the uni executor a CPU forward ends before vLLM's timer starts
+    (vllm/v1/executor/uniproc_executor.py:108-115): its steps hold no forward, one line, exit 2."""
+    base, spec = _base_and_draft(tmp_path)
+    doc = json.loads((spec / "engine_run.json").read_text())
+    doc["command"] = [a for a in doc["command"] if a not in ("--distributed-executor-backend", "mp")]
+    (spec / "engine_run.json").write_text(json.dumps(doc))
+    r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "uni executor" in r.stderr and str(spec / "server.log") in r.stderr

@@ -65,10 +65,10 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     DIR/capture/rank<k>-....pt.trace.json.gz; --summarize reads each phase's all-reduce share from it
     for the rows the wrapper did not see. The server's exit status is passed through.
 
-    vLLM's own step clock is turned on too (--enable-logging-iteration-details unless given, and
-    --distributed-executor-backend mp at TP 1 unless an executor is chosen: under the default
-    uniprocess executor the forward runs before vLLM's timer starts); the server's output is kept
-    in DIR/server.log. --summarize puts the engine's rows beside the hook's (how far the two clocks
+    vLLM's own step clock is turned on too (--enable-logging-iteration-details unless given; with
+    --no-hook at TP 1 also --distributed-executor-backend mp unless an executor is chosen: under the
+    default uniprocess executor a CPU forward ends before vLLM's timer starts); the server's output
+    is kept in DIR/server.log. --summarize puts the engine's rows beside the hook's (how far the two clocks
     agree, per row); with --no-hook (or --summarize --engine-log) the engine's rows are the profile.
     """
     if no_hook and (summarize_dirs or capture_steps is not None):

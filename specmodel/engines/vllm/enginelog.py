@@ -22,9 +22,13 @@ back", on the engine core's host clock -- not a GPU span:
   ``gpu_model_runner.py`` 0.32.0:4362-4489) and the message round trip.
 * **uniprocess executor** (``uni``, the default at TP 1, ``config/parallel.py:1079-1080``):
   ``UniProcExecutor.collective_rpc`` runs the worker's ``execute_model`` *synchronously* before
-  returning a finished future (``v1/executor/uniproc_executor.py:108-115``), so the target
-  forward ends before X starts: X holds sampling and the proposal only. ``specmodel vllm`` adds
-  ``--distributed-executor-backend mp`` at TP 1 for this reason (unless the user chose one).
+  returning a finished future (``v1/executor/uniproc_executor.py:108-115``). On a GPU the
+  forward's kernels are only launched by then, so X holds what of them is still running plus
+  sampling and the proposal (the launch's host time is outside X); on the CPU the forward has
+  *finished* before X starts, so X holds sampling and the proposal only: a CPU run at TP 1 under
+  ``uni`` gives no forward cost, and its engine-log profile is refused (one line).
+  ``specmodel vllm --no-hook`` adds ``--distributed-executor-backend mp`` at TP 1 for this reason
+  (unless the user chose an executor); with the hook on the user's executor is left alone.
 * **async scheduling** (``step_with_batch_queue``, core.py:698-789; on by default on GPUs, forced
   off on the CPU platform, ``platforms/cpu.py:331``): step N+1 is scheduled and launched before
   the engine blocks on step N's output (core.py:770), so X is the part of step N's device work
@@ -90,7 +94,7 @@ FORMAT_SOURCE = "vllm/v1/metrics/loggers.py:200"
 _ITER = re.compile(
     r"(?:Engine (?P<engine>\d+): )?Iteration\((?P<n>\d+)\): (?P<C>\d+) context requests, (?P<T>\d+) context tokens, "
     r"(?P<G>\d+) generation requests, (?P<g>\d+) generation tokens, iteration elapsed time: "
-    r"(?P<ms>\d+(?:\.\d+)?) ms(?P<dummy> \(dummy\))?, ")
+    r"(?P<ms>\d+(?:\.\d+)?) ms(?P<dummy> \(dummy\))?, (?P<device>\S*) ?KV cache usage")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +109,8 @@ class Iteration:
     gen_tokens: int
     elapsed_s: float
     dummy: bool = False
+    #: vLLM's ``kv_cache_device`` as the line prints it ("CPU", "GPU", ...; "" when empty)
+    device: str = ""
 
     def __post_init__(self) -> None:
         if self.gen_tokens < self.gen_requests or self.ctx_tokens < self.ctx_requests:
@@ -127,7 +133,8 @@ def parse_lines(lines: Iterable[str], where: str) -> list[Iteration]:
                 raise ValueError("not the format")
             out.append(Iteration(index=int(m["n"]), engine=int(m["engine"] or 0), ctx_requests=int(m["C"]),
                                  ctx_tokens=int(m["T"]), gen_requests=int(m["G"]), gen_tokens=int(m["g"]),
-                                 elapsed_s=from_ms(float(m["ms"])), dummy=bool(m["dummy"])))
+                                 elapsed_s=from_ms(float(m["ms"])), dummy=bool(m["dummy"]),
+                                 device=m["device"] or ""))
         except ValueError as exc:
             raise SpecmodelError(f"{where}:{i}: not a vLLM iteration line ({exc}; the format of {FORMAT_SOURCE}): "
                                  f"{line.strip()[:160]!r}") from None
@@ -248,11 +255,24 @@ def spec_of(command: Sequence[str]) -> tuple[str | None, int | None, int]:
     return (str(method) if method else None), (k if isinstance(k, int) and not isinstance(k, bool) else None), tp
 
 
-def engine_args(command: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def executor_of(command: Sequence[str]) -> str:
+    """The executor the server ran: its ``--distributed-executor-backend``, else vLLM's default
+    (``uni`` at world size 1, ``config/parallel.py:1079-1080``; ``mp`` otherwise)."""
+    args = list(command)
+    for i, a in enumerate(args):
+        if a == EXECUTOR_FLAG and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(EXECUTOR_FLAG + "="):
+            return a.split("=", 1)[1]
+    return "uni" if spec_of(args)[2] == 1 else "mp"
+
+
+def engine_args(command: Sequence[str], *, hook: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the command with what the engine log needs added, the flags added): ``--enable-logging-
-    iteration-details`` unless given; ``--distributed-executor-backend mp`` at TP 1 unless an
-    executor was chosen (under ``uni`` the target forward runs before the timed block: module
-    docstring). Both are server flags, so they go at the end of the command."""
+    iteration-details`` unless given; for a hook-free run (``hook`` False) also
+    ``--distributed-executor-backend mp`` at TP 1 unless an executor was chosen (under ``uni`` a
+    CPU forward ends before the timed block: module docstring). Both are server flags, so they go
+    at the end of the command."""
     cmd = list(command)
     added: list[str] = []
     flag_given = any(a == ITERATION_FLAG or a.startswith(ITERATION_FLAG + "=") or a == "--no-enable-logging-iteration-details"
@@ -260,7 +280,7 @@ def engine_args(command: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...
     if not flag_given:
         added.append(ITERATION_FLAG)
     _, _, tp = spec_of(cmd)
-    if tp == 1 and not any(a == EXECUTOR_FLAG or a.startswith(EXECUTOR_FLAG + "=") for a in cmd):
+    if not hook and tp == 1 and not any(a == EXECUTOR_FLAG or a.startswith(EXECUTOR_FLAG + "=") for a in cmd):
         added += [EXECUTOR_FLAG, "mp"]
     return tuple(cmd + added), tuple(added)
 
@@ -284,6 +304,11 @@ class EngineRun:
     tp: int
     iterations: tuple[Iteration, ...]
     command: tuple[str, ...] = ()
+
+    @property
+    def forward_outside(self) -> bool:
+        """A CPU server under the ``uni`` executor: the forward ended before vLLM's timer started."""
+        return executor_of(self.command) == "uni" and any(i.device.upper() == "CPU" for i in self.iterations)
 
 
 def read_run(d: str | os.PathLike[str]) -> EngineRun | None:
@@ -388,6 +413,11 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
 
     where = ", ".join(r.dir for r in runs)
+    outside = next((r for r in runs if r.forward_outside), None)
+    if outside is not None:
+        raise SpecmodelError(f"{Path(outside.dir) / SERVER_LOG}: a CPU server at TP 1 under the uni executor: its "
+                             "forward ends before vLLM's step timer starts (v1/executor/uniproc_executor.py:108-115), "
+                             f"so its steps hold no forward cost; rerun with {EXECUTOR_FLAG} mp")
     tps = {r.tp for r in runs}
     if len(tps) > 1:
         raise SpecmodelError(f"{where}: the runs' commands have different TP degrees ({sorted(tps)}); one box, one TP")

@@ -132,15 +132,16 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
     None: its default, on where a worker runs CUDA graphs). ``hook`` False: no specmodel code in
     the server (no shim on its PYTHONPATH); the profile then comes from the engine's own step log.
 
-    Either way the server's own step clock is turned on (``--enable-logging-iteration-details``,
-    plus ``--distributed-executor-backend mp`` at TP 1: :func:`specmodel.engines.vllm.enginelog.engine_args`
-    says why), its output is kept in ``DIR/server.log`` and what ran in ``DIR/engine_run.json``."""
+    Either way the server's own step clock is turned on (``--enable-logging-iteration-details``;
+    hook-free at TP 1 also ``--distributed-executor-backend mp``:
+    :func:`specmodel.engines.vllm.enginelog.engine_args` says why), its output is kept in
+    ``DIR/server.log`` and what ran in ``DIR/engine_run.json``."""
     from specmodel.engines.vllm.enginelog import RUN_FILE, SERVER_LOG, engine_args, write_run
 
     if out_dir.is_dir() and any((out_dir / n).exists() for n in (SERVER_LOG, RUN_FILE)):
         raise FieldError(None, f"{{out}} {out_dir}: already holds {SERVER_LOG} from an earlier run; "
                                "choose an empty directory (runs must not mix)")
-    command, added = engine_args(command)
+    command, added = engine_args(command, hook=hook)
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
     extra, msg = runner_env(os.environ) if hook else ({}, "")
@@ -195,6 +196,10 @@ def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int
     def with_engine_log(ds: tuple[Path, ...], *, name: str, tp: int | None) -> object:
         prof = summarize(ds, name=name, tp=tp, min_samples=n_min, dp_rank=dp_rank)
         if len(runs) == len(dirs):
+            if any(r.forward_outside for r in runs):
+                note = ("engine log not compared: a CPU server at TP 1 under the uni executor (its forward ends before "
+                        "vLLM's step timer starts; run it with --distributed-executor-backend mp to compare)")
+                return dataclasses.replace(prof, notes=(*prof.notes, note))
             side = summarize_engine_log(runs, name=name, tp=tp, min_samples=n_min, hook_rows=prof.costs)
             note = next((n for n in side.notes if n.startswith("engine log")), None)
             if note:
