@@ -167,3 +167,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
         click.echo(format_plan(plan, scenario))
         if engine is not None:
             click.echo(plan_schedule.format_schedule(doc))
+            if engine == "vllm":
+                from specmodel.commands.plan_adaptive import format_startup_error
+
+                click.echo(format_startup_error(scenario, doc))
