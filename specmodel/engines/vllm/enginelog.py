@@ -434,6 +434,7 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
                              "the baseline's decode steps")
     base_cells: dict[tuple[str, int, int], list[float]] = {}
     spec_cells: dict[tuple[str, int, int], list[float]] = {}
+    spec_prefill: dict[tuple[str, int, int], list[float]] = {}
     misses: dict[tuple[str, int, int], list[float]] = {}
     mixed = dummy = drafted = req_steps = 0
     for r in runs:
@@ -441,7 +442,9 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
         into = spec_cells if r.method else base_cells
         for key, v in c.cells.items():
             if r.method and key[0] == "extend":
-                continue  # the speculative server's prefill: the baseline's extend rows price a prompt
+                # the speculative server's prefill (its drafter's over the prompt too): the request's, not a cycle's
+                spec_prefill.setdefault(key, []).extend(v)
+                continue
             into.setdefault(key, []).extend(v)
         for key, v in c.misses.items():
             misses.setdefault(key, []).extend(v)
@@ -483,6 +486,8 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     if dropped:
         notes.append(f"{len(dropped)} cell(s) seen fewer than {min_samples} times left out (ramp steps): "
                      + ", ".join(dropped[:8]) + (" …" if len(dropped) > 8 else ""))
+    requests, req_note = _requests(runs, base_cells, spec_prefill, min_samples=min_samples)
+    notes.append(req_note)
     if hook_rows:
         notes.append(agreement_note(agreement(rows + list(mrows), hook_rows), len(rows)))
     if not any(r.hook for r in runs):
@@ -502,5 +507,38 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     model_path = next((m for m in (_model_of(r.command) for r in runs) if m), None)
     model = {"name": model_path, "path": model_path} if model_path else {}
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec, overhead_s=0.0,
-                   model=model, notes=tuple(notes), host_proposer=hp)
+                   model=model, notes=tuple(notes), host_proposer=hp, requests=requests)
+
+
+def _requests(runs: Sequence[EngineRun], base_cells: dict[tuple[str, int, int], list[float]],
+              spec_prefill: dict[tuple[str, int, int], list[float]], *, min_samples: int) -> tuple[Any, str]:
+    """The profile's ``requests`` from the engine log: the prompt length of the baseline's
+    prefill-only steps, the speculative server's own prefill rows, and each server's time per
+    request outside the engine's steps from its kept ``metrics.prom`` (as the hook's summary does:
+    :func:`specmodel.engines.vllm.hooklog.outside_per_request`)."""
+    from specmodel.engines.hook.records import METRICS_FILE
+    from specmodel.engines.vllm.hooklog import outside_per_request
+    from specmodel.schema.profile import RequestCosts, prompt_tokens_of
+
+    steps = [(b, t, len(v)) for (k, b, t), v in base_cells.items() if k == "extend"]
+    steps = steps or [(b, t, len(v)) for (_, b, t), v in spec_prefill.items()]
+    if not steps:
+        return None, "requests: not recorded (no prefill-only step in the engine logs)"
+    prompt = max(1, prompt_tokens_of(steps))
+    rows, _ = engine_rows(spec_prefill, min_samples=min_samples)
+    outside: dict[bool, tuple[float | None, int]] = {}
+    for spec in (False, True):
+        tot, n_all = 0.0, 0
+        for r in runs:
+            page = Path(r.dir) / METRICS_FILE
+            if bool(r.method) == spec and page.exists():
+                sec, n = outside_per_request(page)
+                if sec is not None:
+                    tot, n_all = tot + sec * n, n_all + n
+        outside[spec] = (tot / n_all, n_all) if n_all else (None, 0)
+    req = RequestCosts(prompt_tokens=prompt, spec_prefill=tuple(rows), baseline_outside_s=outside[False][0],
+                       spec_outside_s=outside[True][0], baseline_requests=outside[False][1],
+                       spec_requests=outside[True][1])
+    return req, (f"requests: prompt {prompt} tokens; {len(rows)} prefill row(s) of the speculative server "
+                 "(engine log); time outside the engine's steps from each server's metrics.prom where kept")
 
