@@ -9,7 +9,6 @@ from typing import Any
 from specmodel.limits import ADAPTIVE_TABLE_TRUST_REL
 from specmodel.model.adaptive import VLLM_PROFILE_CONTEXT_TOKENS, startup_table_error
 from specmodel.scenario.resolve import Scenario
-from specmodel.schema.phases import is_host_proposer
 from specmodel.units import ms
 
 
@@ -20,9 +19,9 @@ def format_startup_error(sc: Scenario, doc: dict[str, Any]) -> str:
             f"{batch * (spec.num_draft_tokens or 1)} one-token requests at context {VLLM_PROFILE_CONTEXT_TOKENS} "
             "(VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN) and prices every verify of that many tokens with it; "
             f"against this profile's verify forward at batch {batch}:")
-    if prof.source.details.get("clock") == "engine_log" and not is_host_proposer(prof.spec.algorithm or ""):
-        return (head + "\n  not computed: this profile's verify rows are whole engine steps (the drafter inside them), "
-                "not the verify forward the table prices")
+    if prof.source.details.get("clock") == "engine_log":
+        return (head + "\n  not computed: this profile's rows are whole engine steps (vLLM's step log: sampling and "
+                "the proposal inside them), not the forwards the table prices; profile with the hook on")
     contexts = tuple(float(b["context_tokens"]) for b in doc.get("bands", ())) or (0.0,)
     try:
         errs = startup_table_error(prof, batch=batch, spec=spec, contexts=contexts)
