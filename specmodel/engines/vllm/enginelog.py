@@ -368,6 +368,54 @@ def agreement_note(pairs: Sequence[tuple[Any, Any, float]], n_engine_rows: int) 
             + "; ".join(parts) + f"; largest difference {worst:.0%}")
 
 
+# --------------------------------------------------------------------------- the host gap
+
+#: vLLM's per-request decode phase (first token to finish, seconds), summed over requests
+DECODE_TIME = "vllm:request_decode_time_seconds"
+
+
+def host_gap_s(runs: Sequence[EngineRun]) -> tuple[float | None, int]:
+    """(the mean host time per request-step outside X, the request-steps it is over) of these
+    servers, from their kept ``/metrics`` page; (None, 0) where a page or the series is missing.
+
+    Every request in a generation step waits that step's whole period, X + gap, so over a run
+    Σ_requests decode_time = Σ_steps G·(X + gap): gap = (Σ decode_time − Σ G·X) / Σ G (the steps
+    with G > 0, mixed ones included: their decoding requests wait for them too). A mean weighted
+    by G, so large batches weigh more; vLLM's decode time is taken at the front end, so its
+    output processing is in it as it is in a client's wait."""
+    from specmodel.engines.hook.records import METRICS_FILE
+    from specmodel.engines.prom import parse_page, total
+    from specmodel.io import read_bytes
+    from specmodel.limits import MAX_METRICS_PAGE_BYTES
+
+    dec = sx = 0.0
+    n = 0
+    for r in runs:
+        page_path = Path(r.dir) / METRICS_FILE
+        if not page_path.exists():
+            return None, 0
+        body = read_bytes(page_path, "a /metrics page", max_bytes=MAX_METRICS_PAGE_BYTES, decompress=False)
+        v = total(parse_page(body.decode("utf-8", errors="replace"), str(page_path)), f"{DECODE_TIME}_sum")
+        if v is None:
+            return None, 0
+        dec += float(v)
+        gen = [it for it in r.iterations if it.gen_requests and not it.dummy]
+        sx += sum(it.gen_requests * it.elapsed_s for it in gen)
+        n += sum(it.gen_requests for it in gen)
+    if n == 0:
+        return None, 0
+    return max(dec - sx, 0.0) / n, n
+
+
+def with_gap(rows: Sequence[Any], gap_s: float | None) -> list[Any]:
+    """Each generation row with the host gap in ``other_s`` (and ``total_s``); unchanged where unknown."""
+    import dataclasses
+
+    if not gap_s:
+        return list(rows)
+    return [dataclasses.replace(r, other_s=r.other_s + gap_s, total_s=r.total_s + gap_s) for r in rows]
+
+
 # --------------------------------------------------------------------------- the profile
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)")
@@ -455,6 +503,11 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     rows, dropped = engine_rows(base_cells, min_samples=min_samples)
     vrows, vdropped = engine_rows(spec_cells, min_samples=min_samples)
     mrows, _ = engine_rows(misses, min_samples=min_samples)
+    # each server's host gap (its own: speculation changes the engine core's host work) into its generation rows
+    gap_base, n_base = host_gap_s([r for r in runs if not r.method])
+    gap_spec, n_spec = host_gap_s([r for r in runs if r.method]) if any(r.method for r in runs) else (None, 0)
+    rows = [*with_gap([r for r in rows if r.kind == "decode"], gap_base), *(r for r in rows if r.kind != "decode")]
+    vrows, mrows = with_gap(vrows, gap_spec), with_gap(mrows, gap_spec)
     rows += vrows
     dropped += vdropped
     method, k = next(iter(specs)) if specs else (None, None)
@@ -466,12 +519,21 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
         hp = HostProposer(method=method, proposal_rate=rate, request_steps=req_steps,
                           proposed_request_steps=min(round(rate * req_steps), req_steps), lookup_s=0.0,
                           lookup_steps=0, decode=tuple(mrows))
+    from specmodel.units import ms
+
+    def gap_txt(g: float | None, n: int, who: str) -> str:
+        return (f"{who} {ms(g, 3)} over {n} request-steps" if g is not None else
+                f"{who} not recovered (no {DECODE_TIME} in its metrics.prom): its rows are lower bounds")
+
     notes = [f"rows from vLLM's own step log (clock {CLOCK}: `iteration elapsed time`, the engine core's host wait "
              "from handing a step to the workers to its sampled tokens, v1/engine/core.py:578-623); every row is a "
-             "whole engine step: its compute_s holds forward, sampling and the proposal; allreduce_s and other_s "
-             "are not split (0); rows are at context 0 (the log gives no context per request).",
-             "not in the rows: the engine core's scheduling and output processing around each step (the hook's "
-             "gap); the engine log's timestamps are whole seconds."]
+             "whole engine step: its compute_s holds forward, sampling and the proposal; allreduce_s is not split "
+             "(0); rows are at context 0 (the log gives no context per request).",
+             "other_s of the decode/verify rows: the engine core's host gap around each step (scheduling, output "
+             "processing: outside X), each server's mean per request-step from its /metrics (Σ decode time − Σ G·X) "
+             "/ Σ G: " + gap_txt(gap_base, n_base, "baseline") + "; "
+             + (gap_txt(gap_spec, n_spec, "speculative") if any(r.method for r in runs) else "no speculative server")
+             + "; extend rows carry none."]
     if method and not host:
         notes.append(f"{method}: no draft rows; each verify row is the whole cycle (draft inside it): the model "
                      "adds no drafter to it, and the draft/verify split is unknown.")
@@ -489,7 +551,7 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     requests, req_note = _requests(runs, base_cells, spec_prefill, min_samples=min_samples)
     notes.append(req_note)
     if hook_rows:
-        notes.append(agreement_note(agreement(rows + list(mrows), hook_rows), len(rows)))
+        notes.append(agreement_note(agreement(rows, hook_rows), len(rows)))
     if not any(r.hook for r in runs):
         notes.append("hook-free run (no specmodel code in the server): no all-reduce split, no draft/verify split, "
                      "no context per row, no box-condition probe.")
