@@ -155,3 +155,30 @@ def test_a_cpu_tp1_uni_run_is_refused_not_priced(tmp_path: Path) -> None:
     r = run_cli("vllm", "--summarize", str(base), "--summarize", str(spec), "-o", str(tmp_path / "p"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "uni executor" in r.stderr and str(spec / "server.log") in r.stderr
+
+
+def test_host_gap_from_the_decode_time_hand_derived(tmp_path: Path) -> None:
+    """Every request in a step waits X + gap: Σ decode time = Σ G·(X + gap). Baseline: 6 steps of 4
+    requests at 5 ms (Σ G·X = 0.120 s over 24 request-steps) and a decode time of 0.144 s summed
+    over its requests: gap 1 ms, so the decode row is 6 ms. The speculative server: 6 steps of 4
+    requests at 8 ms (0.192 s) and 0.240 s: gap 2 ms, verify row 10 ms. Speedup at E = 3:
+    (3/10)/(1/6) = 1.8 (1.875 without the gaps)."""
+    base = [line(i, 0, 0, 4, 4, 5.0) for i in range(6)]
+    spec = [line(i, 0, 0, 4, 16, 8.0) for i in range(6)]
+    sc = json.dumps({"method": "draft_model", "model": "/m/draft", "num_speculative_tokens": 3})
+    b = _run_dir(tmp_path / "base", SERVER, base)
+    s = _run_dir(tmp_path / "spec", [*SERVER, "--speculative-config", sc], spec)
+    for d, dec in ((b, 0.144), (s, 0.240)):
+        (d / "metrics.prom").write_text(f'vllm:request_decode_time_seconds_sum{{engine="0",model_name="tiny"}} {dec}\n'
+                                        f'vllm:request_decode_time_seconds_count{{engine="0",model_name="tiny"}} 4\n')
+    out = tmp_path / "prof"
+    r = run_cli("vllm", "--summarize", str(b), "--summarize", str(s), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = {(c["kind"], c["batch"]): c for c in json.loads((out / "profile.json").read_text())["costs"]}
+    assert rows[("decode", 4)]["total_s"] == pytest.approx(0.006)
+    assert rows[("decode", 4)]["other_s"] == pytest.approx(0.001)
+    assert rows[("verify", 4)]["total_s"] == pytest.approx(0.010)
+    p = run_cli("predict", "--json", "--profile", str(out), "--batch", "4", "--steps", "3", "--accept-len", "3",
+                "--accept-shape", "point")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["speedup"] == pytest.approx(1.8, rel=1e-3)

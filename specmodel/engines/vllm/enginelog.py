@@ -37,9 +37,10 @@ back", on the engine core's host clock -- not a GPU span:
 
 In every case X leaves out the engine core's host work around the wait (``schedule()``,
 ``update_from_output``, output processing), which the hook's rows carry in ``other_s`` as the
-gap before a step; the engine log's timestamps are whole seconds, so that gap cannot be recovered
-from it. An engine-log row is therefore a lower bound of the hook's step; :func:`agreement` says
-per row by how much.
+gap before a step; the engine log's timestamps are whole seconds, so that gap cannot be read from
+it. :func:`host_gap_s` recovers each server's mean per request-step from its kept ``/metrics``
+page and :func:`with_gap` adds it to the generation rows' ``other_s``; without the page the rows
+are lower bounds. :func:`agreement` says per row how far they are from the hook's.
 
 **Rows** (:func:`engine_rows`; one row per (kind, batch, tokens) cell, its median X, cells seen
 fewer than ``min_samples`` times left out like the hook's):
@@ -203,7 +204,8 @@ def engine_rows(cells: dict[tuple[str, int, int], list[float]], *, min_samples: 
     """One :class:`~specmodel.schema.profile.CostRow` per cell seen ``min_samples`` times (a kind
     none of whose cells reaches it is kept whole, as in the hook's summary): ``total_s`` =
     ``compute_s`` = the median X, ``allreduce_s`` 0 (unknown: the profile's origins say so),
-    ``other_s`` 0 (the host work inside X is not split out). Returns (rows, dropped cell names)."""
+    ``other_s`` 0 (the host work inside X is not split out; :func:`with_gap` adds the gap outside
+    it). Returns (rows, dropped cell names)."""
     from specmodel.schema.profile import CostRow
 
     rows, dropped = [], []
