@@ -138,7 +138,9 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
     ``DIR/server.log`` and what ran in ``DIR/engine_run.json``."""
     from specmodel.engines.vllm.enginelog import RUN_FILE, SERVER_LOG, engine_args, write_run
 
-    if out_dir.is_dir() and any((out_dir / n).exists() for n in (SERVER_LOG, RUN_FILE)):
+    # (an earlier hook's files are refused by start(), naming them; these are what a hook-free run leaves)
+    if out_dir.is_dir() and not (out_dir / METRICS_FILE).exists() and not any(out_dir.glob("rank*.jsonl")) \
+            and any((out_dir / n).exists() for n in (SERVER_LOG, RUN_FILE)):
         raise FieldError(None, f"{{out}} {out_dir}: already holds {SERVER_LOG} from an earlier run; "
                                "choose an empty directory (runs must not mix)")
     command, added = engine_args(command, hook=hook)
