@@ -204,7 +204,7 @@ NO_HOOK: list[str] = []
 
 
 def hook_wrap(hook_dir: Path) -> list[str]:
-    return [*specmodel_exe(), "vllm", *NO_HOOK, "--out", str(hook_dir), "--"]
+    return [*specmodel_exe(), "vllm", "--out", str(hook_dir), *NO_HOOK, "--"]
 
 
 def summarize(d: Path, name: str, hook_dirs: list[str]) -> dict[str, Any]:

@@ -203,9 +203,9 @@ def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int
                         "vLLM's step timer starts; run it with --distributed-executor-backend mp to compare)")
                 return dataclasses.replace(prof, notes=(*prof.notes, note))
             side = summarize_engine_log(runs, name=name, tp=tp, min_samples=n_min, hook_rows=prof.costs)
-            note = next((n for n in side.notes if n.startswith("engine log")), None)
-            if note:
-                return dataclasses.replace(prof, notes=(*prof.notes, note))
+            beside = next((n for n in side.notes if n.startswith("engine log")), None)
+            if beside:
+                return dataclasses.replace(prof, notes=(*prof.notes, beside))
         return prof
 
     write_hook_profile(with_engine_log, dirs, output, name, tp, engine="vLLM")  # type: ignore[arg-type]
