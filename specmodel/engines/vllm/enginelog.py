@@ -366,7 +366,8 @@ def agreement_note(pairs: Sequence[tuple[Any, Any, float]], n_engine_rows: int) 
              for e, h, d in pairs]
     worst = max(abs(d) for _, _, d in pairs)
     return (f"engine log vs hook, same steps (clock {CLOCK}: the engine core's host wait for the step's output, "
-            "no scheduling gap; hook: the step with its host work and the gap before it): "
+            "plus the server's mean host gap from /metrics where kept; hook: the step with its host work and the gap "
+            "before it): "
             + "; ".join(parts) + f"; largest difference {worst:.0%}")
 
 
