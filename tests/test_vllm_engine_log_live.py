@@ -3,12 +3,13 @@ profile from vLLM's own step log (``--enable-logging-iteration-details``, which 
 turns on) beside the hook's profile of the same run, and a ``--no-hook`` run (no specmodel code in
 the server) whose profile predicts the speedup measured on it.
 
-Tolerances, from measured runs (benchmarks/results/vllm_cli_nohook_*.md, docs/vllm.md): the two
+Tolerances, from measured runs (benchmarks/results/vllm_cli_nohook_2026-12-06.notes.md): the two
 profiles of one run predicted 1.41 vs 1.56 (batch 1) and 1.40 vs 1.52 (batch 4) on a box at load
-13-15, -10 % and -8 % (the engine log's rows carry the host gap recovered from /metrics, which
-reads up to 28 % above the hook's gap at batch 1): :data:`SAME_RUN_TOL` is twice the larger. The
-hook-free prediction against the speedup measured on the same servers: :data:`MEASURED_TOL`, the
-CLI benchmark's worst held-out row of the hook-free run plus its rounds' spread.
+13-15, -10 % and -8 % (the engine log's rows carry one host gap per server, recovered from
+/metrics: per row -4 % to +28 % against the hook's): :data:`SAME_RUN_TOL` is twice the larger. The
+hook-free prediction against the speedup measured on its own servers: :data:`MEASURED_TOL`; the
+CLI benchmark's hook-free rows were off by up to 23 % (held out) with rounds spread ±11-35 % on
+that loaded box.
 
 One server at a time per phase, 127.0.0.1 only, bounded waits and requests (tests/vllm_engine.py).
 About 4 server starts: minutes on 2 cores."""
