@@ -182,3 +182,59 @@ def test_host_gap_from_the_decode_time_hand_derived(tmp_path: Path) -> None:
                 "--accept-shape", "point")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["speedup"] == pytest.approx(1.8, rel=1e-3)
+
+
+FAKE = r'''
+import http.server, json, os, sys, threading
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("ARGV " + json.dumps(sys.argv[1:]), flush=True)
+print("PYTHONPATH " + os.environ.get("PYTHONPATH", ""), flush=True)
+print(%r, flush=True)
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+threading.Timer(3.0, srv.shutdown).start()
+srv.serve_forever()
+'''
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_the_run_turns_the_step_log_on_and_keeps_the_output(tmp_path: Path, hook: bool) -> None:
+    """``--no-hook``: the server's environment as it was (no shim on PYTHONPATH), the step log and
+    (TP 1) the mp executor added; with the hook: the shim, the step log, the user's executor."""
+    import sys
+
+    from specmodel.engines.hook.shim import SHIM_DIR
+
+    fake = tmp_path / "fake.py"
+    fake.write_text(FAKE % line(0, 0, 0, 1, 1, 2.5))
+    out = tmp_path / "out"
+    r = run_cli("vllm", *([] if hook else ["--no-hook"]), "--out", str(out), "--health-timeout", "30", "--",
+                sys.executable, str(fake), "--port", str(_port()), timeout=120)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((out / "engine_run.json").read_text())
+    added = ["--enable-logging-iteration-details"] + ([] if hook else ["--distributed-executor-backend", "mp"])
+    assert run["hook"] is hook and run["added"] == added
+    text = (out / "server.log").read_text()
+    argv = json.loads(next(ln for ln in text.splitlines() if ln.startswith("ARGV "))[5:])
+    assert argv[-len(added):] == added  # what the server was given
+    pythonpath = next(ln for ln in text.splitlines() if ln.startswith("PYTHONPATH"))
+    assert (str(SHIM_DIR) in pythonpath) is hook
+    assert "Iteration(0)" in text and "Iteration(0)" in r.stderr  # kept, and still shown
+    assert "1 engine steps in" in r.stderr  # (no hook file either way: the fake server is no vLLM)

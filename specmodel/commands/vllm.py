@@ -99,7 +99,7 @@ def _after_run(out_dir: Path, rc: int) -> str:
     except OSError:
         logged = 0
     if logged and not files:
-        return (f"specmodel vllm: server exited with status {rc}; {logged} engine steps in {log} (hook off); "
+        return (f"specmodel vllm: server exited with status {rc}; {logged} engine steps in {log} (no hook file: the profile comes from them); "
                 f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>")
     nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
            "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
