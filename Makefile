@@ -9,7 +9,7 @@ TP ?= 8
 SGLANG_SPEC ?= sglang==0.5.5
 NAME ?= cpu-demo
 
-.PHONY: demo test test-fast lint bench fuzz clean engine prometheus
+.PHONY: demo test test-fast lint bench fuzz clean engine engine-wheels prometheus
 
 # Two stages: what the demo runs (torch + specmodel with its runtime deps), then what the tests
 # and the linters add (dev extras, the SGLang source). `make demo` waits only for the first.
@@ -67,6 +67,13 @@ $(ENGINE_VENV)/.installed: Makefile scripts/vllm_requirements.py pyproject.toml 
 
 engine: $(ENGINE_VENV)/.installed
 
+# The source of every engine version the seam tables (specmodel/engines/*/seams.py) were checked
+# against: each version's wheel, downloaded once without dependencies into ENGINE_WHEELS (read as a
+# zip by tests/test_seams.py, never unpacked or installed). vLLM 0.32.0 is the live engine's venv.
+ENGINE_WHEELS ?= $(HOME)/.cache/specmodel/engine-wheels
+engine-wheels: $(VENV)/.installed
+	SPECMODEL_ENGINE_WHEELS=$(ENGINE_WHEELS) $(PY) scripts/engine_wheels.py
+
 # The Prometheus server and promtool the fleet tests run (Debian's package, 2.42): the tests start
 # their own server on 127.0.0.1 with a temp config and data dir; Debian's service is not used.
 PROMETHEUS ?= /usr/bin/prometheus
@@ -90,8 +97,8 @@ demo: $(VENV)/.installed-run
 # (tests/conftest.py). Two, not one per core: the engine tests' bounded waits were sized for one
 # competing worker. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(ENGINE_VENV)/.installed $(PROMETHEUS)
-	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+test: $(VENV)/.installed $(ENGINE_VENV)/.installed $(PROMETHEUS) engine-wheels
+	SPECMODEL_VLLM_PYTHON=$(CURDIR)/$(ENGINE_PY) SPECMODEL_ENGINE_WHEELS=$(ENGINE_WHEELS) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  --dist loadgroup --durations=25
 
 # everything but the tests marked slow (real TP ranks, the end-to-end report, live vLLM servers): for the edit-test loop

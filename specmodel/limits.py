@@ -21,6 +21,10 @@ MAX_DRAFT_TOKENS = 1024
 #: the deepest draft the optimizer searches by default (model/optimize.py; a measured or asked
 #: depth above it widens the search): a search bound, not an input bound like MAX_STEPS
 SEARCH_MAX_STEPS = 8
+#: the widest verify (draft tokens per request, root included) the optimizer searches beyond
+#: steps·topk + 1 (SGLang verifies up to topk + (steps-1)·topk² + 1: 457 at steps 8, topk 8, a
+#: verify no profile measures): a search bound, like SEARCH_MAX_STEPS
+SEARCH_MAX_DRAFT_TOKENS = 64
 # ---- operating point
 MAX_BATCH = 65_536
 MAX_TP = 64
@@ -87,6 +91,10 @@ WATCH_TAIL_BYTES = 32 << 20
 #: a /metrics window this share of `--window` long, with tokens generated and no draft counted, is a
 #: server that proposes nothing (proposal rate 0); shorter, it may be prefills' first tokens only
 SILENT_WINDOW_SHARE = 0.9
+#: `specmodel watch` on a page with the engine's own costs (SGLang's device timer): a live cost this far
+#: from the profile's at the same point (relative), or beyond the profile's 95 % interval where that is
+#: wider, has left the profile's interval and is said so
+LIVE_COST_DRIFT_REL = 0.05
 MAX_METRICS_PAGE_BYTES = 16 << 20  # one Prometheus /metrics scrape (`specmodel watch`; real pages are < 100 KB)
 MAX_PROMETHEUS_ANSWER_BYTES = 256 << 20  # one fleet query's answer (`watch --prometheus`): every sample of every server
 #: one trace event the compiled pre-filter reads itself; a longer one goes to the standard library's
@@ -140,3 +148,7 @@ MAX_ROW_SAMPLES = 10**12
 #: an all-reduce fit's bandwidth: below 1 byte/s no link carries activations (a unit error); the
 #: upper side is left open -- it divides, and a flat fit's beta is large by construction
 MIN_LINK_BYTES_PER_S = 1.0
+
+#: how many base classes deep the seam checker looks for a member (engines/seams.py; SGLang's
+#: Scheduler takes its PD-disaggregation loops from mixins one level up)
+MAX_SEAM_BASE_DEPTH = 4

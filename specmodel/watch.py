@@ -53,6 +53,11 @@ class Reading:
     notes: tuple[str, ...] = ()
     verdict: str = ""
     verdict_reason: str = ""
+    #: the engine's own costs priced in (SGLang's device timer): per kind the live and the profile's
+    #: cost, their gap and the profile's interval; None where the page has none
+    live_costs: dict[str, Any] | None = None
+    #: the kinds whose live cost left the profile's interval (e.g. "verify +20.0%")
+    live_outside: tuple[str, ...] = ()
 
     def line(self, stamp: str) -> str:
         o = self.observed
@@ -63,7 +68,9 @@ class Reading:
                 f"context {ctx}: speedup {self.speedup:.2f}x [{self.speedup_low:.2f}-{self.speedup_high:.2f}], "
                 + (f"margin {self.margin_tokens:+.2f} tok/step over break-even {self.break_even_tokens:.2f}; "
                    if math.isfinite(self.break_even_tokens) else "nothing proposed: no accept length breaks even; ")
-                + f"{self.verdict}; advice: {self.advice}{ext}")
+                + f"{self.verdict}; advice: {self.advice}{ext}"
+                + (f"  (live costs left the profile's interval: {', '.join(self.live_outside)})"
+                   if self.live_outside else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return WATCH.stamp(_finite({
@@ -75,7 +82,8 @@ class Reading:
             "predicted_tokens_per_s": self.predicted_tokens_per_s, "baseline_tokens_per_s": self.baseline_tokens_per_s,
             "advice": self.advice, "switch_off_above_batch": self.switch_off_above_batch,
             "best_steps": self.best_steps, "extrapolated": list(self.extrapolated), "notes": list(self.notes),
-            "verdict": self.verdict, "verdict_reason": self.verdict_reason}))
+            "verdict": self.verdict, "verdict_reason": self.verdict_reason, "live_costs": self.live_costs,
+            "live_outside": list(self.live_outside)}))
 
 
 def _finite(x: Any) -> Any:
@@ -125,6 +133,7 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     from specmodel.model.predict import predict
 
     b = max(1, int(round(obs.batch)))
+    profile, live, live_notes = live_pricing(profile, obs, spec, b)
     dist = obs.dist
     if dist.max_tokens < spec.max_accept_tokens:
         dist = acc.resize(dist, spec.max_accept_tokens, rates=obs.rates)
@@ -143,7 +152,7 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
     limit = batch_limit([optimize(profile, model, batch=x, default=spec, top=1, topks=topks,
                                   context_tokens=obs.context_tokens, proposal_rate=p.accept.proposal_rate)
                          for x in batches])
-    notes: list[str] = []
+    notes: list[str] = list(live_notes)
     if obs.method is None:
         notes.append(spell(f"the source does not name the server's method: priced as the profile's "
                            f"({verbatim(spec.algorithm)}); pass {{method}}"))
@@ -174,7 +183,54 @@ def assess(profile: Profile, obs: Observed, spec: SpecConfig) -> Reading:
                    margin_tokens=p.figures.margin_tokens, predicted_tokens_per_s=p.figures.tokens_per_s, baseline_tokens_per_s=base,
                    advice=advice, switch_off_above_batch=limit, best_steps=run.steps if run is not None else None,
                    extrapolated=tuple(dict.fromkeys(e.label for e in p.outcome.extrapolated)), notes=tuple(notes),
-                   verdict=d.verdict, verdict_reason=d.reason)
+                   verdict=d.verdict, verdict_reason=d.reason, live_costs=live,
+                   live_outside=tuple(f"{k} {v['rel']:+.1%}" for k, v in (live or {}).get("kinds", {}).items()
+                                      if v["outside"]))
+
+
+def live_pricing(profile: Profile, obs: Observed, spec: SpecConfig, batch: int) -> tuple[Profile, dict[str, Any] | None,
+                                                                                       list[str]]:
+    """The profile repriced with the server's own live costs over the window (``obs.live``, e.g.
+    SGLang's device timer): each kind's rows scaled so the cost at the observed point is the live
+    one (:func:`specmodel.model.whatif.costs_scaled`), the host work per cycle taken as the overhead
+    where the profile's rows do not carry it. Returns (profile, what was compared, notes); the
+    profile unchanged, None and the reason where the page has no live costs."""
+    from specmodel.limits import LIVE_COST_DRIFT_REL
+    from specmodel.model.cyclecost import cycle_costs, row_ci95_rel
+    from specmodel.model.whatif import costs_scaled
+    from specmodel.schema.phases import forward_tokens
+    from specmodel.units import ms
+
+    live = obs.live
+    if live is None:
+        return profile, None, ([f"live costs: none ({obs.live_why})"] if obs.live_why else [])
+    cc = cycle_costs(profile, batch=batch, spec=spec, context_tokens=obs.context_tokens)
+    pairs = {"verify": (live.verify_s, cc.verify.total_s, ("verify",), forward_tokens("verify", batch, spec)),
+             "draft": (live.draft_s, cc.draft_total_s, ("draft", "draft_extend"), forward_tokens("draft", batch, spec)),
+             "decode": (live.decode_s, cc.base.total_s, ("decode",), forward_tokens("decode", batch, spec))}
+    kinds: dict[str, dict[str, Any]] = {}
+    factors: dict[str, float] = {}
+    for name, (now, then, rows, tokens) in pairs.items():
+        if now is None or not then > 0 or not any(profile.rows(k) for k in rows):
+            continue
+        rel = now / then - 1.0
+        band = max(LIVE_COST_DRIFT_REL, row_ci95_rel(profile, rows[0], tokens, obs.context_tokens))
+        kinds[name] = {"live_s": now, "profile_s": then, "rel": rel, "interval_rel": band, "outside": abs(rel) > band}
+        factors.update({k: now / then for k in rows})
+    host = live.host_s if live.host_s is not None and not profile.source.host_work_in_rows else None
+    clock = live.clock
+    doc = {"clock": clock, "cycles": live.cycles, "host_s": live.host_s, "host_used": host is not None,
+           "profile_clock": profile.source.details.get("clock") or profile.source_kind, "kinds": kinds,
+           "unknown": dict(live.unknown)}
+    said = ", ".join(f"{k} {ms(v['live_s'])} vs the profile's {ms(v['profile_s'])} ({v['rel']:+.1%}, "
+                     f"interval ±{v['interval_rel']:.1%})" for k, v in kinds.items())
+    notes = [f"live costs ({clock}, {live.cycles:.0f} cycles in the window; profile: {doc['profile_clock']}): "
+             f"{said or 'none comparable'}" + (f"; host work {ms(live.host_s)} per cycle" if host is not None else "")
+             + "; the reading prices the live costs"]
+    notes += [f"live {k} cost unknown: {why}" for k, why in live.unknown.items() if k in ("verify", "draft", "host")]
+    if not factors and host is None:
+        return profile, doc, notes
+    return costs_scaled(profile, factors, overhead_s=host, what=f"live costs ({clock})"), doc, notes
 
 
 def check_source_matches_profile(cfg: EngineConfig, profile: Profile) -> None:

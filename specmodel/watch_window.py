@@ -74,12 +74,17 @@ class Observed:
     #: the speculative method the server runs where the source says it (a log's configuration,
     #: ``--method``); None: unknown (the profile's is then assumed, and said)
     method: str | None = None
+    #: the engine's own per-cycle costs over the window (:class:`specmodel.engines.base.LiveCosts`,
+    #: SGLang's device timer), or None and ``live_why`` why not
+    live: Any = None
+    live_why: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "method": self.method, "accept_mean_tokens": self.dist.mean_tokens, "accept_probs": list(self.dist.probs),
                 "per_position": list(self.rates) if self.rates is not None else None, "steps": self.steps,
                 "batch": self.batch, "context_tokens": self.context_tokens, "tokens_per_s": self.tokens_per_s,
-                "span_s": self.span_s, "verify_steps": self.verify_steps, "proposal_rate": self.proposal_rate}
+                "span_s": self.span_s, "verify_steps": self.verify_steps, "proposal_rate": self.proposal_rate,
+                "live_costs": self.live.to_dict() if self.live is not None else None, "live_costs_why": self.live_why}
 
 
 def observe_metrics(win: MetricsWindow, steps: int, engine: EngineSpec | None = None) -> Observed | str:
@@ -89,7 +94,22 @@ def observe_metrics(win: MetricsWindow, steps: int, engine: EngineSpec | None = 
     if len(win.scrapes) < 2:
         return "waiting for a second scrape"
     eng = engine or engine_spec(win.scrapes[-1].sample.engine)
-    return _from_counters(win, steps, eng) if eng.metrics_kind == COUNTERS else _from_gauges(win, steps, eng)
+    obs = _from_counters(win, steps, eng) if eng.metrics_kind == COUNTERS else _from_gauges(win, steps, eng)
+    return obs if isinstance(obs, str) else _with_live_costs(obs, win, eng)
+
+
+def _with_live_costs(obs: Observed, win: MetricsWindow, eng: EngineSpec) -> Observed:
+    """The engine's own costs per cycle between the window's first and last scrape, where its page
+    has them (its metrics plug-in's ``live_costs``)."""
+    from dataclasses import replace
+
+    from specmodel.engines import metrics_formats
+
+    fmt = next((f for f in metrics_formats() if f.name == eng.metrics_format), None)
+    if fmt is None or fmt.live_costs is None:
+        return obs
+    got = fmt.live_costs(win.scrapes[0].sample.live, win.scrapes[-1].sample.live)
+    return replace(obs, live=None, live_why=got) if isinstance(got, str) else replace(obs, live=got)
 
 
 def _from_counters(win: MetricsWindow, steps: int, eng: EngineSpec) -> Observed | str:

@@ -65,16 +65,18 @@ class SO:
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
     scheduled_new_reqs: list[Any] = field(default_factory=list)
     scheduled_cached_reqs: Cached = field(default_factory=lambda: Cached([]))
+    # vllm 0.33 / 0.34 ``v1/core/sched/output.py:307``: no scheduled request can use the next drafts
+    skip_drafts: bool = False
 
 
-def so(batch: int, k: int = 0, ctx: int = 100, prefill: int = 0) -> SO:
+def so(batch: int, k: int = 0, ctx: int = 100, prefill: int = 0, skip_drafts: bool = False) -> SO:
     """A decode (``k`` = 0), verify (``k`` draft tokens per request) or prefill step's scheduler output."""
     per = {f"r{i}": 1 + k for i in range(batch)}
     spec = {f"r{i}": [7] * k for i in range(batch)} if k else {}
     if prefill:
         per["r0"] = prefill
     return SO(num_scheduled_tokens=per, total_num_scheduled_tokens=sum(per.values()),
-              scheduled_spec_decode_tokens=spec, scheduled_cached_reqs=Cached([ctx] * batch))
+              scheduled_spec_decode_tokens=spec, scheduled_cached_reqs=Cached([ctx] * batch), skip_drafts=skip_drafts)
 
 
 @contextmanager
@@ -181,12 +183,14 @@ def vllm_v1(out: Path, work: Work | None = None, *, tp_rank: int = 1) -> Iterato
 
 
 @contextmanager
-def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterator[types.SimpleNamespace]:
+def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0,
+            replace: Mapping[str, ModuleType] | None = None) -> Iterator[types.SimpleNamespace]:
     """Model Runner V2's step, registered under V2's module names, the hook installed:
     ``execute_model`` (input preparation, ``StepTimingCollector.forward_start``, the model with
     three all-reduces, return) + ``sample_tokens`` (sampling, ``speculator.propose``: k = 3 drafter
     forwards with an all-reduce each, an async output); ``_dummy_run`` calls
-    ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do."""
+    ``execute_model(dummy_run=True)`` as V2's warm-up, capture and DP padding do. ``replace``: modules
+    registered instead of the stand-in's own (a release whose module lacks a member)."""
     ps, group = _parallel_state(work, tp_rank)
     timing = types.ModuleType(vtargets.V2_TIMING_MODULE)
 
@@ -205,6 +209,22 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
             return "drafts"
 
     spec_mod.StandaloneARSpeculator = StandaloneARSpeculator  # type: ignore[attr-defined]
+    suffix_mod = types.ModuleType(f"{vtargets.V2_SPEC}.suffix.speculator")
+
+    class SuffixSpeculator:
+        """vllm 0.34 ``v1/worker/gpu/spec_decode/suffix/speculator.py:500``; ``propose`` (:682) with its
+        signature: a host-side suffix-tree lookup, no forward (no all-reduce), K drafts."""
+
+        def propose(self, input_batch: Any, attn_metadata: Any, slot_mappings: Any, last_hidden_states: Any,
+                    aux_hidden_states: Any, num_sampled: Any, num_rejected: Any, last_sampled: Any,
+                    next_prefill_tokens: Any, temperature: Any, seeds: Any, dp_sync_state: Any = None,
+                    dummy_run: bool = False, skip_attn_for_dummy_run: bool = False, mm_inputs: Any = None,
+                    is_profile: bool = False, num_speculative_tokens: int | None = None) -> Any:
+            if num_speculative_tokens:
+                _do(work, "draft", DRAFT_COMPUTE_S)
+            return "drafts"
+
+    suffix_mod.SuffixSpeculator = SuffixSpeculator  # type: ignore[attr-defined]
     mr = types.ModuleType(vtargets.V2_RUNNER_MODULE)
 
     class GPUModelRunner:
@@ -215,9 +235,12 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
         def __init__(self, method: str | None, k: int = 3) -> None:
             self.speculative_config = (types.SimpleNamespace(method=method, num_speculative_tokens=k,
                                                              draft_model_config=None) if method else None)
-            self.speculator = StandaloneARSpeculator() if method else None
+            self.speculator: Any = (SuffixSpeculator() if method == "suffix" else StandaloneARSpeculator()) \
+                if method else None
+            self.k = k
             self.step_timing = StepTimingCollector()
             self.forwards = 0
+            self.execute_model_state: Any = None
 
         def execute_model(self, scheduler_output: Any, intermediate_tensors: Any = None, dummy_run: bool = False,
                           skip_attn_for_dummy_run: bool = False) -> Any:
@@ -227,12 +250,21 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
                 group._all_reduce_out_place(1)
             _do(work, "forward", FWD_COMPUTE_S)
             self.forwards += 1
+            # vllm 0.34 model_runner.py:2185-2202: K = 0 when the scheduler output says skip_drafts
+            skip = bool(getattr(scheduler_output, "skip_drafts", False))
+            self.execute_model_state = types.SimpleNamespace(num_spec_tokens_to_schedule=0 if skip else self.k)
             return None
 
         def sample_tokens(self, grammar_output: Any) -> Any:
             _do(work, "sample", HOST_S / 2)
             if self.speculator is not None:
-                assert self.speculator.propose("batch") == "drafts"
+                k = self.execute_model_state.num_spec_tokens_to_schedule if self.execute_model_state else self.k
+                if isinstance(self.speculator, SuffixSpeculator):
+                    out = self.speculator.propose("batch", None, None, None, None, None, None, None, None, None,
+                                                  None, num_speculative_tokens=k)
+                else:
+                    out = self.speculator.propose("batch")
+                assert out == "drafts"
             return "async-output"
 
         def _dummy_run(self, num_tokens: int) -> None:
@@ -248,7 +280,7 @@ def vllm_v2(out: Path, work: Work | None = None, *, tp_rank: int = 0) -> Iterato
 
     mr.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
     mods = {vtargets.PARALLEL_MODULE: ps, vtargets.V2_TIMING_MODULE: timing, spec_mod.__name__: spec_mod,
-            vtargets.V2_RUNNER_MODULE: mr}
+            suffix_mod.__name__: suffix_mod, vtargets.V2_RUNNER_MODULE: mr, **(replace or {})}
     with _registered(mods, out) as patched:
         yield types.SimpleNamespace(Runner=GPUModelRunner, group=group, out=out, patched=patched)
 

@@ -73,10 +73,15 @@ def test_tree_measured_rates_invert_back() -> None:
 
 def test_search_space_is_the_issue_grid_and_every_point_is_a_valid_spec() -> None:
     pts = list(search_space())
-    assert len(pts) == sum(s * k for s in range(1, 9) for k in (1, 2, 4, 8))
+    # SGLang drafts topk + (steps-1)*topk^2 nodes and verifies any budget up to that + 1; the search
+    # goes there, cut at 64 verified tokens but never below the one-per-node grid steps*topk + 1
+    assert len(pts) == sum(min(k + (s - 1) * k * k + 1, max(64, s * k + 1)) - 1 for s in range(1, 9)
+                           for k in (1, 2, 4, 8))
     for s, k, n in pts:
         SpecConfig(steps=s, topk=k, num_draft_tokens=n)  # raises if SGLang would reject it
     assert max(n for s, k, n in pts if k == 1 and s == 3) == 4
+    assert max(n for s, k, n in pts if k == 2 and s == 3) == 11  # 2 + 2*4 drafted + the root
+    assert (3, 2, 8) in pts
 
 
 def test_evaluate_all_matches_evaluate_config_by_config() -> None:
@@ -180,7 +185,8 @@ def test_tree_never_expects_fewer_tokens_than_the_chain_and_more_budget_never_hu
     chain = expected_tokens(cond, steps=steps, topk=1, num_draft_tokens=steps + 1)
     tree = expected_tokens(cond, steps=steps, topk=topk, num_draft_tokens=steps + 1)
     assert tree >= chain - 1e-12
-    es = [expected_tokens(cond, steps=steps, topk=topk, num_draft_tokens=n) for n in range(2, steps * topk + 2)]
+    es = [expected_tokens(cond, steps=steps, topk=topk, num_draft_tokens=n)
+          for n in range(2, topk + (steps - 1) * topk * topk + 2)]
     assert all(b >= a - 1e-12 for a, b in zip(es, es[1:], strict=False))
     assert es[-1] <= steps + 1 + 1e-9
 

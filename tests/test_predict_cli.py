@@ -139,7 +139,7 @@ def test_bad_input_one_line_exit_2(tmp_path, args, needle):
 
 @pytest.mark.parametrize("content,needle", [
     ("{oops", "invalid JSON"),
-    ('{"schema": "specmodel.profile", "schema_version": 7}', "schema_version"),
+    ('{"schema": "specmodel.profile", "schema_version": 99}', "schema_version"),
     ('{"schema": "other"}', "schema"),
     ("[]", "JSON object"),
 ])

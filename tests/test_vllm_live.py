@@ -71,6 +71,11 @@ def test_tp2_draft_model_hooked_allreduces_per_forward_and_spec_metrics(vllm_pyt
         assert (meta["tp_rank"], meta["pp_rank"], meta["dp_rank"], meta["pp_size"], meta["dp_size"]) == \
             (tp_rank, 0, 0, 1, 1)
         assert f.name == f"rank{tp_rank}-dp0-pp0-pid{meta['pid']}.jsonl"
+        # the seams the worker wrapped (V1 on the CPU build, the all-reduce) and none it could not
+        assert meta["seams_missing"] == []
+        assert {"GPUModelRunner.execute_model", "GPUModelRunner._model_forward", "GPUModelRunner.sample_tokens",
+                "GPUModelRunner.propose_draft_token_ids", "GroupCoordinator._all_reduce_out_place"} \
+            <= set(meta["seams_found"])
     for steps in ranks.values():
         verify = [s for s in steps if s["kind"] == "verify"]
         assert verify

@@ -33,6 +33,13 @@ def hook_options(default_out: str, *after_out: Decorator) -> Decorator:
         click.option("--dp-rank", type=click.IntRange(min=0, max=MAX_PROCESS_RANK), default=None,
                      help="With --summarize: the data-parallel replica to read (logs of several replicas are refused "
                           "without it: each replica is its own engine)."),
+        click.option("--check", is_flag=True, default=False,
+                     help="Instead of launching: read the installed engine's source (no server, no GPU) and say which "
+                          "of the seams the hook wraps and the readers match it has, and whether its version is one "
+                          "the seam table was checked against. Exit 1 when a required seam is missing."),
+        click.option("--engine-python", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="With --check: the interpreter whose engine to read (default: $SPECMODEL_<ENGINE>_PYTHON, "
+                          "else this interpreter, else python3 on PATH)."),
     )
 
     def apply(f: Any) -> Any:
@@ -59,3 +66,37 @@ def check_call(*, summarize_dirs: tuple[Path, ...], command: tuple[str, ...], ou
     if not command:
         raise SpecmodelError(f"give the server command after `--`, e.g. {example}")
     return False
+
+
+def run_check(table: Any, *, engine_python: Path | None, env_var: str, others: dict[str, Any]) -> int:
+    """``--check``: the installed engine read against ``table`` (:mod:`specmodel.engines.seams`);
+    its lines on stdout; 0, or 1 when a required seam is missing. ``others``: the options that
+    do not apply with it (refused when given)."""
+    import os
+    import shutil
+    import sys
+
+    from specmodel.engines.seams import check_installed, locate
+
+    given = [k for k, v in others.items() if v not in (None, (), False)]
+    if given:
+        raise SpecmodelError(f"--check reads the installed engine; {', '.join(given)} do not apply with it")
+    if engine_python is not None:
+        cands = [str(engine_python)]
+    elif os.environ.get(env_var):
+        cands = [os.environ[env_var]]
+    else:  # this interpreter when the engine lives beside specmodel, else the python on PATH
+        cands = list(dict.fromkeys(p for p in (sys.executable, shutil.which("python3"), shutil.which("python")) if p))
+    errors = []
+    for py in cands:
+        try:
+            locate(table, py)
+        except SpecmodelError as exc:
+            errors.append(str(exc))
+            continue
+        report = check_installed(table, py)
+        click.echo(f"specmodel {table.engine} --check: engine python {py}")
+        for line in report.lines():
+            click.echo(line)
+        return 1 if report.missing_required else 0
+    raise SpecmodelError("; ".join(errors))

@@ -152,11 +152,15 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
     if engine is not None:
         doc = plan_schedule.engine_schedule(scenario, engine=engine, contexts=contexts,
                                             **{k: kw[k] for k in plan_schedule.SCHEDULE_KWARGS})
+        dspark = (plan_schedule.dspark_tables(scenario, doc, kw["dspark_dir"])
+                   if kw.get("dspark_dir") is not None else [])
         if export_path is not None:
             plan_schedule.export(doc, export_path)
         if as_json:
             click.echo(json.dumps(doc, indent=2, allow_nan=False))
             return
+    elif kw.get("dspark_dir") is not None:
+        raise SpecmodelError("--dspark-tables: needs --engine sglang (a table SGLang's DSpark planner reads)")
     elif export_path is not None:
         raise SpecmodelError(f"--export: needs --engine ({engines_help()}: the engine the schedule is for)")
     plan = serve_plan_for(scenario, parse_token_list(batches, "batches", MAX_BATCH) if batches else None,
@@ -167,6 +171,8 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
         click.echo(format_plan(plan, scenario))
         if engine is not None:
             click.echo(plan_schedule.format_schedule(doc))
+            for line in dspark:
+                click.echo(line)
             if engine == "vllm":
                 from specmodel.commands.plan_adaptive import format_startup_error
 

@@ -51,6 +51,9 @@ def schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           f"default {DEFAULT_MAX_NUM_SEQS} or the largest measured batch)."),
         click.option("--sglang-config-path", default="adaptive.json", show_default=True,
                      help="With --engine sglang: the path the flags name for the adaptive config file."),
+        click.option("--dspark-tables", "dspark_dir", type=click.Path(file_okay=False), default=None,
+                     help="With --engine sglang: also write SGLang's DSpark step-cost table (additive form, "
+                          "--speculative-dspark-sps-table-path) per context band into this directory."),
         click.option("--serve-model", default=None,
                      help="With --engine: the model the engine serves; refused unless the profile was measured on it."),
         click.option("--serve-tp", type=bounded_int(1, MAX_TP), default=None,
@@ -166,6 +169,35 @@ def export(doc: dict[str, Any], path: str) -> None:
         if not SCHEDULE.matches(old):
             raise SpecmodelError(f"--export {path}: exists and is not a {SCHEDULE.name} document; not overwritten")
     atomic_write_json(p, doc)
+
+
+def dspark_tables(sc: Scenario, doc: dict[str, Any], directory: str) -> list[str]:
+    """Write one SGLang DSpark step-cost table per band of ``doc`` (:mod:`specmodel.engines.sglang.dspark`)
+    into ``directory``; record them in ``doc`` and return the lines to print."""
+    from specmodel.engines.sglang.dspark import SOURCE, step_table
+    from specmodel.units import ms
+
+    if doc["engine"] != "sglang":
+        raise SpecmodelError("--dspark-tables: needs --engine sglang (a table SGLang's DSpark planner reads)")
+    d = Path(directory)
+    if d.resolve().is_relative_to(Path(sch.__file__).resolve().parents[1]):
+        raise SpecmodelError(f"--dspark-tables {directory}: inside the specmodel package (shipped files are never written)")
+    batches = sorted({r.batch for r in sc.profile.rows("verify")})
+    out, written = [], []
+    for band in doc["bands"]:
+        t = step_table(sc.profile, sc.spec, band["context_tokens"], batches)
+        path = d / f"dspark-sps-ctx{t.context_tokens}.json"
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, t.body)
+        written.append({"context_tokens": t.context_tokens, "path": str(path), "batches": list(t.batches),
+                        "cycle_s": list(t.cycles_s), "notes": list(t.notes)})
+        out.append(f"DSpark step-cost table, context {t.context_tokens}: {path} (SGLang >= 0.5.23: "
+                   f"--speculative-dspark-sps-table-path {path}); step at batch "
+                   + ", ".join(f"{b}: {ms(c)}" for b, c in zip(t.batches, t.cycles_s, strict=True))
+                   + f" (specmodel's cycle, {sc.spec.num_draft_tokens} tokens verified per request)")
+        out.extend(f"  extrapolated: {n}" for n in t.notes)
+    doc["dspark_tables"] = {"format_read_from": SOURCE, "tables": written}
+    return out
 
 
 #: the keyword arguments of :func:`engine_schedule` that come straight from :func:`schedule_options`

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from specmodel.commands.hook_options import check_call, hook_options
+from specmodel.commands.hook_options import check_call, hook_options, run_check
 from specmodel.engines.hook.run import count_records
 from specmodel.engines.vllm import run
 from specmodel.errors import SpecmodelError
@@ -47,13 +47,15 @@ from specmodel.limits import MAX_CAPTURE_STEPS
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
              output: Path | None, name: str | None, tp: int | None, capture_steps: int | None,
-             min_samples: int | None, dp_rank: int | None, no_hook: bool, engine_log: bool | None,
+             min_samples: int | None, dp_rank: int | None, check: bool, engine_python: Path | None,
+             no_hook: bool, engine_log: bool | None,
              command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
     \b
     specmodel vllm [--out DIR] -- python -m vllm.entrypoints.openai.api_server <args...>
     specmodel vllm --summarize DIR [--summarize DIR2] -o profiles/NAME
+    specmodel vllm --check [--engine-python PATH]
 
     Per engine step, one JSON line in DIR/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl (one file per
     process): kind (prefill / decode / verify), batch,
@@ -71,6 +73,15 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     is kept in DIR/server.log. --summarize puts the engine's rows beside the hook's (how far the two clocks
     agree, per row); with --no-hook (or --summarize --engine-log) the engine's rows are the profile.
     """
+    if check:
+        from specmodel.engines.vllm.seams import TABLE
+
+        ctx.exit(run_check(TABLE, engine_python=engine_python, env_var="SPECMODEL_VLLM_PYTHON",
+                           others={"--summarize": summarize_dirs, "-o": output, "--name": name, "--tp": tp,
+                                   "--dp-rank": dp_rank, "a server command": command, "--capture-steps": capture_steps, "--min-samples": min_samples,
+                                   "--no-hook": True if no_hook else None, "--engine-log": engine_log}))
+    if engine_python is not None:
+        raise SpecmodelError("--engine-python applies with --check")
     if no_hook and (summarize_dirs or capture_steps is not None):
         raise SpecmodelError("--no-hook applies to a server run without --capture-steps (the capture is the hook's)")
     if engine_log and not summarize_dirs:

@@ -11,7 +11,7 @@ Prometheus page. Acceptance mixtures and pooled per-position rates are built by
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -239,6 +239,9 @@ class MetricsSample:
     engine_steps: float | None = None  # engine steps counter (vLLM: iteration_tokens_total histogram count)
     gen_tokens_per_s_gauge: float | None = None  # SGLang's gen throughput gauge
     model: str | None = None  # model_name label, when the page carries one
+    #: the engine's own cost counters on this page (SGLang's device timer), read only by its
+    #: format's ``live_costs``; None where the page has none
+    live: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +258,24 @@ class MetricsFormat:
     #: back from a Prometheus server; ``series``: the metric names it reads (what a fleet query asks for)
     from_page: Callable[[dict[str, list[Any]], str], MetricsSample] | None = None
     series: tuple[str, ...] = ()
+    #: the costs per cycle between two samples' ``live`` counters (a :class:`LiveCosts`), or why
+    #: there are none (a reason string); None: the engine's page has no cost counters
+    live_costs: Callable[[Any, Any], Any] | None = None
+
+
+class LiveCosts(Protocol):
+    """Per-cycle costs a server's page measured over a window, on its own ``clock``; None: not seen
+    (``unknown`` says why)."""
+
+    clock: str
+    verify_s: float | None
+    decode_s: float | None
+    draft_s: float | None
+    host_s: float | None
+    cycles: float
+    unknown: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def finite(v: float | None) -> float | None:

@@ -25,6 +25,7 @@ from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.model.provenance import cost_origins, pass_or_calibrate
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
 from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.seams import COST_FIGURES
 from specmodel.units import ms
 
 
@@ -39,6 +40,43 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     """
     if batch < 1:
         raise FieldError("batch", f"must be >= 1, got {batch}")
+    cc = _cycle_costs(profile, batch=batch, spec=spec, overhead_s=overhead_s, context_tokens=context_tokens)
+    # SGLang's host work, already named as not measured (its Scheduler seams), is not named twice; a
+    # drafter named as not measured keeps the seam's line too: it says why there are no rows
+    host_named = any(a.kind == "host" for a in cc.assumptions)
+    seams = tuple(a for a in _seam_assumptions(profile, cc.batch, cc.context_tokens, overhead_s)
+                  if not (host_named and a.kind == "host"))
+    return dataclasses.replace(cc, stated_assumptions=cc.stated_assumptions + seams) if seams else cc
+
+
+def _seam_assumptions(profile: Profile, batch: int, ctx: float, overhead_s: float | None) -> tuple[Assumption, ...]:
+    """A cost timed while the engine hook could not wrap the seam it rests on (the profile's
+    ``missing_seams``: a drafter class the hook has no target for, a runner that overrides a
+    wrapped method, a member a newer engine renamed) is lower than the truth by an unknown amount:
+    each one names the verdict (``draft time not recorded: SuffixSpeculator.propose not found in
+    vLLM 0.35.0``). A cost given on the command line for that kind replaces it."""
+    given = cost_origins(profile)
+    out: list[Assumption] = []
+    seen: set[str] = set()
+    for m in profile.missing_seams:
+        kind = COST_FIGURES.get(m.figure)
+        if kind is None or (kind == "host" and (overhead_s is not None or "overhead" in given)):
+            continue
+        if kind != "host" and kind in given:
+            continue
+        said = f"{m.line()} (the {kind} cost is lower than the truth by an unknown amount)"
+        if said in seen:
+            continue
+        seen.add(said)
+        out.append(Assumption(kind=kind, fallback="", batch=batch, tokens=0.0, context_tokens=ctx, said=said,
+                              measure_hint=f"record again on an engine whose {m.seam} the hook wraps (`specmodel "
+                                           f"{m.engine} {field_name('check')}` lists the seams), or give the {kind} "
+                                           f"cost on the command line"))
+    return tuple(out)
+
+
+def _cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: float | None,
+                 context_tokens: float | None) -> CycleCosts:
     if is_host_proposer(spec.algorithm):
         # ngram / suffix: no drafter forward; a verify step's host work is not borrowed from another drafter
         return host_cycle_costs(profile, batch=batch, spec=spec, context_tokens=context_tokens, proposal_s=overhead_s)

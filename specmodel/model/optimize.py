@@ -21,13 +21,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
-from specmodel.limits import SEARCH_MAX_STEPS
+from specmodel.limits import SEARCH_MAX_DRAFT_TOKENS, SEARCH_MAX_STEPS
 from specmodel.model import cycle as eq
 from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.cyclecost import cycle_costs
 from specmodel.model.decision import GO_MIN_SPEEDUP, HOLD, OFF, SPECULATE, action_for
-from specmodel.schema.phases import draft_steps, is_host_proposer
+from specmodel.schema.phases import draft_steps, is_host_proposer, max_draft_tokens
 from specmodel.schema.profile import Profile, SpecConfig
 
 TOPKS = (1, 2, 4, 8)
@@ -197,11 +197,19 @@ def _running_totals(values: Sequence[float]) -> list[float]:
 
 
 def search_space(max_steps: int = SEARCH_MAX_STEPS, topks: Sequence[int] = TOPKS) -> Iterator[tuple[int, int, int]]:
-    """(steps, topk, ndt) with steps ∈ 1..max, topk ∈ ``topks``, ndt ∈ [2, steps·topk + 1]."""
+    """(steps, topk, ndt) with steps ∈ 1..max, topk ∈ ``topks``, ndt ∈ [2, min(topk + (steps − 1)·topk² + 1,
+    SEARCH_MAX_DRAFT_TOKENS)]: every budget SGLang verifies (:func:`specmodel.schema.phases.max_draft_tokens`,
+    ``organize_draft_results`` keeps the best ndt − 1 drafted nodes), up to the search's verify width."""
     for s in range(1, max_steps + 1):
         for k in topks:
-            for n in range(2, s * k + 2):
+            for n in range(2, _budget(s, k) + 1):
                 yield s, k, n
+
+
+def _budget(steps: int, topk: int) -> int:
+    """The largest draft-token budget searched at ``steps`` × ``topk``: SGLang's bound, cut at the
+    search's verify width (never below steps·topk + 1, one token per drafted node of each depth)."""
+    return min(max_draft_tokens(steps, topk), max(SEARCH_MAX_DRAFT_TOKENS, steps * topk + 1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,8 +305,8 @@ def evaluate_all(profile: Profile, model: AcceptModel, *, batch: int, max_steps:
         prefix: dict[int, list[float]] = {}
         for s in range(1, max_steps + 1):
             prefix[s] = _running_totals(_tree_values(model.conditional, s, k))
-        for n in range(2, max_steps * k + 2):
-            s0 = draft_steps(n, k)  # the shallowest tree that holds n - 1 drafts
+        for n in range(2, _budget(max_steps, k) + 1):
+            s0 = draft_steps(n, k)  # the shallowest tree that drafts n - 1 nodes
             cc = cycle_costs(profile, batch=batch, spec=SpecConfig(algorithm=profile.spec.algorithm, steps=s0,
                                                                    topk=k, num_draft_tokens=n),
                              context_tokens=context_tokens)

@@ -64,6 +64,25 @@ def _row(r: CostRow, *, allreduce_s: float, compute_s: float | None = None, skew
                                total_s=max(allreduce_s + comp + r.other_s, 1e-12))
 
 
+def costs_scaled(profile: Profile, factors: dict[str, float], *, overhead_s: float | None = None,
+                 what: str) -> Profile:
+    """The profile with every row of each kind in ``factors`` multiplied by its factor (all-reduce,
+    compute and other alike), and the per-cycle overhead replaced where ``overhead_s`` is given.
+
+    Assumes a drift seen at one point (a co-tenant, a warmer GPU, longer contexts than the knots
+    near it) moves the kind's whole surface by the same factor: exact at the point it was seen,
+    an approximation away from it."""
+    for kind, f in factors.items():
+        if not f > 0:
+            raise SpecmodelError(f"what-if: {kind} cost factor must be > 0, got {f}")
+    rows = tuple(dataclasses.replace(r, total_s=r.total_s * factors[r.kind], allreduce_s=r.allreduce_s * factors[r.kind],
+                                     compute_s=r.compute_s * factors[r.kind], other_s=r.other_s * factors[r.kind],
+                                     skew_s=r.skew_s * factors[r.kind], spread_s=r.spread_s * factors[r.kind])
+                 if r.kind in factors else r for r in profile.costs)
+    out = dataclasses.replace(profile, costs=rows, overhead_s=profile.overhead_s if overhead_s is None else overhead_s)
+    return _relabel(out, what)
+
+
 def _relabel(profile: Profile, what: str) -> Profile:
     return dataclasses.replace(profile, source=profile.source.with_description(f"{profile.label}; what-if: {what}"))
 

@@ -471,7 +471,7 @@ def page_recommendation(c: ReportContent) -> Any:
     _flow(fig, 0.04, 0.90, 0.92, lines, 9.5, 0.735, bullet="", gap=0.05)
     acc = [f"acceptance: {o.accept_source}"] + list(o.accept_notes) + [
         "trees: sibling j accepted with c((1-c)rho)^(j-1), rho = 0.5 (Sequoia positional acceptance, correlated siblings)",
-        f"evaluated {o.evaluated} configurations: steps 1-8, topk 1/2/4/8, draft tokens 2..steps*topk+1"]
+        f"evaluated {o.evaluated} configurations: steps 1-8, topk 1/2/4/8, draft tokens 2..topk+(steps-1)*topk^2+1 (at most 64 beyond steps*topk+1)"]
     _flow(fig, 0.04, 0.72, 0.92, acc, 7.5, 0.625, bullet="", gap=0.0, color="#333333")
 
     ax_t = fig.add_axes((0.04, 0.08, 0.50, 0.52))

@@ -67,8 +67,8 @@ class Format:
 # on disk, read back ------------------------------------------------------------------------------
 #: profile.json (schema/profile.py); v1 rows carry no context_tokens; v3 adds ``host_proposer``, v4
 #: ``requests``, v5 ``conditions``, v6 a row's ``allreduce_source`` (a profile is written at the lowest
-#: version that holds what it has)
-PROFILE = Format(name="specmodel.profile", version=6, readable=(1, 2, 3, 4, 5, 6), what="specmodel profile")
+#: version that holds what it has), v7 ``missing_seams`` (the engine seams its hook could not wrap)
+PROFILE = Format(name="specmodel.profile", version=7, readable=(1, 2, 3, 4, 5, 6, 7), what="specmodel profile")
 #: `specmodel accept -o` / `accept --json` (engines/logs.py); read back by --accept-log
 ACCEPT = Format(name="specmodel.accept", version=1, what="specmodel accept")
 #: `specmodel nccl-tests -o` without --profile / `nccl-tests --json` (trace/nccl_tests.py)
@@ -81,8 +81,9 @@ SGLANG_FORWARD = Format(name="specmodel.sglang_forward", version=2, readable=(1,
 #: the vLLM hook's per-process JSONL, one engine step per line (engines/vllm/hook.py, read by
 #: engines/vllm/hooklog.py); v2: the meta line's tp/pp/dp ranks and ``max_pending_steps``, each step's
 #: ``host_step_s`` / ``gpu_step_s`` / ``gpu_gap_s`` / ``step_clock`` (``step_s`` and ``overhead_s`` on that
-#: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``
-VLLM_STEP = Format(name="specmodel.vllm_step", version=2, readable=(1, 2), what="specmodel vllm step log")
+#: clock; v1: host step − GPU forwards on a GPU) and ``dropped_steps``; v3: the meta line's ``compilation``
+#: and ``num_hidden_layers``, a step's ``draft_k`` the K its proposal drafted (0: none, V2's ``skip_drafts``)
+VLLM_STEP = Format(name="specmodel.vllm_step", version=3, readable=(1, 2, 3), what="specmodel vllm step log")
 #: the vLLM hook's capture sidecar, ``capture/<rank file>.json`` beside its Kineto trace (written by
 #: engines/vllm/capture.py, read by engines/vllm/capture_ingest.py)
 VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")
@@ -114,8 +115,9 @@ REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
 #: `specmodel check-drafter --json` (drafter/findings.py)
 DRAFTER_CHECK = Format(name="specmodel.check_drafter", version=1, what="specmodel check-drafter")
-#: `specmodel watch --json` (specmodel/watch.py Reading.to_dict)
-WATCH = Format(name="specmodel.watch", version=1, what="specmodel watch")
+#: `specmodel watch --json` (specmodel/watch.py Reading.to_dict); v2 adds the engine's own live costs
+#: (``live_costs``, ``live_outside``, ``observed.live_costs``), every v1 key kept
+WATCH = Format(name="specmodel.watch", version=2, readable=(1, 2), what="specmodel watch")
 #: `specmodel ingest --json`: what was read and written
 INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome

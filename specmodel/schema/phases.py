@@ -194,10 +194,42 @@ def forward_tokens(name: str, batch: int, spec: SpecLike) -> int:
     return batch * _per_request(name, spec.num_draft_tokens, spec.topk)
 
 
+def drafted_nodes(steps: int, topk: int) -> int:
+    """Draft tokens an EAGLE tree drafts per request before the verify picks its budget:
+    ``topk + (steps − 1)·topk²``.
+
+    SGLang 0.5.23 ``speculative/eagle_worker_v2.py`` l. 808-817 (``draft_forward``): each of the
+    ``steps`` depths appends one score tensor to ``score_list`` — ``(b, 1, topk)`` at depth 0
+    (``_select_top_k_tokens_first``) and ``(b, topk, topk)`` after (``_select_top_k_tokens_later``:
+    the ``topk`` best nodes by path score, ``topk`` children each), ``speculative/spec_utils.py``
+    l. 417-485. A chain (topk 1) drafts ``steps``.
+    """
+    return topk + (steps - 1) * topk * topk
+
+
+def max_draft_tokens(steps: int, topk: int) -> int:
+    """The largest ``num_draft_tokens`` (root included) SGLang verifies for ``steps`` × ``topk``:
+    ``drafted_nodes(steps, topk) + 1``.
+
+    ``organize_draft_results`` (SGLang 0.5.23 ``speculative/eagle_utils.py`` l. 100-129, called
+    at ``eagle_worker_v2.py`` l. 919) keeps the best ``num_draft_tokens − 1`` of the drafted
+    scores (``torch.topk(score_list, num_draft_token − 1)``), so any budget up to the drafted
+    count is valid: steps 3, topk 2 drafts 2 + 2·4 = 10 and verifies up to 11 tokens. At topk 1
+    SGLang resets the budget to ``steps + 1`` (``arg_groups/speculative_hook.py`` l. 1255-1266),
+    the same figure. vLLM (0.32-0.34) drafts chains only (no token tree in ``config/speculative.py``):
+    ``num_speculative_tokens`` + 1 = ``steps + 1``, the topk-1 case here.
+    """
+    return drafted_nodes(steps, topk) + 1
+
+
 def draft_steps(num_draft_tokens: int, topk: int) -> int:
-    """The shallowest draft tree that holds ``num_draft_tokens − 1`` drafts: ⌈(ndt − 1)/topk⌉ ≥ 1
-    (a chain: ndt − 1)."""
-    return max(1, -(-(num_draft_tokens - 1) // max(topk, 1)))
+    """The shallowest draft tree that holds ``num_draft_tokens − 1`` drafts (:func:`drafted_nodes`):
+    the least s ≥ 1 with topk + (s − 1)·topk² ≥ ndt − 1 (a chain: ndt − 1)."""
+    k = max(topk, 1)
+    need = num_draft_tokens - 1
+    if need <= k:
+        return 1
+    return 1 + -(-(need - k) // (k * k))
 
 
 #: A tree's default draft-token budget when nothing else bounds it (SGLang's common choice).
@@ -207,8 +239,8 @@ DEFAULT_TREE_DRAFT_TOKENS = 8
 def default_num_draft_tokens(steps: int, topk: int, tree_cap: int = DEFAULT_TREE_DRAFT_TOKENS) -> int:
     """Draft tokens verified when none is given: a chain verifies steps + 1 (SGLang resets
     ``speculative_num_draft_tokens`` to steps + 1 at topk 1, server_args.py); a tree keeps at most
-    ``tree_cap`` of its steps·topk + 1 nodes."""
-    return steps + 1 if topk == 1 else min(steps * topk + 1, tree_cap)
+    ``tree_cap`` of the :func:`max_draft_tokens` it could verify."""
+    return steps + 1 if topk == 1 else min(max_draft_tokens(steps, topk), tree_cap)
 
 
 def collectives_per_forward(name: str, target_layers: int, drafter_layers: int = DRAFTER_LAYERS) -> int:

@@ -46,7 +46,8 @@ from specmodel.limits import (
 from specmodel.schema.conditions import CONDITIONS_VERSION, Conditions
 from specmodel.schema.fields import at_record, read_dict, read_int, read_num
 from specmodel.schema.formats import PROFILE
-from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS
+from specmodel.schema.phases import CYCLE_KINDS, FORWARD_KINDS, max_draft_tokens
+from specmodel.schema.seams import MissingSeam
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,6 +69,8 @@ _SUM_TOLERANCE = 0.02
 ALLREDUCE_SOURCES = ("", "wrapper", "capture")
 #: the profile version that added a row's ``allreduce_source``
 ALLREDUCE_SOURCE_VERSION = 6
+#: the profile version that added ``missing_seams`` (the engine seams the hook could not wrap)
+MISSING_SEAMS_VERSION = 7
 
 
 def _allreduce_source(d: Mapping[str, Any], where: str) -> str:
@@ -332,9 +335,11 @@ class SpecConfig:
             raise SpecmodelError(
                 f"spec.num_draft_tokens: with topk 1 at most steps + 1 = {self.steps + 1}, got {self.num_draft_tokens}"
             )
-        if self.num_draft_tokens > self.steps * self.topk + 1:
+        hi = max_draft_tokens(self.steps, self.topk)
+        if self.num_draft_tokens > hi:
             raise SpecmodelError(
-                f"spec.num_draft_tokens: at most steps*topk + 1 = {self.steps * self.topk + 1}, got {self.num_draft_tokens}"
+                f"spec.num_draft_tokens: at most topk + (steps-1)*topk^2 + 1 = {hi} (the nodes SGLang drafts, "
+                f"plus the root), got {self.num_draft_tokens}"
             )
 
     @property
@@ -770,6 +775,9 @@ class Profile:
     requests: RequestCosts | None = None
     #: the box's condition while each server was recorded (v5); None when the logs held no probe
     conditions: Conditions | None = None
+    #: the engine seams the hook could not wrap while recording (v7): each figure resting on one is
+    #: qualified wherever the profile is used (:func:`specmodel.model.cyclecost.cycle_costs`)
+    missing_seams: tuple[MissingSeam, ...] = ()
     path: str = ""  # where it was loaded from; not serialised
 
     def __post_init__(self) -> None:
@@ -863,6 +871,8 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
         extra["requests"] = p.requests.to_dict()
     if p.conditions is not None:
         extra["conditions"] = p.conditions.to_dict()
+    if p.missing_seams:
+        extra["missing_seams"] = [m.as_dict() for m in p.missing_seams]
     d = PROFILE.stamp({
         "name": p.name,
         "source": p.source.to_dict(),
@@ -882,6 +892,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
     d["schema_version"] = max(2, HOST_PROPOSER_VERSION if p.host_proposer is not None else 0,
                               REQUESTS_VERSION if p.requests is not None else 0,
                               CONDITIONS_VERSION if p.conditions is not None else 0,
+                              MISSING_SEAMS_VERSION if p.missing_seams else 0,
                               ALLREDUCE_SOURCE_VERSION if any(r.allreduce_source for r in _every_row(p)) else 0)
     return d
 
@@ -937,6 +948,12 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
     if cd_raw is not None and ver < CONDITIONS_VERSION:
         raise SpecmodelError(f"{where}: conditions: needs schema_version {CONDITIONS_VERSION}, file has {ver}")
     conditions = Conditions.from_dict(cd_raw, f"{where}: conditions") if cd_raw is not None else None
+    ms_raw = d.get("missing_seams")
+    if ms_raw is not None and ver < MISSING_SEAMS_VERSION:
+        raise SpecmodelError(f"{where}: missing_seams: needs schema_version {MISSING_SEAMS_VERSION}, file has {ver}")
+    if ms_raw is not None and not isinstance(ms_raw, list):
+        raise SpecmodelError(f"{where}: missing_seams: expected a list")
+    missing_seams = tuple(MissingSeam.from_dict(x, f"{where}: missing_seams[{i}]") for i, x in enumerate(ms_raw or ()))
     backend = d.get("backend", "")
     if not isinstance(backend, str):
         raise SpecmodelError(f"{where}: backend: expected a string")
@@ -957,6 +974,7 @@ def profile_from_dict(d: Any, where: str = "profile") -> Profile:
             host_proposer=host_proposer,
             requests=requests,
             conditions=conditions,
+            missing_seams=missing_seams,
             path=where,
         )
     except SpecmodelError as exc:

@@ -36,6 +36,9 @@ class Rule:
     pattern: str
     collective: str
     implementation: str
+    #: what else the kernel does inside the collective's time ("" nothing): the fused all-reduce +
+    #: RMSNorm kernels' time is the all-reduce's *and* the norm's
+    fused: str = ""
 
     def __post_init__(self) -> None:
         re.compile(self.pattern)  # a bad row fails at import, not on a user's trace
@@ -47,6 +50,7 @@ class Collective:
 
     collective: str
     implementation: str
+    fused: str = ""
 
 
 # NCCL >= 2.27 symmetric-memory kernels are ncclSymkDevKernel_<Op>_<algo>_... (same op names).
@@ -80,12 +84,25 @@ KERNEL_RULES: tuple[Rule, ...] = (
     # vLLM's QuickReduce on ROCm (csrc/quickreduce/quick_reduce.h: quickreduce::allreduce_prototype_twoshot
     # <AllReduceTwoshot<T, Codec>, T>, launched by torch.ops._C_custom_ar.qr_all_reduce).
     Rule(pattern=r"quickreduce::allreduce_prototype", collective=ALL_REDUCE, implementation="vllm_quick"),
-    # FlashInfer / TensorRT-LLM fused all-reduce(+norm) kernels.
-    Rule(pattern=r"allreduce_fusion_kernel|trtllm.*[Aa]ll[Rr]educe", collective=ALL_REDUCE,
-         implementation="flashinfer_trtllm"),
+    # The fused all-reduce + RMSNorm (vLLM's fuse_allreduce_rms pass, on by default at -O2 with TP > 1
+    # on sm90 / sm100 with FlashInfer and on ROCm with aiter: vllm 0.34 config/vllm.py:208; it calls
+    # torch.ops.vllm.flashinfer_trtllm_fused_allreduce_norm, compilation/passes/fusion/allreduce_rms_fusion.py,
+    # or aiter's fused_allreduce_rmsnorm, models/common/ops/fused_allreduce_rms_norm.py:71): one kernel that
+    # is the all-reduce with the residual add and the norm inside it. FlashInfer / TensorRT-LLM:
+    # allreduce_fusion_kernel_oneshot_lamport / _twoshot_sync (comm/trtllm_allreduce_fusion.cuh), MNNVL's
+    # oneshot/twoshot AllreduceFusionKernel; aiter: all_reduce_rmsnorm[_quant] (csrc/include/communication_asm.h).
+    Rule(pattern=r"[Aa]ll[Rr]educe_?[Ff]usion_?[Kk]ernel", collective=ALL_REDUCE,
+         implementation="flashinfer_trtllm_fused", fused="rms_norm"),
+    Rule(pattern=r"[Aa]ll_?[Rr]educe_?[Rr][Mm][Ss]_?[Nn]orm", collective=ALL_REDUCE, implementation="aiter_fused",
+         fused="rms_norm"),
+    # FlashInfer / TensorRT-LLM all-reduce kernels without a fusion in their name.
+    Rule(pattern=r"trtllm.*[Aa]ll[Rr]educe", collective=ALL_REDUCE, implementation="flashinfer_trtllm"),
     # RCCL on ROCm keeps NCCL's kernel names; MSCCL++ kernels:
     Rule(pattern=r"mscclpp.*[Aa]ll[Rr]educe|allreduce\d*_kernel", collective=ALL_REDUCE, implementation="mscclpp"),
 )
+
+#: implementation -> what its kernels do inside the collective's time (the fused rows above)
+FUSED_IMPLEMENTATIONS: dict[str, str] = {r.implementation: r.fused for r in KERNEL_RULES if r.fused}
 
 #: CPU-side ops (cpu_op / user_annotation) that ARE a collective on a CPU (gloo) trace.
 #: ``gloo:all_reduce`` is the gloo work itself (it runs on a pt_gloo_runloop thread); the
@@ -175,7 +192,7 @@ def _classify(name: str, args: Any, cpu: bool) -> Collective | None:
         return Collective(collective=coll, implementation=rule.implementation if rule else "unknown")
     if rule is None:
         return None
-    return Collective(collective=rule.collective, implementation=rule.implementation)
+    return Collective(collective=rule.collective, implementation=rule.implementation, fused=rule.fused)
 
 
 def classify_kernel(name: str, args: Any = None) -> Collective | None:

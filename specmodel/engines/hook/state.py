@@ -21,6 +21,7 @@ from typing import Any
 
 from specmodel.engines.hook.calibration import Calibrator
 from specmodel.engines.hook.patch import PatchOnImport, open_rank_file
+from specmodel.engines.seams import SeamLedger
 
 
 def write_fd(fd: int, obj: dict[str, Any]) -> None:
@@ -49,6 +50,8 @@ class HookState:
         self.stop = threading.Event()
         self.calibrator: Calibrator | None = None  # the box's condition, probed between steps
         self.dropped = 0  # GPU records dropped because the queue was full (stamped on every later line)
+        # the seams this process wrapped and those it could not (the meta line's seams_found / seams_missing)
+        self.seams = SeamLedger()
 
     def warn_once(self, key: str, msg: str) -> None:
         if key in self.warned:
@@ -61,9 +64,10 @@ class HookState:
         return self.out_dir or Path(os.environ.get(self.env_dir) or self.default_dir)
 
     def open(self, *, rank: str, dp: int | None, pp: int | None, meta: dict[str, Any], device: Any) -> None:
-        """Open this process's rank file and write its meta line; no record line goes out without
-        it: a meta line that cannot be written closes the file, and the next record tries again on
-        the same file. Then the box's calibration probe for ``device``."""
+        """Open this process's rank file and write its meta line (with the seams this process
+        wrapped and those it could not: ``seams_found`` / ``seams_missing``); no record line goes out
+        without it: a meta line that cannot be written closes the file, and the next record tries
+        again on the same file. Then the box's calibration probe for ``device``."""
         out = self.output_dir()
         out.mkdir(parents=True, exist_ok=True)
         if self.path is None:
@@ -71,7 +75,7 @@ class HookState:
         else:  # a retry after the meta line failed: the same file
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            write_fd(fd, meta)
+            write_fd(fd, {**meta, **self.seams.meta()})
         except BaseException:
             os.close(fd)
             raise

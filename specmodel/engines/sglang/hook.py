@@ -6,7 +6,12 @@
   CUDA-graph replays go through it);
 * ``EAGLEDraftCudaGraphRunner.execute`` (0.5.23) or ``.replay`` (0.5.5), and the same on
   ``EAGLEDraftExtendCudaGraphRunner``: the drafter's CUDA-graph replays bypass
-  ``ModelRunner.forward``.
+  ``ModelRunner.forward``;
+* 0.5.23's other drafters' graph replays (:data:`~specmodel.engines.sglang.targets.DRAFTER_TARGETS_0523`):
+  multi-layer EAGLE's per-layer ``MultiLayerEagleDraftExtendCudaGraphRunner.replay`` (draft_extend,
+  one MTP layer each) and its single-graph ``OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner.replay``
+  (every layer, replayed at step 0), FROZEN_KV_MTP's ``FrozenKVMTPCudaGraphRunner.execute`` (the
+  whole draft: the seed forward + steps - 1).
 
 Each call is wrapped in the annotation seam (:func:`specmodel.engines.hook.annotate.phase`: NVTX
 range + ``record_function`` span ``specmodel.<phase>[bs=..,toks=..]``) and timed with a
@@ -22,8 +27,9 @@ counted in ``dropped_forwards`` on every later line, and ``--summarize`` reports
 flush waits on events, outside the hook's lock.
 
 Phases come from ``forward_batch.forward_mode.name`` (member values shift between versions):
-TARGET_VERIFY → verify; DECODE → draft on the drafter's runner (``is_draft_worker``), decode
-on the target; DRAFT_EXTEND/DRAFT_EXTEND_V2 → draft_extend; EXTEND/MIXED/SPLIT_PREFILL →
+on the drafter's runner (``is_draft_worker``) a forward is the drafter's whatever its mode --
+DECODE and TARGET_VERIFY (DFlash's draft block) → draft; on the target TARGET_VERIFY → verify,
+DECODE → decode; DRAFT_EXTEND/DRAFT_EXTEND_V2 → draft_extend; EXTEND/MIXED/SPLIT_PREFILL →
 extend; IDLE → not recorded; anything else → one warning, not recorded.
 
 Never crashes the server: a class or method that is not there gives one warning line naming
@@ -42,7 +48,9 @@ seen by one process. Seams, read in SGLang 0.5.5 and 0.5.23 ``srt/managers/sched
 
 * ``Scheduler.get_next_batch_to_run`` bounds a step: both event loops call it once per pass
   (0.5.5 ``event_loop_normal`` l. 958-974 and ``event_loop_overlap`` l. 977-1004; 0.5.23
-  l. 2026-2058 and 2061-2134). A step runs from one call to the next, so steps tile the loop:
+  l. 2026-2058 and 2061-2134). PD-disaggregated servers' loops call
+  ``get_next_disagg_decode_batch_to_run`` / ``get_next_disagg_prefill_batch_to_run`` instead
+  (:data:`~specmodel.engines.sglang.targets.DISAGG_STEP_TARGETS`), which bound their steps. A step runs from one call to the next, so steps tile the loop:
   batch building, ``run_batch`` (EAGLE: ``EAGLEWorker.forward_batch_generation``, 0.5.5
   ``eagle_worker.py`` l. 249-303: draft, tree building, verify and its bookkeeping,
   draft-extend), ``process_batch_result`` and the next pass's request intake.
@@ -92,20 +100,27 @@ from typing import Any
 from specmodel.engines.hook.patch import as_wrapper
 from specmodel.engines.sglang import steps as st
 from specmodel.engines.sglang import writer as w
+from specmodel.engines.sglang.seams import seam_figure
 from specmodel.engines.sglang.steps import STEPS, make_step_wrapper, step_forward
 from specmodel.engines.sglang.targets import (
     CAPTURE_MODE_MODULES,
+    DISAGG_STEP_TARGETS,
+    DRAFTER_TARGETS_0523,
     MODEL_RUNNER_MODULE,
     STEP_ROLES,
     STEP_TARGETS,
     TARGETS,
     Target,
+    expected_absent,
     phase_for_mode,
 )
 from specmodel.engines.sglang.writer import STATE, flush, sglang_version
 from specmodel.schema.formats import SGLANG_FORWARD
 
-__all__ = ["flush", "install", "patched_members", "uninstall"]
+__all__ = ["ALL_TARGETS", "flush", "install", "patched_members", "uninstall"]
+
+#: every seam the hook wraps (forwards, 0.5.23's other drafters, the scheduler's step bounds)
+ALL_TARGETS: tuple[Target, ...] = TARGETS + DRAFTER_TARGETS_0523 + STEP_TARGETS + DISAGG_STEP_TARGETS
 
 
 # --------------------------------------------------------------------------- wrapping
@@ -169,8 +184,31 @@ def _in_warmup(role: str, ph: str, runner: Any) -> bool:
     return STATE.warmup == "running"
 
 
-def _describe(role: str, member: str, runner_self: Any, fb: Any) -> tuple[str, int, int, int, str, Any] | None:
+def _describe(role: str, member: str, runner_self: Any, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> tuple[str, int, int, int, str, Any] | None:
     """(phase, batch, tokens, forwards, forward_mode, model_runner) for a call, None = do not record."""
+    if role == "mle_step":
+        # one MTP layer's draft-extend over each request's accepted window (bs is the padded bucket;
+        # the composite runner sets raw_bs, the real batch, before each replay)
+        raw = getattr(runner_self, "raw_bs", None)
+        batch = raw if isinstance(raw, int) and raw > 0 else int(args[0] if args else kwargs["bs"])
+        width = getattr(runner_self, "captured_req_width", 1)
+        return "draft_extend", batch, batch * (width if isinstance(width, int) and width > 0 else 1), 1, \
+            "DRAFT_EXTEND_V2", getattr(runner_self, "model_runner", None)
+    if role == "mle_one_graph":
+        step = args[0] if args else kwargs.get("step")
+        if step != 0:
+            return None  # steps > 0 are served from the graph replayed at step 0
+        layers = [r for r in getattr(runner_self, "runners", ()) if r is not None]
+        batch = int(runner_self.raw_bs)
+        tokens = getattr(runner_self, "raw_num_tokens", None)
+        tokens = tokens if isinstance(tokens, int) and tokens > 0 else batch
+        # one replay = every MTP layer's draft-extend: tokens per forward, forwards = layers
+        return "draft_extend", batch, tokens, max(len(layers), 1), "DRAFT_EXTEND_V2", \
+            getattr(layers[0], "model_runner", None) if layers else None
+    fb = args[0] if args else kwargs.get("forward_batch")
+    if fb is None:
+        return None
     batch = int(fb.batch_size)
     if role == "model_runner":
         mode = getattr(getattr(fb, "forward_mode", None), "name", None)
@@ -187,13 +225,19 @@ def _describe(role: str, member: str, runner_self: Any, fb: Any) -> tuple[str, i
             return None
         return ph, batch, _tokens(fb, batch), 1, mode, runner_self
     mr = getattr(runner_self, "model_runner", None)
+    topk = getattr(runner_self, "topk", None)
+    topk = topk if isinstance(topk, int) and topk > 0 else 1
+    steps = getattr(runner_self, "speculative_num_steps", None)
     if role == "draft":
         # one replay = the whole multi-step draft: steps - 1 drafter forwards of batch × topk tokens
-        topk = getattr(runner_self, "topk", None)
-        steps = getattr(runner_self, "speculative_num_steps", None)
-        topk = topk if isinstance(topk, int) and topk > 0 else 1
         fwd = steps - 1 if isinstance(steps, int) and steps > 1 else 1
         return "draft", batch, batch * topk, fwd, "DECODE", mr
+    if role == "frozen_draft":
+        # one replay = the seed forward + steps - 1 recurrent forwards, each over batch × topk tokens;
+        # forward_batch.batch_size is already expanded to batch × topk when topk > 1 (execute, l. 395-400)
+        reqs = batch // topk if topk > 1 else batch
+        fwd = steps if isinstance(steps, int) and steps >= 1 else 1
+        return "draft", reqs, reqs * topk, fwd, "DECODE", mr
     return "draft_extend", batch, _tokens(fb, batch), 1, "DRAFT_EXTEND", mr
 
 
@@ -236,10 +280,7 @@ def _begin(target: Target, member: str, runner_kind: str, self: Any, args: tuple
     from specmodel.engines.hook.annotate import Stopwatch, phase
     from specmodel.schema.phases import phase_label
 
-    fb = args[0] if args else kwargs.get("forward_batch")
-    if fb is None:
-        return None
-    desc = _describe(target.role, member, self, fb)
+    desc = _describe(target.role, member, self, args, kwargs)
     if desc is None:
         return None
     ph, batch, tokens, forwards, mode, runner = desc
@@ -302,19 +343,24 @@ def _end(cm: Any, sw: Any, rec: dict[str, Any], *, keep: bool = True) -> None:
 
 def _patch_module(mod: ModuleType, target: Target) -> bool:
     """Wrap ``target`` in ``mod``; warn (once) and leave it alone when it is not there."""
-    key = (target.module, target.cls if target.role not in STEP_ROLES else f"{target.cls}:{target.role}")
+    key = (target.module, target.cls if target.role not in STEP_ROLES else f"{target.cls}:{target.methods[0]}")
     if key in STATE.patched:
         return True
     cls = getattr(mod, target.cls, None)
+    if not isinstance(cls, type) or not any(callable(getattr(cls, m, None)) for m in target.methods):
+        if expected_absent(target, sglang_version()):
+            return False  # a seam of a later version than the one installed: nothing is lost
     if not isinstance(cls, type):
         STATE.warn_once(f"missing:{target.qualname}",
                         f"SGLang {sglang_version()}: class {target.qualname} not found; {target.what} (server runs unpatched there)")
+        STATE.seams.miss(f"{target.cls}.{target.methods[0]}", seam_figure(target), f"not found ({target.cls} not in {target.module})")
         return False
     for method in target.methods:
         orig = getattr(cls, method, None)
         if callable(orig):
             if getattr(orig, "__specmodel_wrapped__", None) is not None:
                 return True
+            STATE.seams.wrapped(f"{target.cls}.{method}")
             make = make_step_wrapper if target.role in STEP_ROLES else _make_wrapper
             setattr(cls, method, make(target, method, orig))
             STATE.patched[key] = (cls, method, orig)
@@ -322,13 +368,14 @@ def _patch_module(mod: ModuleType, target: Target) -> bool:
     STATE.warn_once(f"missing:{target.qualname}.{target.methods}",
                     f"SGLang {sglang_version()}: {target.qualname} has no {' / '.join(target.methods)} method; "
                     f"{target.what} (server runs unpatched there)")
+    STATE.seams.miss(f"{target.cls}.{'/'.join(target.methods)}", seam_figure(target))
     return False
 
 
 def _on_import(name: str, mod: ModuleType) -> None:
     if name == MODEL_RUNNER_MODULE:
         _warn_spec_v2_bypass()
-    for t in TARGETS + STEP_TARGETS:
+    for t in ALL_TARGETS:
         if t.module == name:
             try:
                 _patch_module(mod, t)
@@ -352,7 +399,7 @@ def install(out_dir: str | os.PathLike[str] | None = None) -> list[str]:
     ``out_dir`` (else ``$SPECMODEL_SGLANG_DIR``, else ``./sglang-forward``) receives one rank
     file per process. Returns the members patched so far (``Class.method``).
     """
-    STATE.install(out_dir, (t.module for t in TARGETS + STEP_TARGETS), _on_import)
+    STATE.install(out_dir, (t.module for t in ALL_TARGETS), _on_import)
     return patched_members()
 
 

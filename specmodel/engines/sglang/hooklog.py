@@ -86,6 +86,9 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
+    from specmodel.engines.seams import check_seams_meta
+
+    check_seams_meta(rec, where)
     tp = rec.get("tp_size")
     if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP):
         raise SpecmodelError(f"{where}: tp_size: expected an integer in 1..{MAX_TP} or null, got {tp!r}")
@@ -161,6 +164,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     """
     from specmodel.engines.hook.probe import conditions_note, conditions_of
     from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, pick_replica
+    from specmodel.engines.seams import missing_from_meta, seams_notes
     from specmodel.schema.profile import CostRow, Profile, Source
 
     files = log_files(dirs)
@@ -172,6 +176,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     spec_decode: dict[tuple[str, int, int], list[float]] = {}  # decode/extend of a speculative server
     clocks: set[str] = set()
     versions: dict[str, str] = {}
+    metas: list[dict[str, Any]] = []  # the meta lines read (their seams_missing)
     spec_meta: dict[str, Any] = {}
     tp_sizes: dict[int, str] = {}
     run_ranks: dict[tuple[str, int, int], set[str]] = {}  # (directory, DP replica, segment) -> ranks
@@ -179,6 +184,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     models: dict[str, str] = {}
     served: set[str] = set()
     draft_fwds: list[int] = []
+    mle_fwds = 0  # multi-layer EAGLE's per-layer draft-extend replays
     n_fwds = 0
     probes: dict[bool, list[dict[str, Any]]] = {False: [], True: []}  # speculative server? -> its probes
     # the scheduler's host work per step (step span - its forwards, one clock), by the rows it joins:
@@ -204,6 +210,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                 continue  # another DP replica: another engine
             drops.add_run(m, fwds, "phase")
             if m:
+                metas.append(m)
                 versions.setdefault(str(m.get("sglang_version")), lg.path)
             if m.get("tp_size") is not None:
                 tp_sizes.setdefault(m["tp_size"], lg.path)
@@ -221,13 +228,18 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             for r in fwds:
                 if r["phase"] in ("decode", "extend") and r["runner"] != "target":
                     continue
+                # a forward on the draft runner is the drafter's whatever its mode: a log written before
+                # the hook knew it (DFlash's TARGET_VERIFY draft block) never pools into the verify rows
+                ph = "draft" if r["phase"] == "verify" and r["runner"] == "draft" else r["phase"]
                 clock = "gpu_s" if "gpu_s" in r else "cpu_s"
                 clocks.add(clock)
                 n = int(r.get("forwards", 1))
-                if r["phase"] == "draft":
+                if ph == "draft":
                     draft_fwds.append(n)
-                into = spec_decode if speculative and r["phase"] in ("decode", "extend") else groups
-                into.setdefault((r["phase"], r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
+                if str(r.get("member", "")).startswith(MLE_MEMBERS):
+                    mle_fwds += 1
+                into = spec_decode if speculative and ph in ("decode", "extend") else groups
+                into.setdefault((ph, r["batch"], r["tokens"]), []).append(float(r[clock]) / n)
     where = ", ".join(str(d) for d in dirs)
     check_one_server_kind(tp=tp, tp_sizes=tp_sizes, models=models, versions=versions, version_key="sglang_version",
                           engine="SGLang")
@@ -262,6 +274,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
              "time is in other_s (allreduce_s = compute_s = 0); ingest a Kineto trace for the split."
              if clocks == {"gpu_s"} else
              "Timed with perf_counter (CPU stand-in or CPU device), not CUDA events: not GPU figures."]
+    if mle_fwds and not draft_fwds:
+        notes.append(MLE_NOTE)
     if draft_fwds and max(draft_fwds) > 1:
         notes.append("draft rows: a CUDA-graph replay covers several drafter forwards; each counts as "
                      "replay seconds / forwards.")
@@ -275,6 +289,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     conditions = conditions_of(probes[False], probes[True])
     if conditions is not None:
         notes.append(conditions_note(conditions))
+    missing = missing_from_meta(metas, engine="sglang", version_key="sglang_version")
+    notes.extend(seams_notes(missing))
     lost_note = drops.note()
     if lost_note:
         notes.append(lost_note)
@@ -291,7 +307,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(rows), spec=spec,
                    hardware={"gpu": sorted(devices)[0]} if devices else {},
                    model=({"path": next(iter(models)), **({"served_name": ", ".join(sorted(served))} if served else {})}
-                          if models else {}), notes=tuple(notes), conditions=conditions)
+                          if models else {}), notes=tuple(notes), conditions=conditions, missing_seams=missing)
 
 
 def _host_work_note(measured: bool, host: dict[tuple[bool, str], dict[int, list[float]]], runs_without_steps: int,
@@ -311,6 +327,17 @@ def _host_work_note(measured: bool, host: dict[tuple[bool, str], dict[int, list[
             "only (an optimistic cost); record both servers again under `specmodel sglang` to time it.")
 
 
+#: members of the hook's multi-layer EAGLE seams (:data:`specmodel.engines.sglang.targets.DRAFTER_TARGETS_0523`)
+MLE_MEMBERS = ("MultiLayerEagleDraftExtendCudaGraphRunner.", "OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner.")
+#: what a multi-layer EAGLE profile says: its draft is timed, but not in the shape the cycle prices
+MLE_NOTE = ("multi-layer EAGLE: the draft is steps draft-extend forwards, one per MTP layer (timed: the draft_extend "
+            "rows, one layer each); it has no draft step of batch x topk tokens, so the cycle (draft-extend + "
+            "(steps - 1) draft steps) has no draft row and prices the draft as free -- the verdict says so; pass the "
+            "per-layer draft_extend time as the draft step cost to price it")
+#: speculative algorithms whose draft the cycle's (steps, topk) shape does not describe
+BLOCK_DRAFTERS = ("DFLASH",)
+
+
 def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:
     """Spec shape from the server args when logged, else inferred from what ran
     (verify tokens per request, draft tokens per request = topk, draft forwards + 1 = steps)."""
@@ -320,6 +347,13 @@ def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[flo
         rs = {t // b for (k, b, t) in groups if k == kind and t % b == 0}
         return max(rs) if rs else None
 
+    algo = str(meta["algorithm"]) if isinstance(meta.get("algorithm"), str) else "EAGLE3"
+    if algo.upper() in BLOCK_DRAFTERS:
+        # DFlash (0.5.23 dflash_worker_v2.py): one draft forward over a block of num_draft_tokens per request,
+        # steps forced to 1 (arg_groups/speculative_hook.py l. 329-366): no steps x topk tree to price
+        raise SpecmodelError(f"forward logs: {algo} drafts a block of {meta.get('num_draft_tokens')} tokens in one "
+                             "drafter forward (timed: the draft rows); specmodel's cycle model prices steps x topk "
+                             "drafts and cannot describe it, so no profile is built from these logs")
     steps = meta.get("steps") if isinstance(meta.get("steps"), int) else None
     topk = meta.get("topk") if isinstance(meta.get("topk"), int) else None
     ndt = meta.get("num_draft_tokens") if isinstance(meta.get("num_draft_tokens"), int) else None
@@ -328,7 +362,6 @@ def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[flo
     steps = steps or ((max(draft_fwds) + 1) if draft_fwds else (draft_steps(ndt, topk) if ndt and topk == 1 else None))
     if ndt is None or steps is None:
         return SpecConfig()
-    algo = str(meta["algorithm"]) if isinstance(meta.get("algorithm"), str) else "EAGLE3"
     try:
         return SpecConfig(algorithm=algo, steps=steps, topk=topk, num_draft_tokens=ndt)
     except SpecmodelError as exc:

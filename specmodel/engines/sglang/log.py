@@ -7,7 +7,8 @@ in 0.5.23), logged every ``--decode-log-interval`` (default 40) decode batches::
     accept len: 3.12, accept rate: 0.78, cuda graph: True, gen throughput (token/s): 245.31, #queue-req: 0,
 
 0.5.5 ends with ``, ``; 0.5.23 does not and may add ``cap len:`` / ``block accept len:``; hybrid
-models log ``#full token:`` instead of ``#token:``. ``accept len`` = tokens per request per verify
+models log ``#full token:`` instead of ``#token:``, HiSparse servers (0.5.23 ``--enable-hisparse``)
+``#gpu token: …, gpu token usage: …, #cpu token: …, cpu token usage: …`` (KV per request: ``#cpu token``). ``accept len`` = tokens per request per verify
 step including the bonus token, averaged over the window (accepted tokens / Σ batch sizes).
 ``gen throughput`` = all tokens generated in the window / window wall time.
 
@@ -58,6 +59,11 @@ _KEYS: dict[str, re.Pattern[str]] = {
     "gen_tokens_per_s": re.compile(r"gen throughput \(token/s\): " + NUM),
     "queue_req": re.compile(r"#queue-req: (\d+)"),
     "tokens": re.compile(r"(?:^|, )#(?:full )?token: (\d+)"),
+    # HiSparse (0.5.23 ``pool_stats_observer.py`` l. 139-144): no ``#token:``, but ``#gpu token:`` (the
+    # device's sparse working set) and ``#cpu token:`` (the host pool, sized for every token's KV:
+    # ``hisparse_coordinator.py`` l. 576-628, ``size_full`` = device size x host_to_device_ratio)
+    "cpu_tokens": re.compile(r"(?:^|, )#cpu token: (\d+)"),
+    "gpu_tokens": re.compile(r"(?:^|, )#gpu token: (\d+)"),
     "graph": re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)"),
     "device": re.compile(r"(cuda|cpu|npu|musa) graph: (?:True|False)"),
 }
@@ -171,7 +177,11 @@ def _window(path: str, i: int, line: str) -> tuple[DecodeWindow | None, dict[str
     if a is not None and (not math.isfinite(a) or a < 1.0 - ROUND_SLACK):
         raise SpecmodelError(f"{where}: accept len {d['accept_len']} is not >= 1 token/step "
                              "(SGLang counts the bonus token, so the minimum is 1)")
-    ctx = count(d["tokens"], where, "#token") / batch if "tokens" in d and batch > 0 else None
+    # KV tokens per request: #token (#full token on hybrid models); on HiSparse the host pool's
+    # #cpu token holds every request's whole KV, the device's #gpu token only its sparse working set
+    key = next((k for k in ("tokens", "cpu_tokens", "gpu_tokens") if k in d), None)
+    label = {"tokens": "#token", "cpu_tokens": "#cpu token", "gpu_tokens": "#gpu token"}
+    ctx = count(d[key], where, label[key]) / batch if key is not None and batch > 0 else None
     return DecodeWindow(file=path, line=i, engine=NAME, batch=batch, accept_len=a, tokens_per_s=tput,
                         timestamp=d.get("timestamp", ""), rank=d.get("rank", ""), context_tokens=ctx), d
 

@@ -8,12 +8,20 @@ bonus token; 0 when speculation is off), ``sglang:spec_accept_rate``, ``sglang:n
 ``sglang:num_used_tokens`` (``#token``), ``sglang:gen_throughput`` (token/s). Acceptance is a gauge
 here, not a counter: a window over several scrapes averages the gauge weighted by running requests.
 The scheduler of each rank may export; the lowest ``tp_rank`` is read (they log the same batch).
+
+SGLang >= 0.5.23 with its device timer on also exports GPU seconds per forward category and the
+decode-batch count (:mod:`specmodel.engines.sglang.devtimer`): each sample carries them (``live``), and
+``live_costs`` turns two samples into the verify / draft / decode costs per cycle between them
+(clock ``engine_device_timer``), which ``watch`` prices the server with.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from specmodel.engines.base import MetricsFormat, MetricsSample
 from specmodel.engines.prom import Sample, model_name, parse_page
+from specmodel.engines.sglang import devtimer
 
 NAME = "sglang-metrics"
 ACCEPT_LEN = "sglang:spec_accept_length"
@@ -45,7 +53,18 @@ def from_page(page: dict[str, list[Sample]], where: str) -> MetricsSample:
     return MetricsSample(engine="sglang", accept_len_gauge=a if a is not None and a >= 1.0 else None,
                          running=running, context_tokens=ctx, gen_tokens_per_s_gauge=_rank0(page.get(GEN_TPUT)),
                          model=model_name(page),
-                         drafts=None)
+                         drafts=None,
+                         live=devtimer.from_page(page, where) if devtimer.has_timer(page, "") else None)
+
+
+def live_costs(a: Any, b: Any) -> Any:
+    """Per-cycle costs between two samples' device-timer pages (:func:`devtimer.window`), or why none."""
+    if b is None:
+        return (f"no {devtimer.SECONDS} on the page (start SGLang >= 0.5.23 with "
+                "SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 and --enable-metrics)")
+    if a is None:
+        return "waiting for a second page with the device timer"
+    return devtimer.window(a, b)
 
 
 def has_spec(text: str) -> bool:
@@ -53,4 +72,5 @@ def has_spec(text: str) -> bool:
 
 
 FORMAT = MetricsFormat(name=NAME, description="SGLang Prometheus /metrics page", help_name="SGLang /metrics",
-                       sniff=sniff, parse=parse, from_page=from_page, series=(ACCEPT_LEN, RUNNING, USED_TOKENS, GEN_TPUT))
+                       sniff=sniff, parse=parse, from_page=from_page, series=(ACCEPT_LEN, RUNNING, USED_TOKENS, GEN_TPUT),
+                       live_costs=live_costs)

@@ -4,6 +4,7 @@ import: names only."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from specmodel.schema.formats import SGLANG_FORWARD
@@ -31,8 +32,13 @@ class Target:
     module: str
     cls: str
     methods: tuple[str, ...]
-    role: str  # "model_runner" | "draft" | "draft_extend"
+    role: str  # "model_runner" | "draft" | "draft_extend" | "mle_step" | "mle_one_graph" | "frozen_draft" | step roles
     what: str  # what the user loses when it is missing
+    #: the SGLang versions whose source this seam was read in
+    versions: tuple[str, ...] = ("0.5.5", "0.5.23")
+    #: the first version that has it: an older installed SGLang is expected to lack it (not warned);
+    #: None: every supported version has it, so lacking it is always warned
+    since: str | None = None
 
     @property
     def qualname(self) -> str:
@@ -50,6 +56,28 @@ TARGETS: tuple[Target, ...] = (
            role="draft_extend", what="draft-extend CUDA-graph replays will not be timed"),
 )
 
+#: SGLang 0.5.23's other drafters' graph runners: their replays bypass ``ModelRunner.forward``
+#: (eager forwards of these drafters go through it, on a runner with ``is_draft_worker``).
+MLE_RUNNER_MODULE = "sglang.srt.speculative.multi_layer_eagle_draft_extend_cuda_graph_runner"
+FROZEN_KV_MTP_RUNNER_MODULE = "sglang.srt.speculative.frozen_kv_mtp_cuda_graph_runner"
+DRAFTER_TARGETS_0523: tuple[Target, ...] = (
+    # multi-layer EAGLE (multi_layer_eagle_worker_v2.py l. 897-907: "Graph replay bypasses
+    # ModelRunner.forward"): the per-step graphs, one MTP layer's draft-extend per replay(bs, ...)
+    # (multi_layer_eagle_draft_extend_cuda_graph_runner.py l. 487-537, called by the composite
+    # runner's replay(step), l. 932-952)
+    Target(module=MLE_RUNNER_MODULE, cls="MultiLayerEagleDraftExtendCudaGraphRunner", methods=("replay",),
+           role="mle_step", what="multi-layer EAGLE draft-extend graph replays will not be timed",
+           versions=("0.5.23",), since="0.5.23"),
+    # SGLANG_ENABLE_SINGLE_CG_DRAFT: every step's layer in one graph, replayed at step 0 (l. 1105-1128)
+    Target(module=MLE_RUNNER_MODULE, cls="OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner",
+           methods=("replay",), role="mle_one_graph",
+           what="multi-layer EAGLE single-graph draft replays will not be timed", versions=("0.5.23",), since="0.5.23"),
+    # FROZEN_KV_MTP (frozen_kv_mtp_worker_v2.py l. 494-501): the whole draft (seed forward + steps - 1
+    # recurrent forwards) in one graph, execute(forward_batch) (frozen_kv_mtp_cuda_graph_runner.py l. 391)
+    Target(module=FROZEN_KV_MTP_RUNNER_MODULE, cls="FrozenKVMTPCudaGraphRunner", methods=("execute",),
+           role="frozen_draft", what="FROZEN_KV_MTP draft graph replays will not be timed", versions=("0.5.23",), since="0.5.23"),
+)
+
 #: The scheduler's step (see "The scheduler's step" above): the loop's once-per-iteration call
 #: bounds a step, ``run_batch`` names its batch. Kept apart from :data:`TARGETS` (forward seams).
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
@@ -58,6 +86,19 @@ STEP_TARGETS: tuple[Target, ...] = (
            what="the scheduler's host work per step will not be timed (the profile counts GPU forwards only)"),
     Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("run_batch",), role="step_batch",
            what="the scheduler's host work per step will not be timed (the profile counts GPU forwards only)"),
+)
+#: PD disaggregation: the prefill and decode servers' loops call these instead of
+#: ``get_next_batch_to_run`` (0.5.23 ``disaggregation/prefill.py`` l. 648 / 700, 806;
+#: ``disaggregation/decode.py`` l. 3241 / 3142, 3189; 0.5.5 ``decode.py`` l. 948 / 833, 881). 0.5.5's
+#: prefill loop calls ``get_new_batch_prefill`` directly (l. 324, 359), which the normal loop
+#: also calls inside ``get_next_batch_to_run``: no seam bounds its steps, so none is written there
+#: and the summary says the host work was not measured.
+DISAGG_STEP_TARGETS: tuple[Target, ...] = (
+    Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("get_next_disagg_decode_batch_to_run",),
+           role="step_boundary", what="a PD-disaggregated decode server's host work per step will not be timed"),
+    Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("get_next_disagg_prefill_batch_to_run",),
+           role="step_boundary", what="a PD-disaggregated prefill server's steps will not be timed",
+           versions=("0.5.23",), since="0.5.23"),
 )
 STEP_ROLES = ("step_boundary", "step_batch")
 
@@ -70,9 +111,37 @@ MODE_PHASES: dict[str, str | None] = {
 }
 
 
+#: ForwardModes that, on the drafter's runner (``is_draft_worker``), are still the draft: a forward
+#: there is never the target's. DFlash runs its draft block as TARGET_VERIFY on the draft runner
+#: (0.5.23 ``dflash_worker_v2.py`` l. 2639-2689: ``forward_mode=ForwardMode.TARGET_VERIFY`` then
+#: ``self.draft_model_runner.forward``), which must not pool into the target's verify rows.
+DRAFT_RUNNER_MODES = ("DECODE", "TARGET_VERIFY")
+
+
 def phase_for_mode(mode_name: str, *, is_draft: bool) -> str | None:
     """Phase of a ``ModelRunner.forward`` call; raises ``KeyError`` for a mode we do not know."""
+    if mode_name in DRAFT_RUNNER_MODES and is_draft:
+        return "draft"
     if mode_name == "DECODE":
-        return "draft" if is_draft else "decode"
+        return "decode"
     return MODE_PHASES[mode_name]
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    """``0.5.23`` -> (0, 5, 23); an unreadable part ends the tuple (``0.5.23rc1`` -> (0, 5, 23))."""
+    out = []
+    for part in v.split("."):
+        m = re.match(r"\d+", part)
+        if m is None:
+            break
+        out.append(int(m.group()))
+        if m.end() != len(part):
+            break
+    return tuple(out)
+
+
+def expected_absent(target: Target, version: str) -> bool:
+    """The installed SGLang is older than the version that brought the seam: lacking it is expected."""
+    have = version_tuple(version)
+    return target.since is not None and bool(have) and have < version_tuple(target.since)
 

@@ -14,7 +14,8 @@ When: ``SPECMODEL_VLLM_CAPTURE_STEPS=N`` (``specmodel vllm --capture-steps N``) 
 *cycle* steps (decode / verify, each with its proposal) after :data:`WARMUP_STEPS` cycle steps;
 other steps that fall inside the window (a prefill) are recorded too. ``0`` turns it off. Unset:
 on (:data:`GPU_DEFAULT_STEPS`) in a worker that runs CUDA graphs (a CUDA device without
-``enforce_eager``), off elsewhere (on the CPU and in eager mode the wrapper sees every all-reduce).
+``enforce_eager``) or fuses the all-reduce with its RMSNorm (:func:`fuses_allreduce`), off elsewhere
+(on the CPU and in eager, unfused mode the wrapper sees every all-reduce).
 
 What it writes, per process, in ``<hook dir>/capture/``, named like its rank file
 (``rank<tp>-dp<dp>-pp<pp>-pid<pid>``): ``<name>.pt.trace.json.gz`` (the Kineto trace, CPU activity,
@@ -91,6 +92,18 @@ def runs_graphs(runner: Any) -> bool:
     return not bool(getattr(getattr(runner, "model_config", None), "enforce_eager", False))
 
 
+def fuses_allreduce(runner: Any) -> bool:
+    """A CUDA worker whose compiled graphs fuse the all-reduce with the RMSNorm after it
+    (``compilation_config.pass_config.fuse_allreduce_rms``, vllm 0.32-0.34; 0.34 ``config/vllm.py:208``
+    turns it on at ``-O2`` with TP > 1 on sm90 / sm100 with FlashInfer and on ROCm with aiter): the
+    fused op (``flashinfer_trtllm_fused_allreduce_norm``) never reaches the wrapper, even without graphs."""
+    dev = getattr(runner, "device", None)
+    if not str(getattr(dev, "type", dev or "")).startswith("cuda"):
+        return False
+    cc = getattr(getattr(runner, "vllm_config", None), "compilation_config", None)
+    return getattr(getattr(cc, "pass_config", None), "fuse_allreduce_rms", None) is True
+
+
 class Capture:
     """One worker's capture: armed by the first step, started at a cycle step after the warm-up,
     stopped and exported after N cycle steps. Every method never raises."""
@@ -122,7 +135,7 @@ class Capture:
             self.done = True
             return
         self.cuda = str(getattr(getattr(runner, "device", None), "type", "")).startswith("cuda")
-        self.steps = (GPU_DEFAULT_STEPS if runs_graphs(runner) else 0) if n is None else n
+        self.steps = (GPU_DEFAULT_STEPS if runs_graphs(runner) or fuses_allreduce(runner) else 0) if n is None else n
         if self.steps == 0:
             self.done = True
 

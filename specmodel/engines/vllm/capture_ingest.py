@@ -80,6 +80,9 @@ class CaptureShares:
     files: tuple[str, ...]
     mode: str  # "cpu" | "gpu"
     attribution: str  # "cpu span" | "gpu_user_annotation" | "correlation"
+    #: (implementation, what is inside it) of the fused all-reduce kernels the passes held
+    #: (:data:`specmodel.trace.collectives.FUSED_IMPLEMENTATIONS`): their time counts as all-reduce, the norm inside it
+    fused: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for key, s in self.shares:
@@ -124,6 +127,7 @@ def pass_allreduce_s(p: Any) -> float:
 def read_capture(directory: str | Path) -> CaptureShares | None:
     """The capture of one ``specmodel vllm --out`` directory; None when it holds none. A sidecar or
     trace that does not read is one line naming the file."""
+    from specmodel.trace.collectives import FUSED_IMPLEMENTATIONS
     from specmodel.trace.kineto import IngestOptions, _vllm_cycle_drafts, parse_rank_file
 
     cap = Path(directory) / SUBDIR
@@ -139,6 +143,7 @@ def read_capture(directory: str | Path) -> CaptureShares | None:
     files: list[str] = []
     modes: set[str] = set()
     attributions: set[str] = set()
+    fused: set[str] = set()
     for mp in metas:
         meta = _read_meta(mp)
         trace = cap / str(meta["trace"])
@@ -152,6 +157,7 @@ def read_capture(directory: str | Path) -> CaptureShares | None:
         attributions.add(rt.attribution)
         counts: dict[PhaseKey, int] = defaultdict(int)
         for p in _vllm_cycle_drafts(list(rt.passes)):
+            fused.update(impl for impl, _ in p.comm_by_impl_s if impl in FUSED_IMPLEMENTATIONS)
             if p.span_s > 0:
                 key = (p.kind, p.batch, p.tokens)
                 pooled[key].append((pass_allreduce_s(p), p.span_s))
@@ -167,7 +173,8 @@ def read_capture(directory: str | Path) -> CaptureShares | None:
         passes.append((key, per_rank_passes[key]))
     return CaptureShares(directory=str(directory), windows=tuple(windows), shares=tuple(shares),
                          passes=tuple(passes), files=tuple(files), mode="/".join(sorted(modes)),
-                         attribution="/".join(sorted(attributions)))
+                         attribution="/".join(sorted(attributions)),
+                         fused=tuple((i, FUSED_IMPLEMENTATIONS[i]) for i in sorted(fused)))
 
 
 def merged_shares(captures: Sequence[CaptureShares]) -> dict[PhaseKey, float]:

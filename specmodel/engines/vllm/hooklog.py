@@ -42,7 +42,7 @@ from typing import Any
 
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.engines.vllm.steplog import read_step_log
-from specmodel.engines.vllm.steprows import Cell, Recording, band_contexts, cost_rows
+from specmodel.engines.vllm.steprows import Cell, Recording, band_contexts, cost_rows, expected_allreduces
 from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
 from specmodel.limits import MAX_CONTEXT_TOKENS, MAX_METRICS_PAGE_BYTES
 from specmodel.schema.phases import is_host_proposer
@@ -128,11 +128,42 @@ def capture_note(caps: Sequence[Any], from_capture: Sequence[Any], in_capture: i
     used = (f"{len(from_capture)} row(s) ({', '.join(kinds)}) take all-reduce = capture share × forward time "
             "(allreduce_source 'capture')") if from_capture else "no row needed it (the wrapper timed every row)"
     shares = "; ".join(f"{k[0]} b{k[1]} t{k[2]} {s:.1%}" for c in caps for k, s in c.shares[:6])
+    fused = sorted({f"{impl} (with {what})" for c in caps for impl, what in c.fused})
+    if fused:
+        shares += (f"; fused all-reduce kernels counted as all-reduce, with the {'/'.join(sorted({w for c in caps for _, w in c.fused}))} "
+                   f"inside their time: {', '.join(fused)}")
     return (f"torch.profiler capture ({', '.join(sorted({c.mode for c in caps}))}, {sum(len(c.files) for c in caps)} "
             f"trace(s)): all-reduce share per phase {shares}; {used}; {in_capture} step record(s) inside the capture "
             "window left out of the rows (the profiler stretches them).")
 
 
+
+
+def _layers_said(a: Recording) -> str:
+    t, d = sorted(a.layers.get("target", ())), sorted(a.layers.get("draft", ()))
+    said = [f"target {', '.join(map(str, t))} layers (2 per layer + 1 = {2 * t[-1] + 1})"] if t else []
+    if d:
+        said.append(f"drafter {', '.join(map(str, d))} layers ({2 * d[-1] + 1})")
+    return f" (model config: {'; '.join(said)})" if said else " (model config: not recorded)"
+
+
+def _compilation_said(a: Recording) -> str:
+    return f"engine compilation: {' | '.join(sorted(a.compilation))}" if a.compilation else \
+        "engine compilation: not recorded (a log older than vllm_step v3)"
+
+
+def allreduce_count_note(partial: Sequence[str], expect_fwd: int | None, expect_draft: int | None, a: Recording,
+                         captured: bool) -> str:
+    """The note on rows whose wrapper saw fewer all-reduces than a forward runs (partial rows)."""
+    exp = f"{expect_fwd} per target forward" + (f", {expect_draft} per drafter forward" if expect_draft else "")
+    return (f"{len(partial)} row(s) saw fewer all-reduces than a forward runs ({exp}: the most any forward showed"
+            f"{_layers_said(a)}): {', '.join(partial[:8])}{' …' if len(partial) > 8 else ''}. The rest ran where "
+            "the hook's wrapper cannot see them (vLLM's fused all-reduce + RMSNorm, fuse_allreduce_rms, or a graph "
+            "replay), so their timed all-reduce is a partial sum: "
+            + ("such rows take the capture's share where it held their phase, else their all-reduce is unknown"
+               if captured else spell("their all-reduce is unknown, not the partial sum; `specmodel vllm "
+                                      "{capture_steps} N` measures it from a torch.profiler capture"))
+            + f"; {_compilation_said(a)}.")
 
 
 def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | None = None,
@@ -158,6 +189,7 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     host span less GPU forwards."""
     from specmodel.engines.hook.probe import conditions_note, conditions_of
     from specmodel.engines.hook.records import check_one_server_kind, log_files, pick_replica
+    from specmodel.engines.seams import missing_from_meta, seams_notes
     from specmodel.engines.vllm.capture_ingest import merged_shares, read_capture
     from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
 
@@ -193,13 +225,22 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     band_ctx = band_contexts(a.base_cells, a.spec_cells, a.nodraft_cells)
     caps = [c for c in captures.values() if c is not None]
     shares = merged_shares(caps)
+    # all-reduces per forward, per model: a row whose wrapper saw fewer is partial (steprows.cost_rows)
+    expect_fwd = expect_draft = None
+    if tp_val > 1:
+        expect_fwd = expected_allreduces(a.fwd_n_ar, max(a.layers.get("target", ()), default=None))
+        expect_draft = expected_allreduces([n for d in draft_cells.values() for n in d.n_ar] + a.draft_n_ar,
+                                           max(a.layers.get("draft", ()), default=None))
+    partial: list[str] = []
     costs, no_ar_timed = cost_rows({**a.base_cells, **a.spec_cells}, min_samples=min_samples, n_ranks=n_ranks,
                                    tp=tp_val, dropped=dropped, few_kinds=few_kinds, band_ctx=band_ctx, shares=shares,
-                                   capture_tp=tp_val)
+                                   capture_tp=tp_val, expected_n_ar=expect_fwd, partial=partial)
     nodraft, _ = cost_rows(dict(a.nodraft_cells), min_samples=min_samples, n_ranks=n_ranks, tp=tp_val,
-                           dropped=dropped, few_kinds=[], band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
+                           dropped=dropped, few_kinds=[], band_ctx=band_ctx, shares=shares, capture_tp=tp_val,
+                           expected_n_ar=expect_fwd, partial=partial)
     draft_rows, _ = cost_rows(draft_cells, min_samples=min_samples, n_ranks=n_ranks, tp=1, dropped=dropped,
-                              few_kinds=few_kinds, band_ctx=band_ctx, shares=shares, capture_tp=tp_val)
+                              few_kinds=few_kinds, band_ctx=band_ctx, shares=shares, capture_tp=tp_val,
+                              expected_n_ar=expect_draft, partial=partial)
     costs += draft_rows
     requests, requests_note = _request_costs(a.base_prompts, a.spec_prompts, a.spec_prefill_cells, a.spec_dirs,
                                              min_samples=min_samples, n_ranks=n_ranks, tp=tp_val)
@@ -247,6 +288,8 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
         notes.append("older GPU logs (vllm_step v1): other_s is the host's step less the GPU's forwards, two clocks; "
                      "under async scheduling the GPU's time past the host's step end is lost (clamped at 0): "
                      "re-record under this specmodel for the GPU's own overhead.")
+    missing = missing_from_meta(a.metas, engine="vllm", version_key="vllm_version")
+    notes.extend(seams_notes(missing))
     dropped_note = a.drops.note()
     if dropped_note:
         notes.append(dropped_note)
@@ -255,6 +298,12 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                      "their all-reduce share is unknown, not zero"
                      + (" (the capture held no pass of their phase)." if caps else
                         spell("; `specmodel vllm {capture_steps} N` measures it from a torch.profiler capture.")))
+    if partial:
+        notes.append(allreduce_count_note(partial, expect_fwd, expect_draft, a, bool(caps)))
+    elif tp_val > 1 and expect_fwd is not None:
+        notes.append(f"all-reduces per forward: every forward the wrapper timed ran {expect_fwd} (target)"
+                     + (f", {expect_draft} (drafter)" if expect_draft is not None else "")
+                     + _layers_said(a) + "; " + _compilation_said(a))
     from_capture = [r for r in costs if r.allreduce_source == "capture"]
     if caps:
         notes.append(capture_note(caps, from_capture, a.in_capture))
@@ -269,7 +318,10 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
                                  files=tuple(str(f) for f in files), clock=clock,
                                  description=f"vLLM step hook (hook): {a.n_steps} steps from {n_runs} server run(s), "
                                              f"{len(files)} rank file(s), TP {tp_val}")
-    if no_ar_timed:
+    if partial and not from_capture:
+        source = source.with_origins({"allreduce": "unknown for some rows: the hook's wrapper saw only part of their "
+                                                   "all-reduces (a fused all-reduce or a graph replay bypasses it)"})
+    elif no_ar_timed:
         source = source.with_origins({"allreduce": "unknown for some rows: CUDA-graph replays bypass the hook"})
     elif from_capture:
         source = source.with_origins({"allreduce": "capture share × forward time for the rows the hook's wrapper did "
@@ -289,4 +341,4 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
             model["served_name"] = ", ".join(sorted(a.served))
     return Profile(name=name, source=source, tp=tp_val, costs=tuple(costs), spec=spec, overhead_s=overhead,
                    hardware=hardware, model=model, notes=tuple(notes), host_proposer=hp, requests=requests,
-                   conditions=conditions)
+                   conditions=conditions, missing_seams=missing)

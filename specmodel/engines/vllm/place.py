@@ -89,6 +89,55 @@ def _spec_meta(runner: Any) -> dict[str, Any] | None:
             "draft_model": draft if isinstance(draft, str) else None}
 
 
+def _name(v: Any) -> Any:
+    """An enum's name (``CompilationMode`` is an IntEnum: its name, not its number), a plain value
+    as it is, anything else as None (JSON-safe)."""
+    import enum
+
+    if isinstance(v, enum.Enum):
+        return v.name
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return None
+
+
+def compilation_meta(runner: Any) -> dict[str, Any]:
+    """The engine's compilation settings that decide where the all-reduce wrapper can see the
+    all-reduce (vllm 0.32-0.34 ``config/compilation.py``): ``mode`` (``CompilationMode``; older
+    releases ``level``), ``cudagraph_mode`` (``CUDAGraphMode``: PIECEWISE and FULL graphs both replay
+    the all-reduce without Python), ``pass_config.fuse_allreduce_rms`` (0.34 ``config/vllm.py:208``
+    ``enable_allreduce_rms_fusion``: on at ``-O2`` with TP > 1 on sm90 / sm100 with FlashInfer, and
+    on ROCm with aiter; the fused op never calls ``GroupCoordinator._all_reduce_out_place``) and
+    ``enforce_eager``. None where the field is not there."""
+    cc = getattr(getattr(runner, "vllm_config", None), "compilation_config", None)
+    pc = getattr(cc, "pass_config", None)
+    mode = getattr(cc, "mode", None)
+    if mode is None:
+        mode = getattr(cc, "level", None)
+    eager = getattr(getattr(runner, "model_config", None), "enforce_eager", None)
+    return {"mode": _name(mode), "cudagraph_mode": _name(getattr(cc, "cudagraph_mode", None)),
+            "fuse_allreduce_rms": _name(getattr(pc, "fuse_allreduce_rms", None)),
+            "enforce_eager": eager if isinstance(eager, bool) else None}
+
+
+def _layers(model_config: Any) -> int | None:
+    hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+    n = getattr(hf, "num_hidden_layers", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def model_layers(runner: Any) -> dict[str, int | None]:
+    """``num_hidden_layers`` of the target model and, for ``draft_model`` only (a drafter that is a
+    whole model of its own; EAGLE / MTP heads reuse the target's config shape), of the drafter:
+    what the summary checks the all-reduces per forward against (2 per layer + the vocab-parallel
+    embedding's one on the standard dense layers)."""
+    sc = getattr(runner, "speculative_config", None)
+    draft = None
+    if sc is not None and getattr(sc, "method", None) == "draft_model":
+        draft = _layers(getattr(sc, "draft_model_config", None))
+    return {"target": _layers(getattr(runner, "model_config", None)), "draft": draft}
+
+
 def meta(runner: Any, rank: str, runner_kind: str, par: dict[str, int | None]) -> dict[str, Any]:
     cfg = getattr(runner, "vllm_config", None)
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
@@ -109,6 +158,7 @@ def meta(runner: Any, rank: str, runner_kind: str, par: dict[str, int | None]) -
             "device_name": name, "cpu_name": None if cuda else cpu_name(),
             "model_path": model if isinstance(model, str) else None,
             "spec": _spec_meta(runner), "clock": "cuda_event" if cuda else "perf_counter",
+            "compilation": compilation_meta(runner), "num_hidden_layers": model_layers(runner),
             "model_runner": runner_kind, "model_runner_changed": os.environ.get(RUNNER_CHANGED_ENV) or None,
             "started_unix_s": time.time()}
 

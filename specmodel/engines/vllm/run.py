@@ -21,6 +21,7 @@ import click
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
+from specmodel.engines.vllm.installed import check_command
 from specmodel.engines.vllm.targets import ENV_DIR, runner_env
 from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.limits import MAX_METRICS_PAGE_BYTES
@@ -146,6 +147,7 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
     command, added = engine_args(command, hook=hook)
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
+    check_command(command, os.environ)  # what the installed engine cannot run: refused before it starts
     extra, msg = runner_env(os.environ) if hook else ({}, "")
     if capture_steps is not None and hook:
         extra[ENV_STEPS] = str(capture_steps)

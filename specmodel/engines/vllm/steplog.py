@@ -11,7 +11,15 @@ from typing import Any
 
 from specmodel.engines.hook.records import check_place
 from specmodel.errors import SpecmodelError
-from specmodel.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DRAFT_TOKENS, MAX_HOOK_STEP_S, MAX_STEP_TOKENS, MAX_TP
+from specmodel.limits import (
+    MAX_BATCH,
+    MAX_CONTEXT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_HOOK_STEP_S,
+    MAX_LAYERS,
+    MAX_STEP_TOKENS,
+    MAX_TP,
+)
 from specmodel.schema.formats import PROBE, VLLM_STEP
 
 STEP_KINDS = ("decode", "verify", "extend")
@@ -78,7 +86,8 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
     _num(rec, "context_tokens", where, optional=True, hi=MAX_CONTEXT_TOKENS)
     for k in _COUNTS:
         _int(rec, k, where, lo=0, hi=MAX_STEP_TOKENS, optional=True)
-    _int(rec, "draft_k", where, lo=1, hi=MAX_DRAFT_TOKENS, optional=True)
+    # (v3: 0 -- a V2 step whose proposal drafted nothing: skip_drafts, or K = 0 under a per-batch schedule)
+    _int(rec, "draft_k", where, lo=0, hi=MAX_DRAFT_TOKENS, optional=True)
     _str(rec, "draft_method", where)
     if rec.get("step_clock") is not None and rec["step_clock"] not in CLOCKS:
         raise SpecmodelError(f"{where}: step_clock: expected one of {', '.join(CLOCKS)} or null, "
@@ -88,6 +97,9 @@ def _check_step(rec: dict[str, Any], where: str) -> None:
 
 
 def _check_meta(rec: dict[str, Any], where: str) -> None:
+    from specmodel.engines.seams import check_seams_meta
+
+    check_seams_meta(rec, where)
     _int(rec, "tp_size", where, lo=1, hi=MAX_TP, optional=True)
     for k in ("vllm_version", "model_path", "served_model_name", "device", "device_name", "cpu_name", "clock",
               "model_runner", "model_runner_changed"):
@@ -96,6 +108,15 @@ def _check_meta(rec: dict[str, Any], where: str) -> None:
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (str, int))):
         raise SpecmodelError(f"{where}: rank: expected a string or an integer, got {rank!r}")
     check_place(rec, where, _PLACE)
+    layers = rec.get("num_hidden_layers")  # (v3) {"target": n | null, "draft": n | null}
+    if layers is not None:
+        if not isinstance(layers, dict):
+            raise SpecmodelError(f"{where}: num_hidden_layers: expected an object or null, got {layers!r}")
+        for k in ("target", "draft"):
+            _int(layers, k, f"{where}: num_hidden_layers", lo=1, hi=MAX_LAYERS, optional=True)
+    comp = rec.get("compilation")  # (v3) the engine's compilation settings, as it names them
+    if comp is not None and not isinstance(comp, dict):
+        raise SpecmodelError(f"{where}: compilation: expected an object or null, got {comp!r}")
     spec = rec.get("spec")
     if spec is not None:
         if not isinstance(spec, dict):

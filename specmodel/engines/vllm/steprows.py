@@ -50,12 +50,36 @@ def band_contexts(*groups: dict[tuple[str, int, int, int], Cell]) -> dict[tuple[
     return {k: round(median(v)) for k, v in ctx.items() if v}
 
 
+#: slack on a per-forward all-reduce count (a drafter row's count is a step's count / k)
+_COUNT_SLACK = 1e-6
+
+
+def expected_allreduces(samples: list[float], layers: int | None) -> int | None:
+    """All-reduces one forward of a model runs, from what the engine showed: the most the wrapper
+    saw in any forward (a large prefill runs eager and unfused: the wrapper sees every one there),
+    raised to ``2 * layers + 1`` -- two per transformer layer (attention's and the MLP's
+    row-parallel output) plus the vocab-parallel embedding's, vllm ``model_executor/layers/linear.py``
+    ``RowParallelLinear`` / ``vocab_parallel_embedding.py`` -- when the model config is known and the
+    wrapper never saw that many (then no forward was seen whole). None: nothing to go on."""
+    seen = max(samples, default=0.0)
+    want = 2 * layers + 1 if layers else 0
+    best = max(seen, float(want))
+    return round(best) if best > 0 else None
+
+
 def cost_rows(cells: dict[tuple[str, int, int, int], Cell], *, min_samples: int, n_ranks: int, tp: int,
               dropped: list[str], few_kinds: list[str], band_ctx: dict[tuple[bool, int], int],
-              shares: dict[tuple[str, int, int], float] | None = None, capture_tp: int = 1) -> tuple[list[Any], int]:
+              shares: dict[tuple[str, int, int], float] | None = None, capture_tp: int = 1,
+              expected_n_ar: int | None = None, partial: list[str] | None = None) -> tuple[list[Any], int]:
     """Cost rows of step cells ((kind, batch, tokens, band) -> samples); (rows, rows at TP ``tp`` > 1
     without a timed all-reduce). A row the wrapper timed no all-reduce of, at ``capture_tp`` > 1,
-    takes its phase's capture share (:mod:`specmodel.engines.vllm.capture_ingest`) × its forward time."""
+    takes its phase's capture share (:mod:`specmodel.engines.vllm.capture_ingest`) × its forward time.
+
+    A row with a forward where the wrapper saw fewer than ``expected_n_ar`` all-reduces
+    (:func:`expected_allreduces`) is *partial*: some all-reduces ran where the wrapper cannot see
+    them (a fused all-reduce + RMSNorm, a graph replay), so its timed sum is low. It takes the
+    capture's share like an unseen row, or its all-reduce is unknown (0, source ""); never
+    ``wrapper``. Its label goes to ``partial``."""
     from specmodel.engines.vllm.capture_ingest import share_for_row
     from specmodel.schema.profile import CostRow
 
@@ -75,12 +99,17 @@ def cost_rows(cells: dict[tuple[str, int, int, int], Cell], *, min_samples: int,
         if total <= 0:
             continue
         ar = min(median(g.ar), total)
-        source = "wrapper" if max(g.n_ar) > 0 else ""
+        short = expected_n_ar is not None and min(g.n_ar) < expected_n_ar - _COUNT_SLACK
+        source = "wrapper" if max(g.n_ar) > 0 and not short else ""
+        if short and max(g.n_ar) > 0:
+            ar = 0.0  # a partial sum: unknown, unless the capture prices it
+            if partial is not None:
+                partial.append(f"{kind} b{b} t{t} ({min(g.n_ar):g} of {expected_n_ar})")
         share = share_for_row(shares, kind, b, t) if shares and capture_tp > 1 and not source else None
         if share:  # (a capture that found no all-reduce in a TP > 1 forward missed it: still unknown)
             ar, source = min(share * median(g.fwd), total), "capture"
         compute = min(max(median(g.fwd) - ar, 0.0), total - ar)
-        if tp > 1 and not source:
+        if tp > 1 and not source and not (short and max(g.n_ar) > 0):  # (a partial row: its own note)
             no_ar += 1
         rows.append(CostRow(kind=kind, batch=b, tokens=t, total_s=total, allreduce_s=ar, compute_s=compute,
                             other_s=max(total - ar - compute, 0.0), n_allreduce=round(median(g.n_ar)),
@@ -153,6 +182,11 @@ class Recording:
     step_clocks: set[str] = field(default_factory=set)  # "cuda_event" / "perf_counter" (v2), "host_less_gpu" (a v1 GPU step)
     drops: Drops = field(default_factory=lambda: Drops("step"))  # steps the hook dropped (its queue of GPU records full)
     in_capture: int = 0  # steps run under the torch.profiler capture: left out of the rows
+    metas: list[dict[str, Any]] = field(default_factory=list)  # the meta lines read (their seams_missing)
+    layers: dict[str, set[int]] = field(default_factory=dict)  # "target" / "draft" -> num_hidden_layers in the meta lines
+    compilation: set[str] = field(default_factory=set)  # the engines' compilation settings, as the notes say them
+    fwd_n_ar: list[float] = field(default_factory=list)  # all-reduces the wrapper saw in each target forward
+    draft_n_ar: list[float] = field(default_factory=list)  # ... in each drafter forward over a prompt (V1's split)
 
     def add_log(self, lg: StepLog, *, replica: int | None, captures: dict[str, Any], max_gap_s: float) -> None:
         run_dir = str(os.path.dirname(lg.path))
@@ -164,6 +198,7 @@ class Recording:
                 continue  # another DP replica: another engine
             self.drops.add_run(m, steps, "kind")
             if m:
+                self.metas.append(m)
                 self.versions.setdefault(str(m.get("vllm_version")), lg.path)
                 self.clocks.add(str(m.get("clock") or "perf_counter"))
                 if m.get("tp_size") is not None:
@@ -180,6 +215,13 @@ class Recording:
                     self.devices.add(str(m["device_name"]))
                 if str(m.get("device") or "").startswith("cpu"):
                     self.cpu_names.add(str(m.get("cpu_name") or "CPU"))
+                layers = m.get("num_hidden_layers")
+                for role, n in (layers.items() if isinstance(layers, dict) else ()):
+                    if isinstance(n, int):
+                        self.layers.setdefault(role, set()).add(n)
+                comp = m.get("compilation")
+                if isinstance(comp, dict):
+                    self.compilation.add(", ".join(f"{k} {v}" for k, v in comp.items() if v is not None) or "none recorded")
                 if isinstance(m.get("spec"), dict) and not self.spec_meta:
                     self.spec_meta = m["spec"]
             self.run_ranks.setdefault((run_dir, dp_replica(m), seg), set()).add(str(m.get("rank", lg.path)))
@@ -197,10 +239,11 @@ class Recording:
         speculative = method is not None
         if speculative:
             self.spec_dirs[run_dir] = True
-        if speculative and k is not None:
+        if speculative and k:  # (k = 0: a step that drafted nothing, V2's skip_drafts)
             self.step_spec.add((str(method), int(k)))
         if r.get("forward_s") is None:
             return  # the forward was not seen (a step that ran no model)
+        self.fwd_n_ar.append(float(r.get("forward_n_allreduce") or 0))
         # the host part on the step's own clock: a GPU step's overhead and gap are the GPU's
         on_gpu = r.get("step_clock") == "cuda_event"
         self.step_clocks.add(str(r.get("step_clock") or
@@ -231,6 +274,8 @@ class Recording:
             # The proposal after it (draft_s) is the drafter over the prompt -- a forward drafter's
             # prefill and first k drafts, an ngram's lookup -- so it is part of this step's cost
             self.spec_prompts.append((r["batch"], r["tokens"], 1))
+            if r.get("draft_first_n_allreduce") is not None:  # the drafter's forward over the prompt: eager, unfused
+                self.draft_n_ar.append(float(r["draft_first_n_allreduce"]))
             d_s = float(r.get("draft_s") or 0.0)
             g = self.spec_prefill_cells.setdefault(("extend", r["batch"], r["tokens"], context_band(ctx)), new_cell())
             g.total.append(float(r["forward_s"]) + d_s + host)

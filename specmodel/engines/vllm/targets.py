@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specmodel.engines.vllm.seams import TABLE
 from specmodel.schema.formats import VLLM_STEP
 
 ENV_DIR = "SPECMODEL_VLLM_DIR"
@@ -50,7 +51,31 @@ V2_SPECULATORS: tuple[tuple[str, str], ...] = (
     (f"{V2_SPEC}.dflash.speculator", "DFlashSpeculator"),
     (f"{V2_SPEC}.ngram.speculator", "NgramGPUSpeculator"),
     (f"{V2_SPEC}.extract_hidden_states", "ExtractHiddenStatesSpeculator"),
+    # vllm 0.34 ``v1/worker/gpu/spec_decode/suffix/speculator.py:500`` (``propose`` :682): the suffix
+    # tree lookup on the host, a proposal like the n-gram's -- draft time, not step overhead
+    (f"{V2_SPEC}.suffix.speculator", "SuffixSpeculator"),
 )
+
+
+def _class_bounds(pick: str) -> dict[tuple[str, str], str]:
+    """(module, class) -> the first checked release that has it (``pick`` "since") or no longer has
+    it ("until"), read off the seam table (:mod:`specmodel.engines.vllm.seams`, the one record of
+    which release has which member): the hook looks every target up by name and says which it did
+    not find; a target absent from a release by the table is expected to be missing there. Model
+    Runner V1 left in 0.34.0 (``platforms/interface.py:1481`` refuses ``VLLM_USE_V2_MODEL_RUNNER``
+    other than 1); ``SuffixSpeculator`` arrived in 0.34.0."""
+    out: dict[tuple[str, str], str] = {}
+    for seam in TABLE.members():
+        v = TABLE.since(seam) if pick == "since" else TABLE.until(seam)
+        if v is not None:
+            out.setdefault((seam.module, seam.cls), v)
+    return out
+
+
+SINCE = _class_bounds("since")
+UNTIL = _class_bounds("until")
+#: the first vLLM release that runs Model Runner V2 only
+V2_ONLY_SINCE = "0.34.0"
 V2_TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
     (V2_RUNNER_MODULE, "GPUModelRunner", "execute_model", "step", "v2"),
     (V2_TIMING_MODULE, "StepTimingCollector", "forward_start", "forward_start", "v2"),
@@ -62,6 +87,33 @@ V2_TARGETS: tuple[tuple[str, str, str, str, str], ...] = (
 ALL_TARGETS = TARGETS + V2_TARGETS
 #: the idle flusher's period (a non-blocking query per pending record)
 FLUSH_PERIOD_S = 0.25
+
+
+def version_tuple(version: str) -> tuple[int, ...] | None:
+    """``"0.34.0"`` / ``"0.32.0+cpu"`` / ``"0.33.1rc1.dev5"`` -> (0, 34, 0) (its leading release
+    numbers); None when it does not start with one."""
+    import re
+
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def version_at_least(version: str, since: str) -> bool:
+    """Whether ``version`` is ``since`` or later (an unreadable version: False)."""
+    v, s = version_tuple(version), version_tuple(since)
+    if v is None or s is None:
+        return False
+    n = max(len(v), len(s))
+    return v + (0,) * (n - len(v)) >= s + (0,) * (n - len(s))
+
+
+def expected_in(module: str, cls_name: str, version: str) -> bool:
+    """Whether the target class ``module.cls_name`` is expected in vLLM ``version``
+    (:data:`SINCE` / :data:`UNTIL`; an unreadable version expects every target)."""
+    if version_tuple(version) is None:
+        return True
+    since, until = SINCE.get((module, cls_name)), UNTIL.get((module, cls_name))
+    return (since is None or version_at_least(version, since)) and (until is None or not version_at_least(version, until))
 
 
 def step_kind(num_reqs: int, tokens: int, spec_tokens: int) -> str | None:

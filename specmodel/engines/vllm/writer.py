@@ -91,6 +91,10 @@ def open_file(runner: Any, runner_kind: str) -> None:
     a worker runs CUDA (its records wait for their events)."""
     r = rank()
     par = parallel(runner)
+    from specmodel.engines.vllm.seams import runtime_missing
+
+    for seam, figure, why in runtime_missing(runner, runner_kind):
+        STATE.seams.miss(seam, figure, why)
     STATE.open(rank=r, dp=par["dp_rank"], pp=par["pp_rank"], meta=meta(runner, r, runner_kind, par),
                device=getattr(runner, "device", None))
     if is_cuda(runner):

@@ -26,7 +26,49 @@ class ScheduleBatch:
         return len(self.reqs)
 
 
-class Scheduler:
+class SchedulerDisaggregationDecodeMixin:
+    """PD disaggregation's decode server (0.5.5 and 0.5.23 ``disaggregation/decode.py``): its loop
+    calls ``get_next_disagg_decode_batch_to_run``, never ``get_next_batch_to_run``."""
+
+    def event_loop_normal_disagg_decode(self):
+        while True:
+            self.process_input_requests(self.recv_requests())
+            if FLAVOR == "0.5.23":
+                batch = self.get_next_disagg_decode_batch_to_run(running_batch=None).batch_to_run
+            else:
+                batch = self.get_next_disagg_decode_batch_to_run()
+            if batch:
+                self.process_batch_result(batch, self.run_batch(batch))
+            elif not self.queue:
+                return
+            self.last_batch = batch
+
+
+class SchedulerDisaggregationPrefillMixin:
+    """PD disaggregation's prefill server: 0.5.23 calls ``get_next_disagg_prefill_batch_to_run``;
+    0.5.5 calls ``get_new_batch_prefill`` directly (no seam bounds its steps)."""
+
+    def event_loop_normal_disagg_prefill(self):
+        while True:
+            self.process_input_requests(self.recv_requests())
+            if FLAVOR == "0.5.23":
+                batch = self.get_next_disagg_prefill_batch_to_run(running_batch=None,
+                                                                   last_batch=self.last_batch).batch_to_run
+            else:
+                batch = self.get_new_batch_prefill()
+            if batch:
+                self.process_batch_result(batch, self.run_batch(batch))
+            elif not self.queue:
+                return
+            self.last_batch = batch
+
+
+class NextBatchPlan:
+    def __init__(self, batch_to_run):
+        self.batch_to_run = batch_to_run
+
+
+class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefillMixin):
     def __init__(self, target, draft=None, host_work=None, device="cpu"):
         self.target = target
         self.draft = draft  # None: a server without speculation
@@ -94,3 +136,11 @@ if FLAVOR == "broken":
     Scheduler.plan_next_batch = Scheduler._next_batch
 else:
     Scheduler.get_next_batch_to_run = Scheduler._next_batch
+if FLAVOR == "0.5.23":
+    SchedulerDisaggregationDecodeMixin.get_next_disagg_decode_batch_to_run = \
+        lambda self, running_batch: NextBatchPlan(self._next_batch())
+    SchedulerDisaggregationPrefillMixin.get_next_disagg_prefill_batch_to_run = \
+        lambda self, running_batch, last_batch, should_retry_storage_prefetch=True: NextBatchPlan(self._next_batch())
+elif FLAVOR == "0.5.5":
+    SchedulerDisaggregationDecodeMixin.get_next_disagg_decode_batch_to_run = lambda self: self._next_batch()
+    SchedulerDisaggregationPrefillMixin.get_new_batch_prefill = lambda self: self._next_batch()
