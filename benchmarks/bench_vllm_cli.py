@@ -475,7 +475,7 @@ def main() -> int:
            "argv": sys.argv[1:], "work_dir": str(out), "hook": "off (engine step log)" if a.no_hook else "on",
            "proposal_rate": "from /metrics" if a.proposal_rate_from_metrics else "predict's default",
            "scored": "decode phase" if a.decode_phase else f"per request (predict --request-tokens {a.tokens})"}
-    write_results(res, a.results / f"vllm_cli{'_nohook' if a.no_hook else ''}_{stamp:%Y-%m-%d_%H%M}")
+    write_results(res, a.results / f"{'vllm_enginelog_cli' if a.no_hook else 'vllm_cli'}_{stamp:%Y-%m-%d_%H%M}")
     return targets_exit(res["summary"])
 
 

@@ -3,7 +3,7 @@ profile from vLLM's own step log (``--enable-logging-iteration-details``, which 
 turns on) beside the hook's profile of the same run, and a ``--no-hook`` run (no specmodel code in
 the server) whose profile predicts the speedup measured on it.
 
-Tolerances, from measured runs (benchmarks/results/vllm_cli_nohook_2026-12-06.notes.md): the two
+Tolerances, from measured runs (benchmarks/results/vllm_enginelog_cli_2026-12-06.notes.md): the two
 profiles of one run predicted 1.41 vs 1.56 (batch 1) and 1.40 vs 1.52 (batch 4) on a box at load
 13-15, -10 % and -8 % (the engine log's rows carry one host gap per server, recovered from
 /metrics: per row -4 % to +28 % against the hook's): :data:`SAME_RUN_TOL` is twice the larger. The

@@ -23,7 +23,7 @@ from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
 from specmodel.engines.vllm.installed import check_command
 from specmodel.engines.vllm.targets import ENV_DIR, runner_env
-from specmodel.errors import FieldError, SpecmodelError, verbatim
+from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
 from specmodel.limits import MAX_METRICS_PAGE_BYTES
 from specmodel.procs import stop_tree
 
@@ -206,8 +206,14 @@ def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int
                 return dataclasses.replace(prof, notes=(*prof.notes, note))
             side = summarize_engine_log(runs, name=name, tp=tp, min_samples=n_min, hook_rows=prof.costs)
             beside = next((n for n in side.notes if n.startswith("engine log")), None)
-            if beside:
-                return dataclasses.replace(prof, notes=(*prof.notes, beside))
+            extra = [beside] if beside else []
+            if prof.missing_seams:
+                # the engine's clock times the whole step whatever the hook could not wrap
+                extra.append(spell("the hook missed " + ", ".join(m.seam for m in prof.missing_seams)
+                                   + ": the engine's own step log of these runs times every step whole; "
+                                     "{engine_log} makes the profile from it (no all-reduce or draft/verify split)"))
+            if extra:
+                return dataclasses.replace(prof, notes=(*prof.notes, *extra))
         return prof
 
     write_hook_profile(with_engine_log, dirs, output, name, tp, engine="vLLM")  # type: ignore[arg-type]
