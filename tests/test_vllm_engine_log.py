@@ -125,9 +125,28 @@ def test_engine_log_host_proposer_rate(tmp_path: Path) -> None:
     r = run_cli("vllm", "--summarize", str(b), "--summarize", str(s), "-o", str(out), "--min-samples", "4")
     assert r.returncode == 0, r.stderr
     hp = json.loads((out / "profile.json").read_text())["host_proposer"]
-    # drafted (4·6 + 4·3) = 36 of k·ΣG = 3·26 = 78
+    # drafted (4·6 + 4·3) = 36 of k·ΣG = 3·26 = 78: 36/3 = 12 proposing request-steps of 26
     assert hp["proposal_rate"] == pytest.approx(36 / 78)
+    assert (hp["proposed_request_steps"], hp["request_steps"]) == (12, 26)
     assert [(d["batch"], d["total_s"]) for d in hp["decode"]] == [(2, pytest.approx(0.0044))]
+
+
+def test_engine_log_host_proposer_rate_whole_request_steps(tmp_path: Path) -> None:
+    """Drafted tokens not a multiple of k (a request proposing fewer than k): the proposing
+    request-steps are drafted/k rounded, the rate their share (the profile checks the two agree).
+    ngram k=3 at batch 3: 5 steps of 3 + 4 drafts (7 tokens), 5 of 3 + 5 (8), one of 3 + 1 (4):
+    46 drafted over 33 request-steps -> round(46/3) = 15 of 33 (not 46/99 beside 15 whole ones)."""
+    base = [line(i, 0, 0, 3, 3, 4.0) for i in range(6)]
+    spec = ([line(i, 0, 0, 3, 7, 6.0) for i in range(5)] + [line(10 + i, 0, 0, 3, 8, 6.5) for i in range(5)]
+            + [line(20, 0, 0, 3, 4, 5.0)])
+    sc = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+    b = _run_dir(tmp_path / "base", SERVER, base)
+    s = _run_dir(tmp_path / "spec", [*SERVER, "--speculative-config", sc], spec)
+    r = run_cli("vllm", "--summarize", str(b), "--summarize", str(s), "-o", str(tmp_path / "prof"))
+    assert r.returncode == 0, r.stderr
+    hp = json.loads((tmp_path / "prof" / "profile.json").read_text())["host_proposer"]
+    assert (hp["proposed_request_steps"], hp["request_steps"]) == (15, 33)
+    assert hp["proposal_rate"] == pytest.approx(15 / 33)
 
 
 def test_missing_and_bad_logs_are_one_line_exit_2(tmp_path: Path) -> None:

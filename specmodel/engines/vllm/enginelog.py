@@ -518,10 +518,11 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     host = bool(method and is_host_proposer(method))
     hp = None
     if host and method and k and req_steps:
-        rate = min(drafted / (k * req_steps), 1.0)
-        hp = HostProposer(method=method, proposal_rate=rate, request_steps=req_steps,
-                          proposed_request_steps=min(round(rate * req_steps), req_steps), lookup_s=0.0,
-                          lookup_steps=0, decode=tuple(mrows))
+        # proposing request-steps, estimated as drafted tokens / k (whole ones: the profile stores the
+        # rate as their share, schema/profile.HostProposer)
+        proposed = min(round(drafted / k), req_steps)
+        hp = HostProposer(method=method, proposal_rate=proposed / req_steps, request_steps=req_steps,
+                          proposed_request_steps=proposed, lookup_s=0.0, lookup_steps=0, decode=tuple(mrows))
     from specmodel.units import ms
 
     def gap_txt(g: float | None, n: int, who: str) -> str:
