@@ -48,6 +48,9 @@ Full run: 13 server starts and 25 measured rows per TP degree, about 35 min per 
 an idle 2-core box (a start is 21-30 s idle, ~3 min on a loaded box). Smoke:
     .venv/bin/python benchmarks/bench_vllm_cli.py --tp 1 --reps 2 --tokens 32 --batches 1 \
         --only draft_noisy_k1 --only ngram_sampled
+Hook-free (the profile from vLLM's own step log, ``specmodel vllm --no-hook``): add ``--no-hook``
+(at TP 1 every server then runs ``--distributed-executor-backend mp``, the executor the profiled
+servers run).
 Table of a finished run: ``bench_vllm_cli.py --table benchmarks/results/vllm_cli_<stamp>.json``;
 the commands again on its recorded logs (after ``--summarize`` / ``predict`` changed), nothing
 re-measured: ``bench_vllm_cli.py --rescore RESULTS.json [--proposal-rate-from-metrics] [--decode-phase]``.
@@ -205,8 +208,18 @@ def measure_pair(base: VllmServer, spec: VllmServer, *, batch: int, tokens: int,
 # --------------------------------------------------------------------------- the user's commands
 
 
+#: ``--no-hook``: the profiled servers run under ``specmodel vllm --no-hook`` (no specmodel code in the
+#: server; the profile comes from vLLM's own step log, engines/vllm/enginelog.py)
+NO_HOOK: list[str] = []
+#: with ``--no-hook`` every server, held-out ones too, runs vLLM's multiprocess executor: at TP 1 on the
+#: CPU ``specmodel vllm --no-hook`` adds it to the profiled servers (under the default ``uni`` the
+#: forward ends before vLLM's step timer starts: docs/vllm.md), so the held-out servers run the same
+#: server command the profile describes
+EXECUTOR: list[str] = []
+
+
 def hook_wrap(hook_dir: Path) -> list[str]:
-    return [*specmodel_exe(), "vllm", "--out", str(hook_dir), "--"]
+    return [*specmodel_exe(), "vllm", "--out", str(hook_dir), *NO_HOOK, "--"]
 
 
 def summarize(d: Path, name: str, hook_dirs: list[str]) -> dict[str, Any]:
@@ -296,15 +309,16 @@ def run_phase(py: Path, model: Path, d: Path, cfgs: list[Config], *, tp: int, ho
     rows: list[dict[str, Any]] = []
     phase = "profile" if hooked else "oos"
     t0 = time.monotonic()
+    extra = EXECUTOR if tp == 1 and not hooked else []
     with VllmServer(python=py, model=model, tp=tp, wrap=hook_wrap(d / "hook_base") if hooked else (),
-                    log_path=d / f"base_{phase}.log") as base:
+                    log_path=d / f"base_{phase}.log", extra=extra) as base:
         print(f"  tp{tp} {phase}: baseline server up in {time.monotonic() - t0:.0f} s", flush=True)
         for c in cfgs:
             bs = [b for b in c.batches if batches is None or b in batches]
             if not bs:
                 continue
             t1 = time.monotonic()
-            with VllmServer(python=py, model=model, tp=tp, spec=c.spec, log_path=d / f"{c.name}.log",
+            with VllmServer(python=py, model=model, tp=tp, spec=c.spec, log_path=d / f"{c.name}.log", extra=extra,
                             wrap=hook_wrap(d / f"hook_{c.name}") if hooked else ()) as srv:
                 up = time.monotonic() - t1
                 for b in bs:
@@ -445,10 +459,16 @@ def main() -> int:
     ap.add_argument("--decode-phase", action="store_true",
                     help="score predict's decode-phase speedup (no --request-tokens) against the client's "
                          "whole-request measurement, as runs before predict priced requests did")
+    ap.add_argument("--no-hook", action="store_true",
+                    help="profile the in-sample servers with `specmodel vllm --no-hook`: the profile comes from vLLM's "
+                         "own step log alone (no specmodel code in the server); the held-out rows score it")
     ap.add_argument("--proposal-rate-from-metrics", action="store_true",
                     help="ngram rows: pass predict --proposal-rate from the server's own counters (what `specmodel "
                          "watch` prints) instead of predict's default")
     a = ap.parse_args()
+    if a.no_hook:
+        NO_HOOK.append("--no-hook")
+        EXECUTOR.extend(["--distributed-executor-backend", "mp"])
     if a.reps < 1 or a.tokens < 1:
         ap.error("--reps and --tokens must be >= 1")
     py = engine_python()
@@ -488,10 +508,10 @@ def main() -> int:
            "summary": summary(rows), "commands": commands, "load_avg_1m": [min(load), max(load)],
            "box": f"{platform.machine()} {os.cpu_count()} cores", "tokens": a.tokens, "reps": a.reps,
            "batches": a.batches, "only": a.only, "tp": a.tp or [1], "wall_s": time.monotonic() - t_start,
-           "argv": sys.argv[1:], "work_dir": str(out),
+           "argv": sys.argv[1:], "work_dir": str(out), "hook": "off (engine step log)" if a.no_hook else "on",
            "proposal_rate": "from /metrics" if a.proposal_rate_from_metrics else "predict's default",
            "scored": "decode phase" if a.decode_phase else f"per request (predict --request-tokens {a.tokens})"}
-    write_results(res, a.results / f"vllm_cli_{stamp:%Y-%m-%d_%H%M}")
+    write_results(res, a.results / f"{'vllm_enginelog_cli' if a.no_hook else 'vllm_cli'}_{stamp:%Y-%m-%d_%H%M}")
     return targets_exit(res["summary"])
 
 

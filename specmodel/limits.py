@@ -49,6 +49,10 @@ MAX_CONTEXTS = 16  # KV lengths one `specmodel profile --contexts` sweeps
 # a PCIe box is a few %, and, where the sample size is known, confidence that the speedup is > 1
 GO_MIN_SPEEDUP = 1.10
 GO_MIN_P = 0.90
+#: vLLM's adaptive-verification start-up table (model/adaptive.py) is trusted where it is within this
+#: share of the profile's verify cost: the GO margin, since a verify priced that far off moves the
+#: engine's speculate / don't decision across the same margin the verdict needs
+ADAPTIVE_TABLE_TRUST_REL = GO_MIN_SPEEDUP - 1.0
 # ---- tolerances
 #: slack when a logged mean (two decimals, e.g. ``accept len: 4.00``) is compared with a bound:
 #: 3.995 prints as 4.00, so a mean up to bound + 0.0051 is the bound, not above it

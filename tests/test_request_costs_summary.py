@@ -296,7 +296,8 @@ def test_the_runner_keeps_the_servers_last_metrics_page(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 60
     page = out / "metrics.prom"
     assert page.read_text().startswith("# HELP fake_scrapes_total") and _scrapes(page) >= 1
-    assert [p.name for p in out.iterdir()] == ["metrics.prom"]  # no temp file left behind
+    # no temp file left behind (beside the page: the server's kept output and what ran, engines/vllm/enginelog.py)
+    assert sorted(p.name for p in out.iterdir()) == ["engine_run.json", "metrics.prom", "server.log"]
     # a later run into the same directory is refused: the page is an earlier run's file
     r = run_cli("vllm", "--out", str(out), "--", sys.executable, str(fake), timeout=300)
     assert r.returncode == 2 and "already holds metrics.prom" in r.stderr

@@ -173,3 +173,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
             click.echo(plan_schedule.format_schedule(doc))
             for line in dspark:
                 click.echo(line)
+            if engine == "vllm":
+                from specmodel.commands.plan_adaptive import format_startup_error
+
+                click.echo(format_startup_error(scenario, doc))

@@ -36,11 +36,19 @@ from specmodel.limits import MAX_CAPTURE_STEPS
 @click.option("--min-samples", type=click.IntRange(min=1, max=1_000_000), default=None,
               help="With --summarize: leave out (kind, batch, tokens) cells seen fewer times per rank "
                    "(ramp steps) [default: 5].")
+@click.option("--no-hook", "no_hook", is_flag=True, default=False,
+              help="Run the server with no specmodel code inside it (no shim on its PYTHONPATH): the profile comes "
+                   "from vLLM's own step log (--enable-logging-iteration-details, kept in DIR/server.log). It cannot "
+                   "give the all-reduce split, the draft/verify split inside a step, or a row's context.")
+@click.option("--engine-log", "engine_log", is_flag=True, default=None,
+              help="With --summarize: build the profile from vLLM's own step log (DIR/server.log) even where the "
+                   "hook's rank files are there (the hook's rows then only give the per-row agreement note).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summarize_dirs: tuple[Path, ...],
              output: Path | None, name: str | None, tp: int | None, capture_steps: int | None,
              min_samples: int | None, dp_rank: int | None, check: bool, engine_python: Path | None,
+             no_hook: bool, engine_log: bool | None,
              command: tuple[str, ...]) -> None:
     """Run a vLLM server with every TP worker's engine steps split and timed.
 
@@ -58,24 +66,35 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
     --capture-steps N each worker also writes a torch.profiler trace of N steps to
     DIR/capture/rank<k>-....pt.trace.json.gz; --summarize reads each phase's all-reduce share from it
     for the rows the wrapper did not see. The server's exit status is passed through.
+
+    vLLM's own step clock is turned on too (--enable-logging-iteration-details unless given; with
+    --no-hook at TP 1 also --distributed-executor-backend mp unless an executor is chosen: under the
+    default uniprocess executor a CPU forward ends before vLLM's timer starts); the server's output
+    is kept in DIR/server.log. --summarize puts the engine's rows beside the hook's (how far the two clocks
+    agree, per row); with --no-hook (or --summarize --engine-log) the engine's rows are the profile.
     """
     if check:
         from specmodel.engines.vllm.seams import TABLE
 
         ctx.exit(run_check(TABLE, engine_python=engine_python, env_var="SPECMODEL_VLLM_PYTHON",
                            others={"--summarize": summarize_dirs, "-o": output, "--name": name, "--tp": tp,
-                                   "--dp-rank": dp_rank, "a server command": command, "--capture-steps": capture_steps, "--min-samples": min_samples}))
+                                   "--dp-rank": dp_rank, "a server command": command, "--capture-steps": capture_steps, "--min-samples": min_samples,
+                                   "--no-hook": True if no_hook else None, "--engine-log": engine_log}))
     if engine_python is not None:
         raise SpecmodelError("--engine-python applies with --check")
+    if no_hook and (summarize_dirs or capture_steps is not None):
+        raise SpecmodelError("--no-hook applies to a server run without --capture-steps (the capture is the hook's)")
+    if engine_log and not summarize_dirs:
+        raise SpecmodelError("--engine-log applies to --summarize (a server run keeps the engine's log anyway)")
     if summarize_dirs and capture_steps is not None:
         raise SpecmodelError("--capture-steps applies to a server run, not --summarize (which reads DIR/capture/)")
     if check_call(summarize_dirs=summarize_dirs, command=command, output=output,
                   summarize_only={"--name": name, "--tp": tp, "--min-samples": min_samples, "--dp-rank": dp_rank},
                   example="specmodel vllm -- python -m vllm.entrypoints.openai.api_server --model ..."):
         assert output is not None
-        run.summarize_to(summarize_dirs, output, name, tp, min_samples, dp_rank)
+        run.summarize_to(summarize_dirs, output, name, tp, min_samples, dp_rank, engine_log=bool(engine_log))
         return
-    rc = run.launch(command, out_dir, health_timeout_s, capture_steps)
+    rc = run.launch(command, out_dir, health_timeout_s, capture_steps, hook=not no_hook)
     click.echo(_after_run(out_dir, rc), err=True)
     ctx.exit(rc)
 
@@ -84,6 +103,15 @@ def vllm_cmd(ctx: click.Context, out_dir: Path, health_timeout_s: float, summari
 def _after_run(out_dir: Path, rc: int) -> str:
     """The line said once the server exited: what the hook wrote, and what to run next."""
     files, steps = count_records(out_dir, "step")
+    log = out_dir / "server.log"
+    try:
+        logged = sum(1 for line in log.read_bytes().split(b"\n") if b"iteration elapsed time" in line) \
+            if log.is_file() else 0
+    except OSError:
+        logged = 0
+    if logged and not files:
+        return (f"specmodel vllm: server exited with status {rc}; {logged} engine steps in {log} (no hook file: the profile comes from them); "
+                f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>")
     nxt = (f"next: specmodel vllm --summarize {out_dir} -o profiles/<name>" if steps else
            "nothing to summarize: no step was recorded (did the hook load? did the server serve a request?)")
     captures = len(list((out_dir / "capture").glob("rank*.pt.trace.json.gz")))

@@ -34,6 +34,9 @@ def cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: f
     """Look up T_base(B, L), T_verify(B·ndt, L), T_draft(B·topk, L) in the profile and sum a cycle.
 
     L = ``context_tokens`` of KV per request (default: the profile's smallest measured decode context).
+    A profile with a ``draft`` origin and no draft row (vLLM's engine step log,
+    :mod:`specmodel.engines.vllm.enginelog`) holds the drafter inside its verify rows: T_draft = 0
+    there, with no "assumed free" warning, so T_cycle = T_verify row + overhead counts it once.
     """
     if batch < 1:
         raise FieldError("batch", f"must be >= 1, got {batch}")
@@ -95,8 +98,11 @@ def _cycle_costs(profile: Profile, *, batch: int, spec: SpecConfig, overhead_s: 
     else:
         draft_step = ZERO_COST
         total = ar = 0.0
-        warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
-                        f"({pass_or_calibrate('draft_ms')})")
+        if "draft" not in cost_origins(profile):
+            # with a "draft" origin and no draft row the verify row is the whole cycle (vLLM's engine
+            # log times a speculative step whole: engines/vllm/enginelog.py): adding a drafter would count it twice
+            warnings.append("no draft cost measured or given: draft assumed free, so tok/s is an upper bound "
+                            f"({pass_or_calibrate('draft_ms')})")
     for fc in (f for f in (base, verify, draft_step, draft_extend) if f is not None):
         for e in fc.extrapolations:
             warnings.append(f"{fc.kind} cost is extrapolated beyond the measured range ({e.label})")

@@ -87,6 +87,9 @@ VLLM_STEP = Format(name="specmodel.vllm_step", version=3, readable=(1, 2, 3), wh
 #: the vLLM hook's capture sidecar, ``capture/<rank file>.json`` beside its Kineto trace (written by
 #: engines/vllm/capture.py, read by engines/vllm/capture_ingest.py)
 VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")
+#: what `specmodel vllm` ran beside the server's kept output, ``engine_run.json`` (the command after
+#: its additions, hook on/off; written and read by engines/vllm/enginelog.py): the engine log's TP and method
+VLLM_ENGINE_RUN = Format(name="specmodel.vllm_engine_run", version=1, what="specmodel vllm engine run")
 #: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
 #: (written by engines/hook/calibration.py, read by engines/hook/probe.py)
 PROBE = Format(name="specmodel.probe", version=1, what="specmodel hook calibration probe")
@@ -125,5 +128,5 @@ GPU_CHECK = Format(name="specmodel.gpu_check", version=1, what="scripts/gpu-chec
 #: scripts/gpu_check_trace.py's result file (the trace side of the device validation)
 GPU_CHECK_TRACE = Format(name="specmodel.gpu_check_trace", version=1, what="scripts/gpu_check_trace.py result")
 
-ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, VLLM_CAPTURE, PROBE, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
+ALL = (PROFILE, ACCEPT, ALLREDUCE_FIT, SGLANG_FORWARD, VLLM_STEP, VLLM_CAPTURE, VLLM_ENGINE_RUN, PROBE, SCHEDULE, PREDICTION, PLAN, REPORT, VALIDATION,
        DRAFTER_CHECK, INGEST, PROFILE_RUN, GPU_CHECK, GPU_CHECK_TRACE, WATCH)

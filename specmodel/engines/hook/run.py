@@ -10,6 +10,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -41,8 +43,11 @@ def child_env(out_dir: Path, base: dict[str, str] | None = None, *, env_var: str
 
 
 def start(command: tuple[str, ...], out_dir: Path, *, tool: str, env_var: str,
-          extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Check the output directory and the command, then start the server with the hook."""
+          extra_env: dict[str, str] | None = None, hook: bool = True,
+          log_path: Path | None = None) -> subprocess.Popen[bytes]:
+    """Check the output directory and the command, then start the server with the hook.
+    ``hook`` False: the server's environment as it is (no shim on PYTHONPATH, no specmodel code in
+    the server). ``log_path``: the server's stdout and stderr also kept there (:func:`tee`)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise FieldError(None, f"{{out}} {out_dir}: exists and is not a directory")
     old = sorted([*out_dir.glob("rank*.jsonl"), *out_dir.glob(METRICS_FILE), *out_dir.glob("capture/rank*")]) \
@@ -54,12 +59,45 @@ def start(command: tuple[str, ...], out_dir: Path, *, tool: str, env_var: str,
     if shutil.which(exe) is None and not Path(exe).is_file():
         raise SpecmodelError(f"server command: '{exe}' not found")
     out_dir.mkdir(parents=True, exist_ok=True)
-    click.echo(f"specmodel {tool}: hook on; per-process logs go to {out_dir}/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl",
-               err=True)
+    if hook:
+        click.echo(f"specmodel {tool}: hook on; per-process logs go to {out_dir}/rank<tp>-dp<dp>-pp<pp>-pid<pid>.jsonl",
+                   err=True)
+    else:
+        click.echo(f"specmodel {tool}: hook off (no specmodel code in the server); its output goes to {log_path}",
+                   err=True)
+    env = {**(child_env(out_dir, env_var=env_var) if hook else os.environ), **(extra_env or {})}
     try:
-        return subprocess.Popen(list(command), env={**child_env(out_dir, env_var=env_var), **(extra_env or {})})
+        if log_path is None:
+            return subprocess.Popen(list(command), env=env)
+        proc = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         raise SpecmodelError(f"server command: cannot run '{exe}': {exc.strerror}") from None
+    tee(proc, log_path)
+    return proc
+
+
+def tee(proc: subprocess.Popen[bytes], log_path: Path) -> threading.Thread:
+    """Copy the server's merged output to this process's stderr and to ``log_path``, line by line
+    (flushed per line: a server killed mid-run leaves every line it printed). A daemon thread that
+    ends when the server's side of the pipe closes; kept on ``proc.tee`` so the caller can join it."""
+    assert proc.stdout is not None
+    src = proc.stdout
+
+    def copy() -> None:
+        with open(log_path, "ab") as fh:
+            for line in iter(src.readline, b""):
+                fh.write(line)
+                fh.flush()
+                try:
+                    sys.stderr.buffer.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass  # a closed terminal never stops the copy into the file
+
+    t = threading.Thread(target=copy, name="server-log", daemon=True)
+    t.start()
+    proc.tee = t  # type: ignore[attr-defined]
+    return t
 
 
 def exit_status(rc: int) -> int:

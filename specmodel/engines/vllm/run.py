@@ -14,7 +14,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from functools import partial
 from pathlib import Path
 
 import click
@@ -24,7 +23,7 @@ from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
 from specmodel.engines.vllm.installed import check_command
 from specmodel.engines.vllm.targets import ENV_DIR, runner_env
-from specmodel.errors import FieldError, SpecmodelError
+from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
 from specmodel.limits import MAX_METRICS_PAGE_BYTES
 from specmodel.procs import stop_tree
 
@@ -127,27 +126,94 @@ class _HealthWait:
             return None
 
 
-def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, capture_steps: int | None = None) -> int:
+def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, capture_steps: int | None = None,
+           *, hook: bool = True) -> int:
     """Run the server with the hook until it exits; refuse (exit 2) one that never gets healthy.
     ``capture_steps``: the hook's torch.profiler capture (:mod:`specmodel.engines.vllm.capture`;
-    None: its default, on where a worker runs CUDA graphs)."""
+    None: its default, on where a worker runs CUDA graphs). ``hook`` False: no specmodel code in
+    the server (no shim on its PYTHONPATH); the profile then comes from the engine's own step log.
+
+    Either way the server's own step clock is turned on (``--enable-logging-iteration-details``;
+    hook-free at TP 1 also ``--distributed-executor-backend mp``:
+    :func:`specmodel.engines.vllm.enginelog.engine_args` says why), its output is kept in
+    ``DIR/server.log`` and what ran in ``DIR/engine_run.json``."""
+    from specmodel.engines.vllm.enginelog import RUN_FILE, SERVER_LOG, engine_args, write_run
+
+    # (an earlier hook's files are refused by start(), naming them; these are what a hook-free run leaves)
+    if out_dir.is_dir() and not (out_dir / METRICS_FILE).exists() and not any(out_dir.glob("rank*.jsonl")) \
+            and any((out_dir / n).exists() for n in (SERVER_LOG, RUN_FILE)):
+        raise FieldError(None, f"{{out}} {out_dir}: already holds {SERVER_LOG} from an earlier run; "
+                               "choose an empty directory (runs must not mix)")
+    command, added = engine_args(command, hook=hook)
     url = health_url(command)
     # the hook times whichever runner vLLM picks (V1 or V2); only SPECMODEL_VLLM_RUNNER changes it, and says so
     check_command(command, os.environ)  # what the installed engine cannot run: refused before it starts
-    extra, msg = runner_env(os.environ)
-    if capture_steps is not None:
+    extra, msg = runner_env(os.environ) if hook else ({}, "")
+    if capture_steps is not None and hook:
         extra[ENV_STEPS] = str(capture_steps)
-    proc = start(command, out_dir, tool="vllm", env_var=ENV_DIR, extra_env=extra)
+    proc = start(command, out_dir, tool="vllm", env_var=ENV_DIR, extra_env=extra, hook=hook,
+                 log_path=out_dir / SERVER_LOG)
+    write_run(out_dir, command, hook=hook, added=added)
+    if added:
+        click.echo(f"specmodel vllm: added {' '.join(added)} to the server command (the engine's own step clock; "
+                   f"its output is kept in {out_dir / SERVER_LOG})", err=True)
     if msg:
         click.echo(msg, err=True)
     wait = _HealthWait(proc, url, health_timeout_s, MetricsKeeper(url.rsplit("/", 1)[0] + "/metrics", out_dir))
-    return run_until_exit(proc, wait_once=wait, before_forward=wait.before_forward)
+    try:
+        return run_until_exit(proc, wait_once=wait, before_forward=wait.before_forward)
+    finally:
+        copier = getattr(proc, "tee", None)
+        if copier is not None:
+            copier.join(timeout=30)  # the last lines into server.log before --summarize reads it
 
 
 def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int | None,
-                 min_samples: int | None, dp_rank: int | None) -> None:
-    """``--summarize``: the hook's rank files under ``dirs`` -> a profile at ``output``."""
+                 min_samples: int | None, dp_rank: int | None, engine_log: bool = False) -> None:
+    """``--summarize``: the hook's rank files under ``dirs`` -> a profile at ``output``, with the
+    engine's own step log beside it (a note per row: how far the two clocks agree). Where a
+    directory holds no hook file (``--no-hook``) or ``engine_log`` is asked, the profile comes
+    from the engine's step log alone (:func:`specmodel.engines.vllm.enginelog.summarize_engine_log`)."""
+    import dataclasses
+
+    from specmodel.engines.vllm.enginelog import read_run, summarize_engine_log
     from specmodel.engines.vllm.hooklog import MIN_SAMPLES, summarize
 
-    write_hook_profile(partial(summarize, min_samples=min_samples or MIN_SAMPLES, dp_rank=dp_rank),
-                       dirs, output, name, tp, engine="vLLM")
+    n_min = min_samples or MIN_SAMPLES
+    hooked = [d for d in dirs if d.is_dir() and any(d.glob("rank*.jsonl"))]
+    runs = [r for r in (read_run(d) for d in dirs if d.is_dir()) if r is not None]
+    if engine_log or (not hooked and runs):
+        if len(runs) < len(dirs):
+            kept = {r.dir for r in runs}
+            missing = next(d for d in dirs if str(d) not in kept)
+            raise FieldError(None, f"{verbatim(missing)}: no engine_run.json / server.log (run the server under this "
+                                   "specmodel's `vllm`, which keeps them)")
+
+        def from_log(ds: tuple[Path, ...], *, name: str, tp: int | None) -> object:
+            hook_rows = summarize(ds, name=name, tp=tp, min_samples=n_min, dp_rank=dp_rank).costs \
+                if len(hooked) == len(dirs) else ()
+            return summarize_engine_log(runs, name=name, tp=tp, min_samples=n_min, hook_rows=hook_rows)
+
+        write_hook_profile(from_log, dirs, output, name, tp, engine="vLLM")  # type: ignore[arg-type]
+        return
+
+    def with_engine_log(ds: tuple[Path, ...], *, name: str, tp: int | None) -> object:
+        prof = summarize(ds, name=name, tp=tp, min_samples=n_min, dp_rank=dp_rank)
+        if len(runs) == len(dirs):
+            if any(r.forward_outside for r in runs):
+                note = ("engine log not compared: a CPU server at TP 1 under the uni executor (its forward ends before "
+                        "vLLM's step timer starts; run it with --distributed-executor-backend mp to compare)")
+                return dataclasses.replace(prof, notes=(*prof.notes, note))
+            side = summarize_engine_log(runs, name=name, tp=tp, min_samples=n_min, hook_rows=prof.costs)
+            beside = next((n for n in side.notes if n.startswith("engine log")), None)
+            extra = [beside] if beside else []
+            if prof.missing_seams:
+                # the engine's clock times the whole step whatever the hook could not wrap
+                extra.append(spell("the hook missed " + ", ".join(m.seam for m in prof.missing_seams)
+                                   + ": the engine's own step log of these runs times every step whole; "
+                                     "{engine_log} makes the profile from it (no all-reduce or draft/verify split)"))
+            if extra:
+                return dataclasses.replace(prof, notes=(*prof.notes, *extra))
+        return prof
+
+    write_hook_profile(with_engine_log, dirs, output, name, tp, engine="vLLM")  # type: ignore[arg-type]
