@@ -8,9 +8,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.conftest import REPO, checkout_env
 from tests.test_bench_vllm_cli import _imported_modules
 
 BENCH = REPO / "benchmarks" / "bench_box_condition.py"
@@ -46,13 +47,13 @@ def test_a_guard_on_a_clean_pair_is_a_false_alarm_and_silence_on_a_loaded_one_a_
     assert s["old_format"] == {"false_alarms": [0, 1], "misses": [1, 1], "wrong_severity": [0, 1]}
 
 
-def test_recorded_results_reprint_as_their_table() -> None:
+def test_recorded_results_reprint_as_their_table(tmp_path: Path) -> None:
     runs = sorted((REPO / "benchmarks" / "results").glob("box_condition_*.json"))
     assert runs, "no recorded bench_box_condition run"
     for j in runs:
         res = json.loads(j.read_text())
         assert {"rows", "summary", "load_avg_1m", "date"} <= set(res)
         r = subprocess.run([sys.executable, str(BENCH), "--table", str(j)], capture_output=True, text=True,
-                           timeout=60, cwd=REPO)
+                           timeout=60, cwd=tmp_path, env=checkout_env())
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == j.with_suffix(".md").read_text().strip()

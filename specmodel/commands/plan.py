@@ -9,7 +9,7 @@ import click
 
 from specmodel.commands import plan_schedule
 from specmodel.commands.scenario import with_scenario
-from specmodel.engines import ENGINE_SPECS, engines_help
+from specmodel.engines import ENGINE_SPECS, engine_spec, engines_help
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_BATCH
 from specmodel.model.decision import GO_MIN_SPEEDUP
@@ -173,7 +173,7 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
             click.echo(plan_schedule.format_schedule(doc))
             for line in dspark:
                 click.echo(line)
-            if engine == "vllm":
+            if engine_spec(engine).startup_verify_table:
                 from specmodel.commands.plan_adaptive import format_startup_error
 
                 click.echo(format_startup_error(scenario, doc))

@@ -361,6 +361,9 @@ class EngineSpec:
     #: whether the engine's k = 0 still runs a drafter forward for this base configuration (then an
     #: "off" range is not free, and a marginal batch keeps its k)
     k0_runs_drafter: Callable[[dict[str, Any]], bool] = lambda base: False
+    #: whether the engine can price its speculation from a verify-cost table it times at start-up at
+    #: one context (vLLM 0.34's adaptive verification): ``plan`` then states the error that table inherits
+    startup_verify_table: bool = False
 
     def __post_init__(self) -> None:
         if self.metrics_kind not in (COUNTERS, GAUGES):

@@ -171,4 +171,5 @@ SPEC = EngineSpec(
     methods=tuple(m.name for m in methods_of(NAME)), method_for=method_for, chains_only=True, static_trees=False,
     paste=paste, base_config=base_config, write_band=write_band, check_band=check_band, format_band=format_band,
     schedule_notes=schedule_notes, schedule_source=SOURCE, hook_module="specmodel.engines.vllm.hook",
-    step_format="vllm-forward", k0_runs_drafter=k0_runs_drafter)
+    step_format="vllm-forward", k0_runs_drafter=k0_runs_drafter,
+    startup_verify_table=True)
