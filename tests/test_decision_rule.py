@@ -14,6 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specmodel.limits import GO_MIN_P, GO_MIN_SPEEDUP
+from specmodel.live.watch import assess, spec_for
+from specmodel.live.window import Observed
 from specmodel.model import decision as D
 from specmodel.model import schedule as sch
 from specmodel.model.accept import from_mean
@@ -23,8 +25,6 @@ from specmodel.model.predict import predict
 from specmodel.model.serveplan import PlanCell
 from specmodel.model.whatif import stop_paying_batch
 from specmodel.schema.profile import SpecConfig, load_profile
-from specmodel.watch import assess, spec_for
-from specmodel.watch_window import Observed
 from tests.conftest import REFERENCE, run_cli
 
 REF = load_profile(REFERENCE)

@@ -28,8 +28,8 @@ def test_one_method_table() -> None:
 def test_model_schedule_and_serveplan_name_no_engine() -> None:
     import re
 
-    for rel in ("specmodel/model/schedule.py", "specmodel/model/serveplan.py", "specmodel/watch.py",
-                "specmodel/watch_sources.py", "specmodel/watch_window.py", "specmodel/commands/watch.py", "specmodel/commands/plan.py", "specmodel/commands/plan_schedule.py"):
+    for rel in ("specmodel/model/schedule.py", "specmodel/model/serveplan.py", "specmodel/live/watch.py",
+                "specmodel/live/sources.py", "specmodel/live/window.py", "specmodel/commands/watch.py", "specmodel/commands/plan.py", "specmodel/commands/plan_schedule.py"):
         text = (ROOT / rel).read_text()
         code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith(("#", '"', "'")))
         assert not re.search(r"""==\s*["'](vllm|sglang)["']""", code), rel

@@ -27,7 +27,7 @@ def _write(tmp_path, *extra: str) -> tuple[dict, dict]:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: `make prometheus` installs it")
 def test_every_dashboard_query_parses_and_reads_series_the_rules_and_the_exporter_write(tmp_path):
-    from specmodel.fleet_export import GAUGES, PREFIX
+    from specmodel.live.export import GAUGES, PREFIX
 
     dash, rules = _write(tmp_path, "--rules-window", "2m")
     window = next(v for v in dash["templating"]["list"] if v["name"] == "window")

@@ -220,7 +220,7 @@ def _dashboard_mismatches(prom: Prometheus, dash: dict[str, Any], good: str, bad
     a panel draws per server answer for both servers (ALERTS: the bad one only); the advised k and batch
     limit (absent where the optimizer ranks nothing at the observed point: this profile measured context
     0 only) and the event table may be empty, never another server."""
-    from specmodel.fleet_dashboard import queries
+    from specmodel.live.dashboard import queries
 
     both, out = {good, bad}, []
     for title, ref, expr in queries(dash):

@@ -182,9 +182,9 @@ def _sglang_seed(tmp: Path) -> Path:
 
 def _reading_json(obs: object, engine: str) -> str | None:
     """What `watch --json` prints for an observation (the profile of the seed's server)."""
+    from specmodel.live.watch import assess, spec_for
+    from specmodel.live.window import Observed
     from specmodel.schema.profile import load_profile
-    from specmodel.watch import assess, spec_for
-    from specmodel.watch_window import Observed
 
     if not isinstance(obs, Observed):
         return None
@@ -197,7 +197,7 @@ def _metrics(p: Path) -> object:
     first page over the window, assessed and encoded as `watch --json` does."""
     from specmodel.engines import metrics_format_of
     from specmodel.errors import SpecmodelError
-    from specmodel.watch_window import MetricsWindow, Scrape, observe_metrics
+    from specmodel.live.window import MetricsWindow, Scrape, observe_metrics
 
     text = p.read_bytes().decode("utf-8", errors="replace")
     fmt = metrics_format_of(text)
@@ -214,8 +214,8 @@ def _metrics(p: Path) -> object:
 
 def _watch_log(p: Path) -> object:
     """A server log as `watch LOG --once --json` reads it: followed, observed, assessed, encoded."""
-    from specmodel.watch_sources import LogSource
-    from specmodel.watch_window import observe_log
+    from specmodel.live.sources import LogSource
+    from specmodel.live.window import observe_log
 
     windows, _, eng = LogSource(path=str(p)).read()
     return _reading_json(observe_log(windows, eng, 3, 1e12), eng.name)

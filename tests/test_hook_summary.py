@@ -345,8 +345,8 @@ def test_watch_on_a_proposer_that_proposes_nothing_advises_switching_off(tmp_pat
     """vLLM counters over a window: tokens generated, no draft. Not "idle": an observation at
     rate 0, priced from the profile's measured no-proposal steps -> a slowdown -> switch off."""
     from specmodel.engines.base import MetricsSample
-    from specmodel.watch import assess
-    from specmodel.watch_window import MetricsWindow, Scrape, observe_metrics
+    from specmodel.live.watch import assess
+    from specmodel.live.window import MetricsWindow, Scrape, observe_metrics
 
     base = _write(tmp_path / "base", _meta(), [_step() for _ in range(10)])
     spec = _ngram_run(tmp_path / "ng", miss_host=0.0038)

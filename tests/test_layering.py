@@ -81,7 +81,7 @@ def test_the_walk_sees_function_level_and_relative_imports(tmp_path):
 #: the accept-length distribution type (model/accept.py), where the mixtures live.
 TRACE_MAY_IMPORT_FROM_MODEL = ("specmodel.model.accept",)
 #: the domain layer under the commands and the Python API: no click, no commands, no report
-DOMAIN = ("scenario", "api.py", "validation.py")
+DOMAIN = ("scenario", "api.py", "live")
 
 
 def _domain_files(pkg: Path = PKG) -> list[Path]:

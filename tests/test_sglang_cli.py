@@ -160,9 +160,9 @@ def test_report_on_an_old_recording_names_the_unmeasured_host_work(tmp_path: Pat
 
 def test_watch_says_the_unmeasured_host_work_beside_its_verdict() -> None:
     from specmodel.engines.sglang.hooklog import summarize
+    from specmodel.live.watch import assess, spec_for
+    from specmodel.live.window import Observed
     from specmodel.model.accept import from_histogram
-    from specmodel.watch import assess, spec_for
-    from specmodel.watch_window import Observed
 
     prof = summarize([OLD / "base", OLD / "spec"], name="old")
     obs = Observed(engine="sglang", dist=from_histogram({1: 100, 2: 200, 3: 300, 4: 400}), rates=None, steps=3,

@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specmodel
+from specmodel.live.watch import assess, spec_for
+from specmodel.live.window import Observed
 from specmodel.model import decision as D
 from specmodel.model.accept import from_histogram, from_mean
 from specmodel.model.inputs import OperatingPoint
@@ -22,8 +24,6 @@ from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, load_profile
-from specmodel.watch import assess, spec_for
-from specmodel.watch_window import Observed
 from tests.conftest import REFERENCE, run_cli
 
 SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)

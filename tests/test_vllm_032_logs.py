@@ -9,7 +9,7 @@ import pytest
 
 from specmodel.engines.logs import parse_log, summarize
 from specmodel.engines.vllm import metrics as vllm_metrics
-from specmodel.validation import MOSTLY_IDLE
+from specmodel.live.validation import MOSTLY_IDLE
 from tests.conftest import DATA
 
 VW = DATA / "vllm_cpu_032_watch"

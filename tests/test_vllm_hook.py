@@ -142,7 +142,7 @@ def test_ramp_cells_seen_few_times_are_left_out_and_said(standin: Any, tmp_path:
 
 def test_summary_names_the_model_and_the_device_the_checks_read(standin: Any) -> None:
     """The model/device checks of validate and watch read model.name and hardware.cpu_name/gpu_name."""
-    from specmodel.validation import profile_device
+    from specmodel.live.validation import profile_device
 
     _record_run(standin, None, 1, 5)
     prof = summarize([standin.out], name="t")

@@ -147,7 +147,7 @@ def test_watch_acceptance_matches_the_engines_spec_decoding_lines(ngram_server) 
         watch.kill()  # it runs until stopped (no --count): the reading above is the one compared
         watch.wait(timeout=30)
         reader.join(timeout=30)
-    assert doc["schema"] == "specmodel.watch" and doc["observed"]["engine"] == "vllm"
+    assert doc["schema"] == "specmodel.live.watch" and doc["observed"]["engine"] == "vllm"
     text = log.read_text(errors="replace")[start:]
     lines = [(float(m.group(1)), int(m.group(2)), int(m.group(3)))
              for m in _SPEC.finditer(text[text.index("GET /metrics"):])]

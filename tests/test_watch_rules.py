@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from specmodel import watch_sources as WS
-from specmodel import watch_window as W
 from specmodel.engines.base import MetricsSample
 from specmodel.engines.vllm import metrics as vllm_metrics
+from specmodel.live import sources as WS
+from specmodel.live import window as W
 from tests.conftest import DATA, REFERENCE, specmodel_exe
 from tests.metrics_server import PageServer
 

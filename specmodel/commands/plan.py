@@ -137,16 +137,16 @@ def plan_cmd(scenario: Scenario, batches: str | None, contexts: str | None, as_j
         raise SpecmodelError("--request-tokens/--prompt-tokens: plan prices the decode phase; price a request "
                              "end to end with `specmodel predict` or `specmodel report`")
     from specmodel.io import atomic_write_json
-    from specmodel.prom_rules import check_duration
+    from specmodel.live.rules import check_duration
 
     window = check_duration(rules_window, "--rules-window")
     hold = check_duration(rules_hold, "--rules-for")
     if rules_path is not None:
-        from specmodel.prom_rules import rules
+        from specmodel.live.rules import rules
 
         atomic_write_json(rules_path, rules(scenario.profile, scenario.spec, window=window, hold=hold))  # (refuses a shipped file)
     if dashboard_path is not None:
-        from specmodel.fleet_dashboard import dashboard
+        from specmodel.live.dashboard import dashboard
 
         atomic_write_json(dashboard_path, dashboard(window))
     if engine is not None:

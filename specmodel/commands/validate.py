@@ -11,10 +11,10 @@ from specmodel.engines import log_help
 from specmodel.engines.logs import check_flag_against_log, logged_config, parse_log
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, bounded_int
+from specmodel.live.validation import check_log_matches_profile, summary, validate_windows
 from specmodel.scenario.args import ScenarioArgs
 from specmodel.scenario.resolve import resolve_scenario
 from specmodel.schema.formats import VALIDATION
-from specmodel.validation import check_log_matches_profile, summary, validate_windows
 
 
 @click.command("validate", epilog=f"LOGS: {log_help(saved=False)}; the format is recognised from the content.")

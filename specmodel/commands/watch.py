@@ -13,9 +13,9 @@ from specmodel.engines import engine_spec, log_help, metrics_help
 from specmodel.engines.base import COUNTERS, EngineConfig
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_STEPS, MAX_TP, bounded_int
-from specmodel.watch import assess, check_method_matches_profile, check_source_matches_profile, now_stamp, spec_for
-from specmodel.watch_sources import LogSource, MetricsSource, SourceGone, is_url
-from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_log, observe_metrics
+from specmodel.live.sources import LogSource, MetricsSource, SourceGone, is_url
+from specmodel.live.watch import assess, check_method_matches_profile, check_source_matches_profile, now_stamp, spec_for
+from specmodel.live.window import MetricsWindow, Observed, Scrape, observe_log, observe_metrics
 
 
 def _load_profile(path: str | None) -> Any:
@@ -55,7 +55,7 @@ def _load_profile(path: str | None) -> Any:
                    "Default: the log's, else the profile's.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=600), default=5.0, show_default=True,
               help="Seconds one scrape may take.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.watch).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.live.watch).")
 def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
               tp: int | None, count: int | None, once: bool, method: str | None, timeout_s: float, as_json: bool,
               prometheus_url: str | None, selector: str, targets_path: str | None, serve_addr: str | None,
@@ -142,7 +142,7 @@ def _single_exporter(serve_addr: str | None, source: str) -> Any:
     """``--serve`` for one server: the fleet exporter's gauges, the server named by its URL's host:port."""
     if serve_addr is None:
         return None
-    from specmodel.fleet_export import Exporter
+    from specmodel.live.export import Exporter
 
     exporter = Exporter(serve_addr)
     click.echo(f"serving the verdict on http://{exporter.address}/metrics", err=True)
@@ -154,7 +154,7 @@ def _publish(exporter: Any, source: str, reading: Any = None, event: str = "", d
         return
     import urllib.parse
 
-    from specmodel.fleet import ServerResult
+    from specmodel.live.fleet import ServerResult
 
     inst = urllib.parse.urlsplit(source).netloc
     exporter.collector.update([ServerResult(name=inst, labels={"instance": inst}, reading=reading,

@@ -23,9 +23,9 @@ def _load_profile(path: str | None) -> Profile:
 def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_path: str | None, interval_s: float,
                 window_s: float, steps: int | None, count: int | None, method: str | None, timeout_s: float,
                 as_json: bool, serve_addr: str | None, tp: int | None) -> None:
-    from specmodel.fleet import Fleet, PromAPI, Target, load_targets, selector_matchers
-    from specmodel.watch import now_stamp
-    from specmodel.watch_sources import SourceGone, is_url
+    from specmodel.live.fleet import Fleet, PromAPI, Target, load_targets, selector_matchers
+    from specmodel.live.sources import SourceGone, is_url
+    from specmodel.live.watch import now_stamp
 
     if not is_url(url):
         raise SpecmodelError(f"--prometheus {url!r}: expected the server's base URL, e.g. http://127.0.0.1:9090")
@@ -44,7 +44,7 @@ def watch_fleet(url: str, *, selector: str, targets_path: str | None, profile_pa
                   load_profile=load, method=method, steps=steps)
     exporter = None
     if serve_addr is not None:
-        from specmodel.fleet_export import Exporter
+        from specmodel.live.export import Exporter
 
         exporter = Exporter(serve_addr)
         click.echo(f"serving the fleet's verdicts on http://{exporter.address}/metrics", err=True)

@@ -165,7 +165,7 @@ def _steps_from_logs(args: ScenarioArgs, logs: tuple[LogFile, ...], profile: Pro
     profile's costs are another box's than the logged server's ("" = nothing says so): another TP
     degree or another device than the profile measured."""
     from specmodel.engines.logs import check_flag_against_log, logged_config
-    from specmodel.validation import profile_device
+    from specmodel.live.validation import profile_device
 
     cfg = logged_config(logs)
     if cfg is None:
@@ -179,7 +179,7 @@ def _steps_from_logs(args: ScenarioArgs, logs: tuple[LogFile, ...], profile: Pro
     _check_method_against_log(args, profile, cfg)
     notes.append(f"server configuration from the log: {cfg.describe()}")
     if profile is not None:
-        from specmodel.validation import check_log_model_matches_profile
+        from specmodel.live.validation import check_log_model_matches_profile
 
         check_log_model_matches_profile(cfg, profile, use="its acceptance says nothing about this profile's model "
                                         f"(give that model's log, or {field_name('accept_len')} to use the figure "

@@ -3,8 +3,8 @@ held against a profile's break-even surface, one reading per interval.
 
 Sources: an engine's Prometheus ``/metrics`` page (the metrics plug-ins of the engine registry,
 :mod:`specmodel.engines`) or a server log being written (the log plug-ins), read by
-:mod:`specmodel.watch_sources`; the window and what the server did over it (:class:`Observed`) are
-:mod:`specmodel.watch_window`. This module holds the window against the profile: nothing here
+:mod:`specmodel.live.sources`; the window and what the server did over it (:class:`Observed`) are
+:mod:`specmodel.live.window`. This module holds the window against the profile: nothing here
 re-derives the model: the reading is :func:`specmodel.model.predict.predict` at the observed
 point, the advice is :func:`specmodel.model.optimize.optimize` / :func:`batch_limit` there.
 
@@ -24,12 +24,12 @@ from typing import Any
 from specmodel.engines import engine_spec
 from specmodel.engines.base import EngineConfig
 from specmodel.errors import SpecmodelError, spell, verbatim
+from specmodel.live.window import Observed
 from specmodel.model import accept as acc
 from specmodel.model.decision import INCONSISTENT
 from specmodel.schema.formats import WATCH
 from specmodel.schema.phases import is_host_proposer
 from specmodel.schema.profile import Profile, SpecConfig
-from specmodel.watch_window import Observed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +235,7 @@ def live_pricing(profile: Profile, obs: Observed, spec: SpecConfig, batch: int) 
 
 def check_source_matches_profile(cfg: EngineConfig, profile: Profile) -> None:
     """A profile of another model or TP says nothing about this server: refuse (one line, exit 2)."""
-    from specmodel.validation import check_log_model_matches_profile
+    from specmodel.live.validation import check_log_model_matches_profile
 
     if cfg.tp is not None and cfg.tp != profile.tp:
         raise SpecmodelError(f"{cfg.where}: the server runs TP {cfg.tp} but profile {profile.name} is TP {profile.tp}; "

@@ -1,13 +1,13 @@
 """``specmodel watch --prometheus URL --selector '{job="vllm"}'``: every server a Prometheus server
 scrapes, held against the profile a targets file maps it to, one reading per server per interval.
 
-Nothing per server is computed here that :mod:`specmodel.watch` does not already do: each interval
+Nothing per server is computed here that :mod:`specmodel.live.watch` does not already do: each interval
 asks Prometheus (HTTP API, one instant query of a range selector) for the raw samples of the
 engines' own series over the window, rebuilds each scrape of each server as the engine's metrics
 plug-in reads it (``MetricsFormat.from_page``), and runs the single-server window
-(:class:`~specmodel.watch_window.MetricsWindow`: a counter that went backwards restarts the window, and
-that is said, never averaged over), :func:`~specmodel.watch_window.observe_metrics` and
-:func:`~specmodel.watch.assess`.
+(:class:`~specmodel.live.window.MetricsWindow`: a counter that went backwards restarts the window, and
+that is said, never averaged over), :func:`~specmodel.live.window.observe_metrics` and
+:func:`~specmodel.live.watch.assess`.
 
 A server's bad input (no profile for its labels, a profile of another TP or model, no
 spec-decode series) is one line for that server; the others are still read. An unreachable
@@ -33,12 +33,12 @@ from specmodel.engines.base import EngineConfig, MetricsFormat
 from specmodel.engines.prom import Sample
 from specmodel.errors import FieldError, SpecmodelError, verbatim
 from specmodel.limits import MAX_PROMETHEUS_ANSWER_BYTES, MAX_STEPS, MAX_TP
+from specmodel.live.sources import SourceGone
+from specmodel.live.watch import Reading, assess, check_method_matches_profile, check_source_matches_profile, spec_for
+from specmodel.live.window import MetricsWindow, Observed, Scrape, observe_metrics
 from specmodel.schema.formats import WATCH
 from specmodel.schema.profile import Profile
 from specmodel.units import to_ms
-from specmodel.watch import Reading, assess, check_method_matches_profile, check_source_matches_profile, spec_for
-from specmodel.watch_sources import SourceGone
-from specmodel.watch_window import MetricsWindow, Observed, Scrape, observe_metrics
 
 #: a server whose newest sample is older than this many of its own scrape gaps is not being scraped now
 STALE_GAPS = 3.0

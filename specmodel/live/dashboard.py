@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from specmodel.engines.vllm import metrics as vm
-from specmodel.fleet_export import PREFIX
-from specmodel.prom_rules import WINDOW
+from specmodel.live.export import PREFIX
+from specmodel.live.rules import WINDOW
 
 UID = "specmodel-fleet"
 DS = {"type": "prometheus", "uid": "${datasource}"}

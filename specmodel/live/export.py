@@ -1,7 +1,7 @@
 """The fleet watch's verdicts as Prometheus gauges (``watch --prometheus … --serve HOST:PORT``).
 
 Exposition through ``prometheus_client`` (HELP/TYPE lines, label escaping); the values are the
-latest :class:`~specmodel.fleet.ServerResult` of each server, read at scrape time (a collector, so
+latest :class:`~specmodel.live.fleet.ServerResult` of each server, read at scrape time (a collector, so
 ``specmodel_reading_age_seconds`` is the age when Prometheus asks). Each series carries the
 server's own labels (its target labels: ``job``, ``instance``, and e.g. ``model``, ``tp``): scrape
 the exporter with ``honor_labels: true`` so they stay the server's, not the exporter's.
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmodel.errors import FieldError, verbatim
-from specmodel.fleet import ServerResult
-from specmodel.watch import Reading
+from specmodel.live.fleet import ServerResult
+from specmodel.live.watch import Reading
 
 PREFIX = "specmodel_"
 
