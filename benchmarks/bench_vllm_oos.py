@@ -55,8 +55,9 @@ from specmodel.engines.vllm.hooklog import summarize  # noqa: E402
 from specmodel.model.accept import from_mean  # noqa: E402
 from specmodel.model.inputs import OperatingPoint  # noqa: E402
 from specmodel.model.predict import predict  # noqa: E402
+from specmodel.schema.costrows import SpecConfig  # noqa: E402
 from specmodel.schema.phases import is_host_proposer  # noqa: E402
-from specmodel.schema.profile import Profile, SpecConfig, save_profile  # noqa: E402
+from specmodel.schema.profile import Profile, save_profile  # noqa: E402
 from tests.vllm_engine import (  # noqa: E402
     Throughput,
     VllmServer,

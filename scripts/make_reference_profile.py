@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmodel.schema.profile import AllReduceFit, CostRow, Profile, Source, SpecConfig, write_profile_json
+from specmodel.schema.costrows import AllReduceFit, CostRow, SpecConfig
+from specmodel.schema.profile import Profile, write_profile_json
+from specmodel.schema.source import Source
 
 LAYERS = 61
 HIDDEN = 7168

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from specmodel.model.adaptive import startup_table_error
-from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile
 from tests.conftest import run_cli
 
 SPEC = SpecConfig(algorithm="EAGLE", steps=3, topk=1, num_draft_tokens=4)

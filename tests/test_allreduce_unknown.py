@@ -9,7 +9,9 @@ from specmodel.model.accept import from_mean
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.report.content import _breakdown
-from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile
+from specmodel.schema.source import Source
 from tests.conftest import run_cli
 
 SPEC = SpecConfig(algorithm="EAGLE3", steps=3, topk=1, num_draft_tokens=4)

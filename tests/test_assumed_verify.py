@@ -19,7 +19,9 @@ from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.report.content import build_report
 from specmodel.report.markdown import render_markdown
-from specmodel.schema.profile import Source, SpecConfig, load_profile
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import load_profile
+from specmodel.schema.source import Source
 from specmodel.trace.sweep import sweep_profile
 from tests.conftest import REFERENCE, run_cli
 

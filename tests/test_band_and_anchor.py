@@ -18,7 +18,8 @@ from specmodel.model.costs import forward_cost
 from specmodel.model.cycle import speedup_band
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
-from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile
 from specmodel.stats import median_ci95, median_ci95_rel, series_median_ci95_rel
 from tests.conftest import run_cli
 

@@ -19,14 +19,8 @@ from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.errors import SpecmodelError
 from specmodel.model.consistency import check_condition, check_same_step
 from specmodel.schema.conditions import Conditions, ServerCondition
-from specmodel.schema.profile import (
-    CostRow,
-    HostProposer,
-    Profile,
-    load_profile,
-    profile_from_dict,
-    profile_to_dict,
-)
+from specmodel.schema.costrows import CostRow, HostProposer
+from specmodel.schema.profile import Profile, load_profile, profile_from_dict, profile_to_dict
 from specmodel.stats import median
 from tests.conftest import DATA, run_cli
 

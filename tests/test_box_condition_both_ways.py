@@ -22,7 +22,9 @@ import pytest
 from specmodel.engines.hook import calibration
 from specmodel.model.consistency import check_condition, check_shared_steps
 from specmodel.schema.conditions import Conditions, ServerCondition
-from specmodel.schema.profile import CostRow, HostProposer, Profile, Source
+from specmodel.schema.costrows import CostRow, HostProposer
+from specmodel.schema.profile import Profile
+from specmodel.schema.source import Source
 from tests.conftest import DATA, run_cli
 from tests.test_box_condition import _STEP_S
 

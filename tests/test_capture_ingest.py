@@ -19,7 +19,9 @@ import pytest
 
 from specmodel.engines.vllm.capture_ingest import read_capture
 from specmodel.errors import SpecmodelError
-from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, profile_from_dict, profile_to_dict
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile, profile_from_dict, profile_to_dict
+from specmodel.schema.source import Source
 from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu_032_capture"
@@ -277,7 +279,7 @@ def test_a_host_proposers_rows_take_the_capture_share_and_uncaptured_phases_stay
 
 def test_a_row_recosted_by_an_allreduce_fit_no_longer_names_the_capture() -> None:
     from specmodel.model.allreduce import recost_rows
-    from specmodel.schema.profile import AllReduceFit
+    from specmodel.schema.costrows import AllReduceFit
 
     row = CostRow(kind="verify", batch=1, tokens=4, total_s=0.012, allreduce_s=0.003, compute_s=0.009, n_allreduce=9,
                   allreduce_msg_bytes=8192, allreduce_source="capture")

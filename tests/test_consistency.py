@@ -21,7 +21,8 @@ from specmodel.model.consistency import Inconsistency, median_se_s
 from specmodel.model.costs import forward_cost
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict, require_consistent
-from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile
 from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu_032"
@@ -203,7 +204,7 @@ def test_dataclass_replace_keeps_checks_frozen() -> None:
 
 
 def test_the_same_decode_forward_measured_twice_must_agree(messy: Path) -> None:
-    from specmodel.schema.profile import HostProposer
+    from specmodel.schema.costrows import HostProposer
 
     # the loaded recording: the baseline's decode forward 14.46 ms against the ngram server's own 2.79 ms
     p = specmodel.predict(str(messy), accept=2.97, strict=False)

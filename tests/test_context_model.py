@@ -16,7 +16,8 @@ from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import MARGINAL, OFF, SPECULATE, UNMEASURED, serve_plan
-from specmodel.schema.profile import CostRow, Profile, SpecConfig, profile_from_dict, profile_to_dict
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile, profile_from_dict, profile_to_dict
 
 BATCHES = (1, 4, 16)
 CONTEXTS = (0, 4096, 32768)

@@ -29,7 +29,7 @@ from specmodel.model.calibrate import Observation
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.model.prediction import Prediction
-from specmodel.schema.profile import SpecConfig
+from specmodel.schema.costrows import SpecConfig
 from specmodel.trace.sweep import sweep_profile
 
 CASE = Path(__file__).resolve().parent / "data" / "glm51_rtx6kpro_tp8_mtp"

@@ -24,7 +24,8 @@ from specmodel.model.optimize import Candidate, Optimum, batch_limit
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import PlanCell
 from specmodel.model.whatif import stop_paying_batch
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import load_profile
 from tests.conftest import REFERENCE, run_cli
 
 REF = load_profile(REFERENCE)

@@ -23,7 +23,8 @@ from specmodel.engines.vllm.log import parse_config as vllm_config
 from specmodel.model import cycle as eq
 from specmodel.model.allreduce import allreduce_s
 from specmodel.model.predict import verdict_for
-from specmodel.schema.profile import CostRow, save_profile
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import save_profile
 from specmodel.trace.nccl_tests import load_fit_document
 
 from .conftest import DATA, REFERENCE, run_cli

@@ -19,7 +19,8 @@ from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
 from specmodel.profile.plan import sweep_points
 from specmodel.schema import phases
-from specmodel.schema.profile import CostRow, SpecConfig, load_profile
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import load_profile
 from specmodel.schema.shapes import ModelShape
 from specmodel.trace.kineto import IngestOptions
 from tests.conftest import REFERENCE

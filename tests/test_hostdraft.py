@@ -22,8 +22,9 @@ from specmodel.model.cycle import speedup
 from specmodel.model.hostdraft import host_cycle_costs, host_mean_step_s
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import is_host_proposer
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.profile import load_profile
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent

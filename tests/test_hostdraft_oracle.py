@@ -26,7 +26,8 @@ from specmodel.model.costs import forward_cost
 from specmodel.model.hostdraft import host_cycle_costs, mixed_tokens
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import load_profile
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm_oos_tp1_1023"
 NGRAM = SpecConfig(algorithm="ngram", steps=3, topk=1, num_draft_tokens=4)

@@ -16,7 +16,8 @@ import pytest
 
 from specmodel.engines.vllm.hooklog import summarize
 from specmodel.errors import SpecmodelError
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import Profile
 from specmodel.trace.ingest import build_profile, ingest
 from specmodel.trace.kineto import IngestOptions
 from tests.conftest import DATA, run_cli

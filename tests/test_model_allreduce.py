@@ -25,7 +25,7 @@ def test_ring_formula_tp8():
 @given(alpha=st.floats(1e-7, 1e-4), beta=st.floats(1e9, 5e11), tp=st.integers(2, 16),
        algo=st.sampled_from(["ring", "oneshot", "twoshot"]))
 def test_fit_recovers_alpha_beta(alpha, beta, tp, algo):
-    from specmodel.schema.profile import AllReduceFit
+    from specmodel.schema.costrows import AllReduceFit
 
     truth = AllReduceFit(alpha_s=alpha, beta_bytes_per_s=beta, tp=tp, algorithm=algo)
     sizes = [2**k for k in range(8, 28, 2)]
@@ -43,7 +43,7 @@ def test_oneshot_beats_ring_for_small_messages_only():
 
 
 def test_tp4_cheaper_than_tp8_latency_bound():
-    from specmodel.schema.profile import AllReduceFit
+    from specmodel.schema.costrows import AllReduceFit
 
     fit = AllReduceFit(alpha_s=6e-6, beta_bytes_per_s=25e9, tp=8)
     f = tp_scale_factor(14336, 8, 4, fit)
@@ -60,7 +60,7 @@ def test_fit_rejects_bad_points():
 
 
 def test_fit_is_robust_to_one_odd_point():
-    from specmodel.schema.profile import AllReduceFit
+    from specmodel.schema.costrows import AllReduceFit
 
     truth = AllReduceFit(alpha_s=10e-6, beta_bytes_per_s=20e9, tp=8)
     sizes = [2**k for k in range(2, 24, 2)]

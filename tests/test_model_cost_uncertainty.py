@@ -57,7 +57,7 @@ def test_predict_uses_the_rows_intervals():
 
 def test_cost_row_interval_is_optional_validated_and_round_trips():
     from specmodel.errors import SpecmodelError
-    from specmodel.schema.profile import CostRow
+    from specmodel.schema.costrows import CostRow
 
     base = {"kind": "decode", "batch": 1, "tokens": 1, "context_tokens": 0, "total_s": 0.01, "allreduce_s": 0.004,
             "compute_s": 0.006}

@@ -16,7 +16,8 @@ from specmodel.model import cycle as eq
 from specmodel.model.accept import alpha_for_mean, chain_mean, from_chain
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
-from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile
 
 
 def test_eq1_worked_values():

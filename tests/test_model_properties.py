@@ -13,7 +13,7 @@ from specmodel.model.accept import from_mean, from_tokens, to_tokens
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.schema import load_profile
-from specmodel.schema.profile import CostRow
+from specmodel.schema.costrows import CostRow
 
 from .conftest import REFERENCE
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specmodel.schema.profile import AllReduceFit, AllReducePoint
+from specmodel.schema.costrows import AllReduceFit, AllReducePoint
 from specmodel.trace.nccl_tests import fit_warnings, parse_nccl_tests
 from tests.conftest import DATA
 

@@ -23,7 +23,8 @@ from specmodel.model.optimize import (
     top1_rate_from_best_of_k,
 )
 from specmodel.model.predict import predict
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import load_profile
 from tests.conftest import REFERENCE
 
 REF = load_profile(REFERENCE)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from specmodel.schema.profile import CostRow, Profile, save_profile
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import Profile, save_profile
 from tests.conftest import DATA, run_cli, run_cli_batch, sigint_default, specmodel_exe
 
 pytestmark = pytest.mark.torch  # the profiler itself needs torch; the rest of the suite does not

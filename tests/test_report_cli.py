@@ -15,7 +15,8 @@ import pytest
 
 from specmodel.model.accept import chain_mean
 from specmodel.model.allreduce import fit_alpha_beta
-from specmodel.schema.profile import AllReducePoint, CostRow, Profile, SpecConfig, save_profile
+from specmodel.schema.costrows import AllReducePoint, CostRow, SpecConfig
+from specmodel.schema.profile import Profile, save_profile
 from tests.conftest import run_cli, run_python
 
 PAGES = ["verdict", "throughput-vs-accept", "cycle-breakdown", "allreduce", "what-if", "recommendation", "context"]

@@ -28,14 +28,8 @@ from specmodel.model.accept import from_histogram
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.model.request import decode_speedup_needed, prefill_s, request_speedup
-from specmodel.schema.profile import (
-    CostRow,
-    RequestCosts,
-    load_profile,
-    profile_from_dict,
-    profile_to_dict,
-    prompt_tokens_of,
-)
+from specmodel.schema.costrows import CostRow, RequestCosts, prompt_tokens_of
+from specmodel.schema.profile import load_profile, profile_from_dict, profile_to_dict
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent

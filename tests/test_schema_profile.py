@@ -94,7 +94,7 @@ def test_rows_differing_only_in_context_are_distinct(ref_dict):
 
 
 def test_source_kind_is_checked_on_load_and_when_scanning(tmp_path, ref_dict):
-    from specmodel.schema.profile import SOURCE_KINDS, read_source_kind
+    from specmodel.schema.source import SOURCE_KINDS, read_source_kind
 
     bad = dict(ref_dict, source={"kind": "measurd"})
     with pytest.raises(SpecmodelError, match=r"source: kind: unknown 'measurd' \(expected one of measured, "):
@@ -117,7 +117,7 @@ def test_source_kind_is_checked_on_load_and_when_scanning(tmp_path, ref_dict):
 def test_source_is_typed_frozen_and_round_trips_the_file_unchanged(tmp_path):
     import dataclasses
 
-    from specmodel.schema.profile import Source
+    from specmodel.schema.source import Source
 
     raw = json.loads((REFERENCE / "profile.json").read_text())
     p = load_profile(REFERENCE)
@@ -150,7 +150,7 @@ def test_a_bad_source_field_is_one_error_naming_the_file_and_field(ref_dict, sou
 
 
 def test_one_constructor_per_origin_sets_the_kind_and_side_fields():
-    from specmodel.schema.profile import Source
+    from specmodel.schema.source import Source
 
     ref = Source.reference(description="d", tool="t")
     assert [s.kind for s in (

@@ -232,7 +232,7 @@ def test_a_drafter_the_hook_has_no_target_for_is_recorded_missing_and_qualifies_
     assert json.loads(path.read_text())["schema_version"] == 7
     assert load_profile(path).missing_seams == prof.missing_seams
 
-    from specmodel.schema.profile import SpecConfig
+    from specmodel.schema.costrows import SpecConfig
 
     cc = cycle_costs(prof, batch=1, spec=SpecConfig(algorithm="DRAFT_MODEL", steps=3, topk=1, num_draft_tokens=4))
     assert not cc.measured

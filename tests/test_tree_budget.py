@@ -14,8 +14,9 @@ import pytest
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
 from specmodel.model.optimize import accept_model, evaluate_all, expected_tokens, sibling_rates
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import default_num_draft_tokens, draft_steps, max_draft_tokens
-from specmodel.schema.profile import SpecConfig, load_profile
+from specmodel.schema.profile import load_profile
 from tests.conftest import REFERENCE
 from tests.sglang_source import function, sglang_module
 

@@ -23,7 +23,9 @@ from specmodel.model.inputs import OperatingPoint
 from specmodel.model.optimize import accept_model
 from specmodel.model.predict import predict
 from specmodel.model.serveplan import serve_plan
-from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig, load_profile
+from specmodel.schema.costrows import CostRow, SpecConfig
+from specmodel.schema.profile import Profile, load_profile
+from specmodel.schema.source import Source
 from tests.conftest import REFERENCE, run_cli
 
 SPEC = SpecConfig(steps=3, topk=1, num_draft_tokens=4)

@@ -21,7 +21,9 @@ from specmodel.model.whatif import standard_whatifs
 from specmodel.report.content import build_report
 from specmodel.report.text import measurement_text
 from specmodel.report.view import DrafterView, FindingRow
-from specmodel.schema.profile import Source, SpecConfig, load_profile
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import load_profile
+from specmodel.schema.source import Source
 from specmodel.trace.sweep import sweep_profile
 from tests.conftest import REFERENCE, run_cli
 

@@ -289,7 +289,7 @@ def test_k1_from_a_k3_profile_prices_the_first_forward_between_measured_ones(sta
     a mean forward of the k = 3 run."""
     from specmodel.model.costs import forward_cost
     from specmodel.model.cyclecost import cycle_costs
-    from specmodel.schema.profile import SpecConfig
+    from specmodel.schema.costrows import SpecConfig
 
     _record_k3_and_baseline(standin)
     p = summarize([standin.out], name="t", min_samples=1)

@@ -25,7 +25,8 @@ from specmodel.model.whatif import (
     standard_whatifs,
     stop_paying_batch,
 )
-from specmodel.schema.profile import AllReducePoint, CostRow, Profile, load_profile
+from specmodel.schema.costrows import AllReducePoint, CostRow
+from specmodel.schema.profile import Profile, load_profile
 from tests.conftest import REFERENCE
 
 

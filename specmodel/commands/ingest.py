@@ -12,8 +12,9 @@ import click
 from specmodel.errors import SpecmodelError
 from specmodel.io import atomic_write_text, check_path_components, confined_name, safe_name
 from specmodel.limits import MAX_BATCH, MAX_DRAFT_TOKENS, MAX_JOBS, MAX_STEPS, MAX_TOPK, bounded_int
+from specmodel.schema.costrows import KINDS
 from specmodel.schema.formats import INGEST
-from specmodel.schema.profile import KINDS, load_profile, save_profile
+from specmodel.schema.profile import load_profile, save_profile
 from specmodel.trace.ingest import IngestResult, build_profile, ingest
 from specmodel.trace.kineto import IngestOptions
 from specmodel.units import ms

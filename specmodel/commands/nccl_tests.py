@@ -14,15 +14,9 @@ from specmodel.errors import SpecmodelError
 from specmodel.io import PREVIOUS, atomic_write_json, refuse_shipped
 from specmodel.limits import MAX_TP
 from specmodel.model.allreduce import allreduce_s, fit_alpha_beta, recost_rows
-from specmodel.schema.profile import (
-    AllReducePoint,
-    Source,
-    check_profile_destination,
-    load_profile,
-    read_source_kind,
-    resolve_profile_path,
-    save_profile,
-)
+from specmodel.schema.costrows import AllReducePoint
+from specmodel.schema.profile import check_profile_destination, load_profile, resolve_profile_path, save_profile
+from specmodel.schema.source import Source, read_source_kind
 from specmodel.trace.nccl_tests import (
     NcclRun,
     allreduce_points,

@@ -30,8 +30,8 @@ from specmodel.profile.plan import (
     kv_need,
     sweep_points,
 )
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import default_num_draft_tokens
-from specmodel.schema.profile import SpecConfig
 from specmodel.schema.shapes import DrafterShape, ModelShape
 from specmodel.units import gib
 

@@ -29,7 +29,8 @@ from typing import Any
 from specmodel.engines.vllm import metrics as vm
 from specmodel.errors import SpecmodelError
 from specmodel.model import accept as acc
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import Profile
 
 WINDOW = "5m"
 FOR = "10m"

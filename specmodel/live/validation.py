@@ -16,7 +16,8 @@ from specmodel.model.calibrate import Observation
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict
 from specmodel.model.prediction import Prediction
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import Profile
 
 
 @dataclass(frozen=True, kw_only=True)

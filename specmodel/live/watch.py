@@ -27,9 +27,10 @@ from specmodel.errors import SpecmodelError, spell, verbatim
 from specmodel.live.window import Observed
 from specmodel.model import accept as acc
 from specmodel.model.decision import INCONSISTENT
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.formats import WATCH
 from specmodel.schema.phases import is_host_proposer
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 
 
 @dataclass(frozen=True, kw_only=True)

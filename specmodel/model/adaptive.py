@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.costs import forward_cost
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import forward_tokens
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 
 #: vLLM 0.34.0's default ``VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN`` (``vllm/envs.py:1165``)
 VLLM_PROFILE_CONTEXT_TOKENS = 8192

@@ -13,7 +13,7 @@ import numpy as np
 
 from specmodel.errors import SpecmodelError
 from specmodel.limits import MAX_PROFILE_DURATION_S, MIN_FORWARD_S
-from specmodel.schema.profile import AllReduceFit, CostRow
+from specmodel.schema.costrows import AllReduceFit, CostRow
 
 
 def ring_allreduce_s(msg_bytes: float, tp: int, alpha_s: float, beta_bytes_per_s: float) -> float:

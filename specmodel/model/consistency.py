@@ -58,7 +58,8 @@ from specmodel.errors import field_name
 from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, MAX_EXTRAPOLATION_FACTOR, SAME_STEP_REL_TOL
 from specmodel.model.cycle import CycleCosts
 from specmodel.schema.conditions import ServerCondition
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import Profile
 from specmodel.stats import median_se
 from specmodel.units import ms
 

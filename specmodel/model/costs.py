@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from specmodel.errors import SpecmodelError
 from specmodel.limits import OVERRIDE_REL_TOL
 from specmodel.schema import phases
-from specmodel.schema.profile import CostRow, Profile
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import Profile
 from specmodel.stats import median_se
 
 #: When a kind is missing, the kind whose curve stands in for it (the forward-kind table,

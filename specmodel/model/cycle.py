@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.model.costs import Extrapolation, ForwardCost, Override
-from specmodel.schema.profile import SpecConfig
+from specmodel.schema.costrows import SpecConfig
 from specmodel.units import tokens_text
 
 

@@ -23,8 +23,9 @@ from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forwa
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.model.hostdraft import host_cycle_costs
 from specmodel.model.provenance import cost_origins, pass_or_calibrate
+from specmodel.schema.costrows import CostRow, SpecConfig
 from specmodel.schema.phases import canonical_method, forward_tokens, is_host_proposer
-from specmodel.schema.profile import CostRow, Profile, SpecConfig
+from specmodel.schema.profile import Profile
 from specmodel.schema.seams import COST_FIGURES
 from specmodel.units import ms
 

@@ -23,8 +23,9 @@ import math
 from specmodel.errors import FieldError, field_name
 from specmodel.model.costs import ZERO_COST, ForwardCost, default_context, forward_cost
 from specmodel.model.cycle import Assumption, CycleCosts
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import forward_tokens, is_host_proposer
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 
 
 def measured_proposal_rate(profile: Profile, algorithm: str) -> float | None:

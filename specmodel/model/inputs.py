@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from specmodel.errors import FieldError
 from specmodel.model.accept import AcceptByContext, AcceptDist
 from specmodel.model.calibrate import Observation
-from specmodel.schema.profile import SpecConfig
+from specmodel.schema.costrows import SpecConfig
 
 DEFAULT_GENERATION_TOKENS = 256
 

@@ -27,8 +27,9 @@ from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.cyclecost import cycle_costs
 from specmodel.model.decision import GO_MIN_SPEEDUP, HOLD, OFF, SPECULATE, action_for
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import draft_steps, is_host_proposer, max_draft_tokens
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 
 TOPKS = (1, 2, 4, 8)
 

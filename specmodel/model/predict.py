@@ -38,8 +38,9 @@ from specmodel.model.prediction import (
 )
 from specmodel.model.provenance import cost_provenance
 from specmodel.model.request import RequestPrice, price_request
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import forward_tokens
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 from specmodel.units import ms
 
 

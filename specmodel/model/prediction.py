@@ -227,7 +227,7 @@ class Prediction:
             return self.allreduce_word
         if self.source.allreduce_capture:
             return "measured (capture)"
-        from specmodel.schema.profile import OWN_BOX_KINDS
+        from specmodel.schema.source import OWN_BOX_KINDS
 
         kind = self.source.profile_source_kind
         return "measured" if kind in OWN_BOX_KINDS else kind

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from specmodel.errors import FieldError, field_name
 from specmodel.model.costs import Extrapolation
 from specmodel.model.cycle import Assumption
+from specmodel.schema.costrows import CostRow, prompt_tokens_of
 from specmodel.schema.phases import canonical_method, is_host_proposer
-from specmodel.schema.profile import CostRow, Profile, prompt_tokens_of
+from specmodel.schema.profile import Profile
 
 
 def _measure_requests() -> str:

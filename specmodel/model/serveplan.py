@@ -31,7 +31,8 @@ from specmodel.model.optimize import (
     optimize,
 )
 from specmodel.model.provenance import cost_provenance
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import Profile
 
 #: Regions: every cost and the acceptance measured / a cost only assumed (a fallback curve) /
 #: a cost or the acceptance extrapolated.

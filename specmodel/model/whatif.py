@@ -20,8 +20,9 @@ from specmodel.model.inputs import OperatingPoint
 from specmodel.model.memory import per_rank_weight_bytes
 from specmodel.model.predict import predict
 from specmodel.model.prediction import Prediction
+from specmodel.schema.costrows import AllReduceFit, CostRow, SpecConfig
 from specmodel.schema.phases import DRAFT_KINDS
-from specmodel.schema.profile import AllReduceFit, CostRow, Profile, SpecConfig
+from specmodel.schema.profile import Profile
 from specmodel.schema.shapes import ModelShape
 from specmodel.units import alpha_beta, gb
 

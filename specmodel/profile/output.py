@@ -21,16 +21,10 @@ from typing import TYPE_CHECKING, Any
 from specmodel import __version__
 from specmodel.errors import field_name
 from specmodel.io import atomic_write_text, replace_dir
+from specmodel.schema.costrows import AllReducePoint, CostRow, SpecConfig
 from specmodel.schema.phases import CYCLE_KINDS, TARGET_KINDS, collectives_per_forward
-from specmodel.schema.profile import (
-    AllReducePoint,
-    CostRow,
-    Profile,
-    Source,
-    SpecConfig,
-    check_profile_destination,
-    write_profile_json,
-)
+from specmodel.schema.profile import Profile, check_profile_destination, write_profile_json
+from specmodel.schema.source import Source
 from specmodel.units import alpha_beta
 from specmodel.units import ms as fmt_ms
 

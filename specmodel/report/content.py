@@ -52,8 +52,9 @@ from specmodel.report.view import (
     Segment,
     WhatIfRow,
 )
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import forward_tokens
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.profile import Profile
 
 #: Contexts (KV tokens per request) the context page sweeps besides the measured ones and the user's.
 CONTEXT_GRID = (0, 1024, 4096, 16384, 32768, 65536, 131072)

@@ -16,7 +16,7 @@ from specmodel.model import accept as acc
 from specmodel.model.inputs import Acceptance
 from specmodel.scenario.args import ScenarioArgs
 from specmodel.scenario.parse import parse_histogram
-from specmodel.schema.profile import SpecConfig
+from specmodel.schema.costrows import SpecConfig
 
 if TYPE_CHECKING:
     from specmodel.engines.base import LogFile

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 from specmodel.errors import FieldError, SpecmodelError, field_name
 from specmodel.model.costs import forward_cost
+from specmodel.schema.costrows import CostRow, SpecConfig
 from specmodel.schema.phases import forward_tokens
-from specmodel.schema.profile import CostRow, Profile, Source, SpecConfig
+from specmodel.schema.profile import Profile
+from specmodel.schema.source import Source
 from specmodel.units import alpha_beta, from_ms, ms
 
 if TYPE_CHECKING:

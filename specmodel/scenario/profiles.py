@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from specmodel.errors import FieldError, field_name
-from specmodel.schema.profile import OWN_BOX_KINDS, read_source_kind, resolve_profile_path
+from specmodel.schema.profile import resolve_profile_path
+from specmodel.schema.source import OWN_BOX_KINDS, read_source_kind
 
 REFERENCE_PROFILE = "kimi-k2.5-int4-tp8-pcie"
 PROFILES_DIR = Path("profiles")

@@ -19,8 +19,9 @@ from specmodel.scenario.accept import resolve_accept
 from specmodel.scenario.args import ScenarioArgs
 from specmodel.scenario.numbers import apply_allreduce_fit, apply_numbers, missing_plain_pieces, with_origins
 from specmodel.scenario.profiles import find_default_profile, find_profile
+from specmodel.schema.costrows import SpecConfig
 from specmodel.schema.phases import canonical_method, default_num_draft_tokens
-from specmodel.schema.profile import Profile, SpecConfig, load_profile
+from specmodel.schema.profile import Profile, load_profile
 
 if TYPE_CHECKING:
     from specmodel.engines.base import LogFile

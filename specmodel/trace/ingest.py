@@ -18,8 +18,10 @@ from typing import Any
 
 from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
 from specmodel.procs import die_with_parent, kill_and_reap
+from specmodel.schema.costrows import KINDS, CostRow, HostProposer, SpecConfig
 from specmodel.schema.phases import draft_steps
-from specmodel.schema.profile import KINDS, CostRow, HostProposer, Profile, Source, SpecConfig
+from specmodel.schema.profile import Profile
+from specmodel.schema.source import Source
 from specmodel.stats import iqr, median, median_ci95_rel
 from specmodel.trace.attribution import (
     PassRecord,

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specmodel.errors import FieldError, SpecmodelError
+from specmodel.schema.costrows import KINDS
 from specmodel.schema.phases import (
     KIND,
     SGLANG_MODE_KINDS,
@@ -48,7 +49,6 @@ from specmodel.schema.phases import (
     parse_phase_forwards,
     parse_phase_label,
 )
-from specmodel.schema.profile import KINDS
 from specmodel.trace._jsonstream import gc_paused, scan_trace
 from specmodel.trace.attribution import (
     Collector,

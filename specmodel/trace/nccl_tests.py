@@ -25,9 +25,9 @@ from typing import Any
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_json, read_text_lines
 from specmodel.limits import MAX_BETA_OVER_MEASURED, MAX_LINK_BYTES_PER_S
+from specmodel.schema.costrows import AllReduceFit, AllReducePoint
 from specmodel.schema.fields import at_record
 from specmodel.schema.formats import ALLREDUCE_FIT
-from specmodel.schema.profile import AllReduceFit, AllReducePoint
 from specmodel.units import from_gb_per_s, from_us, gb_per_s
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output

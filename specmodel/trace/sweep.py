@@ -25,7 +25,9 @@ from pathlib import Path
 
 from specmodel.errors import SpecmodelError
 from specmodel.io import read_text_lines
-from specmodel.schema.profile import CostRow, Profile, Source
+from specmodel.schema.costrows import CostRow
+from specmodel.schema.profile import Profile
+from specmodel.schema.source import Source
 
 BATCH_COLUMNS = ("batch", "concurrency")
 CONTEXT_COLUMNS = ("context", "context_tokens")

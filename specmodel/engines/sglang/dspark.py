@@ -31,7 +31,8 @@ from typing import Any
 
 from specmodel.errors import SpecmodelError
 from specmodel.model.cyclecost import cycle_costs
-from specmodel.schema.profile import Profile, SpecConfig
+from specmodel.schema.costrows import SpecConfig
+from specmodel.schema.profile import Profile
 
 SOURCE = "sglang 0.5.23: srt/speculative/dspark_components/dspark_sps.py (SpsAdditiveCostTable)"
 

@@ -165,7 +165,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     from specmodel.engines.hook.probe import conditions_note, conditions_of
     from specmodel.engines.hook.records import Drops, check_one_server_kind, dp_replica, pick_replica
     from specmodel.engines.seams import missing_from_meta, seams_notes
-    from specmodel.schema.profile import CostRow, Profile, Source
+    from specmodel.schema.costrows import CostRow
+    from specmodel.schema.profile import Profile
+    from specmodel.schema.source import Source
 
     files = log_files(dirs)
     logs = [read_forward_log(f) for f in files]
@@ -341,7 +343,7 @@ BLOCK_DRAFTERS = ("DFLASH",)
 def _spec_from(meta: dict[str, Any], groups: dict[tuple[str, int, int], list[float]], draft_fwds: list[int]) -> Any:
     """Spec shape from the server args when logged, else inferred from what ran
     (verify tokens per request, draft tokens per request = topk, draft forwards + 1 = steps)."""
-    from specmodel.schema.profile import SpecConfig
+    from specmodel.schema.costrows import SpecConfig
 
     def ratio(kind: str) -> int | None:
         rs = {t // b for (k, b, t) in groups if k == kind and t % b == 0}

@@ -206,7 +206,7 @@ def engine_rows(cells: dict[tuple[str, int, int], list[float]], *, min_samples: 
     ``compute_s`` = the median X, ``allreduce_s`` 0 (unknown: the profile's origins say so),
     ``other_s`` 0 (the host work inside X is not split out; :func:`with_gap` adds the gap outside
     it). Returns (rows, dropped cell names)."""
-    from specmodel.schema.profile import CostRow
+    from specmodel.schema.costrows import CostRow
 
     rows, dropped = [], []
     kinds_ok = {k for (k, _, _), v in cells.items() if len(v) >= min_samples}
@@ -460,8 +460,10 @@ def summarize_engine_log(runs: Sequence[EngineRun], *, name: str, tp: int | None
     leave unknown: module docstring). ``runs``: the baseline server's (no speculation) and one
     speculative server's. ``hook_rows``: the hook's rows of the same runs, when it ran, for the
     per-row agreement note."""
+    from specmodel.schema.costrows import HostProposer, SpecConfig
     from specmodel.schema.phases import is_host_proposer
-    from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
+    from specmodel.schema.profile import Profile
+    from specmodel.schema.source import Source
 
     where = ", ".join(r.dir for r in runs)
     outside = next((r for r in runs if r.forward_outside), None)
@@ -584,7 +586,7 @@ def _requests(runs: Sequence[EngineRun], base_cells: dict[tuple[str, int, int], 
     :func:`specmodel.engines.vllm.hooklog.outside_per_request`)."""
     from specmodel.engines.hook.records import METRICS_FILE
     from specmodel.engines.vllm.hooklog import outside_per_request
-    from specmodel.schema.profile import RequestCosts, prompt_tokens_of
+    from specmodel.schema.costrows import RequestCosts, prompt_tokens_of
 
     steps = [(b, t, len(v)) for (k, b, t), v in base_cells.items() if k == "extend"]
     steps = steps or [(b, t, len(v)) for (_, b, t), v in spec_prefill.items()]

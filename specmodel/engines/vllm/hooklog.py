@@ -60,7 +60,7 @@ def _request_costs(base_prompts: list[tuple[int, int, int]], spec_prompts: list[
                    spec_prefill_cells: dict[tuple[str, int, int, int], Cell], spec_dirs: dict[str, bool], *,
                    min_samples: int, n_ranks: int, tp: int) -> tuple[Any, str]:
     """The profile's ``requests`` (None when no prefill step was recorded) and its note."""
-    from specmodel.schema.profile import RequestCosts, prompt_tokens_of
+    from specmodel.schema.costrows import RequestCosts, prompt_tokens_of
 
     prompts = base_prompts or spec_prompts
     if not prompts:
@@ -191,7 +191,9 @@ def summarize(dirs: Sequence[str | os.PathLike[str]], *, name: str, tp: int | No
     from specmodel.engines.hook.records import check_one_server_kind, log_files, pick_replica
     from specmodel.engines.seams import missing_from_meta, seams_notes
     from specmodel.engines.vllm.capture_ingest import merged_shares, read_capture
-    from specmodel.schema.profile import HostProposer, Profile, Source, SpecConfig
+    from specmodel.schema.costrows import HostProposer, SpecConfig
+    from specmodel.schema.profile import Profile
+    from specmodel.schema.source import Source
 
     files = log_files(dirs, COMMAND)
     logs = [read_step_log(f) for f in files]

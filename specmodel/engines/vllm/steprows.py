@@ -81,7 +81,7 @@ def cost_rows(cells: dict[tuple[str, int, int, int], Cell], *, min_samples: int,
     capture's share like an unseen row, or its all-reduce is unknown (0, source ""); never
     ``wrapper``. Its label goes to ``partial``."""
     from specmodel.engines.vllm.capture_ingest import share_for_row
-    from specmodel.schema.profile import CostRow
+    from specmodel.schema.costrows import CostRow
 
     for kind in sorted({k[0] for k in cells}):
         keys = [c for c in cells if c[0] == kind]
