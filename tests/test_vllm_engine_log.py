@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specmodel.engines.vllm.enginelog import parse_lines, sort_steps
+from specmodel.engines.vllm.enginelog import sort_steps
+from specmodel.engines.vllm.enginerun import parse_lines
 from specmodel.errors import SpecmodelError
 from tests.conftest import run_cli
 

@@ -88,7 +88,7 @@ VLLM_STEP = Format(name="specmodel.vllm_step", version=3, readable=(1, 2, 3), wh
 #: engines/vllm/capture.py, read by engines/vllm/capture_ingest.py)
 VLLM_CAPTURE = Format(name="specmodel.vllm_capture", version=1, what="specmodel vllm capture")
 #: what `specmodel vllm` ran beside the server's kept output, ``engine_run.json`` (the command after
-#: its additions, hook on/off; written and read by engines/vllm/enginelog.py): the engine log's TP and method
+#: its additions, hook on/off; written and read by engines/vllm/enginerun.py): the engine log's TP and method
 VLLM_ENGINE_RUN = Format(name="specmodel.vllm_engine_run", version=1, what="specmodel vllm engine run")
 #: the box's condition: one calibration probe per line, inside either hook's per-rank JSONL
 #: (written by engines/hook/calibration.py, read by engines/hook/probe.py)

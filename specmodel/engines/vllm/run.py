@@ -135,9 +135,9 @@ def launch(command: tuple[str, ...], out_dir: Path, health_timeout_s: float, cap
 
     Either way the server's own step clock is turned on (``--enable-logging-iteration-details``;
     hook-free at TP 1 also ``--distributed-executor-backend mp``:
-    :func:`specmodel.engines.vllm.enginelog.engine_args` says why), its output is kept in
+    :func:`specmodel.engines.vllm.enginerun.engine_args` says why), its output is kept in
     ``DIR/server.log`` and what ran in ``DIR/engine_run.json``."""
-    from specmodel.engines.vllm.enginelog import RUN_FILE, SERVER_LOG, engine_args, write_run
+    from specmodel.engines.vllm.enginerun import RUN_FILE, SERVER_LOG, engine_args, write_run
 
     # (an earlier hook's files are refused by start(), naming them; these are what a hook-free run leaves)
     if out_dir.is_dir() and not (out_dir / METRICS_FILE).exists() and not any(out_dir.glob("rank*.jsonl")) \
@@ -176,7 +176,8 @@ def summarize_to(dirs: tuple[Path, ...], output: Path, name: str | None, tp: int
     from the engine's step log alone (:func:`specmodel.engines.vllm.enginelog.summarize_engine_log`)."""
     import dataclasses
 
-    from specmodel.engines.vllm.enginelog import read_run, summarize_engine_log
+    from specmodel.engines.vllm.enginelog import summarize_engine_log
+    from specmodel.engines.vllm.enginerun import read_run
     from specmodel.engines.vllm.hooklog import MIN_SAMPLES, summarize
 
     n_min = min_samples or MIN_SAMPLES
