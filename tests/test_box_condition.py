@@ -17,7 +17,7 @@ import pytest
 
 from specmodel.engines.vllm.steplog import read_step_log
 from specmodel.errors import SpecmodelError
-from specmodel.model.consistency import check_condition, check_same_step
+from specmodel.model.boxcheck import check_condition, check_same_step
 from specmodel.schema.conditions import Conditions, ServerCondition
 from specmodel.schema.costrows import CostRow, HostProposer
 from specmodel.schema.profile import Profile, load_profile, profile_from_dict, profile_to_dict

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from specmodel.engines.hook import calibration
-from specmodel.model.consistency import check_condition, check_shared_steps
+from specmodel.model.boxcheck import check_condition, check_shared_steps
 from specmodel.schema.conditions import Conditions, ServerCondition
 from specmodel.schema.costrows import CostRow, HostProposer
 from specmodel.schema.profile import Profile

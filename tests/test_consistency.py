@@ -17,8 +17,8 @@ import pytest
 import specmodel
 from specmodel.errors import SpecmodelError
 from specmodel.model.accept import from_mean
-from specmodel.model.consistency import Inconsistency, median_se_s
 from specmodel.model.costs import forward_cost
+from specmodel.model.inconsistency import Inconsistency, median_se_s
 from specmodel.model.inputs import OperatingPoint
 from specmodel.model.predict import predict, require_consistent
 from specmodel.schema.costrows import CostRow, SpecConfig

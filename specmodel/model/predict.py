@@ -17,7 +17,7 @@ from specmodel.model import cycle as eq
 from specmodel.model import hostdraft as hd
 from specmodel.model.accept import AcceptDist, resize
 from specmodel.model.calibrate import Calibration
-from specmodel.model.consistency import Inconsistency, check_cycle
+from specmodel.model.consistency import check_cycle
 from specmodel.model.costs import Extrapolation
 from specmodel.model.cycle import Assumption, CycleCosts
 from specmodel.model.cyclecost import calibrate, cycle_costs, row_ci95_rel
@@ -26,6 +26,7 @@ from specmodel.model.cyclecost import calibrate, cycle_costs, row_ci95_rel
 from specmodel.model.decision import GO_MIN_P as GO_MIN_P
 from specmodel.model.decision import GO_MIN_SPEEDUP as GO_MIN_SPEEDUP
 from specmodel.model.decision import verdict_for as verdict_for
+from specmodel.model.inconsistency import Inconsistency
 from specmodel.model.inputs import Acceptance, OperatingPoint
 from specmodel.model.prediction import (
     AcceptFigures,

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specmodel.model.consistency import Inconsistency
 from specmodel.model.costs import Extrapolation
 from specmodel.model.cycle import Assumption
 from specmodel.model.decision import Decision
+from specmodel.model.inconsistency import Inconsistency
 from specmodel.model.request import RequestPrice
 from specmodel.schema.phases import is_host_proposer
 from specmodel.units import ms

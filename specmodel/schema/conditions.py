@@ -30,7 +30,7 @@ class ServerCondition:
       the short probe does not see), ``others_share`` / ``others_iqr`` / ``intervals``: the median
       demand of processes outside the server for the box's CPUs (runnable threads per core: 1 =
       one per core on average) over the window of steps before each probe, its IQR and the windows pooled (None / 0: never readable, or a
-      recording of one probe; a CPU engine's yardstick: :func:`specmodel.model.consistency.check_condition`), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
+      recording of one probe; a CPU engine's yardstick: :func:`specmodel.model.boxcheck.check_condition`), ``load_1m``, ``cpu_freq_hz``, ``sm_clock_hz``: medians over
       the probes that read them (None: never readable); ``throttled_probes``: probes during which
       NVML named a slowdown.
     """
