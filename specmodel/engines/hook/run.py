@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -21,6 +22,7 @@ import click
 
 from specmodel.engines.hook.records import METRICS_FILE
 from specmodel.errors import FieldError, SpecmodelError
+from specmodel.limits import MAX_METRICS_PAGE_BYTES
 
 if TYPE_CHECKING:
     from specmodel.schema.profile import Profile
@@ -156,3 +158,15 @@ def write_hook_profile(summarize: Callable[..., Profile], dirs: tuple[Path, ...]
                f"{engine} {profile.source.engine_version}")
     for note in profile.notes:
         click.echo(f"note: {note}")
+
+
+def fetch_page(url: str) -> bytes | None:
+    """The server's ``/metrics`` page as served (None: not 200, or over
+    :data:`~specmodel.limits.MAX_METRICS_PAGE_BYTES`), for a run that keeps its pages. Errors propagate:
+    each caller keeps pages best effort and decides what a failed scrape means to it."""
+    req = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    with urllib.request.urlopen(req, timeout=2) as r:  # noqa: S310 - the server this command started
+        if r.status != 200:
+            return None
+        body: bytes = r.read(MAX_METRICS_PAGE_BYTES + 1)
+    return None if len(body) > MAX_METRICS_PAGE_BYTES else body

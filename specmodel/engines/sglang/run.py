@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from functools import partial
 from pathlib import Path
 
 from specmodel.engines.hook.records import METRICS_FILE
-from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
+from specmodel.engines.hook.run import fetch_page, run_until_exit, start, write_hook_profile
 from specmodel.engines.sglang.targets import ENV_DIR
-from specmodel.limits import MAX_METRICS_PAGE_BYTES
 from specmodel.schema.profile import Profile
 
 #: seconds between two scrapes of ``/metrics`` while the server runs
@@ -79,12 +76,8 @@ class PageKeeper:
         from specmodel.io import atomic_write_bytes
 
         try:
-            req = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
-            with urllib.request.urlopen(req, timeout=2) as r:  # noqa: S310 - the server this command started
-                if r.status != 200:
-                    return
-                body = r.read(MAX_METRICS_PAGE_BYTES + 1)
-            if len(body) > MAX_METRICS_PAGE_BYTES:
+            body = fetch_page(self.url)
+            if body is None:
                 return
             (self.out_dir / PAGES_DIR).mkdir(exist_ok=True)
             atomic_write_bytes(self.out_dir / PAGES_DIR / f"{self.n:06d}.prom", body)

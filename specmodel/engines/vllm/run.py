@@ -19,12 +19,11 @@ from pathlib import Path
 import click
 
 from specmodel.engines.hook.records import METRICS_FILE
-from specmodel.engines.hook.run import run_until_exit, start, write_hook_profile
+from specmodel.engines.hook.run import fetch_page, run_until_exit, start, write_hook_profile
 from specmodel.engines.vllm.capture import ENV_STEPS
 from specmodel.engines.vllm.installed import check_command
 from specmodel.engines.vllm.targets import ENV_DIR, runner_env
 from specmodel.errors import FieldError, SpecmodelError, spell, verbatim
-from specmodel.limits import MAX_METRICS_PAGE_BYTES
 from specmodel.procs import stop_tree
 
 #: seconds between two scrapes of ``/metrics`` while the server runs
@@ -70,12 +69,8 @@ class MetricsKeeper:
             return  # a SIGTERM arrived during a scrape: the one in progress finishes it
         self.busy = True
         try:
-            req = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
-            with urllib.request.urlopen(req, timeout=2) as r:  # noqa: S310 - the server this command started
-                if r.status != 200:
-                    return
-                body = r.read(MAX_METRICS_PAGE_BYTES + 1)
-            if len(body) > MAX_METRICS_PAGE_BYTES:
+            body = fetch_page(self.url)
+            if body is None:
                 return
             from specmodel.io import atomic_write_bytes
 
