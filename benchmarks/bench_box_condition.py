@@ -31,7 +31,6 @@ import datetime as dt
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,32 +44,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # the server's process and the tiny models only: nothing of specmodel itself
+from benchmarks.bench_vllm_cli import cli, specmodel_exe  # noqa: E402 (the installed command, found one way)
 from tests.vllm_engine import VllmServer, build_models, engine_python, ngram_spec  # noqa: E402
 
 K = 3
 PAUSE_S = 1.2  # between rounds (idle workers settle)
 REQUEST_TIMEOUT_S = 300.0
-CLI_TIMEOUT_S = 600.0
 #: a busy loop ends by itself after this long even if this script dies (it is stopped by pid well before)
 BUSY_LIMIT_S = 120.0
 PROMPT = ("the quick brown fox jumps over the lazy dog. " * 6).strip()
 RESULTS = REPO / "benchmarks" / "results"
 _BUSY = ("import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nend = time.monotonic() + float(sys.argv[2])\n"
          "while time.monotonic() < end:\n    pass\n")
-
-
-def specmodel_exe() -> list[str]:
-    exe = Path(sys.executable).parent / "specmodel"
-    if exe.is_file():
-        return [str(exe)]
-    found = shutil.which("specmodel")
-    if found:
-        return [found]
-    raise SystemExit("bench_box_condition: no installed `specmodel` command (make install)")
-
-
-def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(specmodel_exe() + args, cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
 
 
 def _complete(url: str, tokens: int) -> int:
