@@ -189,8 +189,9 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
         from specmodel.procs import die_with_parent
 
         def work(_):
-            # the initializer ran before any task: a worker that says so is covered
-            print(os.getpid(), flush=True)
+            # the initializer ran before any task: a worker that says so is covered (one write of one
+            # line, atomic on a pipe: two workers' print() calls may interleave their text and newline)
+            os.write(1, f"{os.getpid()}\\n".encode())
             time.sleep(120)
             return os.getpid()
 
