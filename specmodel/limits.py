@@ -133,6 +133,9 @@ MAX_PROBE_SAMPLES = 1_000
 #: on a CPU engine the same 0.05 is what two servers' other-work demands (runnable threads per core)
 #: may differ by on top of their windows' noise (a twentieth of a core)
 CONDITION_REL_TOL = 0.05
+#: windows of steps each server's other-work demand needs before a gap can refuse: one window has no
+#: spread, so its noise is unknown (a median's standard error needs a spread), and the gap only qualifies
+MIN_CONDITION_WINDOWS = 2
 
 # ---- what a profile may record (schema/profile.py): every float that feeds the model's arithmetic
 # is finite and inside a physical range, so its squares and sums stay finite (a cost row's spread

@@ -181,6 +181,21 @@ def test_other_work_on_the_box_decides_beyond_the_shares_noise(base: float, spec
         assert got[0].to_measure.startswith(f"re-record the {who} server")
 
 
+def test_one_window_of_steps_has_no_noise_figure_so_a_gap_qualifies_and_never_refuses() -> None:
+    """Seen in CI: a live pair recorded beside the suite's other worker, one window of steps a side
+    (IQR 0 from one value): 3.68 against 1.94 threads per core read as 1.7e9 standard errors and refused.
+    One window has no spread, so its noise is unknown: the gap is said and qualifies; with two windows a
+    side the noise is measured and the same gap refuses."""
+    one = check_condition(_with(_cond(0.8, 0.1, others=3.68, others_iqr=0.0, intervals=1),
+                                _cond(0.8, 0.1, others=1.94, others_iqr=0.0, intervals=1)))
+    assert [i.severity for i in one] == ["qualify"]
+    assert "noise unknown" in one[0].guard and "3.68" in one[0].message and "1.94" in one[0].message
+    assert one[0].to_measure.startswith("record both servers in turns")
+    two = check_condition(_with(_cond(0.8, 0.1, others=3.68, others_iqr=0.1, intervals=2),
+                                _cond(0.8, 0.1, others=1.94, others_iqr=0.1, intervals=2)))
+    assert [i.severity for i in two] == ["refuse"]
+
+
 def test_on_a_gpu_the_probe_times_the_device_and_still_decides() -> None:
     # the GPU's probe is not the server's host: its others' share (a CPU figure) does not stand in for it
     got = check_condition(_with(_cond(1.0, 0.01, others=0.02, device="cuda"), _cond(1.4, 0.01, others=0.02,

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from specmodel.errors import field_name
-from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, SAME_STEP_REL_TOL
+from specmodel.limits import CONDITION_REL_TOL, COST_ORDER_REL_TOL, MIN_CONDITION_WINDOWS, SAME_STEP_REL_TOL
 from specmodel.model.inconsistency import (
     Inconsistency,
     disagree,
@@ -91,12 +91,14 @@ def check_same_step(profile: Profile, *, batch: int, context_tokens: float) -> t
                                 "busier box from a cost the speculative server pays on every forward")))
     return tuple(out)
 
+
 def comparable_conditions(profile: Profile) -> tuple[ServerCondition, ServerCondition] | None:
     """(baseline, speculative) server conditions when the profile carries both under one probe."""
     c = profile.conditions
     if c is None or c.baseline is None or c.spec is None or c.baseline.probe != c.spec.probe:
         return None
     return c.baseline, c.spec
+
 
 def _yardstick(base: ServerCondition, spec: ServerCondition) -> tuple[float, float, float, float]:
     """(baseline s, speculative s, their standard errors): the probe stretched by each worker's wait
@@ -115,14 +117,17 @@ def _yardstick(base: ServerCondition, spec: ServerCondition) -> tuple[float, flo
     (b, se_b), (s, se_s) = one(base), one(spec)
     return b, s, se_b, se_s
 
+
 def _condition_differs(base: ServerCondition, spec: ServerCondition) -> bool:
     b, s, se_b, se_s = _yardstick(base, spec)
     lo, hi = sorted((b, s))
     return disagree(lo, hi, se_b, se_s, CONDITION_REL_TOL)
 
+
 def _on_host(c: ServerCondition) -> bool:
     """The probe ran on the host's CPU (a CPU engine): the device the server's own processes share."""
     return " on cpu " in f" {c.probe} "
+
 
 def recorded_apart(profile: Profile) -> bool:
     """Two servers' hook recordings summarized into one profile (``specmodel vllm|sglang
@@ -131,6 +136,7 @@ def recorded_apart(profile: Profile) -> bool:
     tool = profile.source.tool
     return (profile.source.kind == "ingested" and tool in ("specmodel vllm", "specmodel sglang")
             and profile.has("decode") and profile.has("verify"))
+
 
 def settle_command(profile: Profile, which: str) -> str:
     """The command that settles the box's condition: re-record ``which`` server ("baseline" or
@@ -149,6 +155,7 @@ def settle_command(profile: Profile, which: str) -> str:
     return (f"re-record the {which} server with the box as during the other's recording: `{tool} {out} {mine} -- "
             f"{server} <the {which} server's arguments>` (an empty {mine}; {other}: the other server's logs), "
             f"then `{summarize}`")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Witness:
@@ -176,9 +183,11 @@ class Witness:
 
         return f"{self.what}: {one(self.base_s, self.base_row)} against {one(self.spec_s, self.spec_row)}"
 
+
 def _forward_s(r: CostRow) -> float:
     fwd = r.allreduce_s + r.compute_s
     return fwd if fwd > 0 else r.total_s
+
 
 def shared_steps(profile: Profile) -> tuple[Witness, ...]:
     """The steps both servers ran, at the same shape: the baseline's prefill rows against the
@@ -206,6 +215,7 @@ def shared_steps(profile: Profile) -> tuple[Witness, ...]:
                                    spec_se_s=median_se_s(b) * fb / b.total_s, base_row=a, spec_row=b))
     return tuple(out)
 
+
 def pooled(witnesses: tuple[Witness, ...]) -> tuple[float, float]:
     """(log of the baseline's forwards over the speculative server's, its standard error), pooled over
     the witnesses by inverse variance (equal weights where a witness carries no spread)."""
@@ -215,6 +225,7 @@ def pooled(witnesses: tuple[Witness, ...]) -> tuple[float, float]:
         return sum(w.log_ratio for w in witnesses) / n, math.sqrt(sum(se * se for se in ses)) / n
     wts = [1.0 / (se * se) for se in ses]
     return sum(wt * w.log_ratio for wt, w in zip(wts, witnesses, strict=True)) / sum(wts), 1.0 / math.sqrt(sum(wts))
+
 
 def missing_condition(profile: Profile) -> str:
     """Whose box condition the profile lacks, as said."""
@@ -226,6 +237,7 @@ def missing_condition(profile: Profile) -> str:
     if c.spec is None:
         return "the speculative server"
     return "both servers under one probe (their probes timed different kernels or devices)"
+
 
 def check_shared_steps(profile: Profile, missing: str) -> tuple[Inconsistency, ...]:
     """The box's condition where the probe did not record it for one server or both (``missing``:
@@ -285,6 +297,7 @@ def check_shared_steps(profile: Profile, missing: str) -> tuple[Inconsistency, .
             to_measure=settle_command(profile, "baseline")),)
     return ()
 
+
 def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition) -> tuple[Inconsistency, ...]:
     """On a CPU engine: other work's demand for the box's CPUs while each server was recorded, in
     runnable threads per core (:mod:`specmodel.engines.hook.calibration`, ``others_share``), compared
@@ -303,6 +316,17 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
                f"recorded against {fig(spec)} while the speculative server was, in profile {profile.name} (the "
                f"server's own processes left out; the two differ by {abs(b - s):.2f}, their noise {noise:.2f} plus "
                f"{CONDITION_REL_TOL:.2f}, {abs(b - s) / max(noise / 2, 1e-9):.1f} standard errors)")
+    if min(base.intervals, spec.intervals) < MIN_CONDITION_WINDOWS:
+        # one window of steps on a side has no spread: its noise is unknown, not zero, so the gap
+        # cannot be told from noise by any number of standard errors -- say it, refuse nothing
+        return (Inconsistency(
+            check="box_condition", severity="qualify",
+            guard=(f"other work asked for {b:.2f} threads per core beside the baseline, {s:.2f} beside the other, "
+                   f"from {min(base.intervals, spec.intervals)} window(s) of steps (noise unknown)"),
+            message=(f"the box's load differed between the two recordings: {figures.split(' (the two differ')[0]}; "
+                     f"with fewer than {MIN_CONDITION_WINDOWS} windows of steps on a side its noise is unknown, so "
+                     "the speedup is qualified, not refused"),
+            to_measure=settle_command(profile, "both")),)
     if b > s:
         return (Inconsistency(
             check="box_condition", severity="refuse",
@@ -318,19 +342,23 @@ def _check_others(profile: Profile, base: ServerCondition, spec: ServerCondition
                 "dear, so the speedup is too low",
         to_measure=settle_command(profile, "speculative")),)
 
+
 def _others_differ(base: ServerCondition, spec: ServerCondition) -> tuple[bool, float]:
     """(the others' shares differ beyond their noise, that noise: two SEs of the difference)."""
     assert base.others_share is not None and spec.others_share is not None
     noise = 2.0 * math.hypot(median_se(base.others_iqr, base.intervals), median_se(spec.others_iqr, spec.intervals))
     return abs(base.others_share - spec.others_share) > noise + CONDITION_REL_TOL, noise
 
+
 def _by_others(base: ServerCondition, spec: ServerCondition) -> bool:
     """The others' share decides: a CPU probe (the server's own host) and both shares read."""
     return _on_host(base) and base.others_share is not None and spec.others_share is not None
 
+
 def _box_differs(base: ServerCondition, spec: ServerCondition) -> bool:
     """The two servers' boxes in another condition, by whichever yardstick decides (:func:`check_condition`)."""
     return _others_differ(base, spec)[0] if _by_others(base, spec) else _condition_differs(base, spec)
+
 
 def check_condition(profile: Profile) -> tuple[Inconsistency, ...]:
     """The box's condition while the baseline server was recorded against the speculative server's.

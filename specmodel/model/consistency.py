@@ -150,6 +150,7 @@ def check_cycle(profile: Profile, cc: CycleCosts, *, base_s: float, mean_step_s:
     out.extend(check_shared_steps(profile, missing_condition(profile)) if comparable_conditions(profile) is None else ())
     return tuple(dict.fromkeys(out))
 
+
 def check_range(cc: CycleCosts) -> tuple[Inconsistency, ...]:
     """A cost read further beyond the measured tokens (or batch) than
     :data:`~specmodel.limits.MAX_EXTRAPOLATION_FACTOR` times the largest measured: refuse.

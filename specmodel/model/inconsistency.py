@@ -18,6 +18,7 @@ SEVERITIES = ("refuse", "qualify")
 CHECKS = ("verify_below_decode", "break_even_below_one", "decode_disagrees", "running_max", "beyond_range",
           "box_condition")
 
+
 @dataclass(frozen=True, kw_only=True)
 class Inconsistency:
     """Two figures that contradict each other, named with where each came from."""
@@ -45,6 +46,7 @@ class Inconsistency:
         return {"check": self.check, "severity": self.severity, "message": self.message,
                 "to_measure": self.to_measure, "beyond_range": self.beyond_range}
 
+
 def near_rows(rows: tuple[CostRow, ...], tokens: float, context_tokens: float) -> list[CostRow]:
     """The rows bracketing (tokens, context): what a lookup there reads."""
     if not rows:
@@ -58,8 +60,10 @@ def near_rows(rows: tuple[CostRow, ...], tokens: float, context_tokens: float) -
     above = [r for r in at if r.tokens >= tokens]
     return ([max(below, key=lambda r: r.tokens)] if below else []) + ([min(above, key=lambda r: r.tokens)] if above else [])
 
+
 def tokens_text(n: float) -> str:
     return f"{n:g} token" + ("" if n == 1 else "s")
+
 
 def rows_text(profile: Profile, kind: str, tokens: float, context_tokens: float) -> str:
     """``decode b1 t1: 66 steps, IQR 45.42 ms``: the rows a lookup read, as evidence."""
@@ -68,14 +72,17 @@ def rows_text(profile: Profile, kind: str, tokens: float, context_tokens: float)
              for r in near_rows(profile.rows(kind), tokens, context_tokens)]
     return ", ".join(dict.fromkeys(parts)) or "no rows"
 
+
 def median_se_s(row: CostRow) -> float:
     """Standard error of a row's median (:func:`specmodel.stats.median_se` of its IQR and samples);
     0 when the row carries no spread (reference profiles, plain numbers)."""
     return median_se(row.spread_s, row.samples)
 
+
 def noise_s(profile: Profile, kind: str, tokens: float, context_tokens: float) -> float:
     """The largest median standard error of the ``kind`` rows a lookup at (tokens, context) reads."""
     return max((median_se_s(r) for r in near_rows(profile.rows(kind), tokens, context_tokens)), default=0.0)
+
 
 def disagree(low_s: float, high_s: float, se_a_s: float, se_b_s: float, rel_tol: float) -> bool:
     """``low_s`` sits below ``high_s`` by more than noise: two standard errors of the difference of the
