@@ -61,6 +61,21 @@ def test_check_drafter_json_carries_its_schema(tmp_path: Path) -> None:
     _check(json.loads(r.stdout), formats.DRAFTER_CHECK)
 
 
+#: every format name a released specmodel wrote: files and --json streams carry it, so a reader keyed on it
+#: (another tool, an older specmodel, a saved watch stream) breaks when it is renamed -- a module move
+#: renamed two of them once (specmodel.watch, specmodel.validation); a version bump is how a format changes
+PUBLISHED = ("specmodel.accept", "specmodel.allreduce_fit", "specmodel.check_drafter", "specmodel.gpu_check",
+             "specmodel.gpu_check_trace", "specmodel.ingest", "specmodel.plan", "specmodel.prediction",
+             "specmodel.probe", "specmodel.profile", "specmodel.profile_run", "specmodel.report",
+             "specmodel.schedule", "specmodel.sglang_forward", "specmodel.validation", "specmodel.vllm_capture",
+             "specmodel.vllm_step", "specmodel.watch")
+
+
+def test_published_format_names_never_change() -> None:
+    names = {f.name for f in formats.ALL}
+    assert set(PUBLISHED) <= names, sorted(set(PUBLISHED) - names)
+
+
 def test_every_format_is_declared_once() -> None:
     names = [f.name for f in formats.ALL]
     assert len(names) == len(set(names))

@@ -41,7 +41,7 @@ def _reading(pages: list[str]) -> dict:
                                               "0.1", "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     docs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
-    assert [(d["schema"], d["schema_version"]) for d in docs] == [("specmodel.live.watch", 2)]
+    assert [(d["schema"], d["schema_version"]) for d in docs] == [("specmodel.watch", 2)]
     return docs[0]
 
 

@@ -27,7 +27,7 @@ VNONE = VW / "tp1_none" / "metrics.txt"
 
 def _json_lines(out: str) -> list[dict]:
     docs = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
-    assert all(d["schema"] == "specmodel.live.watch" and d["schema_version"] == 2 for d in docs)
+    assert all(d["schema"] == "specmodel.watch" and d["schema_version"] == 2 for d in docs)
     return docs
 
 

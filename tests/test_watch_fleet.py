@@ -36,7 +36,7 @@ def _fleet(url: str, targets: str, *args: str, timeout: float = 120) -> subproce
 
 def _docs(out: str) -> dict[str, dict]:
     docs = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
-    assert all(d["schema"] == "specmodel.live.watch" for d in docs)
+    assert all(d["schema"] == "specmodel.watch" for d in docs)
     return {d["server"]: d for d in docs}
 
 

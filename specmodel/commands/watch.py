@@ -55,7 +55,7 @@ def _load_profile(path: str | None) -> Any:
                    "Default: the log's, else the profile's.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=600), default=5.0, show_default=True,
               help="Seconds one scrape may take.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.live.watch).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per reading (schema specmodel.watch).")
 def watch_cmd(source: str | None, profile_path: str | None, interval_s: float, window_s: float, steps: int | None,
               tp: int | None, count: int | None, once: bool, method: str | None, timeout_s: float, as_json: bool,
               prometheus_url: str | None, selector: str, targets_path: str | None, serve_addr: str | None,

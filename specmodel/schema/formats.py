@@ -112,12 +112,12 @@ PLAN = Format(name="specmodel.plan", version=3, what="specmodel plan")
 #: the report's JSON beside the PDF (report/view.py)
 REPORT = Format(name="specmodel.report", version=1, what="specmodel report")
 #: `specmodel validate --json`
-VALIDATION = Format(name="specmodel.live.validation", version=1, what="specmodel validate")
+VALIDATION = Format(name="specmodel.validation", version=1, what="specmodel validate")
 #: `specmodel check-drafter --json` (drafter/findings.py)
 DRAFTER_CHECK = Format(name="specmodel.check_drafter", version=1, what="specmodel check-drafter")
 #: `specmodel watch --json` (specmodel/live/watch.py Reading.to_dict); v2 adds the engine's own live costs
 #: (``live_costs``, ``live_outside``, ``observed.live_costs``), every v1 key kept
-WATCH = Format(name="specmodel.live.watch", version=2, readable=(1, 2), what="specmodel watch")
+WATCH = Format(name="specmodel.watch", version=2, readable=(1, 2), what="specmodel watch")
 #: `specmodel ingest --json`: what was read and written
 INGEST = Format(name="specmodel.ingest", version=1, what="specmodel ingest")
 #: `specmodel profile --json`: the run's outcome
