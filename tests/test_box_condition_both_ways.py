@@ -70,7 +70,8 @@ def _predict(tmp_path: Path, base: Path, spec: Path, name: str) -> tuple[int, di
 
 
 def test_an_old_format_baseline_recorded_30_percent_slower_is_qualified_with_its_witness(tmp_path: Path) -> None:
-    """The issue's reproduction: without the probe this predicted GO with P(speedup>1) = 1.00."""
+    """A baseline recorded on a box 30 % slower, in recordings without the probe: before the shared-step
+    witness this predicted GO with P(speedup>1) = 1.00."""
     loaded = _rewrite(BASE, tmp_path / "base", factor=1.3, probes=False)
     spec = _rewrite(NGRAM, tmp_path / "ngram", probes=False)
     rc, d = _predict(tmp_path, loaded, spec, "old_loaded")
@@ -156,7 +157,7 @@ def _with(base: ServerCondition, spec: ServerCondition) -> Profile:
 
 
 def test_a_clean_pair_whose_probe_carries_the_servers_own_load_is_not_flagged() -> None:
-    """The issue's clean interleaved pair: probe 0.690 ms (IQR 0.150) on the baseline server against
+    """A clean interleaved pair (A B B A, idle box) as recorded live: probe 0.690 ms (IQR 0.150) on the baseline server against
     0.997 ms (IQR 0.479) on the ngram server, 40 samples each, "44 % slower"; no other work on the box."""
     clean = _with(_cond(0.690, 0.150, others=0.02), _cond(0.997, 0.479, others=0.03))
     assert check_condition(clean) == ()

@@ -97,7 +97,7 @@ def test_allreduces_routed_around_the_wrapper_never_summarize_to_a_measured_shar
 
     p_a, p_p = _profile(altered, tmp_path / "p-altered"), _profile(plain, tmp_path / "p-plain")
     va, vp = verify_share(p_a), verify_share(p_p)
-    print(json.dumps({"altered_verify": va, "plain_verify": vp}))  # the figures the issue note quotes
+    print(json.dumps({"altered_verify": va, "plain_verify": vp}))  # the verify rows' all-reduce share, altered and plain
     assert va and vp
     # altered: no cycle row carries the wrapper's partial sum; their all-reduce is unknown
     cycle = [r for r in p_a["costs"] if r["kind"] in ("decode", "verify")]
