@@ -383,10 +383,11 @@ print(json.dumps({"path": loc[0] if loc else None, "version": ver, "python": sys
 """
 
 
-def locate(table: SeamTable, python: str) -> tuple[Path, str | None]:
+def locate(table: SeamTable, python: str, env: Mapping[str, str] | None = None) -> tuple[Path, str | None]:
     """Where ``python`` would import ``table.package`` from (its folder's parent: the source root)
     and the installed version (its distribution's metadata; None where none says). Runs ``python``
-    with ``importlib.util.find_spec`` of the top-level package: nothing of the engine is imported."""
+    with ``importlib.util.find_spec`` of the top-level package: nothing of the engine is imported.
+    ``env``: the environment the engine will run under (its ``PYTHONPATH`` decides what it finds)."""
     import json
     import subprocess
 
@@ -394,7 +395,7 @@ def locate(table: SeamTable, python: str) -> tuple[Path, str | None]:
 
     try:
         r = subprocess.run([python, "-c", _LOCATE, table.package, ",".join(table.dists)], capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=120, env=None if env is None else dict(env))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SpecmodelError(f"engine python {python}: cannot run it ({exc})") from None
     last = (r.stderr.strip().splitlines() or [""])[-1]

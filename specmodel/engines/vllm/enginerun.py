@@ -94,26 +94,28 @@ def read_server_log(path: str | os.PathLike[str]) -> list[Iteration]:
 # --------------------------------------------------------------------------- the run file
 
 
+def server_flag(command: Sequence[str], *flags: str) -> str | None:
+    """The value a server command line gives the first of ``flags`` (``--flag value`` or
+    ``--flag=value``); None where it gives none."""
+    args = list(command)
+    for i, a in enumerate(args):
+        for f in flags:
+            if a == f and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(f + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
 def spec_of(command: Sequence[str]) -> tuple[str | None, int | None, int]:
     """(method, k, TP) of a vLLM server command line (``--speculative-config`` JSON,
     ``--tensor-parallel-size`` / ``-tp``); (None, None, tp) without speculation."""
-    args = list(command)
-
-    def value(*flags: str) -> str | None:
-        for i, a in enumerate(args):
-            for f in flags:
-                if a == f and i + 1 < len(args):
-                    return args[i + 1]
-                if a.startswith(f + "="):
-                    return a.split("=", 1)[1]
-        return None
-
-    tp_s = value("--tensor-parallel-size", "-tp")
+    tp_s = server_flag(command, "--tensor-parallel-size", "-tp")
     try:
         tp = int(tp_s) if tp_s is not None else 1
     except ValueError:
         raise SpecmodelError(f"server command: --tensor-parallel-size: expected an integer, got {tp_s!r}") from None
-    raw = value("--speculative-config", "-sc")
+    raw = server_flag(command, "--speculative-config", "-sc")
     if raw is None:
         return None, None, tp
     try:
@@ -129,13 +131,10 @@ def spec_of(command: Sequence[str]) -> tuple[str | None, int | None, int]:
 def executor_of(command: Sequence[str]) -> str:
     """The executor the server ran: its ``--distributed-executor-backend``, else vLLM's default
     (``uni`` at world size 1, ``config/parallel.py:1079-1080``; ``mp`` otherwise)."""
-    args = list(command)
-    for i, a in enumerate(args):
-        if a == EXECUTOR_FLAG and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(EXECUTOR_FLAG + "="):
-            return a.split("=", 1)[1]
-    return "uni" if spec_of(args)[2] == 1 else "mp"
+    chosen = server_flag(command, EXECUTOR_FLAG)
+    if chosen is not None:
+        return chosen
+    return "uni" if spec_of(command)[2] == 1 else "mp"
 
 
 def engine_args(command: Sequence[str], *, hook: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -224,10 +223,4 @@ def engine_version(run: EngineRun) -> str:
 
 
 def model_of(command: Sequence[str]) -> str | None:
-    args = list(command)
-    for i, a in enumerate(args):
-        if a == "--model" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--model="):
-            return a.split("=", 1)[1]
-    return None
+    return server_flag(command, "--model")

