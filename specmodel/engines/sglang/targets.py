@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from specmodel.engines.sglang.seams import TABLE
 from specmodel.schema.formats import SGLANG_FORWARD
 from specmodel.schema.phases import SGLANG_IGNORED_MODES, SGLANG_MODE_KINDS
 
@@ -34,11 +35,6 @@ class Target:
     methods: tuple[str, ...]
     role: str  # "model_runner" | "draft" | "draft_extend" | "mle_step" | "mle_one_graph" | "frozen_draft" | step roles
     what: str  # what the user loses when it is missing
-    #: the SGLang versions whose source this seam was read in
-    versions: tuple[str, ...] = ("0.5.5", "0.5.23")
-    #: the first version that has it: an older installed SGLang is expected to lack it (not warned);
-    #: None: every supported version has it, so lacking it is always warned
-    since: str | None = None
 
     @property
     def qualname(self) -> str:
@@ -66,16 +62,15 @@ DRAFTER_TARGETS_0523: tuple[Target, ...] = (
     # (multi_layer_eagle_draft_extend_cuda_graph_runner.py l. 487-537, called by the composite
     # runner's replay(step), l. 932-952)
     Target(module=MLE_RUNNER_MODULE, cls="MultiLayerEagleDraftExtendCudaGraphRunner", methods=("replay",),
-           role="mle_step", what="multi-layer EAGLE draft-extend graph replays will not be timed",
-           versions=("0.5.23",), since="0.5.23"),
+           role="mle_step", what="multi-layer EAGLE draft-extend graph replays will not be timed"),
     # SGLANG_ENABLE_SINGLE_CG_DRAFT: every step's layer in one graph, replayed at step 0 (l. 1105-1128)
     Target(module=MLE_RUNNER_MODULE, cls="OneGraphMultiLayerEagleMultiStepDraftExtendCudaGraphRunner",
            methods=("replay",), role="mle_one_graph",
-           what="multi-layer EAGLE single-graph draft replays will not be timed", versions=("0.5.23",), since="0.5.23"),
+           what="multi-layer EAGLE single-graph draft replays will not be timed"),
     # FROZEN_KV_MTP (frozen_kv_mtp_worker_v2.py l. 494-501): the whole draft (seed forward + steps - 1
     # recurrent forwards) in one graph, execute(forward_batch) (frozen_kv_mtp_cuda_graph_runner.py l. 391)
     Target(module=FROZEN_KV_MTP_RUNNER_MODULE, cls="FrozenKVMTPCudaGraphRunner", methods=("execute",),
-           role="frozen_draft", what="FROZEN_KV_MTP draft graph replays will not be timed", versions=("0.5.23",), since="0.5.23"),
+           role="frozen_draft", what="FROZEN_KV_MTP draft graph replays will not be timed"),
 )
 
 #: The scheduler's step (see "The scheduler's step" above): the loop's once-per-iteration call
@@ -97,8 +92,7 @@ DISAGG_STEP_TARGETS: tuple[Target, ...] = (
     Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("get_next_disagg_decode_batch_to_run",),
            role="step_boundary", what="a PD-disaggregated decode server's host work per step will not be timed"),
     Target(module=SCHEDULER_MODULE, cls="Scheduler", methods=("get_next_disagg_prefill_batch_to_run",),
-           role="step_boundary", what="a PD-disaggregated prefill server's steps will not be timed",
-           versions=("0.5.23",), since="0.5.23"),
+           role="step_boundary", what="a PD-disaggregated prefill server's steps will not be timed"),
 )
 STEP_ROLES = ("step_boundary", "step_batch")
 
@@ -140,8 +134,23 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def since(target: Target) -> str | None:
+    """The first checked SGLang version that has any of the target's methods, read off the seam table
+    (:mod:`specmodel.engines.sglang.seams`, the one record of which version has which member); None
+    where one of them is in every checked version (lacking it is then always warned)."""
+    firsts = []
+    for m in target.methods:
+        seam = TABLE.find(target.module, target.cls, m)
+        first = TABLE.since(seam) if seam is not None else None
+        if first is None:
+            return None
+        firsts.append(first)
+    return min(firsts, key=version_tuple) if firsts else None
+
+
 def expected_absent(target: Target, version: str) -> bool:
-    """The installed SGLang is older than the version that brought the seam: lacking it is expected."""
-    have = version_tuple(version)
-    return target.since is not None and bool(have) and have < version_tuple(target.since)
+    """The installed SGLang is older than the version that brought the seam (:func:`since`): lacking
+    it is expected, not warned."""
+    have, first = version_tuple(version), since(target)
+    return first is not None and bool(have) and have < version_tuple(first)
 
